@@ -1,0 +1,1 @@
+//! The executor (design 4.2).

@@ -1,0 +1,369 @@
+//! The provider contract (design 4.1): the only boundary between the cloud-agnostic core
+//! and a cloud's API.
+//!
+//! Architecture invariant: an adapter contains no loops, sleeps or retries beyond a single
+//! API call's own pagination. It exposes small idempotent primitives and classifies its
+//! errors into [`ErrorKind`]; the executor (`crate::machine`) owns retry, backoff, polling,
+//! deadlines, cancellation and compensation.
+
+pub mod docker;
+pub mod fake;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+/// The label (or tag) key every cloud object gpuprov creates carries, with the VM name as
+/// value, so it can always be found again (brief: "Identity").
+pub const IDENTITY_LABEL: &str = "gpuprov-vm-name";
+/// The label key carrying the state's lineage (a UUID), so objects of two projects that use
+/// the same VM name are never confused.
+pub const LINEAGE_LABEL: &str = "gpuprov-lineage";
+
+/// Every cloud name gpuprov knows, in the spelling used in `gpuprov.toml`.
+pub const KNOWN_CLOUDS: &[&str] = &[
+    "aws",
+    "gcp",
+    "massedcompute",
+    "hyperstack",
+    "lambda",
+    "digitalocean",
+    "nebius",
+    "verda",
+    "primeintellect",
+    "runpod",
+    "docker",
+];
+
+/// Where an instance lives: cloud, region and (optionally) zone.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Location {
+    pub cloud: String,
+    pub region: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.zone {
+            Some(z) => write!(f, "{}/{}/{}", self.cloud, self.region, z),
+            None => write!(f, "{}/{}", self.cloud, self.region),
+        }
+    }
+}
+
+/// One purchasable option returned by [`CloudProvider::plan`]: an instance type at a
+/// location, with its price. Persisted in the journal, so it must stay small and stable.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Offer {
+    /// Stable identifier of the offer within its cloud (used for block scopes).
+    pub id: String,
+    pub location: Location,
+    /// The cloud's own instance type name (for example `p5.48xlarge`).
+    pub instance_type: String,
+    /// GPU model (for example `H100`), `None` for CPU-only offers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
+    #[serde(default)]
+    pub gpu_count: u32,
+    pub spot: bool,
+    /// List price in USD per hour.
+    pub price_per_hour: f64,
+    /// Driver-private detail carried from plan to prepare/create (design 3: "opaque
+    /// `detail` JSON on the `Offer`, persisted").
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub detail: serde_json::Value,
+}
+
+/// What a VM asks for, derived from its `[vm.NAME]` table; the input of
+/// [`CloudProvider::plan`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResourceRequest {
+    pub vm_name: String,
+    /// Regions to consider, in preference order; empty means the cloud's defaults.
+    pub regions: Vec<String>,
+    pub zones: Vec<String>,
+    pub gpu: Option<String>,
+    pub gpu_count: u32,
+    pub spot: bool,
+    /// Upper bound in USD per hour; offers above it are dropped by the core.
+    pub max_price_per_hour: Option<f64>,
+}
+
+/// A boot script: shell text plus environment, rendered by each adapter in its own
+/// format (cloud-init user-data or a startup script). The core never sees a cloud format.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BootScript {
+    pub script: String,
+    pub env: BTreeMap<String, String>,
+}
+
+/// What to create, independent of the offer. Holds no secret: only the project's public
+/// SSH key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceSpec {
+    pub vm_name: String,
+    /// The state's lineage, attached to every object as [`LINEAGE_LABEL`].
+    pub lineage: String,
+    /// Idempotency token for this create attempt, derived from the VM identity and the
+    /// attempt number, so a create repeated after a crash cannot start a second instance
+    /// on clouds that accept one (EC2 `ClientToken`).
+    pub client_token: String,
+    /// Image override from config; `None` means the adapter's default.
+    pub image: Option<String>,
+    /// Root disk size in GiB; `None` means the adapter's default.
+    pub disk_gb: Option<u32>,
+    /// TCP ports to open to the world besides 22.
+    pub ports: Vec<u16>,
+    /// OpenSSH-format public key (`ssh-ed25519 AAAA... comment`).
+    pub ssh_public_key: String,
+    pub boot_script: Option<BootScript>,
+}
+
+/// Normalised instance status (design 4.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "status", content = "reason")]
+pub enum InstanceStatus {
+    Pending,
+    Running,
+    Stopping,
+    Stopped,
+    Terminating,
+    Failed(String),
+}
+
+/// Where to log in: host, TCP port and, where the cloud decides it, the user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SshEndpoint {
+    pub host: String,
+    pub port: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+impl fmt::Display for SshEndpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.user {
+            Some(u) => write!(f, "{u}@{}:{}", self.host, self.port),
+            None => write!(f, "{}:{}", self.host, self.port),
+        }
+    }
+}
+
+/// One non-terminated instance carrying the VM identity, as the cloud reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Observed {
+    pub instance_id: String,
+    pub status: InstanceStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<SshEndpoint>,
+}
+
+/// Features a cloud may or may not support; the core respects what is declared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Feature {
+    /// Runs a boot script at first boot (cloud-init or startup script).
+    BootScript,
+    /// Can open inbound ports through an API.
+    Firewall,
+    /// Can host a k3s cluster.
+    Kubernetes,
+    Spot,
+    Gpu,
+}
+
+/// What the core must respect about a cloud (brief: "Capabilities").
+#[derive(Debug, Clone, PartialEq)]
+pub struct Capabilities {
+    pub supported: Vec<Feature>,
+    /// How long an instance may take from create to Running with an SSH endpoint.
+    pub boot_timeout: Duration,
+    /// How long SSH login may keep failing after the endpoint is known.
+    pub ssh_timeout: Duration,
+    /// How long deletion may take before the instance is declared leaked.
+    pub delete_timeout: Duration,
+    /// Interval between observe calls while waiting.
+    pub poll_interval: Duration,
+    /// Maximum concurrent API calls to this cloud from one gpuprov process.
+    pub max_concurrency: usize,
+    /// Minimum spacing between create calls (for example Lambda's launch endpoint).
+    pub min_create_interval: Duration,
+}
+
+impl Capabilities {
+    pub fn supports(&self, f: Feature) -> bool {
+        self.supported.contains(&f)
+    }
+}
+
+impl Default for Capabilities {
+    fn default() -> Self {
+        Capabilities {
+            supported: vec![],
+            boot_timeout: Duration::from_secs(600),
+            ssh_timeout: Duration::from_secs(300),
+            delete_timeout: Duration::from_secs(600),
+            poll_interval: Duration::from_secs(5),
+            max_concurrency: 8,
+            min_create_interval: Duration::ZERO,
+        }
+    }
+}
+
+/// How the core reacts to a provider error (design 4.1 table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// Retry the same step with backoff (budgeted).
+    Transient,
+    /// Out of capacity: compensate, block the offer, next offer.
+    Capacity,
+    /// Out of quota: compensate, block the whole region, next offer.
+    Quota,
+    /// Not offered here: block the offer, next offer, nothing to compensate.
+    Unavailable,
+    /// The attempt failed: compensate, block the offer, next offer.
+    Failed,
+    /// The ask cannot be met as written: abort.
+    InvalidRequest,
+    /// Missing or rejected credentials: abort.
+    Credentials,
+}
+
+/// A set of offers that must not be tried again in this search.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "scope")]
+pub enum BlockScope {
+    Offer { id: String },
+    InstanceTypeInRegion { cloud: String, region: String, instance_type: String },
+    Region { cloud: String, region: String },
+    Cloud { cloud: String },
+}
+
+impl BlockScope {
+    /// Whether this scope covers `offer`.
+    pub fn covers(&self, offer: &Offer) -> bool {
+        match self {
+            BlockScope::Offer { id } => *id == offer.id,
+            BlockScope::InstanceTypeInRegion { cloud, region, instance_type } => {
+                *cloud == offer.location.cloud
+                    && *region == offer.location.region
+                    && *instance_type == offer.instance_type
+            }
+            BlockScope::Region { cloud, region } => {
+                *cloud == offer.location.cloud && *region == offer.location.region
+            }
+            BlockScope::Cloud { cloud } => *cloud == offer.location.cloud,
+        }
+    }
+
+    /// The default scope for an error kind (design 4.1), `None` for kinds that do not block.
+    pub fn default_for(kind: ErrorKind, offer: &Offer) -> Option<BlockScope> {
+        match kind {
+            ErrorKind::Capacity | ErrorKind::Unavailable | ErrorKind::Failed => {
+                Some(BlockScope::Offer { id: offer.id.clone() })
+            }
+            ErrorKind::Quota => Some(BlockScope::Region {
+                cloud: offer.location.cloud.clone(),
+                region: offer.location.region.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// An adapter's classified error. `msg` must never contain a secret.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[error("{kind:?}: {msg}")]
+pub struct ProviderError {
+    pub kind: ErrorKind,
+    pub msg: String,
+    /// Overrides the default block scope of `kind`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<BlockScope>,
+    /// Server-requested delay before the next call (HTTP `Retry-After`), seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_secs: Option<u64>,
+}
+
+impl ProviderError {
+    pub fn new(kind: ErrorKind, msg: impl Into<String>) -> Self {
+        ProviderError { kind, msg: msg.into(), block: None, retry_after_secs: None }
+    }
+    pub fn transient(msg: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Transient, msg)
+    }
+    pub fn with_block(mut self, scope: BlockScope) -> Self {
+        self.block = Some(scope);
+        self
+    }
+    /// The scope to block for this error on `offer`.
+    pub fn scope_for(&self, offer: &Offer) -> Option<BlockScope> {
+        self.block.clone().or_else(|| BlockScope::default_for(self.kind, offer))
+    }
+}
+
+/// The contract every cloud adapter implements (design 4.1). See the module docs for the
+/// invariants; each primitive's semantics are in the design's table.
+#[async_trait]
+pub trait CloudProvider: Send + Sync {
+    /// The cloud's name as spelled in config (one of [`KNOWN_CLOUDS`]).
+    fn name(&self) -> &'static str;
+    fn capabilities(&self) -> Capabilities;
+    /// Ordered offers for the ask (preference = order). Creates nothing.
+    /// Errors: `InvalidRequest` when the ask cannot be planned on this cloud.
+    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError>;
+    /// Idempotent per-(VM, location) prerequisites; returns driver-private JSON that is
+    /// persisted and handed to `create`.
+    async fn prepare(
+        &self,
+        offer: &Offer,
+        spec: &InstanceSpec,
+    ) -> Result<serde_json::Value, ProviderError>;
+    /// One creation attempt, labelled with the VM identity. Returns the instance id.
+    /// Does not wait for the instance to run.
+    async fn create(
+        &self,
+        offer: &Offer,
+        prepared: &serde_json::Value,
+        spec: &InstanceSpec,
+    ) -> Result<String, ProviderError>;
+    /// All non-terminated instances carrying the VM identity at `at`.
+    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError>;
+    /// Requests deletion; an unknown or already deleted instance is success. Does not wait.
+    async fn delete(
+        &self,
+        at: &Location,
+        vm_name: &str,
+        instance_ids: &[String],
+    ) -> Result<(), ProviderError>;
+    /// Deletes per-VM side resources once the instances are gone. Idempotent.
+    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError>;
+}
+
+/// The adapters available to one run, by cloud name.
+#[derive(Clone, Default)]
+pub struct Providers {
+    map: BTreeMap<String, Arc<dyn CloudProvider>>,
+}
+
+impl Providers {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn insert(&mut self, p: Arc<dyn CloudProvider>) {
+        self.map.insert(p.name().to_string(), p);
+    }
+    pub fn get(&self, cloud: &str) -> Option<&Arc<dyn CloudProvider>> {
+        self.map.get(cloud)
+    }
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.map.keys().map(|s| s.as_str())
+    }
+}

@@ -1,0 +1,1 @@
+//! The JSON state file and its lock.
