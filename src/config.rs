@@ -1,1 +1,620 @@
-//! User configuration (`gpuprov.toml`).
+//! User configuration: `gpuprov.toml`, its validation and its diagnostics.
+//!
+//! The config is user-written, so unknown keys are rejected (they are typos), and every
+//! problem is a [`ConfigError`] diagnostic pointing at the span in the file. The JSON
+//! Schema in `schemas/gpuprov.schema.json` is generated from these types
+//! ([`json_schema`]) and a test keeps it in sync.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use miette::{Diagnostic, NamedSource, SourceSpan};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_spanned::Spanned;
+
+use crate::provider::ResourceRequest;
+
+/// A cloud gpuprov knows, spelled as in `gpuprov.toml`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Cloud {
+    Aws,
+    Gcp,
+    Massedcompute,
+    Hyperstack,
+    Lambda,
+    Digitalocean,
+    Nebius,
+    Verda,
+    Primeintellect,
+    Runpod,
+    /// The local Docker test cloud: containers with sshd, no GPUs, no Kubernetes.
+    Docker,
+}
+
+impl Cloud {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cloud::Aws => "aws",
+            Cloud::Gcp => "gcp",
+            Cloud::Massedcompute => "massedcompute",
+            Cloud::Hyperstack => "hyperstack",
+            Cloud::Lambda => "lambda",
+            Cloud::Digitalocean => "digitalocean",
+            Cloud::Nebius => "nebius",
+            Cloud::Verda => "verda",
+            Cloud::Primeintellect => "primeintellect",
+            Cloud::Runpod => "runpod",
+            Cloud::Docker => "docker",
+        }
+    }
+}
+
+impl std::fmt::Display for Cloud {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The whole `gpuprov.toml`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(
+    title = "gpuprov.toml",
+    description = "gpuprov configuration: one [vm.NAME] table per machine"
+)]
+pub struct ConfigFile {
+    /// Settings every `[vm.NAME]` inherits unless it sets its own.
+    #[serde(default)]
+    pub defaults: VmSettings,
+    /// Per-cloud settings (endpoint override and cloud-specific options).
+    #[serde(default)]
+    pub cloud: BTreeMap<Cloud, CloudSettings>,
+    /// The machines, by name (lowercase letters, digits and `-`, at most 40 characters).
+    #[serde(default)]
+    pub vm: BTreeMap<String, VmTable>,
+}
+
+/// `[cloud.NAME]`: settings of one cloud.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CloudSettings {
+    /// API base URL override (also `GPUPROV_<CLOUD>_ENDPOINT`; for AWS, `AWS_ENDPOINT_URL`).
+    /// For docker, the Docker Engine address (for example `unix:///var/run/docker.sock`).
+    pub endpoint: Option<String>,
+    /// Docker only: image the sshd image is built from (default
+    /// `gpuprov/debian-sshd-base:bookworm`, made by `scripts/build-base-image.sh`).
+    pub base_image: Option<String>,
+}
+
+/// Fields shared by `[defaults]` and `[vm.NAME]`; every one is optional.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VmSettings {
+    /// Clouds to try, in preference order.
+    #[schemars(with = "Option<Vec<Cloud>>")]
+    pub clouds: Option<Spanned<Vec<Cloud>>>,
+    /// Regions to try, in preference order (cloud-specific names; `local` for docker).
+    pub regions: Option<Vec<String>>,
+    /// Zones to restrict to, where the cloud has zones.
+    pub zones: Option<Vec<String>>,
+    /// GPU model, for example `H100`, `A100-80GB`, `L40S`. Omit for no GPU.
+    pub gpu: Option<String>,
+    /// GPUs per machine (default 1 when `gpu` is set, else 0).
+    pub gpu_count: Option<u32>,
+    /// Use spot / preemptible capacity.
+    pub spot: Option<bool>,
+    /// Upper bound on the offer price, USD per hour.
+    pub max_price_per_hour: Option<f64>,
+    /// Image override (cloud-specific id or name); default: the adapter's GPU-ready image.
+    pub image: Option<String>,
+    /// Root disk size, GiB.
+    pub disk_gb: Option<u32>,
+    /// Extra inbound TCP ports besides 22.
+    pub ports: Option<Vec<u16>>,
+    /// Make the machine a single-node k3s cluster (default true; skipped with a note on
+    /// clouds that cannot host it).
+    pub kubernetes: Option<bool>,
+    /// Keep searching every 30 s when every offer is out of capacity, instead of failing.
+    pub retry_until_up: Option<bool>,
+}
+
+/// `[vm.NAME]`: one machine.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VmTable {
+    #[serde(flatten)]
+    pub settings: VmSettings,
+    /// Names of machines that must be up before this one is created.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub depends_on: Vec<Spanned<String>>,
+}
+
+/// One machine's effective settings: its table merged over `[defaults]`.
+///
+/// This is also the "desired" snapshot recorded in the state when applied, so its
+/// serialized field names are part of the state format.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VmSpec {
+    pub name: String,
+    pub clouds: Vec<Cloud>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub regions: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zones: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
+    #[serde(default)]
+    pub gpu_count: u32,
+    #[serde(default)]
+    pub spot: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_price_per_hour: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_gb: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u16>,
+    /// Whether k3s is wanted (after defaults; the cloud may still skip it).
+    #[serde(default)]
+    pub kubernetes: bool,
+    #[serde(default)]
+    pub retry_until_up: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<String>,
+}
+
+impl VmSpec {
+    /// The offer-search input for this machine.
+    pub fn request(&self) -> ResourceRequest {
+        ResourceRequest {
+            vm_name: self.name.clone(),
+            regions: self.regions.clone(),
+            zones: self.zones.clone(),
+            gpu: self.gpu.clone(),
+            gpu_count: self.gpu_count,
+            spot: self.spot,
+            max_price_per_hour: self.max_price_per_hour,
+        }
+    }
+
+    /// The attributes whose change forces the machine to be replaced (destroy, then
+    /// create), as `(name, rendered value)` pairs in display order.
+    pub fn replace_attributes(&self) -> Vec<(&'static str, String)> {
+        let list = |v: &[String]| format!("{v:?}");
+        vec![
+            (
+                "clouds",
+                format!(
+                    "{:?}",
+                    self.clouds.iter().map(|c| c.as_str()).collect::<Vec<_>>()
+                ),
+            ),
+            ("regions", list(&self.regions)),
+            ("zones", list(&self.zones)),
+            ("gpu", opt(&self.gpu)),
+            ("gpu_count", self.gpu_count.to_string()),
+            ("spot", self.spot.to_string()),
+            ("image", opt(&self.image)),
+            (
+                "disk_gb",
+                self.disk_gb
+                    .map(|d| d.to_string())
+                    .unwrap_or_else(|| "(default)".into()),
+            ),
+            ("ports", format!("{:?}", self.ports)),
+        ]
+    }
+
+    /// The attributes that can change without touching the machine.
+    pub fn in_place_attributes(&self) -> Vec<(&'static str, String)> {
+        vec![
+            (
+                "max_price_per_hour",
+                self.max_price_per_hour
+                    .map(|p| format!("{p}"))
+                    .unwrap_or_else(|| "(none)".into()),
+            ),
+            ("kubernetes", self.kubernetes.to_string()),
+            ("retry_until_up", self.retry_until_up.to_string()),
+            ("depends_on", format!("{:?}", self.depends_on)),
+        ]
+    }
+}
+
+fn opt(v: &Option<String>) -> String {
+    match v {
+        Some(s) => format!("{s:?}"),
+        None => "(default)".into(),
+    }
+}
+
+/// A loaded, validated config.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it was read from.
+    pub path: PathBuf,
+    /// Machines in name order.
+    pub vms: BTreeMap<String, VmSpec>,
+    pub clouds: BTreeMap<Cloud, CloudSettings>,
+    /// The file's text, kept for diagnostics raised after loading.
+    pub source: String,
+}
+
+/// A problem in `gpuprov.toml`, with the span it concerns.
+#[derive(Debug, thiserror::Error, Diagnostic)]
+#[error("{message}")]
+#[diagnostic(code(gpuprov::config))]
+pub struct ConfigError {
+    pub message: String,
+    #[source_code]
+    pub src: NamedSource<String>,
+    #[label("{label}")]
+    pub span: Option<SourceSpan>,
+    pub label: String,
+    #[help]
+    pub help: Option<String>,
+}
+
+/// Why a config could not be read at all.
+#[derive(Debug, thiserror::Error, Diagnostic)]
+pub enum LoadError {
+    #[error("cannot read config file {path}")]
+    #[diagnostic(code(gpuprov::config::read), help("pass the config with -c PATH"))]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Invalid(Box<ConfigError>),
+}
+
+impl Config {
+    /// Reads and validates the config at `path`.
+    ///
+    /// Errors: [`LoadError::Read`] when the file cannot be read; [`LoadError::Invalid`] for
+    /// TOML syntax, unknown keys, wrong types, unknown clouds, bad values, and
+    /// `depends_on` references that dangle or form a cycle.
+    pub fn load(path: &Path) -> Result<Config, LoadError> {
+        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Config::parse(path, text).map_err(|e| LoadError::Invalid(Box::new(e)))
+    }
+
+    /// Parses and validates config text; `path` names it in diagnostics.
+    pub fn parse(path: &Path, text: String) -> Result<Config, ConfigError> {
+        let name = path.display().to_string();
+        let err = |message: String,
+                   span: Option<std::ops::Range<usize>>,
+                   label: &str,
+                   help: Option<String>| {
+            ConfigError {
+                message,
+                src: NamedSource::new(name.clone(), text.clone()),
+                span: span.map(|r| SourceSpan::from(r.start..r.end.max(r.start))),
+                label: label.to_string(),
+                help,
+            }
+        };
+        let file: ConfigFile = match toml::from_str(&text) {
+            Ok(f) => f,
+            Err(e) => {
+                let msg = e.message().to_string();
+                let help = if msg.contains("unknown field") {
+                    Some(
+                        "see schemas/gpuprov.schema.json for every key; keys are snake_case"
+                            .to_string(),
+                    )
+                } else if msg.contains("unknown variant") {
+                    Some(format!(
+                        "known clouds: {}",
+                        crate::provider::KNOWN_CLOUDS.join(", ")
+                    ))
+                } else {
+                    None
+                };
+                return Err(err(
+                    format!("invalid config: {msg}"),
+                    e.span(),
+                    "here",
+                    help,
+                ));
+            }
+        };
+        if file.vm.is_empty() {
+            return Err(err(
+                "the config defines no machine".into(),
+                None,
+                "",
+                Some("add a [vm.NAME] table; see examples/docker.toml".into()),
+            ));
+        }
+        let mut vms = BTreeMap::new();
+        for (name, table) in &file.vm {
+            let key_span = find_vm_header(&text, name);
+            if !valid_vm_name(name) {
+                return Err(err(
+                    format!("invalid machine name {name:?}"),
+                    key_span,
+                    "this name",
+                    Some("use 1 to 40 lowercase letters, digits and '-', starting with a letter (it becomes part of cloud resource names and DNS labels)".into()),
+                ));
+            }
+            let spec = merge(name, &file.defaults, table, &text, &err)?;
+            vms.insert(name.clone(), spec);
+        }
+        // depends_on: dangling references, then cycles.
+        for (name, table) in &file.vm {
+            for dep in &table.depends_on {
+                if !file.vm.contains_key(dep.get_ref()) {
+                    return Err(err(
+                        format!(
+                            "vm.{name} depends on {:?}, which is not defined",
+                            dep.get_ref()
+                        ),
+                        Some(dep.span()),
+                        "unknown machine",
+                        Some(format!(
+                            "defined machines: {}",
+                            file.vm.keys().cloned().collect::<Vec<_>>().join(", ")
+                        )),
+                    ));
+                }
+                if dep.get_ref() == name {
+                    return Err(err(
+                        format!("vm.{name} depends on itself"),
+                        Some(dep.span()),
+                        "self-reference",
+                        None,
+                    ));
+                }
+            }
+        }
+        if let Some(cycle) = crate::graph::find_cycle(&vms) {
+            // Point at the first edge of the cycle.
+            let (from, to) = (&cycle[0], &cycle[1 % cycle.len()]);
+            let span = file.vm[from]
+                .depends_on
+                .iter()
+                .find(|d| d.get_ref() == to)
+                .map(|d| d.span());
+            return Err(err(
+                format!(
+                    "depends_on forms a cycle: {}",
+                    cycle
+                        .iter()
+                        .chain(std::iter::once(&cycle[0]))
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" -> ")
+                ),
+                span,
+                "this edge closes the cycle",
+                Some("remove one of these depends_on entries".into()),
+            ));
+        }
+        Ok(Config {
+            path: path.to_path_buf(),
+            vms,
+            clouds: file.cloud,
+            source: text,
+        })
+    }
+
+    /// The settings of `cloud`, empty when the config has no `[cloud.NAME]` table.
+    pub fn cloud_settings(&self, cloud: Cloud) -> CloudSettings {
+        self.clouds.get(&cloud).cloned().unwrap_or_default()
+    }
+
+    /// Every cloud some machine may use, in first-use order.
+    pub fn clouds_in_use(&self) -> Vec<Cloud> {
+        let mut out = Vec::new();
+        for vm in self.vms.values() {
+            for c in &vm.clouds {
+                if !out.contains(c) {
+                    out.push(*c);
+                }
+            }
+        }
+        out
+    }
+
+    /// A diagnostic about machine `vm` raised after loading (for example a cloud that
+    /// rejects what it asks for), pointing at its table header.
+    pub fn vm_error(&self, vm: &str, message: String, help: Option<String>) -> ConfigError {
+        ConfigError {
+            message,
+            src: NamedSource::new(self.path.display().to_string(), self.source.clone()),
+            span: find_vm_header(&self.source, vm).map(|r| SourceSpan::from(r.start..r.end)),
+            label: "this machine".into(),
+            help,
+        }
+    }
+}
+
+fn merge(
+    name: &str,
+    d: &VmSettings,
+    t: &VmTable,
+    text: &str,
+    err: &dyn Fn(String, Option<std::ops::Range<usize>>, &str, Option<String>) -> ConfigError,
+) -> Result<VmSpec, ConfigError> {
+    let s = &t.settings;
+    let header = find_vm_header(text, name);
+    let clouds = s.clouds.as_ref().or(d.clouds.as_ref());
+    let clouds = match clouds {
+        Some(c) if c.get_ref().is_empty() => {
+            return Err(err(
+                format!("vm.{name}: clouds is empty"),
+                Some(c.span()),
+                "empty list",
+                Some("list at least one cloud, for example clouds = [\"docker\"]".into()),
+            ))
+        }
+        Some(c) => {
+            let mut seen = Vec::new();
+            for cl in c.get_ref() {
+                if seen.contains(cl) {
+                    return Err(err(
+                        format!("vm.{name}: cloud {cl} is listed twice"),
+                        Some(c.span()),
+                        "duplicate",
+                        None,
+                    ));
+                }
+                seen.push(*cl);
+            }
+            seen
+        }
+        None => {
+            return Err(err(
+                format!("vm.{name} names no cloud"),
+                header,
+                "no clouds here or in [defaults]",
+                Some(
+                    "set clouds = [\"docker\"] (or another cloud) in [vm.NAME] or [defaults]"
+                        .into(),
+                ),
+            ))
+        }
+    };
+    let gpu = s.gpu.clone().or_else(|| d.gpu.clone());
+    let gpu_count = s
+        .gpu_count
+        .or(d.gpu_count)
+        .unwrap_or(if gpu.is_some() { 1 } else { 0 });
+    if gpu_count > 0 && gpu.is_none() {
+        return Err(err(
+            format!("vm.{name}: gpu_count = {gpu_count} but no gpu model is set"),
+            header,
+            "here",
+            Some("set gpu = \"H100\" (or another model)".into()),
+        ));
+    }
+    if gpu.is_some() && gpu_count == 0 {
+        return Err(err(
+            format!("vm.{name}: gpu is set but gpu_count = 0"),
+            header,
+            "here",
+            None,
+        ));
+    }
+    let max_price = s.max_price_per_hour.or(d.max_price_per_hour);
+    if let Some(p) = max_price {
+        if !(p.is_finite() && p > 0.0) {
+            return Err(err(format!("vm.{name}: max_price_per_hour must be a positive number of USD per hour, got {p}"), header, "here", None));
+        }
+    }
+    let disk_gb = s.disk_gb.or(d.disk_gb);
+    if disk_gb == Some(0) {
+        return Err(err(
+            format!("vm.{name}: disk_gb must be at least 1 GiB"),
+            header,
+            "here",
+            None,
+        ));
+    }
+    let ports = s
+        .ports
+        .clone()
+        .or_else(|| d.ports.clone())
+        .unwrap_or_default();
+    if let Some(p) = ports.iter().find(|p| **p == 0 || **p == 22) {
+        return Err(err(
+            format!("vm.{name}: port {p} cannot be listed in ports"),
+            header,
+            "here",
+            Some("ports lists extra inbound TCP ports (1-65535); 22 is always open".into()),
+        ));
+    }
+    Ok(VmSpec {
+        name: name.to_string(),
+        clouds,
+        regions: s
+            .regions
+            .clone()
+            .or_else(|| d.regions.clone())
+            .unwrap_or_default(),
+        zones: s
+            .zones
+            .clone()
+            .or_else(|| d.zones.clone())
+            .unwrap_or_default(),
+        gpu,
+        gpu_count,
+        spot: s.spot.or(d.spot).unwrap_or(false),
+        max_price_per_hour: max_price,
+        image: s.image.clone().or_else(|| d.image.clone()),
+        disk_gb,
+        ports,
+        kubernetes: s.kubernetes.or(d.kubernetes).unwrap_or(true),
+        retry_until_up: s.retry_until_up.or(d.retry_until_up).unwrap_or(false),
+        depends_on: t.depends_on.iter().map(|d| d.get_ref().clone()).collect(),
+    })
+}
+
+/// Whether `name` is a valid machine name: `[a-z][a-z0-9-]{0,39}`, not ending in `-`.
+pub fn valid_vm_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 40
+        && b[0].is_ascii_lowercase()
+        && !name.ends_with('-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+/// Finds the `[vm.NAME]` header (or a dotted `vm.NAME` key) in the text, for spans that
+/// serde cannot give (map keys).
+fn find_vm_header(text: &str, name: &str) -> Option<std::ops::Range<usize>> {
+    for pat in [
+        format!("[vm.{name}]"),
+        format!("[vm.\"{name}\"]"),
+        format!("vm.{name}"),
+    ] {
+        if let Some(i) = text.find(&pat) {
+            return Some(i..i + pat.len());
+        }
+    }
+    None
+}
+
+/// The JSON Schema of `gpuprov.toml`, as committed in `schemas/gpuprov.schema.json`.
+pub fn json_schema() -> String {
+    let schema = schemars::schema_for!(ConfigFile);
+    let mut s = serde_json::to_string_pretty(&schema).expect("schema serializes");
+    s.push('\n');
+    s
+}
+
+impl VmSpec {
+    /// A machine named `name` on `clouds` with every other setting at its default
+    /// (as if its table set nothing else): for tests and programmatic use.
+    pub fn new(name: &str, clouds: Vec<Cloud>) -> VmSpec {
+        VmSpec {
+            name: name.into(),
+            clouds,
+            regions: vec![],
+            zones: vec![],
+            gpu: None,
+            gpu_count: 0,
+            spot: false,
+            max_price_per_hour: None,
+            image: None,
+            disk_gb: None,
+            ports: vec![],
+            kubernetes: true,
+            retry_until_up: false,
+            depends_on: vec![],
+        }
+    }
+}

@@ -2,6 +2,7 @@
 //! Terraform-style. See ARCHITECTURE.md for the map of the code.
 
 pub mod config;
+pub mod graph;
 pub mod machine;
 pub mod provider;
 pub mod ssh;

@@ -1,1 +1,386 @@
-//! The executor (design 4.2).
+//! The executor (design 4.2): runs a [`Machine`] step by step, journalling each
+//! transition before the next step's side effect (write-ahead), retrying transient
+//! failures within a budget with exponential backoff, polling, mapping the first
+//! cancellation to a compensating state and exiting on the second, and resuming from the
+//! journal.
+//!
+//! Architecture invariant: this is the only place that sleeps, retries or polls. Machines
+//! decide *what* happens (including deadlines, measured with [`StepCx::in_state`]); the
+//! executor decides *when*.
+
+pub mod journal;
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::{mpsc, watch};
+
+pub use journal::{Journal, JournalError, MemoryJournal, PrevRecord};
+
+/// What one step asks the executor to do next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step<S> {
+    /// Transition; persisted before the next step runs.
+    Next(S),
+    /// Not done yet: same state after `after`, no retry budget consumed.
+    Poll { after: Duration, note: String },
+    /// Transient failure: same state after a backoff, budget consumed. `after` carries a
+    /// server-requested delay (HTTP `Retry-After`), used when longer than the backoff.
+    Retry {
+        error: String,
+        after: Option<Duration>,
+    },
+}
+
+impl<S> Step<S> {
+    /// A transient failure with no server-requested delay.
+    pub fn retry(error: impl Into<String>) -> Self {
+        Step::Retry {
+            error: error.into(),
+            after: None,
+        }
+    }
+    /// A poll after `after` with a progress note.
+    pub fn poll(after: Duration, note: impl Into<String>) -> Self {
+        Step::Poll {
+            after,
+            note: note.into(),
+        }
+    }
+}
+
+/// The retry budget of one state: consecutive `Retry`s before
+/// [`Machine::on_retries_exhausted`], and the exponential backoff between them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 6,
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The delay before retry number `attempt` (1-based): `initial * 2^(attempt-1)`,
+    /// capped at `max_backoff`, with up to 20% random jitter so parallel machines spread.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let exp = self
+            .initial_backoff
+            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
+        let base = exp.min(self.max_backoff);
+        let jitter = rand::random::<f64>() * 0.2;
+        base.mul_f64(1.0 + jitter).min(self.max_backoff.max(base))
+    }
+}
+
+/// What a step may know about its context.
+#[derive(Debug, Clone, Copy)]
+pub struct StepCx {
+    /// Time since this state was entered in this process (a resume gets a fresh window).
+    pub in_state: Duration,
+    /// Consecutive retries so far in this state.
+    pub attempt: u32,
+    /// Whether the user asked to cancel (the machine is compensating or finishing).
+    pub cancelling: bool,
+}
+
+/// A journalled state machine (design 4.2).
+#[async_trait]
+pub trait Machine: Send + Sync {
+    type State: Serialize + DeserializeOwned + Clone + Debug + Send + Sync;
+    /// The journal's `kind` for this machine's records, for example `launch`.
+    const KIND: &'static str;
+    fn is_terminal(&self, s: &Self::State) -> bool;
+    /// A short human line for the journal and progress, for example `booting i-123`.
+    fn label(&self, s: &Self::State) -> String;
+    async fn step(&self, s: &Self::State, cx: &StepCx) -> Step<Self::State>;
+    fn retry_policy(&self, _s: &Self::State) -> RetryPolicy {
+        RetryPolicy::default()
+    }
+    /// The failure state to enter when the retry budget of `s` is spent.
+    fn on_retries_exhausted(&self, s: &Self::State, last_error: String) -> Self::State;
+    /// The compensating state to enter on the first cancellation, `None` to keep going.
+    fn on_cancel(&self, _s: &Self::State) -> Option<Self::State> {
+        None
+    }
+}
+
+/// Cancellation levels: 0 none, 1 soft (compensate), 2 hard (exit, journal resumable).
+#[derive(Clone)]
+pub struct CancelToken {
+    tx: Arc<watch::Sender<u8>>,
+}
+
+impl Default for CancelToken {
+    fn default() -> Self {
+        let (tx, _) = watch::channel(0);
+        CancelToken { tx: Arc::new(tx) }
+    }
+}
+
+impl CancelToken {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Raises the level by one (first Ctrl-C or SIGTERM: soft; second: hard) and returns it.
+    pub fn escalate(&self) -> u8 {
+        let mut level = 0;
+        self.tx.send_modify(|l| {
+            *l = (*l + 1).min(2);
+            level = *l;
+        });
+        level
+    }
+    pub fn level(&self) -> u8 {
+        *self.tx.borrow()
+    }
+    /// Resolves when the level reaches at least `at_least`.
+    pub async fn reached(&self, at_least: u8) {
+        let mut rx = self.tx.subscribe();
+        let _ = rx.wait_for(|l| *l >= at_least).await;
+    }
+}
+
+/// A progress event for the CLI.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progress {
+    Transition {
+        key: String,
+        kind: &'static str,
+        label: String,
+        terminal: bool,
+    },
+    Poll {
+        key: String,
+        note: String,
+    },
+    Retry {
+        key: String,
+        attempt: u32,
+        max: u32,
+        error: String,
+    },
+}
+
+/// Why a run stopped without reaching a terminal state.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum ExecError {
+    /// A second cancellation: the journal holds the last durable state; the next run
+    /// resumes from it.
+    #[error("interrupted in state '{label}'; the next run resumes from the journal")]
+    #[diagnostic(code(gpuprov::interrupted))]
+    Interrupted { key: String, label: String },
+    #[error("cannot journal {key}")]
+    #[diagnostic(code(gpuprov::journal))]
+    Journal {
+        key: String,
+        #[source]
+        source: JournalError,
+    },
+    #[error("journal record of {key} is not a valid {kind} state: {msg}")]
+    #[diagnostic(
+        code(gpuprov::journal::invalid),
+        help("the state file was edited by hand or written by an incompatible version; restore the .backup or run `gpuprov state show` to inspect it")
+    )]
+    BadRecord {
+        key: String,
+        kind: String,
+        msg: String,
+    },
+}
+
+/// Runs machines against a journal (design 4.2).
+#[derive(Clone)]
+pub struct Executor {
+    journal: Arc<dyn Journal>,
+    cancel: CancelToken,
+    progress: Option<mpsc::UnboundedSender<Progress>>,
+}
+
+impl Executor {
+    pub fn new(journal: Arc<dyn Journal>, cancel: CancelToken) -> Self {
+        Executor {
+            journal,
+            cancel,
+            progress: None,
+        }
+    }
+
+    /// Sends progress events to `tx`.
+    pub fn with_progress(mut self, tx: mpsc::UnboundedSender<Progress>) -> Self {
+        self.progress = Some(tx);
+        self
+    }
+
+    pub fn cancel_token(&self) -> &CancelToken {
+        &self.cancel
+    }
+
+    fn emit(&self, p: Progress) {
+        if let Some(tx) = &self.progress {
+            let _ = tx.send(p);
+        }
+    }
+
+    /// Runs machine `m` under journal key `key` to a terminal state.
+    ///
+    /// Resume: when the journal holds a non-terminal record of this machine's kind,
+    /// execution continues from it. Otherwise `initial` is called with the previous record
+    /// (terminal, or of another kind, or `None`) and its result is journalled first.
+    ///
+    /// Errors: [`ExecError::Interrupted`] on a second cancellation,
+    /// [`ExecError::Journal`] when a transition cannot be made durable (the run stops
+    /// before any further side effect), [`ExecError::BadRecord`] for a record that does not
+    /// parse as this machine's state.
+    pub async fn run<M: Machine>(
+        &self,
+        m: &M,
+        key: &str,
+        initial: impl FnOnce(Option<PrevRecord>) -> M::State + Send,
+    ) -> Result<M::State, ExecError> {
+        let prev = self
+            .journal
+            .load(key)
+            .await
+            .map_err(|source| ExecError::Journal {
+                key: key.to_string(),
+                source,
+            })?;
+        let resumed = match &prev {
+            Some(p) if p.kind == M::KIND => {
+                let s: M::State =
+                    serde_json::from_value(p.state.clone()).map_err(|e| ExecError::BadRecord {
+                        key: key.into(),
+                        kind: M::KIND.into(),
+                        msg: e.to_string(),
+                    })?;
+                (!m.is_terminal(&s)).then_some(s)
+            }
+            _ => None,
+        };
+        let mut state = match resumed {
+            Some(s) => s,
+            None => {
+                let s = initial(prev);
+                self.persist(m, key, &s).await?;
+                s
+            }
+        };
+        let mut entered = Instant::now();
+        let mut attempt: u32 = 0;
+        let mut cancel_mapped = false;
+        loop {
+            if m.is_terminal(&state) {
+                return Ok(state);
+            }
+            let level = self.cancel.level();
+            if level >= 2 {
+                return Err(ExecError::Interrupted {
+                    key: key.into(),
+                    label: m.label(&state),
+                });
+            }
+            if level == 1 && !cancel_mapped {
+                cancel_mapped = true;
+                if let Some(next) = m.on_cancel(&state) {
+                    self.persist(m, key, &next).await?;
+                    state = next;
+                    entered = Instant::now();
+                    attempt = 0;
+                    continue;
+                }
+            }
+            let cx = StepCx {
+                in_state: entered.elapsed(),
+                attempt,
+                cancelling: cancel_mapped,
+            };
+            // A hard cancel drops the in-flight step: steps are idempotent and the journal
+            // holds the last durable state, so the next run resumes safely.
+            let step = tokio::select! {
+                s = m.step(&state, &cx) => s,
+                _ = self.cancel.reached(2) => {
+                    return Err(ExecError::Interrupted { key: key.into(), label: m.label(&state) });
+                }
+            };
+            match step {
+                Step::Next(next) => {
+                    self.persist(m, key, &next).await?;
+                    state = next;
+                    entered = Instant::now();
+                    attempt = 0;
+                }
+                Step::Poll { after, note } => {
+                    self.emit(Progress::Poll {
+                        key: key.into(),
+                        note,
+                    });
+                    self.sleep(after, cancel_mapped).await;
+                }
+                Step::Retry { error, after } => {
+                    attempt += 1;
+                    let policy = m.retry_policy(&state);
+                    if attempt >= policy.max_attempts {
+                        let next = m.on_retries_exhausted(&state, error);
+                        self.persist(m, key, &next).await?;
+                        state = next;
+                        entered = Instant::now();
+                        attempt = 0;
+                        continue;
+                    }
+                    self.emit(Progress::Retry {
+                        key: key.into(),
+                        attempt,
+                        max: policy.max_attempts,
+                        error,
+                    });
+                    let backoff = policy.backoff(attempt).max(after.unwrap_or_default());
+                    self.sleep(backoff, cancel_mapped).await;
+                }
+            }
+        }
+    }
+
+    /// Sleeps, waking early on the next cancellation level so it is acted on promptly.
+    async fn sleep(&self, d: Duration, cancel_mapped: bool) {
+        let wake_at = if cancel_mapped { 2 } else { 1 };
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = self.cancel.reached(wake_at) => {}
+        }
+    }
+
+    async fn persist<M: Machine>(&self, m: &M, key: &str, s: &M::State) -> Result<(), ExecError> {
+        let value = serde_json::to_value(s).map_err(|e| ExecError::Journal {
+            key: key.into(),
+            source: JournalError::Encode(e.to_string()),
+        })?;
+        let label = m.label(s);
+        self.journal
+            .record(key, M::KIND, &value, &label)
+            .await
+            .map_err(|source| ExecError::Journal {
+                key: key.into(),
+                source,
+            })?;
+        self.emit(Progress::Transition {
+            key: key.into(),
+            kind: M::KIND,
+            label,
+            terminal: m.is_terminal(s),
+        });
+        Ok(())
+    }
+}

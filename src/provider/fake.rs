@@ -1,1 +1,407 @@
-//! A scripted provider for engine tests.
+//! A scripted in-memory provider for engine tests (and, later, benchmarks): offers,
+//! instances that boot after a number of observes, and faults injected per primitive and
+//! offer. It keeps a log of every call so tests can assert what the core did.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::{
+    Capabilities, CloudProvider, InstanceSpec, InstanceStatus, Location, Observed, Offer,
+    ProviderError, ResourceRequest, SshEndpoint,
+};
+
+/// A provider primitive, for scripting faults and counting calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Plan,
+    Prepare,
+    Create,
+    Observe,
+    Delete,
+    Cleanup,
+}
+
+/// An instance as the fake cloud holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FakeInstance {
+    pub id: String,
+    pub vm_name: String,
+    pub location: Location,
+    pub status: InstanceStatus,
+    /// Observes left before a Pending instance turns Running.
+    pub observes_to_boot: u32,
+    pub client_token: String,
+}
+
+struct Fault {
+    op: Op,
+    /// Only calls concerning this offer id (create/prepare) or region (others); `None`: any.
+    scope: Option<String>,
+    error: ProviderError,
+    remaining: u32,
+}
+
+#[derive(Default)]
+struct Inner {
+    offers: Vec<Offer>,
+    instances: BTreeMap<String, FakeInstance>,
+    next_id: u64,
+    faults: Vec<Fault>,
+    calls: Vec<(Op, String)>,
+    boot_observes: u32,
+    vanish_on_boot: bool,
+}
+
+/// The scripted provider. Construct with [`FakeProvider::new`] and the `with_*` builders.
+pub struct FakeProvider {
+    name: &'static str,
+    caps: Capabilities,
+    inner: Mutex<Inner>,
+}
+
+impl FakeProvider {
+    /// A fake cloud named `name` (it answers to that cloud name in configs) with fast
+    /// timings: 1 ms polls, 2 s boot and SSH timeouts.
+    pub fn new(name: &'static str) -> Self {
+        FakeProvider {
+            name,
+            caps: Capabilities {
+                supported: vec![],
+                boot_timeout: Duration::from_secs(2),
+                ssh_timeout: Duration::from_secs(2),
+                delete_timeout: Duration::from_secs(2),
+                poll_interval: Duration::from_millis(1),
+                max_concurrency: 64,
+                min_create_interval: Duration::ZERO,
+            },
+            inner: Mutex::new(Inner {
+                boot_observes: 1,
+                ..Inner::default()
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().expect("fake provider mutex")
+    }
+
+    /// Adds an offer `id` of `instance_type` in `region` at `price` USD per hour.
+    pub fn with_offer(self, id: &str, region: &str, instance_type: &str, price: f64) -> Self {
+        self.lock().offers.push(Offer {
+            id: id.into(),
+            location: Location {
+                cloud: self.name.into(),
+                region: region.into(),
+                zone: None,
+            },
+            instance_type: instance_type.into(),
+            gpu: Some("H100".into()),
+            gpu_count: 1,
+            spot: false,
+            price_per_hour: price,
+            detail: serde_json::Value::Null,
+        });
+        self
+    }
+
+    /// Makes the next `times` calls of `op` (concerning offer id or region `scope`, or any
+    /// when `None`) fail with `error`. `u32::MAX` means always.
+    pub fn with_fault(self, op: Op, scope: Option<&str>, error: ProviderError, times: u32) -> Self {
+        self.fault(op, scope, error, times);
+        self
+    }
+
+    /// Like [`with_fault`](Self::with_fault) on a shared provider.
+    pub fn fault(&self, op: Op, scope: Option<&str>, error: ProviderError, times: u32) {
+        self.lock().faults.push(Fault {
+            op,
+            scope: scope.map(str::to_string),
+            error,
+            remaining: times,
+        });
+    }
+
+    /// Removes every scripted fault.
+    pub fn clear_faults(&self) {
+        self.lock().faults.clear();
+    }
+
+    /// Instances turn Running after `n` observes (default 1).
+    pub fn with_boot_observes(self, n: u32) -> Self {
+        self.lock().boot_observes = n;
+        self
+    }
+
+    /// Instances disappear on their first observe (a cloud that reclaims them).
+    pub fn with_vanish_on_boot(self) -> Self {
+        self.lock().vanish_on_boot = true;
+        self
+    }
+
+    /// The fake's default (fast) capabilities, to override field by field in tests.
+    pub fn capabilities_for_test(&self) -> Capabilities {
+        self.caps.clone()
+    }
+
+    pub fn with_capabilities(mut self, caps: Capabilities) -> Self {
+        self.caps = caps;
+        self
+    }
+
+    /// Every live instance, by id.
+    pub fn instances(&self) -> Vec<FakeInstance> {
+        self.lock().instances.values().cloned().collect()
+    }
+
+    /// How many calls of `op` were made.
+    pub fn count(&self, op: Op) -> usize {
+        self.lock().calls.iter().filter(|(o, _)| *o == op).count()
+    }
+
+    /// Every call as `(op, detail)`, in order.
+    pub fn calls(&self) -> Vec<(Op, String)> {
+        self.lock().calls.clone()
+    }
+
+    /// Puts an instance in the cloud directly (one a crashed run created).
+    pub fn insert_instance(
+        &self,
+        vm_name: &str,
+        location: Location,
+        status: InstanceStatus,
+    ) -> String {
+        let mut g = self.lock();
+        g.next_id += 1;
+        let id = format!("{}-i-{}", self.name, g.next_id);
+        g.instances.insert(
+            id.clone(),
+            FakeInstance {
+                id: id.clone(),
+                vm_name: vm_name.into(),
+                location,
+                status,
+                observes_to_boot: 0,
+                client_token: String::new(),
+            },
+        );
+        id
+    }
+
+    fn check(
+        &self,
+        g: &mut Inner,
+        op: Op,
+        scope: &str,
+        detail: String,
+    ) -> Result<(), ProviderError> {
+        g.calls.push((op, detail));
+        for f in g.faults.iter_mut() {
+            if f.op == op && f.remaining > 0 && f.scope.as_deref().is_none_or(|s| s == scope) {
+                if f.remaining != u32::MAX {
+                    f.remaining -= 1;
+                }
+                return Err(f.error.clone());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl CloudProvider for FakeProvider {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.caps.clone()
+    }
+
+    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
+        let mut g = self.lock();
+        self.check(&mut g, Op::Plan, "", req.vm_name.clone())?;
+        Ok(g.offers
+            .iter()
+            .filter(|o| req.regions.is_empty() || req.regions.contains(&o.location.region))
+            .cloned()
+            .collect())
+    }
+
+    async fn prepare(
+        &self,
+        offer: &Offer,
+        spec: &InstanceSpec,
+    ) -> Result<serde_json::Value, ProviderError> {
+        let mut g = self.lock();
+        self.check(
+            &mut g,
+            Op::Prepare,
+            &offer.id,
+            format!("{} {}", spec.vm_name, offer.id),
+        )?;
+        Ok(serde_json::json!({ "offer": offer.id }))
+    }
+
+    async fn create(
+        &self,
+        offer: &Offer,
+        _prepared: &serde_json::Value,
+        spec: &InstanceSpec,
+    ) -> Result<String, ProviderError> {
+        let mut g = self.lock();
+        self.check(
+            &mut g,
+            Op::Create,
+            &offer.id,
+            format!("{} {}", spec.vm_name, offer.id),
+        )?;
+        // Idempotency token: a repeated create returns the existing instance.
+        if let Some(i) = g
+            .instances
+            .values()
+            .find(|i| i.client_token == spec.client_token)
+        {
+            return Ok(i.id.clone());
+        }
+        g.next_id += 1;
+        let id = format!("{}-i-{}", self.name, g.next_id);
+        let boot = g.boot_observes;
+        g.instances.insert(
+            id.clone(),
+            FakeInstance {
+                id: id.clone(),
+                vm_name: spec.vm_name.clone(),
+                location: offer.location.clone(),
+                status: InstanceStatus::Pending,
+                observes_to_boot: boot,
+                client_token: spec.client_token.clone(),
+            },
+        );
+        Ok(id)
+    }
+
+    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
+        let mut g = self.lock();
+        self.check(&mut g, Op::Observe, &at.region, format!("{vm_name} {at}"))?;
+        let vanish = g.vanish_on_boot;
+        let mut out = Vec::new();
+        let mut gone = Vec::new();
+        for i in g.instances.values_mut() {
+            if i.vm_name != vm_name || i.location != *at {
+                continue;
+            }
+            if i.status == InstanceStatus::Pending {
+                if vanish {
+                    gone.push(i.id.clone());
+                    continue;
+                }
+                if i.observes_to_boot <= 1 {
+                    i.status = InstanceStatus::Running;
+                } else {
+                    i.observes_to_boot -= 1;
+                }
+            }
+            let ssh = (i.status == InstanceStatus::Running).then(|| SshEndpoint {
+                host: "127.0.0.1".into(),
+                port: 22,
+                user: Some("ubuntu".into()),
+            });
+            out.push(Observed {
+                instance_id: i.id.clone(),
+                status: i.status.clone(),
+                ssh,
+            });
+        }
+        for id in gone {
+            g.instances.remove(&id);
+        }
+        Ok(out)
+    }
+
+    async fn delete(
+        &self,
+        at: &Location,
+        vm_name: &str,
+        instance_ids: &[String],
+    ) -> Result<(), ProviderError> {
+        let mut g = self.lock();
+        self.check(
+            &mut g,
+            Op::Delete,
+            &at.region,
+            format!("{vm_name} {}", instance_ids.join(",")),
+        )?;
+        for id in instance_ids {
+            g.instances.remove(id);
+        }
+        Ok(())
+    }
+
+    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
+        let mut g = self.lock();
+        self.check(&mut g, Op::Cleanup, &at.region, vm_name.to_string())
+    }
+}
+
+/// A scripted SSH connector: answers with a fixed host key, after failing a chosen number
+/// of times.
+pub struct FakeConnector {
+    pub host_key: Mutex<crate::ssh::HostKey>,
+    failures: Mutex<Vec<crate::ssh::SshError>>,
+    logins: Mutex<u32>,
+}
+
+impl Default for FakeConnector {
+    fn default() -> Self {
+        FakeConnector {
+            host_key: Mutex::new(crate::ssh::HostKey {
+                algorithm: "ssh-ed25519".into(),
+                key_base64: "AAAAC3NzaC1lZDI1NTE5AAAAIFakeHostKeyForTestsOnly".into(),
+                fingerprint: "SHA256:fake".into(),
+            }),
+            failures: Mutex::new(vec![]),
+            logins: Mutex::new(0),
+        }
+    }
+}
+
+impl FakeConnector {
+    /// Makes the next logins fail with these errors, in order.
+    pub fn fail_with(&self, errors: Vec<crate::ssh::SshError>) {
+        let mut f = self.failures.lock().expect("mutex");
+        *f = errors.into_iter().rev().collect();
+    }
+    /// Successful logins so far.
+    pub fn logins(&self) -> u32 {
+        *self.logins.lock().expect("mutex")
+    }
+}
+
+#[async_trait]
+impl crate::ssh::Connector for FakeConnector {
+    async fn login(
+        &self,
+        endpoint: &SshEndpoint,
+        _user: &str,
+        pinned: Option<&crate::ssh::HostKey>,
+    ) -> Result<crate::ssh::HostKey, crate::ssh::SshError> {
+        if let Some(e) = self.failures.lock().expect("mutex").pop() {
+            return Err(e);
+        }
+        let key = self.host_key.lock().expect("mutex").clone();
+        if let Some(p) = pinned {
+            if p.fingerprint != key.fingerprint {
+                return Err(crate::ssh::SshError::HostKeyMismatch {
+                    endpoint: endpoint.to_string(),
+                    expected: p.fingerprint.clone(),
+                    got: key.fingerprint,
+                });
+            }
+        }
+        *self.logins.lock().expect("mutex") += 1;
+        Ok(key)
+    }
+}

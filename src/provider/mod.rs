@@ -240,10 +240,21 @@ pub enum ErrorKind {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "scope")]
 pub enum BlockScope {
-    Offer { id: String },
-    InstanceTypeInRegion { cloud: String, region: String, instance_type: String },
-    Region { cloud: String, region: String },
-    Cloud { cloud: String },
+    Offer {
+        id: String,
+    },
+    InstanceTypeInRegion {
+        cloud: String,
+        region: String,
+        instance_type: String,
+    },
+    Region {
+        cloud: String,
+        region: String,
+    },
+    Cloud {
+        cloud: String,
+    },
 }
 
 impl BlockScope {
@@ -251,7 +262,11 @@ impl BlockScope {
     pub fn covers(&self, offer: &Offer) -> bool {
         match self {
             BlockScope::Offer { id } => *id == offer.id,
-            BlockScope::InstanceTypeInRegion { cloud, region, instance_type } => {
+            BlockScope::InstanceTypeInRegion {
+                cloud,
+                region,
+                instance_type,
+            } => {
                 *cloud == offer.location.cloud
                     && *region == offer.location.region
                     && *instance_type == offer.instance_type
@@ -267,7 +282,9 @@ impl BlockScope {
     pub fn default_for(kind: ErrorKind, offer: &Offer) -> Option<BlockScope> {
         match kind {
             ErrorKind::Capacity | ErrorKind::Unavailable | ErrorKind::Failed => {
-                Some(BlockScope::Offer { id: offer.id.clone() })
+                Some(BlockScope::Offer {
+                    id: offer.id.clone(),
+                })
             }
             ErrorKind::Quota => Some(BlockScope::Region {
                 cloud: offer.location.cloud.clone(),
@@ -294,7 +311,12 @@ pub struct ProviderError {
 
 impl ProviderError {
     pub fn new(kind: ErrorKind, msg: impl Into<String>) -> Self {
-        ProviderError { kind, msg: msg.into(), block: None, retry_after_secs: None }
+        ProviderError {
+            kind,
+            msg: msg.into(),
+            block: None,
+            retry_after_secs: None,
+        }
     }
     pub fn transient(msg: impl Into<String>) -> Self {
         Self::new(ErrorKind::Transient, msg)
@@ -305,7 +327,9 @@ impl ProviderError {
     }
     /// The scope to block for this error on `offer`.
     pub fn scope_for(&self, offer: &Offer) -> Option<BlockScope> {
-        self.block.clone().or_else(|| BlockScope::default_for(self.kind, offer))
+        self.block
+            .clone()
+            .or_else(|| BlockScope::default_for(self.kind, offer))
     }
 }
 

@@ -33,7 +33,11 @@ pub enum SshError {
          refusing to connect (possible man-in-the-middle, or the machine was replaced \
          outside gpuprov)"
     )]
-    HostKeyMismatch { endpoint: String, expected: String, got: String },
+    HostKeyMismatch {
+        endpoint: String,
+        expected: String,
+        got: String,
+    },
     /// Local problem (key file unreadable and so on).
     #[error("ssh: {0}")]
     Local(String),

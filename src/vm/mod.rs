@@ -1,1 +1,37 @@
-//! The VM launch and teardown machines (design 4.3, 4.4).
+//! The VM machines: launch (design 4.3) and teardown (design 4.4), plus what they own.
+
+pub mod launch;
+pub mod teardown;
+
+use serde::{Deserialize, Serialize};
+
+use crate::provider::{Location, Offer, SshEndpoint};
+use crate::ssh::HostKey;
+
+pub use launch::{LaunchMachine, LaunchState, Search};
+pub use teardown::{Target, TeardownMachine, TeardownState};
+
+/// A machine that is up: what `status`, `ssh` and the ssh config need. Holds no secret.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VmRecord {
+    pub instance_id: String,
+    pub location: Location,
+    pub offer: Offer,
+    pub ssh: SshEndpoint,
+    /// The login user (the cloud's choice where it makes one, else the image default).
+    pub user: String,
+    /// Host key pinned on first login; later logins must present the same key.
+    pub host_key: HostKey,
+    pub ready_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// Cloud resources a record may own: where, which instances, and the machine if it was
+/// up. `instance_ids` may be empty when a create may have happened but returned no id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Owned {
+    pub location: Location,
+    #[serde(default)]
+    pub instance_ids: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<Box<VmRecord>>,
+}
