@@ -167,6 +167,10 @@ pub struct VmSpec {
     pub retry_until_up: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on: Vec<String>,
+    /// Whether `kubernetes = true` was written explicitly (a cloud that cannot host k3s
+    /// then rejects the machine up front instead of skipping with a note).
+    #[serde(skip)]
+    pub kubernetes_explicit: bool,
 }
 
 impl VmSpec {
@@ -557,6 +561,7 @@ fn merge(
         disk_gb,
         ports,
         kubernetes: s.kubernetes.or(d.kubernetes).unwrap_or(true),
+        kubernetes_explicit: s.kubernetes.or(d.kubernetes) == Some(true),
         retry_until_up: s.retry_until_up.or(d.retry_until_up).unwrap_or(false),
         depends_on: t.depends_on.iter().map(|d| d.get_ref().clone()).collect(),
     })
@@ -615,6 +620,7 @@ impl VmSpec {
             kubernetes: true,
             retry_until_up: false,
             depends_on: vec![],
+            kubernetes_explicit: false,
         }
     }
 }

@@ -1,9 +1,12 @@
 //! gpuprov: provisions GPU machines on many clouds from a committed `gpuprov.toml`,
 //! Terraform-style. See ARCHITECTURE.md for the map of the code.
 
+pub mod cli;
 pub mod config;
+pub mod engine;
 pub mod graph;
 pub mod machine;
+pub mod plan;
 pub mod provider;
 pub mod ssh;
 pub mod state;

@@ -1,0 +1,145 @@
+//! Command-line arguments (clap). Help lines are imperative, without a trailing period.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Provision GPU machines on many clouds from a committed gpuprov.toml
+#[derive(Debug, Parser)]
+#[command(name = "gpuprov", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// Config file
+    #[arg(short = 'c', long = "config", global = true, default_value = "gpuprov.toml", env = "GPUPROV_CONFIG")]
+    pub config: PathBuf,
+    /// State file (default: gpuprov.state.json beside the config)
+    #[arg(long, global = true, env = "GPUPROV_STATE")]
+    pub state: Option<PathBuf>,
+    /// How long to wait for the state lock, for example 30s or 2m
+    #[arg(long = "lock-timeout", global = true, default_value = "0s", value_parser = parse_duration)]
+    pub lock_timeout: Duration,
+    /// Disable colours and live progress (also when NO_COLOR is set or output is not a terminal)
+    #[arg(long = "no-color", global = true)]
+    pub no_color: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Parses a human duration (`30s`, `2m`, `1h 30m`, or bare seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    if let Ok(secs) = s.trim().parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{e} (expected for example 30s, 2m, 1h)"))
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show what apply would change
+    Plan(PlanArgs),
+    /// Create, update or replace machines to match the config
+    Apply(ApplyArgs),
+    /// Destroy every machine in the state
+    Destroy(DestroyArgs),
+    /// Show each machine's recorded and observed state
+    Status(RefreshArg),
+    /// List the machines in the state, one line each
+    List,
+    /// Open a shell on a machine, or run a command there
+    Ssh(SshArgs),
+    /// Print the resource graph as Graphviz DOT
+    Graph,
+    /// Check the config and report which clouds are usable
+    Validate,
+    /// Inspect the state file
+    #[command(subcommand)]
+    State(StateCommand),
+    /// Clear a stale state lock left by a process that is gone
+    ForceUnlock(ForceUnlockArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RefreshArg {
+    /// Ask the clouds for each machine's current state (default true)
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub refresh: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub refresh: RefreshArg,
+    /// Exit 0 when there are no changes, 2 when there are, 1 on error
+    #[arg(long = "detailed-exitcode")]
+    pub detailed_exitcode: bool,
+    /// Print the plan as JSON on stdout
+    #[arg(long)]
+    pub json: bool,
+    /// Save the plan to FILE for `gpuprov apply FILE` (also spelled -out=FILE)
+    #[arg(long = "out", value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Take the state lock (default true)
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub lock: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// A plan saved by `gpuprov plan -out FILE`; refused when the state moved on since
+    pub plan_file: Option<PathBuf>,
+    /// Apply without asking for confirmation (required without a terminal)
+    #[arg(long = "auto-approve")]
+    pub auto_approve: bool,
+    /// Machines provisioned at once
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub parallelism: u32,
+    #[command(flatten)]
+    pub refresh: RefreshArg,
+}
+
+#[derive(Debug, Args)]
+pub struct DestroyArgs {
+    /// Destroy without asking for confirmation (required without a terminal)
+    #[arg(long = "auto-approve")]
+    pub auto_approve: bool,
+    /// Machines torn down at once
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub parallelism: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct SshArgs {
+    /// Machine name as in [vm.NAME]
+    pub name: String,
+    /// Command to run instead of a shell (after --)
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StateCommand {
+    /// List the addresses in the state
+    List,
+    /// Show one resource's recorded state as JSON
+    Show {
+        /// Address, for example vm.dev
+        address: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ForceUnlockArgs {
+    /// The lock ID printed by the command that failed to take the lock
+    pub lock_id: String,
+}
+
+/// Rewrites Terraform's single-dash `-out FILE` / `-out=FILE` to clap's `--out`.
+pub fn normalize_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    args.into_iter()
+        .map(|a| match a.to_str() {
+            Some("-out") => "--out".into(),
+            Some(s) if s.starts_with("-out=") => format!("-{s}").into(),
+            _ => a,
+        })
+        .collect()
+}

@@ -1,0 +1,682 @@
+//! The CLI layer: wires commands to the library, renders output, and maps errors to exit
+//! codes. Architecture invariant: only this module prints or exits.
+//!
+//! Exit codes: 0 success (or no changes with `--detailed-exitcode`), 1 error, 2 changes
+//! present (`plan --detailed-exitcode`), 130 interrupted.
+
+pub mod args;
+mod progress;
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use miette::{miette, Context, IntoDiagnostic, Report};
+
+use crate::config::{Cloud, Config};
+use crate::engine::{Engine, Outcome, StateJournal};
+use crate::graph::ResourceGraph;
+use crate::machine::{CancelToken, Executor};
+use crate::plan::{self, Action, Plan};
+use crate::provider::docker::{DockerProvider, DockerSettings};
+use crate::provider::{Feature, Providers};
+use crate::ssh::client::Ssh2Connector;
+use crate::ssh::config_file::{write_ssh_files, SshConfigEntry};
+use crate::ssh::keys::{ensure_project_key, ProjectKey};
+use crate::state::lock::{force_unlock, StateLock};
+use crate::state::{StateFile, StateStore};
+use crate::vm::LaunchState;
+
+use args::{ApplyArgs, Cli, Command, DestroyArgs, PlanArgs, SshArgs, StateCommand};
+
+/// Entry point of the `gpuprov` binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse_from(args::normalize_args(std::env::args_os()));
+    let color = !cli.no_color && std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal();
+    let _ = miette::set_hook(Box::new(move |_| {
+        Box::new(miette::MietteHandlerOpts::new().color(color).unicode(color).terminal_links(false).build())
+    }));
+    init_logging(color);
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(run(cli, color)) {
+        Ok(code) => code,
+        Err(report) => {
+            eprintln!("{report:?}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_logging(color: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GPUPROV_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(color).with_writer(std::io::stderr).try_init();
+}
+
+/// Paths of one project: config, state, and the per-user data directory.
+struct Project {
+    config_path: PathBuf,
+    state_path: PathBuf,
+}
+
+impl Project {
+    fn new(cli: &Cli) -> Project {
+        let state_path = cli.state.clone().unwrap_or_else(|| {
+            let dir = cli.config.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            dir.join("gpuprov.state.json")
+        });
+        Project { config_path: cli.config.clone(), state_path }
+    }
+
+    fn load_config(&self) -> Result<Config, Report> {
+        Config::load(&self.config_path).map_err(Report::new)
+    }
+
+    fn open_state(&self) -> Result<(StateStore, StateFile), Report> {
+        StateStore::open(&self.state_path).map_err(Report::new)
+    }
+
+    fn lock(&self, operation: &str, timeout: Duration) -> Result<StateLock, Report> {
+        let (lock, stale) = StateLock::acquire(&self.state_path, operation, timeout).map_err(Report::new)?;
+        if let Some(info) = stale {
+            eprintln!(
+                "note: a previous lock ({} by {}, pid {}, {}) was not released; that process is gone, so the lock was taken over",
+                info.operation, info.who, info.pid, info.created
+            );
+        }
+        Ok(lock)
+    }
+}
+
+/// gpuprov's per-user data directory: `$GPUPROV_HOME`, else the platform's local data
+/// directory (`~/.local/share/gpuprov` on Linux).
+pub fn data_home() -> PathBuf {
+    if let Some(h) = std::env::var_os("GPUPROV_HOME") {
+        return PathBuf::from(h);
+    }
+    dirs::data_local_dir().map(|d| d.join("gpuprov")).unwrap_or_else(|| PathBuf::from(".gpuprov"))
+}
+
+/// The per-project directory (keys, ssh config), keyed by the state's lineage.
+fn project_dir(lineage: &str) -> PathBuf {
+    data_home().join("projects").join(lineage)
+}
+
+fn build_providers(config: &Config, lineage: &str) -> Providers {
+    let mut p = Providers::new();
+    for cloud in config.clouds_in_use() {
+        if cloud == Cloud::Docker {
+            let s = config.cloud_settings(Cloud::Docker);
+            p.insert(Arc::new(DockerProvider::new(DockerSettings::from_env_and_config(
+                s.endpoint,
+                s.base_image,
+                lineage.to_string(),
+            ))));
+        }
+    }
+    p
+}
+
+/// Rejects what cannot work before anything runs: machines with no cloud adapter in this
+/// build, asks every usable cloud rejects (its catalog lookup says `InvalidRequest`, for
+/// example a GPU on the Docker cloud), and an explicit `kubernetes = true` on clouds that
+/// cannot host k3s. Returns notes to show (k3s skipped).
+async fn check_config_against_clouds(config: &Config, providers: &Providers) -> Result<Vec<String>, Report> {
+    let mut notes = Vec::new();
+    for vm in config.vms.values() {
+        let usable: Vec<_> = vm.clouds.iter().filter(|c| providers.get(c.as_str()).is_some()).collect();
+        if usable.is_empty() {
+            return Err(Report::new(config.vm_error(
+                &vm.name,
+                format!(
+                    "vm.{}: no adapter for {} in this build of gpuprov",
+                    vm.name,
+                    vm.clouds.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+                Some("available clouds in this build: docker (the others are being added)".into()),
+            )));
+        }
+        let mut rejections = Vec::new();
+        for c in &usable {
+            if let Some(p) = providers.get(c.as_str()) {
+                match p.plan(&vm.request()).await {
+                    Err(e) if e.kind == crate::provider::ErrorKind::InvalidRequest => rejections.push(format!("{c}: {}", e.msg)),
+                    _ => {}
+                }
+            }
+        }
+        if rejections.len() == usable.len() {
+            return Err(Report::new(config.vm_error(
+                &vm.name,
+                format!("vm.{}: no cloud can provide what it asks for", vm.name),
+                Some(rejections.join("; ")),
+            )));
+        }
+        let k3s_capable =
+            usable.iter().any(|c| providers.get(c.as_str()).is_some_and(|p| p.capabilities().supports(Feature::Kubernetes)));
+        if vm.kubernetes && !k3s_capable {
+            if vm.kubernetes_explicit {
+                return Err(Report::new(config.vm_error(
+                    &vm.name,
+                    format!("vm.{}: kubernetes = true, but none of its clouds can host k3s", vm.name),
+                    Some("set kubernetes = false, or add a cloud that supports Kubernetes".into()),
+                )));
+            }
+            notes.push(format!(
+                "vm.{}: kubernetes skipped: {} cannot host k3s",
+                vm.name,
+                usable.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
+    Ok(notes)
+}
+
+async fn run(cli: Cli, color: bool) -> Result<ExitCode, Report> {
+    let project = Project::new(&cli);
+    match &cli.command {
+        Command::Plan(a) => cmd_plan(&cli, &project, a).await,
+        Command::Apply(a) => cmd_apply(&cli, &project, a, color).await,
+        Command::Destroy(a) => cmd_destroy(&cli, &project, a, color).await,
+        Command::Status(r) => cmd_status(&project, r.refresh).await,
+        Command::List => cmd_list(&project),
+        Command::Ssh(a) => cmd_ssh(&project, a).await,
+        Command::Graph => {
+            let config = project.load_config()?;
+            print!("{}", ResourceGraph::build(&config.vms).to_dot());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Validate => cmd_validate(&project).await,
+        Command::State(StateCommand::List) => {
+            let (_, state) = project.open_state()?;
+            for a in state.resources.keys() {
+                println!("{a}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::State(StateCommand::Show { address }) => {
+            let (_, state) = project.open_state()?;
+            let r = state.resources.get(address).ok_or_else(|| {
+                miette!(
+                    help = format!("addresses in the state: {}", state.resources.keys().cloned().collect::<Vec<_>>().join(", ")),
+                    "no resource {address} in {}",
+                    project.state_path.display()
+                )
+            })?;
+            println!("{}", serde_json::to_string_pretty(r).into_diagnostic()?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::ForceUnlock(a) => {
+            let outcome = force_unlock(&project.state_path, &a.lock_id).map_err(Report::new)?;
+            eprintln!("{outcome}");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Makes a plan: config + state (+ refresh) → changes, with the hourly prices.
+async fn make_plan(config: &Config, state: &StateFile, providers: &Providers, refresh: bool) -> Result<Plan, Report> {
+    let observed = if refresh {
+        Some(plan::refresh(state, providers).await.map_err(|e| {
+            miette!(help = "pass --refresh=false to plan from the state alone", "{e}")
+        })?)
+    } else {
+        None
+    };
+    // The cheapest matching offer of the first cloud that has one (catalog lookup only).
+    let mut prices: BTreeMap<String, f64> = BTreeMap::new();
+    for vm in config.vms.values() {
+        for cloud in &vm.clouds {
+            let Some(p) = providers.get(cloud.as_str()) else { continue };
+            if let Ok(offers) = p.plan(&vm.request()).await {
+                let best = offers
+                    .iter()
+                    .map(|o| o.price_per_hour)
+                    .filter(|price| vm.max_price_per_hour.is_none_or(|m| *price <= m))
+                    .fold(None, |acc: Option<f64>, x| Some(acc.map_or(x, |a| a.min(x))));
+                if let Some(b) = best {
+                    prices.insert(vm.name.clone(), b);
+                    break;
+                }
+            }
+        }
+    }
+    plan::compute(config, state, observed.as_ref(), &|vm| prices.get(&vm.name).copied())
+        .map_err(|e| miette!(help = "inspect it with `gpuprov state show ADDRESS`; restore the .backup if it was edited by hand", "{e}"))
+}
+
+async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> Result<ExitCode, Report> {
+    let config = project.load_config()?;
+    let _lock = if a.lock { Some(project.lock("plan", cli.lock_timeout)?) } else { None };
+    let (_store, state) = project.open_state()?;
+    let providers = build_providers(&config, &state.lineage);
+    let notes = check_config_against_clouds(&config, &providers).await?;
+    let plan = make_plan(&config, &state, &providers, a.refresh.refresh).await?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&plan).into_diagnostic()?);
+    } else {
+        for n in &notes {
+            eprintln!("note: {n}");
+        }
+        print!("{}", plan::render(&plan));
+    }
+    if let Some(out) = &a.out {
+        let text = serde_json::to_string_pretty(&plan).into_diagnostic()?;
+        crate::state::write_atomic(out, text.as_bytes())
+            .map_err(Report::new)
+            .wrap_err_with(|| format!("cannot save the plan to {}", out.display()))?;
+        if !a.json {
+            println!("\nSaved the plan to: {}\nTo perform exactly these actions, run: gpuprov apply {}", out.display(), out.display());
+        }
+    }
+    Ok(if a.detailed_exitcode && plan.has_changes() { ExitCode::from(2) } else { ExitCode::SUCCESS })
+}
+
+fn confirm(what: &str, auto_approve: bool) -> Result<bool, Report> {
+    if auto_approve {
+        return Ok(true);
+    }
+    if !std::io::stdin().is_terminal() {
+        return Err(miette!(
+            help = "pass --auto-approve to run without confirmation (for example in CI)",
+            "{what} needs confirmation, but standard input is not a terminal"
+        ));
+    }
+    eprint!("\nDo you want to perform these actions?\n  Only 'yes' will be accepted to approve.\n\n  Enter a value: ");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).into_diagnostic()?;
+    Ok(line.trim() == "yes")
+}
+
+/// Listens for Ctrl-C and SIGTERM (what CI runners send on timeout): the first asks the
+/// machines to compensate, the second makes them exit leaving the journal resumable.
+fn spawn_signal_handler(cancel: CancelToken) {
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        loop {
+            #[cfg(unix)]
+            {
+                let t = async {
+                    match term.as_mut() {
+                        Some(t) => t.recv().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = t => {}
+                }
+            }
+            #[cfg(not(unix))]
+            let _ = tokio::signal::ctrl_c().await;
+            match cancel.escalate() {
+                1 => eprintln!(
+                    "\nInterrupt received: stopping gracefully; machines being created are torn down.\nPress Ctrl-C again to exit at once (the state keeps where each machine was; the next apply resumes)."
+                ),
+                _ => eprintln!("\nSecond interrupt: exiting now; run `gpuprov apply` or `gpuprov destroy` to resume."),
+            }
+        }
+    });
+}
+
+struct Run {
+    journal: Arc<StateJournal>,
+    engine: Engine,
+    progress: progress::Renderer,
+}
+
+fn start_run(state: StateFile, store: StateStore, providers: Providers, key: &ProjectKey, parallelism: u32, color: bool) -> Run {
+    let lineage = state.lineage.clone();
+    let journal = Arc::new(StateJournal::new(store, state));
+    let cancel = CancelToken::new();
+    spawn_signal_handler(cancel.clone());
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let progress = progress::Renderer::spawn(rx, color);
+    let executor = Executor::new(journal.clone(), cancel).with_progress(tx);
+    let engine = Engine {
+        providers,
+        connector: Arc::new(Ssh2Connector::new(key.clone(), Duration::from_secs(10))),
+        journal: journal.clone(),
+        executor,
+        lineage,
+        ssh_public_key: key.public_key_openssh.clone(),
+        parallelism: parallelism as usize,
+    };
+    Run { journal, engine, progress }
+}
+
+fn project_key(lineage: &str) -> Result<ProjectKey, Report> {
+    let short: String = lineage.chars().take(8).collect();
+    ensure_project_key(&project_dir(lineage), &format!("gpuprov-{short}"))
+        .map_err(|e| miette!("cannot create or read the project's SSH key: {e}"))
+}
+
+/// Ends a run: saves the state (or the `.errored` copy), writes the ssh config, prints
+/// the outcomes and returns the exit code.
+async fn finish_run(run: Run, outcomes: &BTreeMap<String, Outcome>, verb: &str) -> Result<ExitCode, Report> {
+    drop(run.engine);
+    run.progress.finish().await;
+    run.journal.save_final().map_err(Report::new)?;
+    let state = run.journal.snapshot();
+    if let Err(e) = write_ssh_config(&state) {
+        eprintln!("warning: cannot write the ssh config: {e}");
+    }
+    let mut failed = false;
+    let mut interrupted = false;
+    for (address, o) in outcomes {
+        match o {
+            Outcome::Ready(vm) => eprintln!("{address}: ready at {} ({}), ssh with: gpuprov ssh {}", vm.location, vm.ssh, address.trim_start_matches("vm.")),
+            Outcome::Updated => eprintln!("{address}: updated"),
+            Outcome::Unchanged => {}
+            Outcome::Destroyed => eprintln!("{address}: destroyed"),
+            Outcome::Failed(why) => {
+                failed = true;
+                eprintln!("{address}: FAILED: {why}");
+            }
+            Outcome::Leaked(why) => {
+                failed = true;
+                eprintln!("{address}: LEAKED (may still bill): {why}\n  the next `gpuprov apply` or `gpuprov destroy` retries the teardown");
+            }
+            Outcome::Interrupted(at) => {
+                interrupted = true;
+                eprintln!("{address}: interrupted while {at}; the next run resumes it");
+            }
+        }
+    }
+    if interrupted {
+        return Ok(ExitCode::from(130));
+    }
+    if failed {
+        return Err(miette!("{verb} finished with errors (see above); the state records where each machine is"));
+    }
+    let added = outcomes.values().filter(|o| matches!(o, Outcome::Ready(_))).count();
+    let destroyed = outcomes.values().filter(|o| matches!(o, Outcome::Destroyed)).count();
+    let changed = outcomes.values().filter(|o| matches!(o, Outcome::Updated)).count();
+    eprintln!("\n{verb} complete! Machines: {added} up, {changed} changed, {destroyed} destroyed.");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_ssh_config(state: &StateFile) -> Result<(), String> {
+    let dir = project_dir(&state.lineage);
+    let key_path = dir.join("id_ed25519");
+    let entries: Vec<SshConfigEntry> = state
+        .resources
+        .iter()
+        .filter_map(|(address, r)| {
+            let s: LaunchState = serde_json::from_value(r.machine.state.clone()).ok()?;
+            let vm = s.ready()?.clone();
+            Some(SshConfigEntry {
+                host_alias: format!("gpuprov-{}", address.trim_start_matches("vm.")),
+                hostname: vm.ssh.host.clone(),
+                port: vm.ssh.port,
+                user: vm.user.clone(),
+                identity_file: key_path.clone(),
+                host_key: vm.host_key.clone(),
+            })
+        })
+        .collect();
+    if entries.is_empty() && !dir.exists() {
+        return Ok(());
+    }
+    write_ssh_files(&dir, &entries).map(|_| ()).map_err(|e| e.to_string())
+}
+
+async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> Result<ExitCode, Report> {
+    let config = project.load_config()?;
+    let _lock = project.lock("apply", cli.lock_timeout)?;
+    let (store, state) = project.open_state()?;
+    let providers = build_providers(&config, &state.lineage);
+    let notes = check_config_against_clouds(&config, &providers).await?;
+    for n in &notes {
+        eprintln!("note: {n}");
+    }
+    let plan = match &a.plan_file {
+        Some(path) => {
+            let plan = read_saved_plan(path)?;
+            if plan.lineage != state.lineage || plan.serial != state.serial {
+                return Err(miette!(
+                    help = "run `gpuprov plan -out FILE` again and apply the new plan",
+                    "saved plan {} is stale: it was made against state serial {} (lineage {}), the state is now at serial {} (lineage {})",
+                    path.display(), plan.serial, plan.lineage, state.serial, state.lineage
+                ));
+            }
+            if plan.config_sha256 != plan::sha256_hex(config.source.as_bytes()) {
+                return Err(miette!(
+                    help = "run `gpuprov plan -out FILE` again and apply the new plan",
+                    "saved plan {} was made from a different {}", path.display(), project.config_path.display()
+                ));
+            }
+            plan
+        }
+        None => {
+            let plan = make_plan(&config, &state, &providers, a.refresh.refresh).await?;
+            print!("{}", plan::render(&plan));
+            if plan.has_changes() && !confirm("apply", a.auto_approve)? {
+                eprintln!("Apply cancelled.");
+                return Ok(ExitCode::from(1));
+            }
+            plan
+        }
+    };
+    if !plan.has_changes() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let key = project_key(&state.lineage)?;
+    let run = start_run(state, store, providers, &key, a.parallelism, color);
+    let outcomes = run.engine.apply(&plan).await;
+    finish_run(run, &outcomes, "Apply").await
+}
+
+fn read_saved_plan(path: &Path) -> Result<Plan, Report> {
+    let text = std::fs::read_to_string(path).into_diagnostic().wrap_err_with(|| format!("cannot read saved plan {}", path.display()))?;
+    let plan: Plan = serde_json::from_str(&text).map_err(|e| {
+        miette!(help = "make it with `gpuprov plan -out FILE`", "{} is not a gpuprov plan file: {e}", path.display())
+    })?;
+    if plan.format_version > plan::PLAN_FORMAT_VERSION {
+        return Err(miette!("{} was written by a newer gpuprov (plan format {})", path.display(), plan.format_version));
+    }
+    Ok(plan)
+}
+
+async fn cmd_destroy(cli: &Cli, project: &Project, a: &DestroyArgs, color: bool) -> Result<ExitCode, Report> {
+    // The config is optional for destroy: the state says what exists. When present it
+    // supplies cloud settings (endpoints).
+    let config = project.load_config().ok();
+    let _lock = project.lock("destroy", cli.lock_timeout)?;
+    let (store, state) = project.open_state()?;
+    if state.resources.is_empty() {
+        eprintln!("No machines in {}: nothing to destroy.", project.state_path.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut providers = match &config {
+        Some(c) => build_providers(c, &state.lineage),
+        None => Providers::new(),
+    };
+    // Clouds recorded in the state but absent from the config still need their adapter.
+    for r in state.resources.values() {
+        let owned = crate::engine::owned_of(&crate::machine::PrevRecord { kind: r.machine.kind.clone(), state: r.machine.state.clone() });
+        if let Some(o) = owned {
+            if o.location.cloud == "docker" && providers.get("docker").is_none() {
+                providers.insert(Arc::new(DockerProvider::new(DockerSettings::from_env_and_config(None, None, state.lineage.clone()))));
+            }
+        }
+    }
+    let addresses: Vec<String> = state.resources.keys().cloned().collect();
+    eprintln!("gpuprov will destroy:");
+    for addr in &addresses {
+        eprintln!("  - {addr} ({})", state.resources[addr].machine.label);
+    }
+    eprintln!("\nPlan: 0 to add, 0 to change, {} to destroy.", addresses.len());
+    if !confirm("destroy", a.auto_approve)? {
+        eprintln!("Destroy cancelled.");
+        return Ok(ExitCode::from(1));
+    }
+    let key = project_key(&state.lineage)?;
+    let run = start_run(state, store, providers, &key, a.parallelism, color);
+    let outcomes = run.engine.destroy(&addresses).await;
+    finish_run(run, &outcomes, "Destroy").await
+}
+
+async fn cmd_status(project: &Project, refresh: bool) -> Result<ExitCode, Report> {
+    let (_, state) = project.open_state()?;
+    if state.resources.is_empty() {
+        println!("No machines in {}.", project.state_path.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let observed = if refresh {
+        let config = project.load_config().ok();
+        let providers = config.as_ref().map(|c| build_providers(c, &state.lineage)).unwrap_or_default();
+        match plan::refresh(&state, &providers).await {
+            Ok(o) => Some(o),
+            Err(e) => {
+                eprintln!("warning: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    println!("{:<20} {:<12} {:<16} {:<16} {:<22} {:>8}  LAST EVENT", "MACHINE", "STATE", "LOCATION", "INSTANCE", "SSH", "$/H");
+    for (address, r) in &state.resources {
+        let (st, loc, inst, ssh, price) = match plan::recorded(address, r) {
+            Ok(plan::Recorded::Launch(s)) => {
+                let name = serde_json::to_value(&s).ok().and_then(|v| v["state"].as_str().map(str::to_string)).unwrap_or_default();
+                let owned = s.owned();
+                let vm = s.ready().cloned();
+                (
+                    name,
+                    owned.as_ref().map(|o| o.location.to_string()).unwrap_or_default(),
+                    owned.map(|o| o.instance_ids.join(",")).unwrap_or_default(),
+                    vm.as_ref().map(|v| format!("{}@{}:{}", v.user, v.ssh.host, v.ssh.port)).unwrap_or_default(),
+                    vm.map(|v| format!("{:.2}", v.offer.price_per_hour)).unwrap_or_default(),
+                )
+            }
+            Ok(plan::Recorded::Teardown(t)) => {
+                let name = serde_json::to_value(&t).ok().and_then(|v| v["state"].as_str().map(|s| format!("teardown:{s}"))).unwrap_or_default();
+                let owned = t.owned();
+                (name, owned.as_ref().map(|o| o.location.to_string()).unwrap_or_default(), owned.map(|o| o.instance_ids.join(",")).unwrap_or_default(), String::new(), String::new())
+            }
+            Err(e) => ("invalid".into(), e, String::new(), String::new(), String::new()),
+        };
+        let st = match observed.as_ref().and_then(|o| o.get(address)) {
+            Some(plan::Observation::Gone) => format!("{st} (GONE)"),
+            Some(plan::Observation::NotRunning(s)) => format!("{st} ({s:?})"),
+            _ => st,
+        };
+        let last = r.events.back().map(|e| format!("{} {}", e.at.format("%Y-%m-%d %H:%M:%S"), e.label)).unwrap_or_default();
+        let short_inst: String = inst.chars().take(16).collect();
+        println!("{:<20} {:<12} {:<16} {:<16} {:<22} {:>8}  {}", address, st, loc, short_inst, ssh, price, last);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_list(project: &Project) -> Result<ExitCode, Report> {
+    let (_, state) = project.open_state()?;
+    for (address, r) in &state.resources {
+        println!("{address}\t{}\t{}", r.machine.kind, r.machine.label);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn cmd_ssh(project: &Project, a: &SshArgs) -> Result<ExitCode, Report> {
+    let (_, state) = project.open_state()?;
+    let address = format!("vm.{}", a.name);
+    let rec = state.resources.get(&address).ok_or_else(|| {
+        miette!(help = "list machines with `gpuprov list`", "no machine named {:?} in {}", a.name, project.state_path.display())
+    })?;
+    let s: LaunchState = serde_json::from_value(rec.machine.state.clone())
+        .map_err(|_| miette!("{address} is not a launched machine (it is {})", rec.machine.label))?;
+    let vm = s.ready().cloned().ok_or_else(|| miette!(help = "run `gpuprov apply` first", "{address} is not up: {}", rec.machine.label))?;
+    let key = project_key(&state.lineage)?;
+    if a.command.is_empty() {
+        // An interactive shell is best served by the user's OpenSSH client, through the
+        // generated config that pins the host key.
+        write_ssh_config(&state).map_err(|e| miette!("cannot write the ssh config: {e}"))?;
+        let cfg = project_dir(&state.lineage).join("ssh_config");
+        let status = std::process::Command::new("ssh")
+            .arg("-F")
+            .arg(&cfg)
+            .arg(format!("gpuprov-{}", a.name))
+            .status()
+            .into_diagnostic()
+            .wrap_err("cannot run the ssh client (install openssh-client, or pass a command after --)")?;
+        return Ok(ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8));
+    }
+    let command = shell_join(&a.command);
+    let (endpoint, user, pinned) = (vm.ssh.clone(), vm.user.clone(), vm.host_key.clone());
+    let status = tokio::task::spawn_blocking(move || {
+        let mut out = std::io::stdout();
+        let mut err = std::io::stderr();
+        crate::ssh::client::exec(&endpoint, &user, &key, &pinned, &command, &mut out, &mut err)
+    })
+    .await
+    .into_diagnostic()?
+    .map_err(|e| miette!("{e}"))?;
+    Ok(ExitCode::from(status.clamp(0, 255) as u8))
+}
+
+/// Joins argv words into one shell command line, quoting where needed.
+fn shell_join(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| {
+            if !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c)) {
+                w.clone()
+            } else {
+                format!("'{}'", w.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+async fn cmd_validate(project: &Project) -> Result<ExitCode, Report> {
+    let config = project.load_config()?;
+    let lineage = StateStore::open(&project.state_path).map(|(_, s)| s.lineage).unwrap_or_default();
+    let providers = build_providers(&config, &lineage);
+    println!("{}: valid ({} machines)", project.config_path.display(), config.vms.len());
+    let mut ok = true;
+    for cloud in config.clouds_in_use() {
+        match providers.get(cloud.as_str()) {
+            Some(_) if cloud == Cloud::Docker => {
+                let s = config.cloud_settings(Cloud::Docker);
+                let d = DockerProvider::new(DockerSettings::from_env_and_config(s.endpoint, s.base_image, lineage.clone()));
+                match d.ping().await {
+                    Ok(where_) => println!("  docker: usable (Docker Engine at {where_}; no credentials needed)"),
+                    Err(e) => {
+                        ok = false;
+                        println!("  docker: NOT usable: {}", e.msg)
+                    }
+                }
+            }
+            Some(_) => println!("  {cloud}: adapter available"),
+            None => {
+                ok = false;
+                println!("  {cloud}: no adapter in this build of gpuprov")
+            }
+        }
+    }
+    match check_config_against_clouds(&config, &providers).await {
+        Ok(notes) => notes.iter().for_each(|n| println!("  note: {n}")),
+        Err(e) => return Err(e),
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// Whether `plan` would destroy or replace anything (used by tests and callers that gate
+/// destructive applies).
+pub fn is_destructive(plan: &Plan) -> bool {
+    plan.changes.iter().any(|c| matches!(c.action, Action::Destroy | Action::Replace))
+}

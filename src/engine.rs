@@ -1,0 +1,338 @@
+//! Runs a plan: binds the executor's journal to the state file ([`StateJournal`]) and
+//! runs one machine per resource, concurrently up to `--parallelism`, each machine only
+//! after the machines it depends on are up. Never prints: progress goes out as
+//! [`Progress`](crate::machine::Progress) events and results as [`Outcome`]s.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use tokio::sync::{watch, Semaphore};
+
+use crate::config::VmSpec;
+use crate::machine::{ExecError, Executor, Journal, JournalError, PrevRecord};
+use crate::plan::{Action, Change, Plan};
+use crate::provider::Providers;
+use crate::ssh::Connector;
+use crate::state::{MachineRecord, ResourceRecord, StateError, StateFile, StateStore};
+use crate::vm::{LaunchMachine, LaunchState, Owned, TeardownMachine, TeardownState, Target, VmRecord};
+
+/// The executor's journal, backed by the state file: every transition rewrites the state
+/// atomically before the executor runs the next step (write-ahead).
+pub struct StateJournal {
+    inner: Mutex<JournalInner>,
+}
+
+struct JournalInner {
+    store: StateStore,
+    state: StateFile,
+    /// Desired snapshots to attach with the next record of each key.
+    desired: HashMap<String, serde_json::Value>,
+}
+
+impl StateJournal {
+    pub fn new(store: StateStore, state: StateFile) -> Self {
+        StateJournal { inner: Mutex::new(JournalInner { store, state, desired: HashMap::new() }) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, JournalInner> {
+        // A panic while holding the lock is a bug; the state on disk is still whole.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A copy of the state as it is now.
+    pub fn snapshot(&self) -> StateFile {
+        self.lock().state.clone()
+    }
+
+    /// Records `desired` as the applied settings of `key` with its next transition.
+    pub fn stage_desired(&self, key: &str, desired: &VmSpec) {
+        if let Ok(v) = serde_json::to_value(desired) {
+            self.lock().desired.insert(key.to_string(), v);
+        }
+    }
+
+    /// Replaces the applied settings of an existing record now (in-place update).
+    pub fn update_desired(&self, key: &str, desired: &VmSpec) -> Result<(), StateError> {
+        let mut g = self.lock();
+        let g = &mut *g;
+        if let Some(r) = g.state.resources.get_mut(key) {
+            r.desired = serde_json::to_value(desired).ok();
+            r.push_event("settings updated in place".to_string());
+        }
+        g.store.save(&mut g.state)
+    }
+
+    /// Drops a resource whose teardown the cloud confirmed.
+    pub fn remove(&self, key: &str) -> Result<(), StateError> {
+        let mut g = self.lock();
+        let g = &mut *g;
+        g.state.resources.remove(key);
+        g.store.save(&mut g.state)
+    }
+
+    /// The final save of a run; on failure the state goes to the `.errored` file.
+    pub fn save_final(&self) -> Result<(), StateError> {
+        let mut g = self.lock();
+        let g = &mut *g;
+        g.store.save_final(&mut g.state)
+    }
+}
+
+#[async_trait]
+impl Journal for StateJournal {
+    async fn load(&self, key: &str) -> Result<Option<PrevRecord>, JournalError> {
+        Ok(self
+            .lock()
+            .state
+            .resources
+            .get(key)
+            .map(|r| PrevRecord { kind: r.machine.kind.clone(), state: r.machine.state.clone() }))
+    }
+
+    async fn record(&self, key: &str, kind: &str, state: &serde_json::Value, label: &str) -> Result<(), JournalError> {
+        let mut g = self.lock();
+        let g = &mut *g;
+        let desired = g.desired.remove(key);
+        let machine = MachineRecord {
+            kind: kind.to_string(),
+            state: state.clone(),
+            label: label.to_string(),
+            updated_at: chrono::Utc::now(),
+        };
+        let rec = g.state.resources.entry(key.to_string()).or_insert_with(|| ResourceRecord::new(machine.clone()));
+        rec.machine = machine;
+        if desired.is_some() {
+            rec.desired = desired;
+        }
+        rec.push_event(label.to_string());
+        g.store.save(&mut g.state).map_err(|e| JournalError::Write(e.to_string()))
+    }
+}
+
+/// What happened to one resource in a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Ready(Box<VmRecord>),
+    Updated,
+    Unchanged,
+    Destroyed,
+    /// Ended in a failure state (aborted, exhausted, leaked) or skipped; the text says why.
+    Failed(String),
+    /// Leaked: the resource may still exist and bill; the next run resolves it.
+    Leaked(String),
+    Interrupted(String),
+}
+
+impl Outcome {
+    pub fn is_success(&self) -> bool {
+        matches!(self, Outcome::Ready(_) | Outcome::Updated | Outcome::Unchanged | Outcome::Destroyed)
+    }
+}
+
+/// Everything a run needs besides the plan.
+#[derive(Clone)]
+pub struct Engine {
+    pub providers: Providers,
+    pub connector: Arc<dyn Connector>,
+    pub journal: Arc<StateJournal>,
+    pub executor: Executor,
+    pub lineage: String,
+    /// The project's OpenSSH public key (not a secret).
+    pub ssh_public_key: String,
+    pub parallelism: usize,
+}
+
+/// The owned resources of a journalled record, whichever machine wrote it.
+pub fn owned_of(prev: &PrevRecord) -> Option<Owned> {
+    match prev.kind.as_str() {
+        "launch" => serde_json::from_value::<LaunchState>(prev.state.clone()).ok()?.owned(),
+        "teardown" => serde_json::from_value::<TeardownState>(prev.state.clone()).ok()?.owned(),
+        _ => None,
+    }
+}
+
+type Signal = watch::Sender<Option<bool>>;
+
+impl Engine {
+    /// Applies `plan`: destroys first, then every other change in dependency order.
+    /// Returns one outcome per address; never panics on a machine failure.
+    pub async fn apply(&self, plan: &Plan) -> BTreeMap<String, Outcome> {
+        let mut out = BTreeMap::new();
+        let destroys: Vec<String> =
+            plan.changes.iter().filter(|c| c.action == Action::Destroy).map(|c| c.address.clone()).collect();
+        out.extend(self.destroy(&destroys).await);
+
+        let changes: Vec<&Change> = plan.changes.iter().filter(|c| c.action != Action::Destroy).collect();
+        let signals: HashMap<String, Signal> =
+            changes.iter().map(|c| (c.vm.clone(), watch::channel(None).0)).collect();
+        let sem = Arc::new(Semaphore::new(self.parallelism.max(1)));
+        let mut tasks = tokio::task::JoinSet::new();
+        for c in changes {
+            let change = c.clone();
+            let deps: Vec<(String, watch::Receiver<Option<bool>>)> = change
+                .desired
+                .as_ref()
+                .map(|d| d.depends_on.clone())
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|d| signals.get(&d).map(|s| (d, s.subscribe())))
+                .collect();
+            let done = signals.get(&change.vm).cloned();
+            let (engine, sem) = (self.clone(), sem.clone());
+            tasks.spawn(async move {
+                for (name, mut rx) in deps {
+                    let ok = rx.wait_for(|v| v.is_some()).await.map(|v| *v == Some(true)).unwrap_or(false);
+                    if !ok {
+                        if let Some(tx) = &done {
+                            tx.send_replace(Some(false));
+                        }
+                        return (change.address.clone(), Outcome::Failed(format!("skipped: dependency vm.{name} did not come up")));
+                    }
+                }
+                let result = match sem.acquire_owned().await {
+                    Ok(_permit) => engine.run_change(&change).await,
+                    Err(_) => Outcome::Failed("internal: semaphore closed".into()),
+                };
+                if let Some(tx) = &done {
+                    tx.send_replace(Some(result.is_success()));
+                }
+                (change.address.clone(), result)
+            });
+        }
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok((address, outcome)) => {
+                    out.insert(address, outcome);
+                }
+                Err(e) => {
+                    out.insert(format!("task-{}", out.len()), Outcome::Failed(format!("internal error: {e}")));
+                }
+            }
+        }
+        out
+    }
+
+    async fn run_change(&self, c: &Change) -> Outcome {
+        let Some(want) = c.desired.clone() else {
+            return Outcome::Failed("internal: change without desired settings".into());
+        };
+        match c.action {
+            Action::NoOp => Outcome::Unchanged,
+            Action::Update => match self.journal.update_desired(&c.address, &want) {
+                Ok(()) => Outcome::Updated,
+                Err(e) => Outcome::Failed(e.to_string()),
+            },
+            Action::Replace => {
+                match self.teardown(&c.address, &want.name).await {
+                    Outcome::Destroyed => {}
+                    other => return other,
+                }
+                self.launch(&c.address, want).await
+            }
+            Action::Create | Action::Resume => self.launch(&c.address, want).await,
+            Action::Destroy => self.teardown(&c.address, &c.vm).await,
+        }
+    }
+
+    async fn launch(&self, key: &str, want: VmSpec) -> Outcome {
+        // An interrupted destroy is finished before anything is created.
+        let prev = self.journal.load(key).await.ok().flatten();
+        if let Some(p) = &prev {
+            if p.kind == TeardownMachine::KIND_NAME {
+                if let Ok(s) = serde_json::from_value::<TeardownState>(p.state.clone()) {
+                    if !matches!(s, TeardownState::Done | TeardownState::Leaked { .. }) {
+                        match self.teardown(key, &want.name).await {
+                            Outcome::Destroyed | Outcome::Leaked(_) => {}
+                            other => return other,
+                        }
+                    }
+                }
+            }
+        }
+        self.journal.stage_desired(key, &want);
+        let m = LaunchMachine::new(
+            want,
+            self.lineage.clone(),
+            self.ssh_public_key.clone(),
+            self.providers.clone(),
+            self.connector.clone(),
+        );
+        match self.executor.run(&m, key, |prev| LaunchState::start(prev.as_ref().and_then(owned_of))).await {
+            Ok(LaunchState::Ready { vm }) => Outcome::Ready(vm),
+            Ok(LaunchState::Leaked { location, instance_ids, reason }) => {
+                Outcome::Leaked(format!("{} at {location}: {reason}", instance_ids.join(",")))
+            }
+            Ok(s) => Outcome::Failed(crate::machine::Machine::label(&m, &s)),
+            Err(ExecError::Interrupted { label, .. }) => Outcome::Interrupted(label),
+            Err(e) => Outcome::Failed(e.to_string()),
+        }
+    }
+
+    /// Tears down what `key`'s record owns; removes the record once the cloud confirms.
+    async fn teardown(&self, key: &str, vm_name: &str) -> Outcome {
+        let prev = self.journal.load(key).await.ok().flatten();
+        let Some(prev) = prev else { return Outcome::Destroyed };
+        let resumable = prev.kind == TeardownMachine::KIND_NAME
+            && serde_json::from_value::<TeardownState>(prev.state.clone())
+                .map(|s| !matches!(s, TeardownState::Done | TeardownState::Leaked { .. }))
+                .unwrap_or(false);
+        let owned = owned_of(&prev);
+        if owned.is_none() && !resumable {
+            return match self.journal.remove(key) {
+                Ok(()) => Outcome::Destroyed,
+                Err(e) => Outcome::Failed(e.to_string()),
+            };
+        }
+        let m = TeardownMachine::new(self.providers.clone());
+        let name = vm_name.to_string();
+        let result = self
+            .executor
+            .run(&m, key, move |_| match owned {
+                Some(o) => TeardownState::Requesting {
+                    target: Target { location: o.location, vm_name: name, instance_ids: o.instance_ids },
+                },
+                None => TeardownState::Done,
+            })
+            .await;
+        match result {
+            Ok(TeardownState::Done) => match self.journal.remove(key) {
+                Ok(()) => Outcome::Destroyed,
+                Err(e) => Outcome::Failed(e.to_string()),
+            },
+            Ok(TeardownState::Leaked { location, instance_ids, reason }) => {
+                Outcome::Leaked(format!("{} at {location}: {reason}", instance_ids.join(",")))
+            }
+            Ok(other) => Outcome::Failed(format!("teardown ended in {other:?}")),
+            Err(ExecError::Interrupted { label, .. }) => Outcome::Interrupted(label),
+            Err(e) => Outcome::Failed(e.to_string()),
+        }
+    }
+
+    /// Destroys the given addresses concurrently (bounded by parallelism).
+    pub async fn destroy(&self, addresses: &[String]) -> BTreeMap<String, Outcome> {
+        let sem = Arc::new(Semaphore::new(self.parallelism.max(1)));
+        let mut tasks = tokio::task::JoinSet::new();
+        for a in addresses {
+            let (engine, sem, a) = (self.clone(), sem.clone(), a.clone());
+            tasks.spawn(async move {
+                let name = a.strip_prefix("vm.").unwrap_or(&a).to_string();
+                let r = match sem.acquire_owned().await {
+                    Ok(_p) => engine.teardown(&a, &name).await,
+                    Err(_) => Outcome::Failed("internal: semaphore closed".into()),
+                };
+                (a, r)
+            });
+        }
+        let mut out = BTreeMap::new();
+        while let Some(Ok((a, r))) = tasks.join_next().await {
+            out.insert(a, r);
+        }
+        out
+    }
+}
+
+impl TeardownMachine {
+    /// The journal kind of teardown records (same as `Machine::KIND`).
+    pub const KIND_NAME: &'static str = "teardown";
+}

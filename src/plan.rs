@@ -1,0 +1,454 @@
+//! `plan`: compares desired (config) with recorded (state) and, with refresh, observed
+//! (the clouds' view), and renders the difference with Terraform's symbols. Pure except
+//! for [`refresh`], which asks the clouds.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+use similar::{ChangeTag, TextDiff};
+
+use crate::config::{Config, VmSpec};
+use crate::provider::{InstanceStatus, Providers};
+use crate::state::{ResourceRecord, StateFile};
+use crate::vm::{LaunchState, TeardownState};
+
+/// Version of the saved plan file format (`plan -out FILE`).
+pub const PLAN_FORMAT_VERSION: u32 = 1;
+
+/// What apply will do to one machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    NoOp,
+    Create,
+    /// Change recorded settings only; the machine is untouched.
+    Update,
+    /// Destroy, then create.
+    Replace,
+    Destroy,
+    /// Continue an apply or destroy that was interrupted.
+    Resume,
+}
+
+impl Action {
+    /// Terraform's symbol for the action.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Action::NoOp => " ",
+            Action::Create => "+",
+            Action::Update | Action::Resume => "~",
+            Action::Replace => "-/+",
+            Action::Destroy => "-",
+        }
+    }
+}
+
+/// One attribute's change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttrChange {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// Whether this change alone forces replacement.
+    #[serde(default)]
+    pub forces_replacement: bool,
+}
+
+/// The planned change of one machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    /// `vm.NAME`.
+    pub address: String,
+    pub vm: String,
+    pub action: Action,
+    /// Why, when it is not obvious from the attributes (drift, an interrupted run, a leak).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attributes: Vec<AttrChange>,
+    /// The desired settings after apply (`None` when destroyed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired: Option<VmSpec>,
+    /// The price of what will run for this machine after apply, USD per hour, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_per_hour: Option<f64>,
+}
+
+/// A whole plan; also the saved plan file's content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub format_version: u32,
+    pub gpuprov_version: String,
+    /// The state this plan was made against: apply of a saved plan refuses when the
+    /// state's lineage or serial moved on since.
+    pub lineage: String,
+    pub serial: u64,
+    /// SHA-256 of the config text the plan was made from.
+    pub config_sha256: String,
+    pub refreshed: bool,
+    /// Endpoint overrides in force, by cloud (credentials in URLs redacted).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub endpoints: BTreeMap<String, String>,
+    pub changes: Vec<Change>,
+    /// Sum of `price_per_hour` of what will run after apply, USD per hour.
+    pub hourly_cost_after: f64,
+    /// Whether some price of what will run is unknown (the sum is then a lower bound).
+    pub hourly_cost_incomplete: bool,
+}
+
+impl Plan {
+    /// Whether apply would change anything.
+    pub fn has_changes(&self) -> bool {
+        self.changes.iter().any(|c| c.action != Action::NoOp)
+    }
+
+    /// `(add, change, destroy)` counts as Terraform's summary line counts them.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let (mut add, mut change, mut destroy) = (0, 0, 0);
+        for c in &self.changes {
+            match c.action {
+                Action::Create => add += 1,
+                Action::Update | Action::Resume => change += 1,
+                Action::Replace => {
+                    add += 1;
+                    destroy += 1
+                }
+                Action::Destroy => destroy += 1,
+                Action::NoOp => {}
+            }
+        }
+        (add, change, destroy)
+    }
+}
+
+/// What refresh observed of a machine that the state says is up.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Observation {
+    Running,
+    /// Present but not running (stopped, failed, going away).
+    NotRunning(InstanceStatus),
+    Gone,
+}
+
+/// The machine state recorded for a resource, parsed.
+pub enum Recorded {
+    Launch(LaunchState),
+    Teardown(TeardownState),
+}
+
+/// Parses a resource's journalled machine state.
+///
+/// Errors: a message naming the address when the record is of an unknown kind or does not
+/// parse (a hand-edited or inconsistent state file).
+pub fn recorded(address: &str, r: &ResourceRecord) -> Result<Recorded, String> {
+    let bad = |e: serde_json::Error| {
+        format!("state record {address} is not a valid {} state: {e}", r.machine.kind)
+    };
+    match r.machine.kind.as_str() {
+        "launch" => serde_json::from_value(r.machine.state.clone()).map(Recorded::Launch).map_err(bad),
+        "teardown" => serde_json::from_value(r.machine.state.clone()).map(Recorded::Teardown).map_err(bad),
+        other => Err(format!("state record {address} has unknown machine kind {other:?}")),
+    }
+}
+
+/// Asks the clouds about every machine the state says is up. Returns observations by
+/// address; machines whose cloud has no adapter in this run are skipped.
+///
+/// Errors: the first cloud error, with the address it concerned.
+pub async fn refresh(
+    state: &StateFile,
+    providers: &Providers,
+) -> Result<BTreeMap<String, Observation>, String> {
+    let mut out = BTreeMap::new();
+    for (address, r) in &state.resources {
+        let Ok(Recorded::Launch(LaunchState::Ready { vm })) = recorded(address, r) else {
+            continue;
+        };
+        let Some(p) = providers.get(&vm.location.cloud) else { continue };
+        let name = address.strip_prefix("vm.").unwrap_or(address);
+        let seen = p
+            .observe(&vm.location, name)
+            .await
+            .map_err(|e| format!("cannot refresh {address} on {}: {}", vm.location, e.msg))?;
+        let obs = match seen.iter().find(|o| o.instance_id == vm.instance_id) {
+            Some(o) if o.status == InstanceStatus::Running => Observation::Running,
+            Some(o) => Observation::NotRunning(o.status.clone()),
+            None => Observation::Gone,
+        };
+        out.insert(address.clone(), obs);
+    }
+    Ok(out)
+}
+
+/// Computes the plan. `observed` is `None` without refresh. `offer_price` gives the
+/// cheapest offer price (USD per hour) a new machine would get, when known.
+pub fn compute(
+    config: &Config,
+    state: &StateFile,
+    observed: Option<&BTreeMap<String, Observation>>,
+    offer_price: &dyn Fn(&VmSpec) -> Option<f64>,
+) -> Result<Plan, String> {
+    let mut changes = Vec::new();
+    for (name, want) in &config.vms {
+        let address = format!("vm.{name}");
+        let change = |action, reason: Option<String>, attributes, price| Change {
+            address: address.clone(),
+            vm: name.clone(),
+            action,
+            reason,
+            attributes,
+            desired: Some(want.clone()),
+            price_per_hour: price,
+        };
+        let Some(rec) = state.resources.get(&address) else {
+            changes.push(change(Action::Create, None, create_attrs(want), offer_price(want)));
+            continue;
+        };
+        let had: Option<VmSpec> = rec.desired.clone().and_then(|d| serde_json::from_value(d).ok());
+        let c = match recorded(&address, rec)? {
+            Recorded::Launch(LaunchState::Ready { vm }) => {
+                let price = Some(vm.offer.price_per_hour);
+                match observed.and_then(|o| o.get(&address)) {
+                    Some(Observation::Gone) => change(
+                        Action::Create,
+                        Some(format!("instance {} no longer exists (deleted outside gpuprov)", vm.instance_id)),
+                        create_attrs(want),
+                        offer_price(want),
+                    ),
+                    Some(Observation::NotRunning(st)) => change(
+                        Action::Replace,
+                        Some(format!("instance {} is {st:?}, not running", vm.instance_id)),
+                        vec![],
+                        offer_price(want),
+                    ),
+                    _ => {
+                        let attrs = diff_attrs(had.as_ref(), want);
+                        if attrs.iter().any(|a| a.forces_replacement) {
+                            change(Action::Replace, None, attrs, offer_price(want))
+                        } else if !attrs.is_empty() {
+                            change(Action::Update, None, attrs, price)
+                        } else {
+                            change(Action::NoOp, None, vec![], price)
+                        }
+                    }
+                }
+            }
+            Recorded::Launch(s @ (LaunchState::Aborted { .. } | LaunchState::Exhausted { .. } | LaunchState::Leaked { .. })) => {
+                let why = match &s {
+                    LaunchState::Leaked { instance_ids, location, .. } => format!(
+                        "the last apply leaked {} at {location}; apply removes it first",
+                        instance_ids.join(",")
+                    ),
+                    LaunchState::Aborted { reason, .. } => format!("the last apply aborted: {reason}"),
+                    _ => "the last apply found no capacity".into(),
+                };
+                change(Action::Create, Some(why), create_attrs(want), offer_price(want))
+            }
+            Recorded::Launch(s) => change(
+                Action::Resume,
+                Some(format!("an earlier apply was interrupted while {}; apply resumes it", label_of(&s))),
+                vec![],
+                offer_price(want),
+            ),
+            Recorded::Teardown(TeardownState::Done) => {
+                change(Action::Create, None, create_attrs(want), offer_price(want))
+            }
+            Recorded::Teardown(_) => change(
+                Action::Create,
+                Some("an earlier destroy did not finish; apply completes it first".into()),
+                create_attrs(want),
+                offer_price(want),
+            ),
+        };
+        changes.push(c);
+    }
+    for (address, rec) in &state.resources {
+        let name = address.strip_prefix("vm.").unwrap_or(address);
+        if config.vms.contains_key(name) {
+            continue;
+        }
+        let had: Option<VmSpec> = rec.desired.clone().and_then(|d| serde_json::from_value(d).ok());
+        let reason = match recorded(address, rec)? {
+            Recorded::Launch(LaunchState::Ready { .. }) => None,
+            Recorded::Launch(s) => Some(format!("recorded as: {}", label_of(&s))),
+            Recorded::Teardown(_) => Some("an earlier destroy did not finish".into()),
+        };
+        changes.push(Change {
+            address: address.clone(),
+            vm: name.to_string(),
+            action: Action::Destroy,
+            reason,
+            attributes: had.map(|h| destroy_attrs(&h)).unwrap_or_default(),
+            desired: None,
+            price_per_hour: None,
+        });
+    }
+    changes.sort_by(|a, b| a.address.cmp(&b.address));
+    let (mut total, mut incomplete) = (0.0, false);
+    for c in &changes {
+        if c.action != Action::Destroy {
+            match c.price_per_hour {
+                Some(p) => total += p,
+                None => incomplete = true,
+            }
+        }
+    }
+    let endpoints = config
+        .clouds
+        .iter()
+        .filter_map(|(c, s)| s.endpoint.as_ref().map(|e| (c.to_string(), redact_url(e))))
+        .collect();
+    Ok(Plan {
+        format_version: PLAN_FORMAT_VERSION,
+        gpuprov_version: env!("CARGO_PKG_VERSION").into(),
+        lineage: state.lineage.clone(),
+        serial: state.serial,
+        config_sha256: sha256_hex(config.source.as_bytes()),
+        refreshed: observed.is_some(),
+        endpoints,
+        changes,
+        hourly_cost_after: total,
+        hourly_cost_incomplete: incomplete,
+    })
+}
+
+fn label_of(s: &LaunchState) -> String {
+    let v = serde_json::to_value(s).ok();
+    v.and_then(|v| v.get("state").and_then(|s| s.as_str()).map(str::to_string)).unwrap_or_default()
+}
+
+fn attr_lines(v: &VmSpec) -> Vec<(String, String, bool)> {
+    v.replace_attributes()
+        .into_iter()
+        .map(|(n, val)| (n.to_string(), val, true))
+        .chain(v.in_place_attributes().into_iter().map(|(n, val)| (n.to_string(), val, false)))
+        .collect()
+}
+
+fn create_attrs(v: &VmSpec) -> Vec<AttrChange> {
+    attr_lines(v)
+        .into_iter()
+        .map(|(name, val, _)| AttrChange { name, before: None, after: Some(val), forces_replacement: false })
+        .collect()
+}
+
+fn destroy_attrs(v: &VmSpec) -> Vec<AttrChange> {
+    attr_lines(v)
+        .into_iter()
+        .map(|(name, val, _)| AttrChange { name, before: Some(val), after: None, forces_replacement: false })
+        .collect()
+}
+
+/// Attribute changes between what was applied and what is wanted, computed as a line diff
+/// (`similar`) of the rendered attributes, so the order and pairing match what is shown.
+fn diff_attrs(had: Option<&VmSpec>, want: &VmSpec) -> Vec<AttrChange> {
+    let Some(had) = had else {
+        // An old record without a snapshot: nothing to compare, assume unchanged.
+        return vec![];
+    };
+    let render = |v: &VmSpec| {
+        attr_lines(v).into_iter().map(|(n, val, _)| format!("{n} = {val}\n")).collect::<String>()
+    };
+    let (before, after) = (render(had), render(want));
+    let forcing: Vec<String> = want.replace_attributes().into_iter().map(|(n, _)| n.to_string()).collect();
+    let diff = TextDiff::from_lines(&before, &after);
+    let mut changes: BTreeMap<String, AttrChange> = BTreeMap::new();
+    for ch in diff.iter_all_changes() {
+        let line = ch.value().trim_end();
+        let Some((name, val)) = line.split_once(" = ") else { continue };
+        let entry = changes.entry(name.to_string()).or_insert_with(|| AttrChange {
+            name: name.to_string(),
+            before: None,
+            after: None,
+            forces_replacement: forcing.iter().any(|f| f == name),
+        });
+        match ch.tag() {
+            ChangeTag::Delete => entry.before = Some(val.to_string()),
+            ChangeTag::Insert => entry.after = Some(val.to_string()),
+            ChangeTag::Equal => {}
+        }
+    }
+    let order: Vec<String> = attr_lines(want).into_iter().map(|(n, _, _)| n).collect();
+    let mut out: Vec<AttrChange> = changes.into_values().filter(|c| c.before != c.after).collect();
+    out.sort_by_key(|c| order.iter().position(|n| *n == c.name));
+    out
+}
+
+/// Renders the plan for a terminal, Terraform-style.
+pub fn render(plan: &Plan) -> String {
+    let mut out = String::new();
+    for (cloud, ep) in &plan.endpoints {
+        let _ = writeln!(out, "Note: {cloud} API endpoint overridden: {ep}");
+    }
+    if !plan.endpoints.is_empty() {
+        out.push('\n');
+    }
+    if !plan.has_changes() {
+        out.push_str("No changes. Your machines match the configuration.\n");
+        let _ = writeln!(out, "\n{}", cost_line(plan));
+        return out;
+    }
+    out.push_str("gpuprov will perform the following actions:\n");
+    for c in plan.changes.iter().filter(|c| c.action != Action::NoOp) {
+        let verb = match c.action {
+            Action::Create => "will be created",
+            Action::Update => "will be updated in-place",
+            Action::Replace => "must be replaced",
+            Action::Destroy => "will be destroyed",
+            Action::Resume => "will be resumed",
+            Action::NoOp => unreachable!("filtered"),
+        };
+        let _ = writeln!(out, "\n  # {} {verb}", c.address);
+        if let Some(r) = &c.reason {
+            let _ = writeln!(out, "  # ({r})");
+        }
+        let _ = writeln!(out, "{:>3} vm \"{}\" {{", c.action.symbol(), c.vm);
+        let width = c.attributes.iter().map(|a| a.name.len()).max().unwrap_or(0);
+        for a in &c.attributes {
+            let line = match (&a.before, &a.after) {
+                (None, Some(v)) => format!("      + {:width$} = {v}", a.name),
+                (Some(v), None) => format!("      - {:width$} = {v}", a.name),
+                (Some(b), Some(v)) => format!(
+                    "      ~ {:width$} = {b} -> {v}{}",
+                    a.name,
+                    if a.forces_replacement { " # forces replacement" } else { "" }
+                ),
+                (None, None) => continue,
+            };
+            let _ = writeln!(out, "{line}");
+        }
+        out.push_str("    }\n");
+    }
+    let (add, change, destroy) = plan.counts();
+    let _ = writeln!(out, "\nPlan: {add} to add, {change} to change, {destroy} to destroy.");
+    let _ = writeln!(out, "{}", cost_line(plan));
+    out
+}
+
+fn cost_line(plan: &Plan) -> String {
+    format!(
+        "Hourly cost of what will run: ${:.2}/h{}",
+        plan.hourly_cost_after,
+        if plan.hourly_cost_incomplete { " (some prices unknown; lower bound)" } else { "" }
+    )
+}
+
+/// Hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Replaces the userinfo of a URL (`https://user:secret@host`) so no credential is shown.
+pub fn redact_url(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://") {
+        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        if let Some(at) = authority.rfind('@') {
+            return format!("{scheme}://REDACTED@{}{path}", &authority[at + 1..]);
+        }
+    }
+    url.to_string()
+}

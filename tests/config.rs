@@ -1,0 +1,124 @@
+//! Config loading, diagnostics and the committed JSON Schema.
+
+use std::path::{Path, PathBuf};
+
+use gpuprov::config::{json_schema, Cloud, Config};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn parse(text: &str) -> Result<Config, String> {
+    Config::parse(Path::new("gpuprov.toml"), text.to_string()).map_err(|e| {
+        let span = e.span.map(|s| text[s.offset()..s.offset() + s.len()].to_string());
+        format!("{} | at {:?}", e.message, span)
+    })
+}
+
+#[test]
+fn committed_schema_is_current() {
+    let path = root().join("schemas/gpuprov.schema.json");
+    let fresh = json_schema();
+    if std::env::var_os("GPUPROV_UPDATE_SCHEMAS").is_some() {
+        std::fs::write(&path, &fresh).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == fresh,
+        "schemas/gpuprov.schema.json is stale: run `GPUPROV_UPDATE_SCHEMAS=1 cargo test --test config` and commit it"
+    );
+}
+
+#[test]
+fn every_example_loads_and_validates_against_the_schema() {
+    let schema: serde_json::Value = serde_json::from_str(&json_schema()).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+    let mut n = 0;
+    for entry in std::fs::read_dir(root().join("examples")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("toml") {
+            continue;
+        }
+        n += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("#:schema ../schemas/gpuprov.schema.json"), "{} lacks the #:schema line", path.display());
+        Config::load(&path).unwrap_or_else(|e| panic!("{}: {e:?}", path.display()));
+        let as_json: serde_json::Value = serde_json::to_value(toml::from_str::<toml::Table>(&text).unwrap()).unwrap();
+        let errors: Vec<String> = validator.iter_errors(&as_json).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{}: {errors:?}", path.display());
+    }
+    assert!(n >= 2, "examples/ holds the example configs");
+}
+
+#[test]
+fn schema_rejects_what_the_loader_rejects() {
+    let schema: serde_json::Value = serde_json::from_str(&json_schema()).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let bad: serde_json::Value = serde_json::json!({"vm": {"a": {"clouds": ["docker"], "gpus": 1}}});
+    assert!(!validator.is_valid(&bad), "unknown key must fail the schema too");
+    let bad_cloud = serde_json::json!({"vm": {"a": {"clouds": ["awz"]}}});
+    assert!(!validator.is_valid(&bad_cloud));
+}
+
+#[test]
+fn defaults_merge_under_each_machine() {
+    let c = parse(
+        r#"
+[defaults]
+clouds = ["aws", "lambda"]
+max_price_per_hour = 3.0
+spot = true
+
+[vm.a]
+gpu = "H100"
+
+[vm.b]
+clouds = ["docker"]
+spot = false
+kubernetes = false
+depends_on = ["a"]
+"#,
+    )
+    .unwrap();
+    let a = &c.vms["a"];
+    assert_eq!(a.clouds, vec![Cloud::Aws, Cloud::Lambda]);
+    assert_eq!((a.gpu.as_deref(), a.gpu_count, a.spot), (Some("H100"), 1, true));
+    assert_eq!(a.max_price_per_hour, Some(3.0));
+    assert!(a.kubernetes && !a.kubernetes_explicit);
+    let b = &c.vms["b"];
+    assert_eq!(b.clouds, vec![Cloud::Docker]);
+    assert!(!b.spot && !b.kubernetes);
+    assert_eq!(b.depends_on, vec!["a"]);
+}
+
+/// Each bad config → (what the message must say, the text the span must cover).
+#[test]
+fn bad_configs_name_what_and_where() {
+    let cases: &[(&str, &str, Option<&str>)] = &[
+        ("[vm.a]\nclouds = [\"docker\"]\ngpus = 2\n", "unknown field `gpus`", Some("gpus")),
+        ("[vm.a]\nclouds = [\"docker\"]\ndisk_gb = \"big\"\n", "invalid type", Some("\"big\"")),
+        ("[vm.a]\nclouds = [\"awz\"]\n", "unknown variant `awz`", Some("\"awz\"")),
+        (
+            "[vm.a]\nclouds = [\"docker\"]\ndepends_on = [\"b\"]\n[vm.b]\nclouds = [\"docker\"]\ndepends_on = [\"a\"]\n",
+            "depends_on forms a cycle: a -> b -> a",
+            Some("\"b\""),
+        ),
+        ("[vm.a]\nclouds = [\"docker\"]\ndepends_on = [\"nope\"]\n", "depends on \"nope\", which is not defined", Some("\"nope\"")),
+        ("[vm.A_b]\nclouds = [\"docker\"]\n", "invalid machine name", Some("[vm.A_b]")),
+        ("[vm.a]\nregions = [\"x\"]\n", "names no cloud", Some("[vm.a]")),
+        ("[vm.a]\nclouds = []\n", "clouds is empty", Some("[]")),
+        ("[vm.a]\nclouds = [\"docker\"]\nports = [22]\n", "port 22 cannot be listed", Some("[vm.a]")),
+        ("[vm.a]\nclouds = [\"docker\"]\nmax_price_per_hour = -1.0\n", "must be a positive number", Some("[vm.a]")),
+        ("[vm.a]\nclouds = [\"docker\"]\ngpu_count = 2\n", "no gpu model is set", Some("[vm.a]")),
+        ("[vm.a\nclouds = 1\n", "invalid config", None),
+        ("", "defines no machine", None),
+        ("[vm.a]\nclouds = [\"docker\"]\n[vm.a]\nclouds = [\"docker\"]\n", "duplicate", None),
+    ];
+    for (text, want_msg, want_span) in cases {
+        let got = parse(text).expect_err(&format!("must reject:\n{text}"));
+        assert!(got.contains(want_msg), "for\n{text}\nexpected {want_msg:?} in {got:?}");
+        if let Some(span) = want_span {
+            assert!(got.contains(&format!("at Some({span:?})")), "for\n{text}\nexpected span {span:?}, got {got:?}");
+        }
+    }
+}
