@@ -74,7 +74,12 @@ impl LockInfo {
         let _ = writeln!(out, "  Who:       {}", self.who);
         let _ = writeln!(out, "  PID:       {}", self.pid);
         let _ = writeln!(out, "  Version:   {}", self.version);
-        let _ = write!(out, "  Created:   {}", self.created.to_rfc3339());
+        let _ = write!(
+            out,
+            "  Created:   {}",
+            self.created
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        );
     }
 }
 
