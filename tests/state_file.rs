@@ -514,3 +514,77 @@ fn force_unlock_refuses_while_the_holder_lives() {
     assert!(matches!(err, LockError::Held { .. }));
     drop(holder);
 }
+
+/// Env var that turns [`lock_holder_child`] into a lock holder for the test below.
+const HOLDER_ENV: &str = "GPUPROV_TEST_LOCK_HOLDER_STATE";
+
+/// Helper run as a child process by [`lock_dies_with_a_killed_holder`]: takes the lock,
+/// creates the ready file, and sleeps until killed. Without the env var it does nothing.
+fn ready_path(state_path: &Path) -> PathBuf {
+    state_path.with_extension("child-ready")
+}
+
+#[test]
+fn lock_holder_child() {
+    let Some(path) = std::env::var_os(HOLDER_ENV) else {
+        return;
+    };
+    let path = PathBuf::from(path);
+    let (_lock, _) = StateLock::acquire(&path, "apply", Duration::ZERO).unwrap();
+    // A file, not stdout: libtest may capture the child's output.
+    fs::write(ready_path(&path), b"").unwrap();
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+#[test]
+fn lock_dies_with_a_killed_holder() {
+    use std::process::{Command, Stdio};
+
+    let dir = TempDir::new().unwrap();
+    let path = state_path(&dir);
+    /// Kills the child even if an assertion below fails, so it does not linger.
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "lock_holder_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HOLDER_ENV, &path)
+        .stdout(Stdio::null())
+        .spawn()
+        .map(KillOnDrop)
+        .unwrap();
+    let child_pid = child.0.id();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !ready_path(&path).exists() {
+        if std::time::Instant::now() > deadline || child.0.try_wait().unwrap().is_some() {
+            panic!("the child did not take the lock");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // Another process holds it: we time out and see its record.
+    let err = StateLock::acquire(&path, "plan", Duration::ZERO).unwrap_err();
+    let LockError::Held { info, .. } = &err else {
+        panic!("expected Held, got {err:?}");
+    };
+    assert_eq!(info.as_deref().map(|i| i.pid), Some(child_pid));
+
+    // kill -9: the OS lock goes with the process, its record stays and is reported stale.
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    let (lock, stale) = StateLock::acquire(&path, "apply", Duration::from_secs(5)).unwrap();
+    let stale = stale.expect("stale record of the killed holder");
+    assert_eq!(stale.pid, child_pid);
+    assert_eq!(stale.operation, "apply");
+    assert_ne!(stale.id, lock.info().id);
+}
