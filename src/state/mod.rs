@@ -1,1 +1,235 @@
 //! The JSON state file and its lock.
+//!
+//! Only this module touches the state file (`gpuprov.state.json` by default), its
+//! `.backup`, its `.errored` sibling and the `.lock` file beside it.
+//!
+//! - [`StateFile`] and friends are the on-disk format: serde types that tolerate *and
+//!   preserve* unknown fields, because the file is read back by both older and newer
+//!   gpuprov releases.
+//! - [`StateStore`] reads the file once per run and writes it atomically (temp file,
+//!   fsync, rename, fsync of the directory), keeping a `.backup` of the bytes first read.
+//! - [`lock::StateLock`] is the exclusive advisory lock that every writing command holds.
+
+mod error;
+mod file;
+pub mod lock;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+pub use error::{CorruptState, StateError};
+pub use file::StateStore;
+pub use lock::{ForceUnlockOutcome, LockError, LockInfo, StateLock};
+
+/// The state format version this build writes and the newest it can read.
+///
+/// Bump it only for changes an older gpuprov cannot safely read by ignoring unknown
+/// fields; additive fields do not need a bump because unknown fields are preserved.
+pub const STATE_FORMAT_VERSION: u32 = 1;
+
+/// The maximum number of events kept per resource in [`ResourceRecord::events`]; older
+/// events are dropped first so the state file does not grow without bound.
+pub const MAX_EVENTS: usize = 50;
+
+/// The gpuprov release that writes state files (recorded in [`StateFile::gpuprov_version`]
+/// and in lock info).
+pub const GPUPROV_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The whole state file: format metadata plus one record per resource.
+///
+/// JSON shape (pretty-printed, trailing newline):
+///
+/// ```json
+/// {
+///   "version": 1,
+///   "serial": 3,
+///   "lineage": "6f1c…",
+///   "gpuprov_version": "0.1.0",
+///   "resources": { "vm.dev": { "machine": { … }, "desired": { … }, "events": [ … ] } }
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateFile {
+    /// Format version; see [`STATE_FORMAT_VERSION`].
+    pub version: u32,
+    /// Incremented by every successful save, so a saved plan can tell that the state
+    /// moved on since it was made.
+    pub serial: u64,
+    /// A UUID (v4) fixed when the state is first created; it identifies this project's
+    /// state across saves and is attached to every cloud object as a label.
+    pub lineage: String,
+    /// The gpuprov release that last wrote the file.
+    pub gpuprov_version: String,
+    /// Records keyed by resource address (for example `vm.dev`), sorted for stable diffs.
+    #[serde(default)]
+    pub resources: BTreeMap<String, ResourceRecord>,
+    /// Top-level fields this release does not know; kept so that saving a file written by
+    /// a newer release does not silently drop its data.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl StateFile {
+    /// Returns an empty state: current format version, serial 0 and a fresh v4 lineage.
+    pub fn new() -> Self {
+        StateFile {
+            version: STATE_FORMAT_VERSION,
+            serial: 0,
+            lineage: uuid::Uuid::new_v4().to_string(),
+            gpuprov_version: GPUPROV_VERSION.to_string(),
+            resources: BTreeMap::new(),
+            extra: Map::new(),
+        }
+    }
+}
+
+impl Default for StateFile {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The state of one resource (one VM address): its journalled machine, the config it
+/// was applied with, and a bounded event log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResourceRecord {
+    /// The journalled machine state, exactly as the executor persists it.
+    pub machine: MachineRecord,
+    /// A snapshot of the resource's config as last applied, used by `plan` to diff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired: Option<Value>,
+    /// The most recent transitions, oldest first, at most [`MAX_EVENTS`].
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub events: VecDeque<Event>,
+    /// Per-resource fields this release does not know, preserved on save.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl ResourceRecord {
+    /// Returns a record for `machine` with no desired snapshot and no events.
+    pub fn new(machine: MachineRecord) -> Self {
+        ResourceRecord {
+            machine,
+            desired: None,
+            events: VecDeque::new(),
+            extra: Map::new(),
+        }
+    }
+
+    /// Appends an event stamped with the current time, dropping the oldest events so that
+    /// at most [`MAX_EVENTS`] remain.
+    pub fn push_event(&mut self, label: impl Into<String>) {
+        while self.events.len() >= MAX_EVENTS {
+            self.events.pop_front();
+        }
+        self.events.push_back(Event {
+            at: Utc::now(),
+            label: label.into(),
+        });
+    }
+}
+
+/// One journalled machine: which machine kind it is and its serialized state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MachineRecord {
+    /// The machine kind, `"launch"` or `"teardown"`; it says how to read `state`.
+    pub kind: String,
+    /// The machine's state enum as serde JSON. Kept generic here so the state module
+    /// does not depend on the machines' types (and tolerates variants it does not know).
+    pub state: Value,
+    /// A one-line human label of `state`, shown by `status` without decoding it.
+    pub label: String,
+    /// When `state` was last written (UTC).
+    pub updated_at: DateTime<Utc>,
+}
+
+/// One entry of a resource's event log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// When the event happened (UTC).
+    pub at: DateTime<Utc>,
+    /// A one-line description, usually the label of the state entered.
+    pub label: String,
+}
+
+/// Returns the path of the `.backup` file kept beside `state_path` (`<state_path>.backup`).
+pub fn backup_path(state_path: &Path) -> PathBuf {
+    sibling(state_path, ".backup")
+}
+
+/// Returns the path the state goes to when the final save fails (`<state_path>.errored`).
+pub fn errored_path(state_path: &Path) -> PathBuf {
+    sibling(state_path, ".errored")
+}
+
+/// Appends `suffix` to the file name (not the extension), so `a.json` → `a.json.backup`.
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = OsString::from(path.as_os_str());
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> ResourceRecord {
+        ResourceRecord::new(MachineRecord {
+            kind: "launch".into(),
+            state: serde_json::json!({"Searching": {"cursor": 0}}),
+            label: "searching".into(),
+            updated_at: Utc::now(),
+        })
+    }
+
+    #[test]
+    fn push_event_keeps_the_newest_max_events() {
+        let mut r = record();
+        for i in 0..MAX_EVENTS + 7 {
+            r.push_event(format!("e{i}"));
+        }
+        assert_eq!(r.events.len(), MAX_EVENTS);
+        assert_eq!(r.events.front().map(|e| e.label.as_str()), Some("e7"));
+        let last = format!("e{}", MAX_EVENTS + 6);
+        assert_eq!(
+            r.events.back().map(|e| e.label.as_str()),
+            Some(last.as_str())
+        );
+    }
+
+    #[test]
+    fn empty_optional_fields_are_omitted() {
+        let json = serde_json::to_value(record()).expect("serializes");
+        let obj = json.as_object().expect("object");
+        assert!(!obj.contains_key("desired"));
+        assert!(!obj.contains_key("events"));
+    }
+
+    #[test]
+    fn new_states_get_distinct_lineages() {
+        let a = StateFile::new();
+        let b = StateFile::new();
+        assert_ne!(a.lineage, b.lineage);
+        assert!(uuid::Uuid::parse_str(&a.lineage).is_ok());
+        assert_eq!(a.serial, 0);
+        assert_eq!(a.version, STATE_FORMAT_VERSION);
+    }
+
+    #[test]
+    fn sibling_appends_to_the_file_name() {
+        assert_eq!(
+            backup_path(Path::new("dir/gpuprov.state.json")),
+            PathBuf::from("dir/gpuprov.state.json.backup")
+        );
+        assert_eq!(
+            errored_path(Path::new("s.json")),
+            PathBuf::from("s.json.errored")
+        );
+    }
+}

@@ -1,0 +1,246 @@
+//! Errors of the state file store.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use miette::{Diagnostic, NamedSource, SourceSpan};
+use thiserror::Error;
+
+/// An error reading or writing the state file.
+///
+/// Every variant names the file involved; none of them carries a secret (the state file
+/// never holds one).
+#[derive(Debug, Error, Diagnostic)]
+pub enum StateError {
+    /// A filesystem call failed; `action` says what gpuprov was doing (for example
+    /// "read state file") and `path` which file it touched.
+    #[error("could not {action} `{}`", path.display())]
+    #[diagnostic(code(gpuprov::state::io))]
+    Io {
+        /// What gpuprov was doing, as a short lowercase phrase.
+        action: &'static str,
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// The state file exists but is not a valid state (empty, truncated, not JSON, or a
+    /// field of the wrong type). The file has not been modified.
+    #[error(transparent)]
+    #[diagnostic(transparent)]
+    Corrupt(Box<CorruptState>),
+
+    /// The state file was written by a newer gpuprov whose format this build cannot read.
+    /// The file has not been modified.
+    #[error(
+        "state file `{}` has format version {found}, but this gpuprov supports up to {supported}: it was written by a newer gpuprov",
+        path.display()
+    )]
+    #[diagnostic(
+        code(gpuprov::state::newer_version),
+        help("upgrade gpuprov to a release that supports state format version {found}; the file was not modified")
+    )]
+    NewerVersion {
+        /// The state file.
+        path: PathBuf,
+        /// The version found in the file.
+        found: u64,
+        /// [`super::STATE_FORMAT_VERSION`] of this build.
+        supported: u32,
+    },
+
+    /// The caller tried to save a state whose lineage differs from the one read at open,
+    /// which would overwrite another project's state.
+    #[error(
+        "refusing to overwrite state file `{}`: its lineage is {on_disk}, but the state being saved has lineage {given}",
+        path.display()
+    )]
+    #[diagnostic(
+        code(gpuprov::state::lineage_mismatch),
+        help("each state file belongs to one project; use `--state` to point at the right file")
+    )]
+    LineageMismatch {
+        /// The state file.
+        path: PathBuf,
+        /// The lineage read at open.
+        on_disk: String,
+        /// The lineage of the state passed to save.
+        given: String,
+    },
+
+    /// The state could not be serialized to JSON (not expected for these types).
+    #[error("could not serialize the state for `{}`", path.display())]
+    #[diagnostic(code(gpuprov::state::serialize))]
+    Serialize {
+        /// The state file.
+        path: PathBuf,
+        /// The serde error.
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// The final save failed, and the state was written to the `.errored` file instead.
+    #[error(
+        "could not save the final state to `{}`; it was written to `{}` instead",
+        path.display(),
+        errored.display()
+    )]
+    #[diagnostic(
+        code(gpuprov::state::final_save_failed),
+        help(
+            "the state in `{}` is the newest record of your machines: do not delete it. Fix the problem above, then run `mv {} {}`",
+            errored.display(),
+            errored.display(),
+            path.display()
+        )
+    )]
+    FinalSaveFailed {
+        /// The state file that could not be written.
+        path: PathBuf,
+        /// Where the state was written instead (`<path>.errored`).
+        errored: PathBuf,
+        /// Why saving to `path` failed.
+        #[source]
+        source: Box<StateError>,
+    },
+
+    /// Neither the final save nor the `.errored` fallback could be written. The state is
+    /// carried in `state_json` so the caller can print it as a last resort.
+    #[error(
+        "could not save the final state to `{}` nor to `{}`",
+        path.display(),
+        errored.display()
+    )]
+    #[diagnostic(
+        code(gpuprov::state::final_save_lost),
+        help("the state JSON is printed below; save it to `{}` once the problem is fixed, otherwise the next run must rediscover machines by their identity labels", path.display())
+    )]
+    FinalSaveLost {
+        /// The state file that could not be written.
+        path: PathBuf,
+        /// The fallback file that could not be written either.
+        errored: PathBuf,
+        /// Why saving to `path` failed.
+        #[source]
+        source: Box<StateError>,
+        /// Why writing `errored` failed.
+        errored_error: Box<StateError>,
+        /// The state, pretty JSON, for the caller to print.
+        state_json: String,
+    },
+}
+
+impl StateError {
+    pub(crate) fn io(action: &'static str, path: &Path, source: io::Error) -> Self {
+        StateError::Io {
+            action,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// Details of a state file that cannot be parsed, with a span pointing at the offending
+/// line and column (as reported by serde_json) for miette to render.
+#[derive(Debug, Error, Diagnostic)]
+#[error("state file `{}` cannot be parsed: {reason}", path.display())]
+#[diagnostic(code(gpuprov::state::corrupt))]
+pub struct CorruptState {
+    /// The state file.
+    pub path: PathBuf,
+    /// serde_json's message, without its position suffix.
+    pub reason: String,
+    /// 1-based line of the error (0 when unknown).
+    pub line: usize,
+    /// 1-based column of the error (0 at the very start or when unknown).
+    pub column: usize,
+    /// The file's text (lossily decoded), named by its path.
+    #[source_code]
+    pub src: NamedSource<String>,
+    /// Byte span of the error in `src`.
+    #[label("{reason}")]
+    pub span: SourceSpan,
+    /// How to recover; it says the file was not modified.
+    #[help]
+    pub help: String,
+}
+
+impl CorruptState {
+    /// Builds the diagnostic for `bytes` read from `path`, from serde_json's error.
+    pub(crate) fn new(path: &Path, bytes: &[u8], err: &serde_json::Error) -> Self {
+        let text = String::from_utf8_lossy(bytes).into_owned();
+        let (line, column) = (err.line(), err.column());
+        let full = err.to_string();
+        // serde_json appends " at line L column C"; the span shows the position instead.
+        let suffix = format!(" at line {line} column {column}");
+        let reason = full.strip_suffix(&suffix).unwrap_or(&full).to_string();
+        let reason = if bytes.iter().all(u8::is_ascii_whitespace) {
+            format!("the file is empty ({reason})")
+        } else {
+            reason
+        };
+        let span = span_at(&text, line, column);
+        let backup = super::backup_path(path);
+        let help = format!(
+            "the state file was NOT modified. To recover, restore the previous state with \
+             `cp {backup} {path}` if `{backup}` exists and is valid, or move the damaged \
+             file away (`mv {path} {path}.corrupt`) and run `gpuprov plan` to rediscover \
+             machines by their identity labels",
+            backup = backup.display(),
+            path = path.display(),
+        );
+        CorruptState {
+            path: path.to_path_buf(),
+            reason,
+            line,
+            column,
+            src: NamedSource::new(path.display().to_string(), text),
+            span,
+            help,
+        }
+    }
+}
+
+/// Converts serde_json's 1-based line and byte column into a byte span of `text`.
+///
+/// serde_json reports column 0 before the first byte of a line and points one past the end
+/// at EOF, so the offset is clamped to the text and the span is empty at the end.
+fn span_at(text: &str, line: usize, column: usize) -> SourceSpan {
+    let line_start = if line <= 1 {
+        0
+    } else {
+        text.match_indices('\n')
+            .nth(line - 2)
+            .map_or(text.len(), |(i, _)| i + 1)
+    };
+    let mut offset = (line_start + column.saturating_sub(1)).min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let len = text[offset..].chars().next().map_or(0, char::len_utf8);
+    SourceSpan::new(offset.into(), len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn span_points_at_line_and_column() {
+        let text = "{\n  \"a\": x\n}\n";
+        let span = span_at(text, 2, 8);
+        assert_eq!(&text[span.offset()..span.offset() + span.len()], "x");
+    }
+
+    #[test]
+    fn span_at_eof_is_empty_and_in_bounds() {
+        let span = span_at("{", 1, 1);
+        assert_eq!(span.offset(), 0);
+        let span = span_at("", 1, 0);
+        assert_eq!((span.offset(), span.len()), (0, 0));
+        let span = span_at("{\n", 2, 0);
+        assert_eq!((span.offset(), span.len()), (2, 0));
+    }
+}

@@ -1,0 +1,251 @@
+//! Reading and atomically writing the state file.
+
+use std::fs::{self, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use super::error::{CorruptState, StateError};
+use super::{backup_path, errored_path, StateFile, GPUPROV_VERSION, STATE_FORMAT_VERSION};
+
+/// Owns the state file's path for one run: it read the file once at [`StateStore::open`]
+/// and writes it back with [`StateStore::save`] / [`StateStore::save_final`].
+///
+/// There is no way to get a store for a file that could not be parsed, so such a file is
+/// never overwritten. Callers hold the [`super::StateLock`] for as long as they hold a
+/// store that will save.
+#[derive(Debug)]
+pub struct StateStore {
+    path: PathBuf,
+    /// The bytes read at open, if the file existed; written to `.backup` on first save.
+    original: Option<Vec<u8>>,
+    /// The lineage read at open, if the file existed; saves must not change it.
+    lineage: Option<String>,
+    backup_written: bool,
+}
+
+impl StateStore {
+    /// Reads the state file at `path`.
+    ///
+    /// A missing file gives a fresh [`StateFile::new`] (serial 0, new lineage).
+    ///
+    /// # Errors
+    ///
+    /// - [`StateError::Corrupt`]: the file is empty, truncated, not JSON, or has a field of
+    ///   the wrong type; the diagnostic points at the line and column.
+    /// - [`StateError::NewerVersion`]: its `version` is above [`STATE_FORMAT_VERSION`].
+    /// - [`StateError::Io`]: it could not be read (for example `path` is a directory).
+    ///
+    /// In every error case the file is left untouched.
+    pub fn open(path: impl AsRef<Path>) -> Result<(StateStore, StateFile), StateError> {
+        let path = path.as_ref().to_path_buf();
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let store = StateStore {
+                    path,
+                    original: None,
+                    lineage: None,
+                    backup_written: false,
+                };
+                return Ok((store, StateFile::new()));
+            }
+            Err(e) => return Err(StateError::io("read state file", &path, e)),
+        };
+        let state = parse(&path, &bytes)?;
+        let store = StateStore {
+            path,
+            original: Some(bytes),
+            lineage: Some(state.lineage.clone()),
+            backup_written: false,
+        };
+        Ok((store, state))
+    }
+
+    /// Returns the state file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Returns the path of the backup written on the first save (`<path>.backup`).
+    pub fn backup_path(&self) -> PathBuf {
+        backup_path(&self.path)
+    }
+
+    /// Returns the path the final state goes to if [`StateStore::save_final`] fails
+    /// (`<path>.errored`).
+    pub fn errored_path(&self) -> PathBuf {
+        errored_path(&self.path)
+    }
+
+    /// Writes `state` to the file atomically, after incrementing its `serial` and setting
+    /// `gpuprov_version` to this build.
+    ///
+    /// The write goes to a temp file in the same directory, which is fsynced and renamed
+    /// over the target, and then the directory is fsynced, so a crash leaves either the
+    /// old or the new file, never a torn one. Before the first save of this store, if the
+    /// file existed at open, the bytes read then are written (atomically) to
+    /// `<path>.backup`.
+    ///
+    /// On error `state.serial` is left as it was and the target file is unchanged.
+    ///
+    /// # Errors
+    ///
+    /// [`StateError::Io`] naming the file and step that failed,
+    /// [`StateError::LineageMismatch`] if `state` belongs to another lineage than the file
+    /// read at open.
+    pub fn save(&mut self, state: &mut StateFile) -> Result<(), StateError> {
+        if let Some(on_disk) = &self.lineage {
+            if *on_disk != state.lineage {
+                return Err(StateError::LineageMismatch {
+                    path: self.path.clone(),
+                    on_disk: on_disk.clone(),
+                    given: state.lineage.clone(),
+                });
+            }
+        }
+        if !self.backup_written {
+            if let Some(original) = &self.original {
+                atomic_write(&backup_path(&self.path), original)?;
+            }
+            self.backup_written = true;
+        }
+        let previous = (state.serial, state.gpuprov_version.clone());
+        state.serial = state.serial.saturating_add(1);
+        state.gpuprov_version = GPUPROV_VERSION.to_string();
+        let result = to_json(&self.path, state).and_then(|bytes| atomic_write(&self.path, &bytes));
+        if result.is_err() {
+            (state.serial, state.gpuprov_version) = previous;
+        }
+        result
+    }
+
+    /// Saves like [`StateStore::save`]; if that fails, writes the state (with its serial
+    /// incremented) to `<path>.errored` so it is not lost.
+    ///
+    /// Use this for the last save of a command, after which the lock is released.
+    ///
+    /// # Errors
+    ///
+    /// [`StateError::FinalSaveFailed`] when the state went to the `.errored` file (its
+    /// help says how to move it back), or [`StateError::FinalSaveLost`] carrying the state
+    /// JSON when even that write failed.
+    pub fn save_final(&mut self, state: &mut StateFile) -> Result<(), StateError> {
+        let source = match self.save(state) {
+            Ok(()) => return Ok(()),
+            Err(e) => Box::new(e),
+        };
+        // The errored copy is newer than whatever is on disk, so it carries the next
+        // serial: after `mv`, a saved plan made before this run is correctly stale.
+        state.serial = state.serial.saturating_add(1);
+        state.gpuprov_version = GPUPROV_VERSION.to_string();
+        let errored = self.errored_path();
+        let bytes = to_json(&self.path, state)?;
+        match atomic_write(&errored, &bytes) {
+            Ok(()) => Err(StateError::FinalSaveFailed {
+                path: self.path.clone(),
+                errored,
+                source,
+            }),
+            Err(e) => Err(StateError::FinalSaveLost {
+                path: self.path.clone(),
+                errored,
+                source,
+                errored_error: Box::new(e),
+                state_json: String::from_utf8_lossy(&bytes).into_owned(),
+            }),
+        }
+    }
+}
+
+/// Parses and version-checks the bytes of an existing state file.
+fn parse(path: &Path, bytes: &[u8]) -> Result<StateFile, StateError> {
+    let corrupt =
+        |e: &serde_json::Error| StateError::Corrupt(Box::new(CorruptState::new(path, bytes, e)));
+    // Check the version on the untyped value first: a newer format may not fit our types,
+    // and "upgrade gpuprov" is a better message than a type error.
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| corrupt(&e))?;
+    if let Some(found) = value.get("version").and_then(serde_json::Value::as_u64) {
+        if found > u64::from(STATE_FORMAT_VERSION) {
+            return Err(StateError::NewerVersion {
+                path: path.to_path_buf(),
+                found,
+                supported: STATE_FORMAT_VERSION,
+            });
+        }
+    }
+    // Parsed again from the bytes (not the value) so type errors keep line and column.
+    // Older formats would be migrated here; version 1 is the first.
+    serde_json::from_slice(bytes).map_err(|e| corrupt(&e))
+}
+
+/// Serializes the state as pretty JSON with a trailing newline.
+fn to_json(path: &Path, state: &StateFile) -> Result<Vec<u8>, StateError> {
+    let mut bytes = serde_json::to_vec_pretty(state).map_err(|source| StateError::Serialize {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
+/// Replaces `target` with `bytes` atomically: temp file in the same directory (so the
+/// rename does not cross filesystems), write, fsync, rename, fsync of the directory (so
+/// the rename itself survives a power loss).
+fn atomic_write(target: &Path, bytes: &[u8]) -> Result<(), StateError> {
+    let dir = match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "state".to_string());
+    let tmp = dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
+    let result = write_tmp_and_rename(&tmp, target, &dir, bytes);
+    if result.is_err() {
+        // Best effort: the temp file is garbage now, and the original error is what
+        // matters to the user.
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn write_tmp_and_rename(
+    tmp: &Path,
+    target: &Path,
+    dir: &Path,
+    bytes: &[u8],
+) -> Result<(), StateError> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(tmp)
+        .map_err(|e| StateError::io("create temporary file", tmp, e))?;
+    // Keep the target's permissions (a user may have restricted them).
+    if let Ok(meta) = fs::metadata(target) {
+        if meta.is_file() {
+            file.set_permissions(meta.permissions())
+                .map_err(|e| StateError::io("set permissions of temporary file", tmp, e))?;
+        }
+    }
+    file.write_all(bytes)
+        .map_err(|e| StateError::io("write temporary file", tmp, e))?;
+    file.sync_all()
+        .map_err(|e| StateError::io("fsync temporary file", tmp, e))?;
+    drop(file);
+    fs::rename(tmp, target).map_err(|e| StateError::io("replace", target, e))?;
+    sync_dir(dir)
+}
+
+#[cfg(unix)]
+fn sync_dir(dir: &Path) -> Result<(), StateError> {
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| StateError::io("fsync directory", dir, e))
+}
+
+#[cfg(not(unix))]
+fn sync_dir(_dir: &Path) -> Result<(), StateError> {
+    // Windows cannot open a directory as a file to flush it; NTFS journals the rename.
+    Ok(())
+}
