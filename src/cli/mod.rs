@@ -87,7 +87,9 @@ impl Project {
     }
 
     fn lock(&self, operation: &str, timeout: Duration) -> Result<StateLock, Report> {
-        let (lock, stale) = StateLock::acquire(&self.state_path, operation, timeout).map_err(Report::new)?;
+        // Waiting for the lock blocks; tell the runtime so other tasks keep running.
+        let (lock, stale) =
+            tokio::task::block_in_place(|| StateLock::acquire(&self.state_path, operation, timeout)).map_err(Report::new)?;
         if let Some(info) = stale {
             eprintln!(
                 "note: a previous lock ({} by {}, pid {}, {}) was not released; that process is gone, so the lock was taken over",
@@ -218,7 +220,11 @@ async fn run(cli: Cli, color: bool) -> Result<ExitCode, Report> {
         }
         Command::ForceUnlock(a) => {
             let outcome = force_unlock(&project.state_path, &a.lock_id).map_err(Report::new)?;
-            eprintln!("{outcome}");
+            let i = &outcome.cleared;
+            eprintln!(
+                "Cleared the stale lock {} ({} by {}, pid {}, {}). The state is unlocked.",
+                i.id, i.operation, i.who, i.pid, i.created
+            );
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -105,14 +105,14 @@ impl StateStore {
         }
         if !self.backup_written {
             if let Some(original) = &self.original {
-                atomic_write(&backup_path(&self.path), original)?;
+                write_atomic(&backup_path(&self.path), original)?;
             }
             self.backup_written = true;
         }
         let previous = (state.serial, state.gpuprov_version.clone());
         state.serial = state.serial.saturating_add(1);
         state.gpuprov_version = GPUPROV_VERSION.to_string();
-        let result = to_json(&self.path, state).and_then(|bytes| atomic_write(&self.path, &bytes));
+        let result = to_json(&self.path, state).and_then(|bytes| write_atomic(&self.path, &bytes));
         if result.is_err() {
             (state.serial, state.gpuprov_version) = previous;
         }
@@ -140,7 +140,7 @@ impl StateStore {
         state.gpuprov_version = GPUPROV_VERSION.to_string();
         let errored = self.errored_path();
         let bytes = to_json(&self.path, state)?;
-        match atomic_write(&errored, &bytes) {
+        match write_atomic(&errored, &bytes) {
             Ok(()) => Err(StateError::FinalSaveFailed {
                 path: self.path.clone(),
                 errored,
@@ -191,7 +191,7 @@ fn to_json(path: &Path, state: &StateFile) -> Result<Vec<u8>, StateError> {
 /// Replaces `target` with `bytes` atomically: temp file in the same directory (so the
 /// rename does not cross filesystems), write, fsync, rename, fsync of the directory (so
 /// the rename itself survives a power loss).
-fn atomic_write(target: &Path, bytes: &[u8]) -> Result<(), StateError> {
+pub fn write_atomic(target: &Path, bytes: &[u8]) -> Result<(), StateError> {
     let dir = match target.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),

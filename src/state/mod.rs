@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use error::{CorruptState, StateError};
-pub use file::StateStore;
+pub use file::{write_atomic, StateStore};
 pub use lock::{ForceUnlockOutcome, LockError, LockInfo, StateLock};
 
 /// The state format version this build writes and the newest it can read.
