@@ -521,6 +521,15 @@ impl CloudProvider for DockerProvider {
                 ),
             ));
         }
+        let key = spec.ssh_public_key.trim();
+        if key.is_empty() || key.contains('\n') {
+            // The entrypoint refuses to start without a key; fail here instead of letting
+            // the core wait out the boot timeout on an exited container.
+            return Err(ProviderError::new(
+                ErrorKind::InvalidRequest,
+                "the SSH public key must be one non-empty line",
+            ));
+        }
         let image = prepared
             .get("image")
             .and_then(|v| v.as_str())
@@ -548,10 +557,7 @@ impl CloudProvider for DockerProvider {
             .collect();
         let body = ContainerCreateBody {
             image: Some(image.to_string()),
-            env: Some(vec![format!(
-                "GPUPROV_AUTHORIZED_KEY={}",
-                spec.ssh_public_key.trim()
-            )]),
+            env: Some(vec![format!("GPUPROV_AUTHORIZED_KEY={key}")]),
             labels: Some(HashMap::from([
                 (IDENTITY_LABEL.to_string(), spec.vm_name.clone()),
                 (LINEAGE_LABEL.to_string(), lineage.to_string()),
