@@ -21,6 +21,7 @@ use async_trait::async_trait;
 use bollard::errors::Error as DockerError;
 use bollard::models::{
     ContainerCreateBody, ContainerSummary, ContainerSummaryStateEnum, HostConfig, PortBinding,
+    PortTypeEnum,
 };
 use bollard::query_parameters::{
     BuildImageOptions, CreateContainerOptions, ListContainersOptions, ListNetworksOptions,
@@ -383,8 +384,9 @@ fn ssh_endpoint(c: &ContainerSummary) -> Option<SshEndpoint> {
         return None;
     }
     let port = c.ports.as_ref()?.iter().find_map(|p| {
-        let tcp = p.typ.map(|t| t.to_string() == "tcp").unwrap_or(true);
-        let v4 = p.ip.as_deref().map(|ip| !ip.contains(':')).unwrap_or(true);
+        let tcp = p.typ.is_none_or(|t| t == PortTypeEnum::TCP);
+        // Skip an IPv6 binding: the host we report is the IPv4 loopback.
+        let v4 = p.ip.as_deref().is_none_or(|ip| !ip.contains(':'));
         (p.private_port == 22 && tcp && v4)
             .then_some(p.public_port)
             .flatten()
@@ -704,7 +706,7 @@ impl CloudProvider for DockerProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bollard::models::{Port, PortTypeEnum};
+    use bollard::models::Port;
 
     fn summary(state: ContainerSummaryStateEnum, ports: Vec<Port>) -> ContainerSummary {
         ContainerSummary {
