@@ -1,1 +1,779 @@
-//! The Docker test cloud.
+//! The Docker test cloud: each "instance" is a local container running sshd, reachable on a
+//! loopback port. It exists so the whole launch/teardown machinery can be exercised for
+//! real (SSH included) without a cloud account.
+//!
+//! Talks to the Docker Engine API through bollard (never the `docker` CLI), negotiating the
+//! API version so old daemons (Engine 20.10 = API 1.41) work. Nothing is ever pulled: the
+//! base image must exist locally (`scripts/build-base-image.sh` makes it offline).
+//!
+//! Mapping onto the contract (design 5): one offer `docker/local/container`; `prepare`
+//! builds the sshd image if missing; `create` runs a labelled container; `observe` lists
+//! containers by label; `delete` force-removes; `cleanup` removes labelled volumes and
+//! networks (normally none).
+
+mod errors;
+mod image;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bollard::errors::Error as DockerError;
+use bollard::models::{
+    ContainerCreateBody, ContainerSummary, ContainerSummaryStateEnum, HostConfig, PortBinding,
+    PortTypeEnum,
+};
+use bollard::query_parameters::{
+    BuildImageOptions, CreateContainerOptions, ListContainersOptions, ListNetworksOptions,
+    ListVolumesOptions, RemoveContainerOptions, RemoveVolumeOptions, StartContainerOptions,
+};
+use bollard::{Docker, API_DEFAULT_VERSION};
+use futures_util::StreamExt;
+use tokio::sync::OnceCell;
+
+pub use errors::classify;
+use errors::{classify_at, is_conflict, is_not_found};
+pub use image::{sshd_image_tag, MANAGED_LABEL, SSHD_REPOSITORY};
+
+use super::{
+    Capabilities, CloudProvider, ErrorKind, InstanceSpec, InstanceStatus, Location, Observed,
+    Offer, ProviderError, ResourceRequest, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
+};
+
+/// The base image used when config does not name one.
+pub const DEFAULT_BASE_IMAGE: &str = "gpuprov/debian-sshd-base:bookworm";
+/// Environment variable that overrides the configured endpoint (see
+/// [`DockerSettings::from_env_and_config`]).
+pub const ENDPOINT_ENV: &str = "GPUPROV_DOCKER_ENDPOINT";
+/// The cloud name, region and instance type of the single offer.
+pub const CLOUD: &str = "docker";
+/// The only region of the Docker test cloud.
+pub const REGION: &str = "local";
+/// The offer's instance type.
+pub const INSTANCE_TYPE: &str = "container";
+/// The id of the single offer.
+pub const OFFER_ID: &str = "docker/local/container";
+/// Label carrying `InstanceSpec::client_token` on each container (informational: Docker has
+/// no idempotency token; the deterministic container name gives idempotency instead).
+pub const CLIENT_TOKEN_LABEL: &str = "gpuprov-client-token";
+/// The only host address ports are published on: containers are never reachable from
+/// other machines.
+pub const LOOPBACK: &str = "127.0.0.1";
+/// Per-request read/write timeout of the Engine connection, seconds.
+const REQUEST_TIMEOUT_SECS: u64 = 120;
+/// Build log lines quoted in a build failure.
+const BUILD_LOG_TAIL: usize = 20;
+
+/// Configuration of the Docker test cloud.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DockerSettings {
+    /// Local image the sshd image is built `FROM`; never pulled. Default
+    /// [`DEFAULT_BASE_IMAGE`].
+    pub base_image: String,
+    /// Engine endpoint: `unix:///path/docker.sock` (or a bare socket path), `tcp://host:port`
+    /// or `http://host:port`. `None` means `DOCKER_HOST`, else `unix:///var/run/docker.sock`.
+    pub endpoint: Option<String>,
+    /// The state's lineage (a UUID). `observe` only sees containers labelled with it, and
+    /// `create` refuses a spec of another lineage, so two projects never see each other's
+    /// containers. Must be set (non-empty) before `create`/`observe`/`cleanup`.
+    pub lineage: String,
+}
+
+impl Default for DockerSettings {
+    fn default() -> Self {
+        DockerSettings {
+            base_image: DEFAULT_BASE_IMAGE.to_string(),
+            endpoint: None,
+            lineage: String::new(),
+        }
+    }
+}
+
+impl DockerSettings {
+    /// Settings from `[cloud.docker]` values plus the environment. Endpoint precedence:
+    /// env `GPUPROV_DOCKER_ENDPOINT` (non-empty) > `endpoint` > `DOCKER_HOST` (resolved at
+    /// connect time) > the default socket. `base_image` defaults to [`DEFAULT_BASE_IMAGE`].
+    /// `lineage` is left empty: the caller sets it from the state.
+    pub fn from_env_and_config(endpoint: Option<String>, base_image: Option<String>) -> Self {
+        let env_endpoint = std::env::var(ENDPOINT_ENV)
+            .ok()
+            .filter(|s| !s.trim().is_empty());
+        DockerSettings {
+            base_image: base_image
+                .filter(|s| !s.trim().is_empty())
+                .unwrap_or_else(|| DEFAULT_BASE_IMAGE.to_string()),
+            endpoint: env_endpoint.or(endpoint.filter(|s| !s.trim().is_empty())),
+            lineage: String::new(),
+        }
+    }
+
+    /// The endpoint as it will be used, for messages: the explicit one, else `DOCKER_HOST`,
+    /// else the default socket.
+    pub fn effective_endpoint(&self) -> String {
+        self.endpoint
+            .clone()
+            .or_else(|| std::env::var("DOCKER_HOST").ok().filter(|s| !s.is_empty()))
+            .unwrap_or_else(|| "unix:///var/run/docker.sock".to_string())
+    }
+}
+
+/// The Docker test cloud adapter (cloud name `"docker"`).
+///
+/// Construction never touches the daemon: the Engine connection is opened (and the API
+/// version negotiated) on the first call that needs it, so `plan` works without Docker and
+/// a daemon that comes up later is picked up by the next call.
+pub struct DockerProvider {
+    settings: DockerSettings,
+    docker: OnceCell<Docker>,
+}
+
+impl DockerProvider {
+    /// An adapter for `settings`. Never fails and does no I/O.
+    pub fn new(settings: DockerSettings) -> Self {
+        DockerProvider {
+            settings,
+            docker: OnceCell::new(),
+        }
+    }
+
+    /// The settings this adapter was built with.
+    pub fn settings(&self) -> &DockerSettings {
+        &self.settings
+    }
+
+    /// The container name for a VM: `gpuprov-<vm_name>-<first 8 chars of lineage>`. The
+    /// lineage prefix keeps two projects' VMs of the same name apart; the fixed name is what
+    /// makes `create` idempotent (the Engine answers 409 to a second create).
+    pub fn container_name(vm_name: &str, lineage: &str) -> String {
+        let short: String = lineage.chars().take(8).collect();
+        format!("gpuprov-{vm_name}-{short}")
+    }
+
+    fn err(&self, e: DockerError) -> ProviderError {
+        classify_at(e, &self.settings.effective_endpoint())
+    }
+
+    /// The Engine client, connecting and negotiating the API version on first use. A
+    /// failed attempt is not cached, so the next call tries again.
+    async fn docker(&self) -> Result<&Docker, ProviderError> {
+        self.docker
+            .get_or_try_init(|| async {
+                let docker = self.connect().map_err(|e| self.err(e))?;
+                docker.negotiate_version().await.map_err(|e| self.err(e))
+            })
+            .await
+    }
+
+    fn connect(&self) -> Result<Docker, DockerError> {
+        match self.settings.endpoint.as_deref() {
+            // bollard reads DOCKER_HOST (unix://, tcp://, http://) and falls back to the
+            // default socket, which is exactly the docker CLI's behaviour.
+            None => Docker::connect_with_defaults(),
+            Some(e) if e.starts_with("unix://") || e.starts_with('/') => {
+                Docker::connect_with_unix(e, REQUEST_TIMEOUT_SECS, API_DEFAULT_VERSION)
+            }
+            Some(e) if e.starts_with("tcp://") || e.starts_with("http://") => {
+                Docker::connect_with_http(e, REQUEST_TIMEOUT_SECS, API_DEFAULT_VERSION)
+            }
+            Some(e) => Err(DockerError::UnsupportedURISchemeError { uri: e.to_string() }),
+        }
+    }
+
+    fn require_lineage(&self) -> Result<&str, ProviderError> {
+        if self.settings.lineage.trim().is_empty() {
+            return Err(ProviderError::new(
+                ErrorKind::InvalidRequest,
+                "docker provider has no lineage configured (DockerSettings::lineage is empty)",
+            ));
+        }
+        Ok(&self.settings.lineage)
+    }
+
+    /// Engine `filters` selecting objects of `vm_name` in this lineage (both labels must
+    /// match: repeated `label` filters are ANDed by the Engine).
+    fn identity_filters(
+        &self,
+        vm_name: &str,
+    ) -> Result<HashMap<String, Vec<String>>, ProviderError> {
+        let lineage = self.require_lineage()?;
+        Ok(HashMap::from([(
+            "label".to_string(),
+            vec![
+                format!("{IDENTITY_LABEL}={vm_name}"),
+                format!("{LINEAGE_LABEL}={lineage}"),
+            ],
+        )]))
+    }
+
+    /// Builds `tag` from `base` through `POST /build` (classic builder) and checks the
+    /// result. Build errors arrive in the JSON stream (`error`/`errorDetail`), not as an
+    /// HTTP status, so the stream is read to the end.
+    async fn build_sshd_image(
+        &self,
+        docker: &Docker,
+        base: &str,
+        tag: &str,
+    ) -> Result<(), ProviderError> {
+        let context = image::build_context(base).map_err(|e| {
+            ProviderError::new(ErrorKind::Failed, format!("packing the build context: {e}"))
+        })?;
+        let options = BuildImageOptions {
+            dockerfile: "Dockerfile".to_string(),
+            t: Some(tag.to_string()),
+            rm: true,
+            forcerm: true,
+            // Never contact a registry: the base image is local by contract.
+            pull: None,
+            labels: Some(HashMap::from([(
+                MANAGED_LABEL.to_string(),
+                "true".to_string(),
+            )])),
+            ..Default::default()
+        };
+        let mut stream =
+            docker.build_image(options, None, Some(bollard::body_full(context.into())));
+        let mut log: Vec<String> = Vec::new();
+        let mut failure: Option<String> = None;
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(info) => {
+                    if let Some(s) = info.stream {
+                        log.extend(
+                            s.lines()
+                                .filter(|l| !l.trim().is_empty())
+                                .map(str::to_string),
+                        );
+                    }
+                    let detail = info.error_detail.and_then(|d| d.message);
+                    if let Some(e) = info.error.or(detail) {
+                        failure = Some(e);
+                    }
+                }
+                Err(e @ DockerError::DockerStreamError { .. }) => {
+                    failure = Some(e.to_string());
+                    break;
+                }
+                Err(e) => return Err(self.err(e)),
+            }
+        }
+        if let Some(reason) = failure {
+            let tail = log[log.len().saturating_sub(BUILD_LOG_TAIL)..].join("\n");
+            return Err(ProviderError::new(
+                ErrorKind::Failed,
+                format!(
+                    "building {tag} from {base} failed: {reason}\n--- build log tail ---\n{tail}"
+                ),
+            ));
+        }
+        match docker.inspect_image(tag).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Err(ProviderError::new(
+                ErrorKind::Failed,
+                format!("building {tag} reported success but the image does not exist"),
+            )),
+            Err(e) => Err(self.err(e)),
+        }
+    }
+
+    /// Looks up an existing container by name after a 409 on create, checks it is ours and
+    /// starts it if it is not running (`POST /containers/{id}/start` answers 304 when it
+    /// already runs, which bollard treats as success).
+    async fn adopt_existing(
+        &self,
+        docker: &Docker,
+        name: &str,
+        spec: &InstanceSpec,
+    ) -> Result<String, ProviderError> {
+        let info = docker
+            .inspect_container(
+                name,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+            .map_err(|e| {
+                if is_not_found(&e) {
+                    // Removed between our create and inspect: let the core retry the create.
+                    ProviderError::transient(format!("container {name} vanished during create"))
+                } else {
+                    self.err(e)
+                }
+            })?;
+        let labels = info
+            .config
+            .as_ref()
+            .and_then(|c| c.labels.clone())
+            .unwrap_or_default();
+        if labels.get(IDENTITY_LABEL).map(String::as_str) != Some(spec.vm_name.as_str())
+            || labels.get(LINEAGE_LABEL).map(String::as_str) != Some(spec.lineage.as_str())
+        {
+            return Err(ProviderError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "a container named {name} exists but is not labelled {IDENTITY_LABEL}={} / \
+                     {LINEAGE_LABEL}={}; remove it or rename the VM",
+                    spec.vm_name, spec.lineage
+                ),
+            ));
+        }
+        let id = info.id.ok_or_else(|| {
+            ProviderError::new(ErrorKind::Failed, format!("container {name} has no id"))
+        })?;
+        let running = info.state.as_ref().and_then(|s| s.running).unwrap_or(false);
+        if !running {
+            docker
+                .start_container(&id, None::<StartContainerOptions>)
+                .await
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(id)
+    }
+
+    /// The normalised status of a listed container (`State` of `GET /containers/json`).
+    /// Dead containers are inspected for `State.ExitCode` / `State.Error` so the reason says
+    /// what happened.
+    async fn status_of(&self, docker: &Docker, c: &ContainerSummary) -> InstanceStatus {
+        match c.state {
+            Some(ContainerSummaryStateEnum::RUNNING) => InstanceStatus::Running,
+            Some(ContainerSummaryStateEnum::CREATED | ContainerSummaryStateEnum::RESTARTING) => {
+                InstanceStatus::Pending
+            }
+            Some(ContainerSummaryStateEnum::PAUSED | ContainerSummaryStateEnum::EXITED) => {
+                InstanceStatus::Stopped
+            }
+            Some(ContainerSummaryStateEnum::REMOVING) => InstanceStatus::Terminating,
+            Some(ContainerSummaryStateEnum::DEAD) => {
+                let id = c.id.clone().unwrap_or_default();
+                let state = docker
+                    .inspect_container(
+                        &id,
+                        None::<bollard::query_parameters::InspectContainerOptions>,
+                    )
+                    .await
+                    .ok()
+                    .and_then(|i| i.state);
+                let code = state.as_ref().and_then(|s| s.exit_code);
+                let error = state.and_then(|s| s.error).filter(|e| !e.is_empty());
+                InstanceStatus::Failed(dead_reason(code, error.as_deref(), c.status.as_deref()))
+            }
+            Some(ContainerSummaryStateEnum::EMPTY) | None => InstanceStatus::Failed(format!(
+                "container reports no state ({})",
+                c.status.as_deref().unwrap_or("no status")
+            )),
+        }
+    }
+}
+
+fn dead_reason(code: Option<i64>, error: Option<&str>, status: Option<&str>) -> String {
+    let mut reason = "container is dead".to_string();
+    if let Some(code) = code {
+        reason.push_str(&format!(", exit code {code}"));
+    }
+    if let Some(error) = error {
+        reason.push_str(&format!(", error: {error}"));
+    } else if let Some(status) = status.filter(|s| !s.is_empty()) {
+        reason.push_str(&format!(" ({status})"));
+    }
+    reason
+}
+
+/// The SSH endpoint of a listed container: its `Ports[]` entry with `PrivatePort` 22,
+/// `Type` tcp and a `PublicPort`. Only when running: a stopped container keeps no binding
+/// worth dialling. The host is always [`LOOPBACK`] because that is where `create` binds.
+fn ssh_endpoint(c: &ContainerSummary) -> Option<SshEndpoint> {
+    if c.state != Some(ContainerSummaryStateEnum::RUNNING) {
+        return None;
+    }
+    let port = c.ports.as_ref()?.iter().find_map(|p| {
+        let tcp = p.typ.is_none_or(|t| t == PortTypeEnum::TCP);
+        // Skip an IPv6 binding: the host we report is the IPv4 loopback.
+        let v4 = p.ip.as_deref().is_none_or(|ip| !ip.contains(':'));
+        (p.private_port == 22 && tcp && v4)
+            .then_some(p.public_port)
+            .flatten()
+    })?;
+    (port != 0).then(|| SshEndpoint {
+        host: LOOPBACK.to_string(),
+        port,
+        user: Some("root".to_string()),
+    })
+}
+
+fn is_local(at: &Location) -> bool {
+    at.cloud == CLOUD && at.region == REGION
+}
+
+#[async_trait]
+impl CloudProvider for DockerProvider {
+    fn name(&self) -> &'static str {
+        CLOUD
+    }
+
+    /// No optional feature (no GPU, spot, boot script, firewall or Kubernetes); short
+    /// timeouts because a container starts in about a second.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            supported: vec![],
+            boot_timeout: Duration::from_secs(60),
+            ssh_timeout: Duration::from_secs(60),
+            delete_timeout: Duration::from_secs(60),
+            poll_interval: Duration::from_millis(500),
+            max_concurrency: 4,
+            min_create_interval: Duration::ZERO,
+        }
+    }
+
+    /// Exactly one free offer, [`OFFER_ID`]. Errors (`InvalidRequest`): any GPU ask, a spot
+    /// ask, or a non-empty `regions` list without `local`. Needs no daemon.
+    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
+        let invalid = |msg: String| Err(ProviderError::new(ErrorKind::InvalidRequest, msg));
+        if req.gpu.is_some() || req.gpu_count > 0 {
+            return invalid("the docker test cloud has no GPUs".to_string());
+        }
+        if req.spot {
+            return invalid("the docker test cloud has no spot instances".to_string());
+        }
+        if !req.regions.is_empty() && !req.regions.iter().any(|r| r == REGION) {
+            return invalid(format!(
+                "the docker test cloud has only region `{REGION}`; asked for {}",
+                req.regions
+                    .iter()
+                    .map(|r| format!("`{r}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        Ok(vec![Offer {
+            id: OFFER_ID.to_string(),
+            location: Location {
+                cloud: CLOUD.to_string(),
+                region: REGION.to_string(),
+                zone: None,
+            },
+            instance_type: INSTANCE_TYPE.to_string(),
+            gpu: None,
+            gpu_count: 0,
+            spot: false,
+            price_per_hour: 0.0,
+            detail: serde_json::Value::Null,
+        }])
+    }
+
+    /// Ensures the sshd image [`sshd_image_tag`]`(base)` exists, building it through the
+    /// Engine's `POST /build` when missing, where `base` is `spec.image` or
+    /// `DockerSettings::base_image`. Returns `{"image": "<tag>"}`.
+    ///
+    /// Errors: base image missing → `InvalidRequest` (run `scripts/build-base-image.sh`);
+    /// daemon unreachable → `Transient` naming the endpoint; build failure → `Failed` with
+    /// the build log tail.
+    async fn prepare(
+        &self,
+        _offer: &Offer,
+        spec: &InstanceSpec,
+    ) -> Result<serde_json::Value, ProviderError> {
+        let base = spec
+            .image
+            .clone()
+            .unwrap_or_else(|| self.settings.base_image.clone());
+        let tag = sshd_image_tag(&base);
+        let docker = self.docker().await?;
+        match docker.inspect_image(&tag).await {
+            Ok(_) => return Ok(serde_json::json!({ "image": tag })),
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(self.err(e)),
+        }
+        match docker.inspect_image(&base).await {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {
+                return Err(ProviderError::new(
+                    ErrorKind::InvalidRequest,
+                    format!(
+                        "base image {base} does not exist locally and cannot be pulled; run \
+                         scripts/build-base-image.sh (or set [cloud.docker] base_image to a \
+                         local image with openssh-server)"
+                    ),
+                ))
+            }
+            Err(e) => return Err(self.err(e)),
+        }
+        self.build_sshd_image(docker, &base, &tag).await?;
+        Ok(serde_json::json!({ "image": tag }))
+    }
+
+    /// Creates and starts container [`DockerProvider::container_name`] from
+    /// `prepared["image"]`, labelled `gpuprov-vm-name`, `gpuprov-lineage` and
+    /// `gpuprov-client-token`, with `GPUPROV_AUTHORIZED_KEY` = the public key, port 22 and
+    /// `spec.ports` published on 127.0.0.1 at random host ports (`HostConfig.PortBindings`
+    /// with an empty `HostPort`). Idempotent: on 409 (name taken) it adopts the existing
+    /// container, starting it if needed. Returns the container id.
+    async fn create(
+        &self,
+        _offer: &Offer,
+        prepared: &serde_json::Value,
+        spec: &InstanceSpec,
+    ) -> Result<String, ProviderError> {
+        let lineage = self.require_lineage()?;
+        if spec.lineage != lineage {
+            // observe filters on the configured lineage: a container of another lineage
+            // would be invisible to it and leak.
+            return Err(ProviderError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "spec lineage {} differs from the provider's lineage {lineage}",
+                    spec.lineage
+                ),
+            ));
+        }
+        let key = spec.ssh_public_key.trim();
+        if key.is_empty() || key.contains('\n') {
+            // The entrypoint refuses to start without a key; fail here instead of letting
+            // the core wait out the boot timeout on an exited container.
+            return Err(ProviderError::new(
+                ErrorKind::InvalidRequest,
+                "the SSH public key must be one non-empty line",
+            ));
+        }
+        let image = prepared
+            .get("image")
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| {
+                ProviderError::new(ErrorKind::InvalidRequest, "prepared data has no `image`")
+            })?;
+        let name = Self::container_name(&spec.vm_name, lineage);
+        let docker = self.docker().await?;
+
+        let mut ports: Vec<u16> = vec![22];
+        ports.extend(spec.ports.iter().copied().filter(|p| *p != 22));
+        ports.sort_unstable();
+        ports.dedup();
+        let keys: Vec<String> = ports.iter().map(|p| format!("{p}/tcp")).collect();
+        let bindings = keys
+            .iter()
+            .map(|k| {
+                let b = PortBinding {
+                    host_ip: Some(LOOPBACK.to_string()),
+                    // Empty HostPort = the Engine picks a free ephemeral port.
+                    host_port: Some(String::new()),
+                };
+                (k.clone(), Some(vec![b]))
+            })
+            .collect();
+        let body = ContainerCreateBody {
+            image: Some(image.to_string()),
+            env: Some(vec![format!("GPUPROV_AUTHORIZED_KEY={key}")]),
+            labels: Some(HashMap::from([
+                (IDENTITY_LABEL.to_string(), spec.vm_name.clone()),
+                (LINEAGE_LABEL.to_string(), lineage.to_string()),
+                (CLIENT_TOKEN_LABEL.to_string(), spec.client_token.clone()),
+                (MANAGED_LABEL.to_string(), "true".to_string()),
+            ])),
+            exposed_ports: Some(keys.iter().map(|k| (k.clone(), HashMap::new())).collect()),
+            host_config: Some(HostConfig {
+                port_bindings: Some(bindings),
+                // docker-init as PID 1 reaps the zombies of SSH sessions and forwards
+                // signals, so `docker stop` is quick.
+                init: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptions {
+            name: Some(name.clone()),
+            ..Default::default()
+        };
+        let id = match docker.create_container(Some(options), body).await {
+            Ok(resp) => resp.id,
+            Err(e) if is_conflict(&e) => return self.adopt_existing(docker, &name, spec).await,
+            Err(e) if is_not_found(&e) => {
+                return Err(ProviderError::new(
+                    ErrorKind::Failed,
+                    format!("image {image} is missing (was it removed after prepare?)"),
+                ))
+            }
+            Err(e) => return Err(self.err(e)),
+        };
+        docker
+            .start_container(&id, None::<StartContainerOptions>)
+            .await
+            .map_err(|e| self.err(e))?;
+        Ok(id)
+    }
+
+    /// Containers (`GET /containers/json?all=true`) carrying both `gpuprov-vm-name=<vm_name>`
+    /// and `gpuprov-lineage=<lineage>`, sorted by id. `State` maps: created/restarting →
+    /// Pending, running → Running, paused/exited → Stopped, removing → Terminating, dead →
+    /// Failed(exit code, `State.Error`). The SSH endpoint (`127.0.0.1`, the published host
+    /// port of `22/tcp`, user `root`) is set only while running. A location other than
+    /// `docker/local` holds nothing.
+    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
+        let filters = self.identity_filters(vm_name)?;
+        if !is_local(at) {
+            return Ok(vec![]);
+        }
+        let docker = self.docker().await?;
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        };
+        let mut list = docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| self.err(e))?;
+        list.sort_by(|a, b| a.id.cmp(&b.id));
+        let mut out = Vec::with_capacity(list.len());
+        for c in &list {
+            let Some(id) = c.id.clone() else { continue };
+            out.push(Observed {
+                instance_id: id,
+                status: self.status_of(docker, c).await,
+                ssh: ssh_endpoint(c),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Force-removes each container with its anonymous volumes (`DELETE
+    /// /containers/{id}?force=true&v=true`). 404 (already gone) and 409 (removal already in
+    /// progress) are success. Does not wait.
+    async fn delete(
+        &self,
+        _at: &Location,
+        _vm_name: &str,
+        instance_ids: &[String],
+    ) -> Result<(), ProviderError> {
+        if instance_ids.is_empty() {
+            return Ok(());
+        }
+        let docker = self.docker().await?;
+        for id in instance_ids {
+            let options = RemoveContainerOptions {
+                force: true,
+                v: true,
+                ..Default::default()
+            };
+            match docker.remove_container(id, Some(options)).await {
+                Ok(()) => {}
+                Err(e) if is_not_found(&e) || is_conflict(&e) => {}
+                Err(e) => return Err(self.err(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes volumes and networks labelled with the VM identity and lineage. `create`
+    /// makes none, so this normally finds nothing; it exists so a future change that adds
+    /// such objects cannot leak them. Idempotent: 404 is success.
+    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
+        let filters = self.identity_filters(vm_name)?;
+        if !is_local(at) {
+            return Ok(());
+        }
+        let docker = self.docker().await?;
+        let volumes = docker
+            .list_volumes(Some(ListVolumesOptions {
+                filters: Some(filters.clone()),
+            }))
+            .await
+            .map_err(|e| self.err(e))?;
+        for v in volumes.volumes.unwrap_or_default() {
+            match docker
+                .remove_volume(&v.name, Some(RemoveVolumeOptions { force: true }))
+                .await
+            {
+                Ok(()) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(self.err(e)),
+            }
+        }
+        let networks = docker
+            .list_networks(Some(ListNetworksOptions {
+                filters: Some(filters),
+            }))
+            .await
+            .map_err(|e| self.err(e))?;
+        for n in networks {
+            let Some(id) = n.id.or(n.name) else { continue };
+            match docker.remove_network(&id).await {
+                Ok(()) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(self.err(e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bollard::models::Port;
+
+    fn summary(state: ContainerSummaryStateEnum, ports: Vec<Port>) -> ContainerSummary {
+        ContainerSummary {
+            id: Some("abc".into()),
+            state: Some(state),
+            ports: Some(ports),
+            ..Default::default()
+        }
+    }
+
+    fn port(private: u16, public: Option<u16>, ip: &str) -> Port {
+        Port {
+            ip: Some(ip.into()),
+            private_port: private,
+            public_port: public,
+            typ: Some(PortTypeEnum::TCP),
+        }
+    }
+
+    #[test]
+    fn ssh_endpoint_only_when_running_with_published_22() {
+        let ok = summary(
+            ContainerSummaryStateEnum::RUNNING,
+            vec![port(22, Some(32768), "127.0.0.1")],
+        );
+        assert_eq!(
+            ssh_endpoint(&ok),
+            Some(SshEndpoint {
+                host: "127.0.0.1".into(),
+                port: 32768,
+                user: Some("root".into())
+            })
+        );
+        let stopped = summary(
+            ContainerSummaryStateEnum::EXITED,
+            vec![port(22, Some(1), "127.0.0.1")],
+        );
+        assert_eq!(ssh_endpoint(&stopped), None);
+        let unpublished = summary(ContainerSummaryStateEnum::RUNNING, vec![port(22, None, "")]);
+        assert_eq!(ssh_endpoint(&unpublished), None);
+        let other = summary(
+            ContainerSummaryStateEnum::RUNNING,
+            vec![port(8080, Some(40000), "127.0.0.1")],
+        );
+        assert_eq!(ssh_endpoint(&other), None);
+    }
+
+    #[test]
+    fn container_name_uses_lineage_prefix() {
+        assert_eq!(
+            DockerProvider::container_name("gpu1", "0123456789abcdef"),
+            "gpuprov-gpu1-01234567"
+        );
+    }
+
+    #[test]
+    fn dead_reason_mentions_code_and_error() {
+        let r = dead_reason(Some(137), Some("oom"), None);
+        assert!(r.contains("137") && r.contains("oom"), "{r}");
+        assert!(dead_reason(None, None, Some("Dead")).contains("Dead"));
+    }
+
+    #[test]
+    fn settings_default_base_image() {
+        let s = DockerSettings::from_env_and_config(None, None);
+        assert_eq!(s.base_image, DEFAULT_BASE_IMAGE);
+        let s = DockerSettings::from_env_and_config(None, Some("x/y:z".into()));
+        assert_eq!(s.base_image, "x/y:z");
+    }
+}
