@@ -114,16 +114,19 @@ fn project_dir(lineage: &str) -> PathBuf {
     data_home().join("projects").join(lineage)
 }
 
+fn docker_provider(config: Option<&Config>, lineage: &str) -> DockerProvider {
+    let s = config.map(|c| c.cloud_settings(Cloud::Docker)).unwrap_or_default();
+    let mut settings = DockerSettings::from_env_and_config(s.endpoint, s.base_image);
+    settings.lineage = lineage.to_string();
+    DockerProvider::new(settings)
+}
+
+/// The adapters of the clouds the config uses (those this build has).
 fn build_providers(config: &Config, lineage: &str) -> Providers {
     let mut p = Providers::new();
     for cloud in config.clouds_in_use() {
         if cloud == Cloud::Docker {
-            let s = config.cloud_settings(Cloud::Docker);
-            p.insert(Arc::new(DockerProvider::new(DockerSettings::from_env_and_config(
-                s.endpoint,
-                s.base_image,
-                lineage.to_string(),
-            ))));
+            p.insert(Arc::new(docker_provider(Some(config), lineage)));
         }
     }
     p
@@ -257,8 +260,14 @@ async fn make_plan(config: &Config, state: &StateFile, providers: &Providers, re
             }
         }
     }
-    plan::compute(config, state, observed.as_ref(), &|vm| prices.get(&vm.name).copied())
-        .map_err(|e| miette!(help = "inspect it with `gpuprov state show ADDRESS`; restore the .backup if it was edited by hand", "{e}"))
+    let mut plan = plan::compute(config, state, observed.as_ref(), &|vm| prices.get(&vm.name).copied())
+        .map_err(|e| miette!(help = "inspect it with `gpuprov state show ADDRESS`; restore the .backup if it was edited by hand", "{e}"))?;
+    for name in providers.names() {
+        if let Some(ep) = providers.get(name).and_then(|p| p.endpoint_override()) {
+            plan.endpoints.insert(name.to_string(), ep);
+        }
+    }
+    Ok(plan)
 }
 
 async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> Result<ExitCode, Report> {
@@ -515,7 +524,7 @@ async fn cmd_destroy(cli: &Cli, project: &Project, a: &DestroyArgs, color: bool)
         let owned = crate::engine::owned_of(&crate::machine::PrevRecord { kind: r.machine.kind.clone(), state: r.machine.state.clone() });
         if let Some(o) = owned {
             if o.location.cloud == "docker" && providers.get("docker").is_none() {
-                providers.insert(Arc::new(DockerProvider::new(DockerSettings::from_env_and_config(None, None, state.lineage.clone()))));
+                providers.insert(Arc::new(docker_provider(config.as_ref(), &state.lineage)));
             }
         }
     }
@@ -657,9 +666,7 @@ async fn cmd_validate(project: &Project) -> Result<ExitCode, Report> {
     for cloud in config.clouds_in_use() {
         match providers.get(cloud.as_str()) {
             Some(_) if cloud == Cloud::Docker => {
-                let s = config.cloud_settings(Cloud::Docker);
-                let d = DockerProvider::new(DockerSettings::from_env_and_config(s.endpoint, s.base_image, lineage.clone()));
-                match d.ping().await {
+                match docker_provider(Some(&config), &lineage).ping().await {
                     Ok(where_) => println!("  docker: usable (Docker Engine at {where_}; no credentials needed)"),
                     Err(e) => {
                         ok = false;

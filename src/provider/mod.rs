@@ -340,6 +340,11 @@ pub trait CloudProvider: Send + Sync {
     /// The cloud's name as spelled in config (one of [`KNOWN_CLOUDS`]).
     fn name(&self) -> &'static str;
     fn capabilities(&self) -> Capabilities;
+    /// The API endpoint when it is overridden (config or environment), credentials
+    /// redacted; `plan` shows it so nobody applies against the wrong API by accident.
+    fn endpoint_override(&self) -> Option<String> {
+        None
+    }
     /// Ordered offers for the ask (preference = order). Creates nothing.
     /// Errors: `InvalidRequest` when the ask cannot be planned on this cloud.
     async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError>;

@@ -136,6 +136,15 @@ impl DockerProvider {
         }
     }
 
+    /// Checks that the Engine answers; returns the endpoint it answered on.
+    ///
+    /// Errors: `Transient` when the daemon cannot be reached (the message names the socket).
+    pub async fn ping(&self) -> Result<String, ProviderError> {
+        let d = self.docker().await?;
+        d.ping().await.map_err(|e| self.err(e))?;
+        Ok(self.settings.effective_endpoint())
+    }
+
     /// The settings this adapter was built with.
     pub fn settings(&self) -> &DockerSettings {
         &self.settings
@@ -406,6 +415,10 @@ fn is_local(at: &Location) -> bool {
 impl CloudProvider for DockerProvider {
     fn name(&self) -> &'static str {
         CLOUD
+    }
+
+    fn endpoint_override(&self) -> Option<String> {
+        self.settings.endpoint.as_deref().map(crate::plan::redact_url)
     }
 
     /// No optional feature (no GPU, spot, boot script, firewall or Kubernetes); short

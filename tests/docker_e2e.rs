@@ -1,0 +1,179 @@
+//! End to end on the real Docker test cloud, through the real binary: apply, a command
+//! over SSH, an idempotent re-apply, a `kill -9` of apply mid-launch followed by an apply
+//! that adopts the same container, and a destroy that leaves nothing carrying the label.
+//!
+//! Needs a running Docker Engine (CI has one). Builds the base image with
+//! `scripts/build-base-image.sh` when it is missing. `GPUPROV_SKIP_DOCKER=1` skips, loudly.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use bollard::query_parameters::{ListContainersOptionsBuilder, ListNetworksOptionsBuilder, ListVolumesOptionsBuilder};
+use bollard::Docker;
+
+fn skip() -> bool {
+    if std::env::var_os("GPUPROV_SKIP_DOCKER").is_some_and(|v| v == "1") {
+        eprintln!("SKIP: GPUPROV_SKIP_DOCKER=1, the Docker end-to-end test did not run");
+        return true;
+    }
+    false
+}
+
+struct Project {
+    dir: tempfile::TempDir,
+}
+
+impl Project {
+    fn new() -> Project {
+        let dir = tempfile::tempdir().unwrap();
+        let example = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/docker.toml")).unwrap();
+        std::fs::write(dir.path().join("gpuprov.toml"), example).unwrap();
+        Project { dir }
+    }
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_gpuprov"));
+        c.current_dir(self.dir.path())
+            .env("GPUPROV_HOME", self.dir.path().join("home"))
+            .env("NO_COLOR", "1")
+            .args(args)
+            .stdin(Stdio::null());
+        c
+    }
+    fn run(&self, args: &[&str]) -> Output {
+        let out = self.cmd(args).output().unwrap();
+        eprintln!(
+            "$ gpuprov {}\n-> {:?}\n{}{}",
+            args.join(" "),
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+    fn state_path(&self) -> PathBuf {
+        self.dir.path().join("gpuprov.state.json")
+    }
+    fn state(&self) -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(self.state_path()).unwrap()).unwrap()
+    }
+    fn lineage(&self) -> String {
+        self.state()["lineage"].as_str().unwrap().to_string()
+    }
+}
+
+/// Containers carrying this lineage's label (any status).
+async fn containers(lineage: &str) -> Vec<String> {
+    let docker = Docker::connect_with_defaults().unwrap();
+    let filters: HashMap<String, Vec<String>> =
+        HashMap::from([("label".to_string(), vec![format!("gpuprov-lineage={lineage}")])]);
+    let opts = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+    docker.list_containers(Some(opts)).await.unwrap().into_iter().filter_map(|c| c.id).collect()
+}
+
+async fn leftovers(lineage: &str) -> (usize, usize, usize) {
+    let docker = Docker::connect_with_defaults().unwrap();
+    let label = format!("gpuprov-lineage={lineage}");
+    let filters: HashMap<String, Vec<String>> = HashMap::from([("label".to_string(), vec![label])]);
+    let c = containers(lineage).await.len();
+    let n = docker.list_networks(Some(ListNetworksOptionsBuilder::default().filters(&filters).build())).await.unwrap().len();
+    let v = docker
+        .list_volumes(Some(ListVolumesOptionsBuilder::default().filters(&filters).build()))
+        .await
+        .unwrap()
+        .volumes
+        .unwrap_or_default()
+        .len();
+    (c, n, v)
+}
+
+fn ensure_base_image() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-base-image.sh");
+    let out = Command::new("bash").arg(script).output().expect("run scripts/build-base-image.sh");
+    assert!(
+        out.status.success(),
+        "building the base image failed (is Docker running?):\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_lifecycle_apply_ssh_reapply_kill9_adopt_destroy() {
+    if skip() {
+        return;
+    }
+    ensure_base_image();
+    let p = Project::new();
+
+    // 1. apply brings the machine up.
+    let out = p.run(&["apply", "--auto-approve", "-c", "gpuprov.toml"]);
+    assert!(out.status.success(), "apply failed");
+    let lineage = p.lineage();
+    let first = containers(&lineage).await;
+    assert_eq!(first.len(), 1, "exactly one container after apply");
+    assert_eq!(p.state()["resources"]["vm.dev"]["machine"]["state"]["state"], "ready");
+
+    // 2. a command over SSH runs in the container.
+    let out = p.run(&["ssh", "dev", "--", "uname", "-a"]);
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("Linux "), "uname -a output: {stdout}");
+    let out = p.run(&["ssh", "dev", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(out.status.code(), Some(7), "the remote exit status is passed through");
+
+    // 3. nothing to change: plan exits 0 with --detailed-exitcode, apply is a no-op.
+    let out = p.run(&["plan", "--detailed-exitcode"]);
+    assert_eq!(out.status.code(), Some(0));
+    let out = p.run(&["apply", "--auto-approve"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("No changes."));
+    assert_eq!(containers(&lineage).await, first, "the same container, untouched");
+
+    // The ssh config a user can Include pins the host key.
+    let ssh_config = std::fs::read_to_string(p.dir.path().join("home/projects").join(&lineage).join("ssh_config")).unwrap();
+    assert!(ssh_config.contains("Host gpuprov-dev") && ssh_config.contains("StrictHostKeyChecking yes"), "{ssh_config}");
+
+    // 4. destroy removes it; the state is empty of resources.
+    let out = p.run(&["destroy", "--auto-approve"]);
+    assert!(out.status.success());
+    assert_eq!(leftovers(&lineage).await, (0, 0, 0), "no container, network or volume left");
+    assert_eq!(p.state()["resources"].as_object().map(|m| m.len()).unwrap_or(0), 0);
+
+    // 5. kill -9 while the instance is booting, then apply again: the same container is
+    // adopted, never duplicated.
+    let mut child = p.cmd(&["apply", "--auto-approve"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut killed_at = None;
+    while Instant::now() < deadline {
+        let label = std::fs::read_to_string(p.state_path())
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v["resources"]["vm.dev"]["machine"]["state"]["state"].as_str().map(str::to_string));
+        if matches!(label.as_deref(), Some("booting") | Some("connecting")) {
+            child.kill().unwrap(); // SIGKILL
+            killed_at = label;
+            break;
+        }
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = child.wait();
+    let killed_at = killed_at.expect("apply was killed while booting or connecting");
+    eprintln!("killed apply in state {killed_at}");
+    let before = containers(&lineage).await;
+    assert_eq!(before.len(), 1, "the killed apply had created the container");
+
+    let out = p.run(&["apply", "--auto-approve"]);
+    assert!(out.status.success(), "the second apply resumes");
+    let after = containers(&lineage).await;
+    assert_eq!(after, before, "exactly one container carries the label: the same one, adopted");
+    assert_eq!(p.state()["resources"]["vm.dev"]["machine"]["state"]["state"], "ready");
+
+    let out = p.run(&["destroy", "--auto-approve"]);
+    assert!(out.status.success());
+    assert_eq!(leftovers(&lineage).await, (0, 0, 0));
+}
