@@ -268,7 +268,9 @@ Host gpuprov-trainer
             .starts_with("gpuprov-trainer "));
         write_ssh_files(&dir, &[]).unwrap();
         assert_eq!(std::fs::read_to_string(&known).unwrap(), "");
-        assert!(!std::fs::read_to_string(&config).unwrap().contains("\nHost "));
+        assert!(!std::fs::read_to_string(&config)
+            .unwrap()
+            .contains("\nHost "));
         assert_eq!(
             std::fs::read_dir(&dir).unwrap().count(),
             2,
