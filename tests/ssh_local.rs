@@ -338,3 +338,23 @@ fn generated_ssh_config_works_with_the_openssh_client() {
     );
     assert!(out.stdout.is_empty());
 }
+
+/// A server that accepts TCP but never speaks SSH (a booting machine, a stuck port
+/// forward) is unreachable after the connect timeout, not a hang.
+#[tokio::test]
+async fn silent_server_times_out_as_unreachable() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let ep = endpoint(listener.local_addr().unwrap().port());
+    let tmp = tempfile::tempdir().unwrap();
+    let key = ensure_project_key(tmp.path(), "t").unwrap();
+    let connector = Ssh2Connector::new(key, Duration::from_millis(500));
+    let started = Instant::now();
+    let r = connector.login(&ep, "root", None).await;
+    assert!(matches!(r, Err(SshError::Unreachable { .. })), "{r:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    drop(listener);
+}

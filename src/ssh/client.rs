@@ -43,9 +43,10 @@ pub struct Ssh2Connector {
 }
 
 impl Ssh2Connector {
-    /// `connect_timeout` bounds each login attempt as a whole phase by phase: the TCP
-    /// connect (per resolved address), and then every blocking step of the handshake and
-    /// authentication. Zero is treated as one millisecond, never as "no timeout".
+    /// `connect_timeout` bounds the TCP connect (per resolved address) and then each
+    /// blocking step of the handshake and authentication, so one login attempt takes at
+    /// most a small multiple of it. Zero is treated as one millisecond, never as "no
+    /// timeout".
     pub fn new(key: ProjectKey, connect_timeout: Duration) -> Self {
         Ssh2Connector {
             key,
