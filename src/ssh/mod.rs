@@ -56,3 +56,106 @@ pub trait Connector: Send + Sync {
         pinned: Option<&HostKey>,
     ) -> Result<HostKey, SshError>;
 }
+
+pub mod client;
+pub mod config_file;
+pub mod keys;
+
+pub use client::{exec, Ssh2Connector};
+pub use config_file::{render_known_hosts, render_ssh_config, write_ssh_files, SshConfigEntry};
+pub use keys::{ensure_project_key, ProjectKey};
+
+use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD};
+use base64::Engine as _;
+use sha2::{Digest, Sha256};
+
+/// `SHA256:` followed by the unpadded base64 of the SHA-256 of `key_blob` (the raw
+/// public key blob as sent in the SSH protocol), exactly as `ssh-keygen -l` prints it.
+pub fn sha256_fingerprint(key_blob: &[u8]) -> String {
+    format!(
+        "SHA256:{}",
+        STANDARD_NO_PAD.encode(Sha256::digest(key_blob))
+    )
+}
+
+impl HostKey {
+    /// Builds a host key from the raw public key blob a server sent. The algorithm is the
+    /// name at the start of the blob (every SSH public key blob starts with it), so it is
+    /// right even for types the SSH library has no name for.
+    pub fn from_blob(key_blob: &[u8]) -> HostKey {
+        HostKey {
+            algorithm: blob_algorithm(key_blob).unwrap_or_else(|| "unknown".to_string()),
+            key_base64: STANDARD.encode(key_blob),
+            fingerprint: sha256_fingerprint(key_blob),
+        }
+    }
+
+    /// Parses one public key line as in `known_hosts` or a `.pub` file
+    /// (`ssh-ed25519 AAAA... [comment]`, optionally preceded by host names).
+    ///
+    /// Errors: [`SshError::Local`] when no `ALGORITHM BASE64` pair is found or the base64
+    /// blob does not name the same algorithm.
+    pub fn from_public_key_line(line: &str) -> Result<HostKey, SshError> {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for pair in words.windows(2) {
+            if let Ok(blob) = STANDARD.decode(pair[1]) {
+                if blob_algorithm(&blob).as_deref() == Some(pair[0]) {
+                    return Ok(HostKey::from_blob(&blob));
+                }
+            }
+        }
+        Err(SshError::Local(format!(
+            "not an SSH public key line: {line:?}"
+        )))
+    }
+
+    /// The raw key blob, `None` if `key_base64` is not valid base64.
+    pub fn blob(&self) -> Option<Vec<u8>> {
+        STANDARD.decode(self.key_base64.trim()).ok()
+    }
+}
+
+/// The algorithm name an SSH key blob starts with (a uint32 big-endian length, then the
+/// name), if it is well-formed printable ASCII.
+fn blob_algorithm(blob: &[u8]) -> Option<String> {
+    let len = u32::from_be_bytes(blob.get(..4)?.try_into().ok()?) as usize;
+    let name = blob.get(4..4usize.checked_add(len)?)?;
+    if name.is_empty() || !name.iter().all(|b| b.is_ascii_graphic()) {
+        return None;
+    }
+    String::from_utf8(name.to_vec()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Vector produced once with `ssh-keygen -t ed25519 -N '' -C vector -f k` and
+    // `ssh-keygen -l -f k.pub`, which printed
+    // `256 SHA256:wiyJ85rS7aA4naCnKGENpufz1GEZ/JpJDPYH9o+c7fQ vector (ED25519)`.
+    const VECTOR_PUB: &str = "ssh-ed25519 \
+        AAAAC3NzaC1lZDI1NTE5AAAAIP1aKkTwWv+35tVLGntrswkcNoa9s8je2SaiXHbxFOTP vector";
+    const VECTOR_FP: &str = "SHA256:wiyJ85rS7aA4naCnKGENpufz1GEZ/JpJDPYH9o+c7fQ";
+
+    #[test]
+    fn fingerprint_matches_ssh_keygen_vector() {
+        let hk = HostKey::from_public_key_line(VECTOR_PUB).unwrap();
+        assert_eq!(hk.algorithm, "ssh-ed25519");
+        assert_eq!(
+            hk.key_base64,
+            "AAAAC3NzaC1lZDI1NTE5AAAAIP1aKkTwWv+35tVLGntrswkcNoa9s8je2SaiXHbxFOTP"
+        );
+        assert_eq!(hk.fingerprint, VECTOR_FP);
+    }
+
+    #[test]
+    fn public_key_line_parsing_accepts_known_hosts_and_rejects_garbage() {
+        let hk = HostKey::from_public_key_line(&format!("[127.0.0.1]:2222 {VECTOR_PUB}"));
+        assert_eq!(hk.unwrap().fingerprint, VECTOR_FP);
+        assert!(HostKey::from_public_key_line("ssh-ed25519 notbase64!").is_err());
+        // Algorithm word disagreeing with the blob's own name is not a key.
+        let wrong = VECTOR_PUB.replace("ssh-ed25519", "ssh-rsa");
+        assert!(HostKey::from_public_key_line(&wrong).is_err());
+        assert_eq!(blob_algorithm(&[0, 0, 0, 200, b'a']), None);
+    }
+}

@@ -1,0 +1,360 @@
+//! Real logins against a throwaway OpenSSH server on 127.0.0.1.
+//!
+//! Needs the `openssh-server` package (which brings `openssh-client`: `ssh`, `ssh-keygen`).
+//! Without it these tests FAIL on purpose, so a CI image missing the package cannot turn
+//! them into silent passes. Each test starts its own `sshd -D -e` on a free loopback port,
+//! with a temporary host key and an `AuthorizedKeysFile` holding only the test's project
+//! key, and kills it when done (even on panic).
+
+use std::fs;
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpuprov::provider::SshEndpoint;
+use gpuprov::ssh::{
+    ensure_project_key, exec, write_ssh_files, Connector, HostKey, ProjectKey, Ssh2Connector,
+    SshConfigEntry, SshError,
+};
+
+const SSHD: &str = "/usr/sbin/sshd";
+
+/// A running sshd; killed and reaped on drop so no server outlives its test.
+struct Sshd {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Sshd {
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+fn require_openssh() {
+    for tool in [SSHD, "/usr/bin/ssh-keygen", "/usr/bin/ssh"] {
+        assert!(
+            Path::new(tool).exists(),
+            "{tool} not found: these tests need a real OpenSSH server and client; install \
+             them with `apt-get install -y openssh-server` (CI installs it)"
+        );
+    }
+}
+
+/// A loopback port nobody listens on right now (the OS picked it free; released before
+/// use, so there is a small race with other processes, acceptable in tests).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn current_user() -> String {
+    let out = Command::new("id").arg("-un").output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Starts sshd on 127.0.0.1 only, with `host_key_dir/id_ed25519` as its only host key
+/// and `authorized` as the authorized keys.
+fn start_sshd(work: &Path, host_key: &ProjectKey, authorized: &ProjectKey) -> Sshd {
+    require_openssh();
+    // sshd refuses to start without its privilege separation directory, which a package
+    // install in a container without systemd does not create.
+    fs::create_dir_all("/run/sshd").expect("create /run/sshd (tests expect to run as root)");
+    let authorized_keys = work.join("authorized_keys");
+    fs::write(
+        &authorized_keys,
+        format!("{}\n", authorized.public_key_openssh),
+    )
+    .unwrap();
+    let port = free_port();
+    let config = work.join("sshd_config");
+    fs::write(
+        &config,
+        format!(
+            "Port {port}\n\
+             ListenAddress 127.0.0.1\n\
+             HostKey \"{host_key}\"\n\
+             AuthorizedKeysFile \"{authorized_keys}\"\n\
+             PidFile \"{pid}\"\n\
+             StrictModes no\n\
+             PermitRootLogin prohibit-password\n\
+             PubkeyAuthentication yes\n\
+             PasswordAuthentication no\n\
+             KbdInteractiveAuthentication no\n\
+             UsePAM no\n\
+             LogLevel VERBOSE\n",
+            host_key = host_key.private_key_path.display(),
+            authorized_keys = authorized_keys.display(),
+            pid = work.join("sshd.pid").display(),
+        ),
+    )
+    .unwrap();
+    let log = work.join("sshd.log");
+    let child = Command::new(SSHD)
+        .args(["-D", "-e", "-f"])
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("start sshd");
+    let mut sshd = Sshd { child, port, log };
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(status) = sshd.child.try_wait().unwrap() {
+            panic!("sshd exited early ({status}):\n{}", sshd.log());
+        }
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sshd did not listen in time:\n{}",
+            sshd.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    sshd
+}
+
+fn endpoint(port: u16) -> SshEndpoint {
+    SshEndpoint {
+        host: "127.0.0.1".into(),
+        port,
+        user: None,
+    }
+}
+
+fn host_key_of(key: &ProjectKey) -> HostKey {
+    HostKey::from_public_key_line(&key.public_key_openssh).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_sshd_login_exec_and_host_key_pinning() {
+    require_openssh();
+    let tmp = tempfile::tempdir().unwrap();
+    let project = ensure_project_key(&tmp.path().join("project"), "gpuprov-test").unwrap();
+    let host = ensure_project_key(&tmp.path().join("host"), "host").unwrap();
+    let sshd = start_sshd(tmp.path(), &host, &project);
+    let ep = endpoint(sshd.port);
+    let user = current_user();
+    let expected = host_key_of(&host);
+
+    // Our fingerprint is the one ssh-keygen prints for the server's key.
+    let keygen = Command::new("ssh-keygen")
+        .args(["-l", "-E", "sha256", "-f"])
+        .arg(host.private_key_path.with_extension("pub"))
+        .output()
+        .unwrap();
+    let keygen = String::from_utf8(keygen.stdout).unwrap();
+    assert_eq!(
+        keygen.split_whitespace().nth(1),
+        Some(expected.fingerprint.as_str()),
+        "{keygen}"
+    );
+
+    // First login: nothing pinned, the server's key is returned for pinning.
+    let connector = Ssh2Connector::new(project.clone(), Duration::from_secs(10));
+    let seen = connector
+        .login(&ep, &user, None)
+        .await
+        .unwrap_or_else(|e| panic!("login failed: {e}\nsshd log:\n{}", sshd.log()));
+    assert_eq!(seen, expected);
+    assert_eq!(seen.algorithm, "ssh-ed25519");
+
+    // Later login with the pin.
+    assert_eq!(
+        connector.login(&ep, &user, Some(&seen)).await.unwrap(),
+        expected
+    );
+
+    // exec: output of both streams and the exit status come back.
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let status = exec(
+        &ep,
+        &user,
+        &project,
+        &seen,
+        "echo hello; echo oops >&2; exit 3",
+        &mut out,
+        &mut err,
+    )
+    .unwrap();
+    assert_eq!(status, 3);
+    assert_eq!(String::from_utf8(out).unwrap(), "hello\n");
+    assert_eq!(String::from_utf8(err).unwrap(), "oops\n");
+
+    // Large output on both streams at once is delivered completely.
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let status = exec(
+        &ep,
+        &user,
+        &project,
+        &seen,
+        "head -c 3000000 /dev/zero; head -c 2000000 /dev/zero >&2",
+        &mut out,
+        &mut err,
+    )
+    .unwrap();
+    assert_eq!((status, out.len(), err.len()), (0, 3_000_000, 2_000_000));
+
+    // A command killed by a signal reports 128 + signal, like a shell.
+    let status = exec(
+        &ep,
+        &user,
+        &project,
+        &seen,
+        "kill -KILL $$",
+        &mut Vec::new(),
+        &mut Vec::new(),
+    );
+    assert_eq!(status.unwrap(), 137);
+
+    // Wrong pin: refused by login and by exec, and exec's command never runs.
+    let auth_lines_before = publickey_lines(&sshd.log());
+    let other = ensure_project_key(&tmp.path().join("other"), "other").unwrap();
+    let wrong = host_key_of(&other);
+    match connector.login(&ep, &user, Some(&wrong)).await {
+        Err(SshError::HostKeyMismatch {
+            expected: e, got, ..
+        }) => {
+            assert_eq!(e, wrong.fingerprint);
+            assert_eq!(got, expected.fingerprint);
+        }
+        r => panic!("expected HostKeyMismatch, got {r:?}"),
+    }
+    let marker = tmp.path().join("marker");
+    let cmd = format!("touch {}", marker.display());
+    let r = exec(
+        &ep,
+        &user,
+        &project,
+        &wrong,
+        &cmd,
+        &mut Vec::new(),
+        &mut Vec::new(),
+    );
+    assert!(matches!(r, Err(SshError::HostKeyMismatch { .. })), "{r:?}");
+    assert!(!marker.exists(), "command ran despite a host key mismatch");
+    // The mismatch is detected before authenticating: sshd never saw the key offered.
+    assert_eq!(
+        publickey_lines(&sshd.log()),
+        auth_lines_before,
+        "{}",
+        sshd.log()
+    );
+
+    // A key the server does not know is rejected as such.
+    let stranger = Ssh2Connector::new(other, Duration::from_secs(10));
+    let r = stranger.login(&ep, &user, Some(&seen)).await;
+    assert!(matches!(r, Err(SshError::AuthRejected { .. })), "{r:?}");
+
+    // Nothing listening: unreachable (the launch machine keeps waiting).
+    let dead = endpoint(free_port());
+    let r = connector.login(&dead, &user, None).await;
+    assert!(matches!(r, Err(SshError::Unreachable { .. })), "{r:?}");
+    let r = exec(
+        &dead,
+        &user,
+        &project,
+        &seen,
+        "true",
+        &mut Vec::new(),
+        &mut Vec::new(),
+    );
+    assert!(matches!(r, Err(SshError::Unreachable { .. })), "{r:?}");
+}
+
+/// How many public key authentication events sshd logged (VERBOSE logs each offered key,
+/// accepted or not).
+fn publickey_lines(log: &str) -> usize {
+    log.lines().filter(|l| l.contains("publickey")).count()
+}
+
+#[test]
+fn generated_ssh_config_works_with_the_openssh_client() {
+    require_openssh();
+    // A space in every path checks the quoting against the real parser.
+    let tmp = tempfile::Builder::new()
+        .prefix("gpuprov ssh ")
+        .tempdir()
+        .unwrap();
+    let project = ensure_project_key(&tmp.path().join("project keys"), "gpuprov-test").unwrap();
+    let host = ensure_project_key(&tmp.path().join("host"), "host").unwrap();
+    let sshd = start_sshd(tmp.path(), &host, &project);
+    let entry = |host_key: HostKey| SshConfigEntry {
+        host_alias: "gpuprov-box".into(),
+        hostname: "127.0.0.1".into(),
+        port: sshd.port,
+        user: current_user(),
+        identity_file: project.private_key_path.clone(),
+        host_key,
+    };
+    let run_ssh = |config: &Path| {
+        Command::new("ssh")
+            .arg("-F")
+            .arg(config)
+            .args(["-o", "BatchMode=yes", "gpuprov-box", "echo from-$((40+2))"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+
+    let files = tmp.path().join("ssh files");
+    let config = write_ssh_files(&files, &[entry(host_key_of(&host))]).unwrap();
+    let out = run_ssh(&config);
+    assert!(
+        out.status.success(),
+        "ssh with the generated config failed: {}\nsshd log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        sshd.log()
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from-42\n");
+
+    // With a different pinned key, OpenSSH refuses (StrictHostKeyChecking yes).
+    let other = ensure_project_key(&tmp.path().join("other"), "other").unwrap();
+    let config = write_ssh_files(&files, &[entry(host_key_of(&other))]).unwrap();
+    let out = run_ssh(&config);
+    assert_eq!(out.status.code(), Some(255));
+    let mut stderr = String::new();
+    out.stderr.as_slice().read_to_string(&mut stderr).unwrap();
+    assert!(
+        stderr.contains("HOST IDENTIFICATION HAS CHANGED"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+/// A server that accepts TCP but never speaks SSH (a booting machine, a stuck port
+/// forward) is unreachable after the connect timeout, not a hang.
+#[tokio::test]
+async fn silent_server_times_out_as_unreachable() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let ep = endpoint(listener.local_addr().unwrap().port());
+    let tmp = tempfile::tempdir().unwrap();
+    let key = ensure_project_key(tmp.path(), "t").unwrap();
+    let connector = Ssh2Connector::new(key, Duration::from_millis(500));
+    let started = Instant::now();
+    let r = connector.login(&ep, "root", None).await;
+    assert!(matches!(r, Err(SshError::Unreachable { .. })), "{r:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    drop(listener);
+}
