@@ -67,7 +67,7 @@ impl std::fmt::Display for Cloud {
     description = "gpuprov configuration: one [vm.NAME] table per machine"
 )]
 pub struct ConfigFile {
-    /// Settings every `[vm.NAME]` inherits unless it sets its own.
+    /// Settings every `[vm.NAME]` inherits unless it sets its own (`depends_on` excepted).
     #[serde(default)]
     pub defaults: VmSettings,
     /// Per-cloud settings (endpoint override and cloud-specific options).
@@ -120,19 +120,15 @@ pub struct VmSettings {
     pub kubernetes: Option<bool>,
     /// Keep searching every 30 s when every offer is out of capacity, instead of failing.
     pub retry_until_up: Option<bool>,
-}
-
-/// `[vm.NAME]`: one machine.
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct VmTable {
-    #[serde(flatten)]
-    pub settings: VmSettings,
-    /// Names of machines that must be up before this one is created.
+    /// Names of machines that must be up before this one is created (not in `[defaults]`).
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     pub depends_on: Vec<Spanned<String>>,
 }
+
+/// `[vm.NAME]`: one machine. The same keys as `[defaults]` (no flattening: serde's
+/// flatten would lose the spans diagnostics point at).
+pub type VmTable = VmSettings;
 
 /// One machine's effective settings: its table merged over `[defaults]`.
 ///
@@ -291,24 +287,16 @@ impl Config {
             path: path.display().to_string(),
             source,
         })?;
-        Config::parse(path, text).map_err(|e| LoadError::Invalid(Box::new(e)))
+        Config::parse(path, text).map_err(LoadError::Invalid)
     }
 
     /// Parses and validates config text; `path` names it in diagnostics.
-    pub fn parse(path: &Path, text: String) -> Result<Config, ConfigError> {
-        let name = path.display().to_string();
-        let err = |message: String,
-                   span: Option<std::ops::Range<usize>>,
-                   label: &str,
-                   help: Option<String>| {
-            ConfigError {
-                message,
-                src: NamedSource::new(name.clone(), text.clone()),
-                span: span.map(|r| SourceSpan::from(r.start..r.end.max(r.start))),
-                label: label.to_string(),
-                help,
-            }
+    pub fn parse(path: &Path, text: String) -> Result<Config, Box<ConfigError>> {
+        let reporter = Reporter {
+            name: path.display().to_string(),
+            text: &text,
         };
+        let err = |message, span, label: &str, help| reporter.err(message, span, label, help);
         let file: ConfigFile = match toml::from_str(&text) {
             Ok(f) => f,
             Err(e) => {
@@ -334,6 +322,14 @@ impl Config {
                 ));
             }
         };
+        if let Some(d) = file.defaults.depends_on.first() {
+            return Err(err(
+                "depends_on cannot be set in [defaults]".into(),
+                Some(d.span()),
+                "here",
+                Some("set depends_on in the [vm.NAME] tables that need it".into()),
+            ));
+        }
         if file.vm.is_empty() {
             return Err(err(
                 "the config defines no machine".into(),
@@ -353,7 +349,7 @@ impl Config {
                     Some("use 1 to 40 lowercase letters, digits and '-', starting with a letter (it becomes part of cloud resource names and DNS labels)".into()),
                 ));
             }
-            let spec = merge(name, &file.defaults, table, &text, &err)?;
+            let spec = merge(name, &file.defaults, table, &reporter)?;
             vms.insert(name.clone(), spec);
         }
         // depends_on: dangling references, then cycles.
@@ -445,15 +441,39 @@ impl Config {
     }
 }
 
+/// Builds diagnostics into one config file's text.
+struct Reporter<'a> {
+    name: String,
+    text: &'a str,
+}
+
+impl Reporter<'_> {
+    fn err(
+        &self,
+        message: String,
+        span: Option<std::ops::Range<usize>>,
+        label: &str,
+        help: Option<String>,
+    ) -> Box<ConfigError> {
+        Box::new(ConfigError {
+            message,
+            src: NamedSource::new(self.name.clone(), self.text.to_string()),
+            span: span.map(|r| SourceSpan::from(r.start..r.end.max(r.start))),
+            label: label.to_string(),
+            help,
+        })
+    }
+}
+
 fn merge(
     name: &str,
     d: &VmSettings,
     t: &VmTable,
-    text: &str,
-    err: &dyn Fn(String, Option<std::ops::Range<usize>>, &str, Option<String>) -> ConfigError,
-) -> Result<VmSpec, ConfigError> {
-    let s = &t.settings;
-    let header = find_vm_header(text, name);
+    r: &Reporter<'_>,
+) -> Result<VmSpec, Box<ConfigError>> {
+    let s = t;
+    let err = |message, span, label: &str, help| r.err(message, span, label, help);
+    let header = find_vm_header(r.text, name);
     let clouds = s.clouds.as_ref().or(d.clouds.as_ref());
     let clouds = match clouds {
         Some(c) if c.get_ref().is_empty() => {

@@ -15,7 +15,9 @@ use crate::plan::{Action, Change, Plan};
 use crate::provider::Providers;
 use crate::ssh::Connector;
 use crate::state::{MachineRecord, ResourceRecord, StateError, StateFile, StateStore};
-use crate::vm::{LaunchMachine, LaunchState, Owned, TeardownMachine, TeardownState, Target, VmRecord};
+use crate::vm::{
+    LaunchMachine, LaunchState, Owned, Target, TeardownMachine, TeardownState, VmRecord,
+};
 
 /// The executor's journal, backed by the state file: every transition rewrites the state
 /// atomically before the executor runs the next step (write-ahead).
@@ -32,7 +34,13 @@ struct JournalInner {
 
 impl StateJournal {
     pub fn new(store: StateStore, state: StateFile) -> Self {
-        StateJournal { inner: Mutex::new(JournalInner { store, state, desired: HashMap::new() }) }
+        StateJournal {
+            inner: Mutex::new(JournalInner {
+                store,
+                state,
+                desired: HashMap::new(),
+            }),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, JournalInner> {
@@ -82,15 +90,19 @@ impl StateJournal {
 #[async_trait]
 impl Journal for StateJournal {
     async fn load(&self, key: &str) -> Result<Option<PrevRecord>, JournalError> {
-        Ok(self
-            .lock()
-            .state
-            .resources
-            .get(key)
-            .map(|r| PrevRecord { kind: r.machine.kind.clone(), state: r.machine.state.clone() }))
+        Ok(self.lock().state.resources.get(key).map(|r| PrevRecord {
+            kind: r.machine.kind.clone(),
+            state: r.machine.state.clone(),
+        }))
     }
 
-    async fn record(&self, key: &str, kind: &str, state: &serde_json::Value, label: &str) -> Result<(), JournalError> {
+    async fn record(
+        &self,
+        key: &str,
+        kind: &str,
+        state: &serde_json::Value,
+        label: &str,
+    ) -> Result<(), JournalError> {
         let mut g = self.lock();
         let g = &mut *g;
         let desired = g.desired.remove(key);
@@ -100,13 +112,19 @@ impl Journal for StateJournal {
             label: label.to_string(),
             updated_at: chrono::Utc::now(),
         };
-        let rec = g.state.resources.entry(key.to_string()).or_insert_with(|| ResourceRecord::new(machine.clone()));
+        let rec = g
+            .state
+            .resources
+            .entry(key.to_string())
+            .or_insert_with(|| ResourceRecord::new(machine.clone()));
         rec.machine = machine;
         if desired.is_some() {
             rec.desired = desired;
         }
         rec.push_event(label.to_string());
-        g.store.save(&mut g.state).map_err(|e| JournalError::Write(e.to_string()))
+        g.store
+            .save(&mut g.state)
+            .map_err(|e| JournalError::Write(e.to_string()))
     }
 }
 
@@ -126,7 +144,10 @@ pub enum Outcome {
 
 impl Outcome {
     pub fn is_success(&self) -> bool {
-        matches!(self, Outcome::Ready(_) | Outcome::Updated | Outcome::Unchanged | Outcome::Destroyed)
+        matches!(
+            self,
+            Outcome::Ready(_) | Outcome::Updated | Outcome::Unchanged | Outcome::Destroyed
+        )
     }
 }
 
@@ -146,8 +167,12 @@ pub struct Engine {
 /// The owned resources of a journalled record, whichever machine wrote it.
 pub fn owned_of(prev: &PrevRecord) -> Option<Owned> {
     match prev.kind.as_str() {
-        "launch" => serde_json::from_value::<LaunchState>(prev.state.clone()).ok()?.owned(),
-        "teardown" => serde_json::from_value::<TeardownState>(prev.state.clone()).ok()?.owned(),
+        "launch" => serde_json::from_value::<LaunchState>(prev.state.clone())
+            .ok()?
+            .owned(),
+        "teardown" => serde_json::from_value::<TeardownState>(prev.state.clone())
+            .ok()?
+            .owned(),
         _ => None,
     }
 }
@@ -159,13 +184,23 @@ impl Engine {
     /// Returns one outcome per address; never panics on a machine failure.
     pub async fn apply(&self, plan: &Plan) -> BTreeMap<String, Outcome> {
         let mut out = BTreeMap::new();
-        let destroys: Vec<String> =
-            plan.changes.iter().filter(|c| c.action == Action::Destroy).map(|c| c.address.clone()).collect();
+        let destroys: Vec<String> = plan
+            .changes
+            .iter()
+            .filter(|c| c.action == Action::Destroy)
+            .map(|c| c.address.clone())
+            .collect();
         out.extend(self.destroy(&destroys).await);
 
-        let changes: Vec<&Change> = plan.changes.iter().filter(|c| c.action != Action::Destroy).collect();
-        let signals: HashMap<String, Signal> =
-            changes.iter().map(|c| (c.vm.clone(), watch::channel(None).0)).collect();
+        let changes: Vec<&Change> = plan
+            .changes
+            .iter()
+            .filter(|c| c.action != Action::Destroy)
+            .collect();
+        let signals: HashMap<String, Signal> = changes
+            .iter()
+            .map(|c| (c.vm.clone(), watch::channel(None).0))
+            .collect();
         let sem = Arc::new(Semaphore::new(self.parallelism.max(1)));
         let mut tasks = tokio::task::JoinSet::new();
         for c in changes {
@@ -182,12 +217,21 @@ impl Engine {
             let (engine, sem) = (self.clone(), sem.clone());
             tasks.spawn(async move {
                 for (name, mut rx) in deps {
-                    let ok = rx.wait_for(|v| v.is_some()).await.map(|v| *v == Some(true)).unwrap_or(false);
+                    let ok = rx
+                        .wait_for(|v| v.is_some())
+                        .await
+                        .map(|v| *v == Some(true))
+                        .unwrap_or(false);
                     if !ok {
                         if let Some(tx) = &done {
                             tx.send_replace(Some(false));
                         }
-                        return (change.address.clone(), Outcome::Failed(format!("skipped: dependency vm.{name} did not come up")));
+                        return (
+                            change.address.clone(),
+                            Outcome::Failed(format!(
+                                "skipped: dependency vm.{name} did not come up"
+                            )),
+                        );
                     }
                 }
                 let result = match sem.acquire_owned().await {
@@ -206,7 +250,10 @@ impl Engine {
                     out.insert(address, outcome);
                 }
                 Err(e) => {
-                    out.insert(format!("task-{}", out.len()), Outcome::Failed(format!("internal error: {e}")));
+                    out.insert(
+                        format!("task-{}", out.len()),
+                        Outcome::Failed(format!("internal error: {e}")),
+                    );
                 }
             }
         }
@@ -258,11 +305,22 @@ impl Engine {
             self.providers.clone(),
             self.connector.clone(),
         );
-        match self.executor.run(&m, key, |prev| LaunchState::start(prev.as_ref().and_then(owned_of))).await {
+        match self
+            .executor
+            .run(&m, key, |prev| {
+                LaunchState::start(prev.as_ref().and_then(owned_of))
+            })
+            .await
+        {
             Ok(LaunchState::Ready { vm }) => Outcome::Ready(vm),
-            Ok(LaunchState::Leaked { location, instance_ids, reason }) => {
-                Outcome::Leaked(format!("{} at {location}: {reason}", instance_ids.join(",")))
-            }
+            Ok(LaunchState::Leaked {
+                location,
+                instance_ids,
+                reason,
+            }) => Outcome::Leaked(format!(
+                "{} at {location}: {reason}",
+                instance_ids.join(",")
+            )),
             Ok(s) => Outcome::Failed(crate::machine::Machine::label(&m, &s)),
             Err(ExecError::Interrupted { label, .. }) => Outcome::Interrupted(label),
             Err(e) => Outcome::Failed(e.to_string()),
@@ -272,7 +330,9 @@ impl Engine {
     /// Tears down what `key`'s record owns; removes the record once the cloud confirms.
     async fn teardown(&self, key: &str, vm_name: &str) -> Outcome {
         let prev = self.journal.load(key).await.ok().flatten();
-        let Some(prev) = prev else { return Outcome::Destroyed };
+        let Some(prev) = prev else {
+            return Outcome::Destroyed;
+        };
         let resumable = prev.kind == TeardownMachine::KIND_NAME
             && serde_json::from_value::<TeardownState>(prev.state.clone())
                 .map(|s| !matches!(s, TeardownState::Done | TeardownState::Leaked { .. }))
@@ -290,7 +350,11 @@ impl Engine {
             .executor
             .run(&m, key, move |_| match owned {
                 Some(o) => TeardownState::Requesting {
-                    target: Target { location: o.location, vm_name: name, instance_ids: o.instance_ids },
+                    target: Target {
+                        location: o.location,
+                        vm_name: name,
+                        instance_ids: o.instance_ids,
+                    },
                 },
                 None => TeardownState::Done,
             })
@@ -300,9 +364,14 @@ impl Engine {
                 Ok(()) => Outcome::Destroyed,
                 Err(e) => Outcome::Failed(e.to_string()),
             },
-            Ok(TeardownState::Leaked { location, instance_ids, reason }) => {
-                Outcome::Leaked(format!("{} at {location}: {reason}", instance_ids.join(",")))
-            }
+            Ok(TeardownState::Leaked {
+                location,
+                instance_ids,
+                reason,
+            }) => Outcome::Leaked(format!(
+                "{} at {location}: {reason}",
+                instance_ids.join(",")
+            )),
             Ok(other) => Outcome::Failed(format!("teardown ended in {other:?}")),
             Err(ExecError::Interrupted { label, .. }) => Outcome::Interrupted(label),
             Err(e) => Outcome::Failed(e.to_string()),

@@ -145,12 +145,21 @@ pub enum Recorded {
 /// parse (a hand-edited or inconsistent state file).
 pub fn recorded(address: &str, r: &ResourceRecord) -> Result<Recorded, String> {
     let bad = |e: serde_json::Error| {
-        format!("state record {address} is not a valid {} state: {e}", r.machine.kind)
+        format!(
+            "state record {address} is not a valid {} state: {e}",
+            r.machine.kind
+        )
     };
     match r.machine.kind.as_str() {
-        "launch" => serde_json::from_value(r.machine.state.clone()).map(Recorded::Launch).map_err(bad),
-        "teardown" => serde_json::from_value(r.machine.state.clone()).map(Recorded::Teardown).map_err(bad),
-        other => Err(format!("state record {address} has unknown machine kind {other:?}")),
+        "launch" => serde_json::from_value(r.machine.state.clone())
+            .map(Recorded::Launch)
+            .map_err(bad),
+        "teardown" => serde_json::from_value(r.machine.state.clone())
+            .map(Recorded::Teardown)
+            .map_err(bad),
+        other => Err(format!(
+            "state record {address} has unknown machine kind {other:?}"
+        )),
     }
 }
 
@@ -167,7 +176,9 @@ pub async fn refresh(
         let Ok(Recorded::Launch(LaunchState::Ready { vm })) = recorded(address, r) else {
             continue;
         };
-        let Some(p) = providers.get(&vm.location.cloud) else { continue };
+        let Some(p) = providers.get(&vm.location.cloud) else {
+            continue;
+        };
         let name = address.strip_prefix("vm.").unwrap_or(address);
         let seen = p
             .observe(&vm.location, name)
@@ -204,23 +215,37 @@ pub fn compute(
             price_per_hour: price,
         };
         let Some(rec) = state.resources.get(&address) else {
-            changes.push(change(Action::Create, None, create_attrs(want), offer_price(want)));
+            changes.push(change(
+                Action::Create,
+                None,
+                create_attrs(want),
+                offer_price(want),
+            ));
             continue;
         };
-        let had: Option<VmSpec> = rec.desired.clone().and_then(|d| serde_json::from_value(d).ok());
+        let had: Option<VmSpec> = rec
+            .desired
+            .clone()
+            .and_then(|d| serde_json::from_value(d).ok());
         let c = match recorded(&address, rec)? {
             Recorded::Launch(LaunchState::Ready { vm }) => {
                 let price = Some(vm.offer.price_per_hour);
                 match observed.and_then(|o| o.get(&address)) {
                     Some(Observation::Gone) => change(
                         Action::Create,
-                        Some(format!("instance {} no longer exists (deleted outside gpuprov)", vm.instance_id)),
+                        Some(format!(
+                            "instance {} no longer exists (deleted outside gpuprov)",
+                            vm.instance_id
+                        )),
                         create_attrs(want),
                         offer_price(want),
                     ),
                     Some(Observation::NotRunning(st)) => change(
                         Action::Replace,
-                        Some(format!("instance {} is {st:?}, not running", vm.instance_id)),
+                        Some(format!(
+                            "instance {} is {st:?}, not running",
+                            vm.instance_id
+                        )),
                         vec![],
                         offer_price(want),
                     ),
@@ -236,20 +261,38 @@ pub fn compute(
                     }
                 }
             }
-            Recorded::Launch(s @ (LaunchState::Aborted { .. } | LaunchState::Exhausted { .. } | LaunchState::Leaked { .. })) => {
+            Recorded::Launch(
+                s @ (LaunchState::Aborted { .. }
+                | LaunchState::Exhausted { .. }
+                | LaunchState::Leaked { .. }),
+            ) => {
                 let why = match &s {
-                    LaunchState::Leaked { instance_ids, location, .. } => format!(
+                    LaunchState::Leaked {
+                        instance_ids,
+                        location,
+                        ..
+                    } => format!(
                         "the last apply leaked {} at {location}; apply removes it first",
                         instance_ids.join(",")
                     ),
-                    LaunchState::Aborted { reason, .. } => format!("the last apply aborted: {reason}"),
+                    LaunchState::Aborted { reason, .. } => {
+                        format!("the last apply aborted: {reason}")
+                    }
                     _ => "the last apply found no capacity".into(),
                 };
-                change(Action::Create, Some(why), create_attrs(want), offer_price(want))
+                change(
+                    Action::Create,
+                    Some(why),
+                    create_attrs(want),
+                    offer_price(want),
+                )
             }
             Recorded::Launch(s) => change(
                 Action::Resume,
-                Some(format!("an earlier apply was interrupted while {}; apply resumes it", label_of(&s))),
+                Some(format!(
+                    "an earlier apply was interrupted while {}; apply resumes it",
+                    label_of(&s)
+                )),
                 vec![],
                 offer_price(want),
             ),
@@ -270,7 +313,10 @@ pub fn compute(
         if config.vms.contains_key(name) {
             continue;
         }
-        let had: Option<VmSpec> = rec.desired.clone().and_then(|d| serde_json::from_value(d).ok());
+        let had: Option<VmSpec> = rec
+            .desired
+            .clone()
+            .and_then(|d| serde_json::from_value(d).ok());
         let reason = match recorded(address, rec)? {
             Recorded::Launch(LaunchState::Ready { .. }) => None,
             Recorded::Launch(s) => Some(format!("recorded as: {}", label_of(&s))),
@@ -317,28 +363,43 @@ pub fn compute(
 
 fn label_of(s: &LaunchState) -> String {
     let v = serde_json::to_value(s).ok();
-    v.and_then(|v| v.get("state").and_then(|s| s.as_str()).map(str::to_string)).unwrap_or_default()
+    v.and_then(|v| v.get("state").and_then(|s| s.as_str()).map(str::to_string))
+        .unwrap_or_default()
 }
 
 fn attr_lines(v: &VmSpec) -> Vec<(String, String, bool)> {
     v.replace_attributes()
         .into_iter()
         .map(|(n, val)| (n.to_string(), val, true))
-        .chain(v.in_place_attributes().into_iter().map(|(n, val)| (n.to_string(), val, false)))
+        .chain(
+            v.in_place_attributes()
+                .into_iter()
+                .map(|(n, val)| (n.to_string(), val, false)),
+        )
         .collect()
 }
 
 fn create_attrs(v: &VmSpec) -> Vec<AttrChange> {
     attr_lines(v)
         .into_iter()
-        .map(|(name, val, _)| AttrChange { name, before: None, after: Some(val), forces_replacement: false })
+        .map(|(name, val, _)| AttrChange {
+            name,
+            before: None,
+            after: Some(val),
+            forces_replacement: false,
+        })
         .collect()
 }
 
 fn destroy_attrs(v: &VmSpec) -> Vec<AttrChange> {
     attr_lines(v)
         .into_iter()
-        .map(|(name, val, _)| AttrChange { name, before: Some(val), after: None, forces_replacement: false })
+        .map(|(name, val, _)| AttrChange {
+            name,
+            before: Some(val),
+            after: None,
+            forces_replacement: false,
+        })
         .collect()
 }
 
@@ -350,21 +411,32 @@ fn diff_attrs(had: Option<&VmSpec>, want: &VmSpec) -> Vec<AttrChange> {
         return vec![];
     };
     let render = |v: &VmSpec| {
-        attr_lines(v).into_iter().map(|(n, val, _)| format!("{n} = {val}\n")).collect::<String>()
+        attr_lines(v)
+            .into_iter()
+            .map(|(n, val, _)| format!("{n} = {val}\n"))
+            .collect::<String>()
     };
     let (before, after) = (render(had), render(want));
-    let forcing: Vec<String> = want.replace_attributes().into_iter().map(|(n, _)| n.to_string()).collect();
+    let forcing: Vec<String> = want
+        .replace_attributes()
+        .into_iter()
+        .map(|(n, _)| n.to_string())
+        .collect();
     let diff = TextDiff::from_lines(&before, &after);
     let mut changes: BTreeMap<String, AttrChange> = BTreeMap::new();
     for ch in diff.iter_all_changes() {
         let line = ch.value().trim_end();
-        let Some((name, val)) = line.split_once(" = ") else { continue };
-        let entry = changes.entry(name.to_string()).or_insert_with(|| AttrChange {
-            name: name.to_string(),
-            before: None,
-            after: None,
-            forces_replacement: forcing.iter().any(|f| f == name),
-        });
+        let Some((name, val)) = line.split_once(" = ") else {
+            continue;
+        };
+        let entry = changes
+            .entry(name.to_string())
+            .or_insert_with(|| AttrChange {
+                name: name.to_string(),
+                before: None,
+                after: None,
+                forces_replacement: forcing.iter().any(|f| f == name),
+            });
         match ch.tag() {
             ChangeTag::Delete => entry.before = Some(val.to_string()),
             ChangeTag::Insert => entry.after = Some(val.to_string()),
@@ -372,7 +444,10 @@ fn diff_attrs(had: Option<&VmSpec>, want: &VmSpec) -> Vec<AttrChange> {
         }
     }
     let order: Vec<String> = attr_lines(want).into_iter().map(|(n, _, _)| n).collect();
-    let mut out: Vec<AttrChange> = changes.into_values().filter(|c| c.before != c.after).collect();
+    let mut out: Vec<AttrChange> = changes
+        .into_values()
+        .filter(|c| c.before != c.after)
+        .collect();
     out.sort_by_key(|c| order.iter().position(|n| *n == c.name));
     out
 }
@@ -405,6 +480,10 @@ pub fn render(plan: &Plan) -> String {
         if let Some(r) = &c.reason {
             let _ = writeln!(out, "  # ({r})");
         }
+        if c.attributes.is_empty() {
+            let _ = writeln!(out, "{:>3} vm \"{}\"", c.action.symbol(), c.vm);
+            continue;
+        }
         let _ = writeln!(out, "{:>3} vm \"{}\" {{", c.action.symbol(), c.vm);
         let width = c.attributes.iter().map(|a| a.name.len()).max().unwrap_or(0);
         for a in &c.attributes {
@@ -414,7 +493,11 @@ pub fn render(plan: &Plan) -> String {
                 (Some(b), Some(v)) => format!(
                     "      ~ {:width$} = {b} -> {v}{}",
                     a.name,
-                    if a.forces_replacement { " # forces replacement" } else { "" }
+                    if a.forces_replacement {
+                        " # forces replacement"
+                    } else {
+                        ""
+                    }
                 ),
                 (None, None) => continue,
             };
@@ -423,7 +506,10 @@ pub fn render(plan: &Plan) -> String {
         out.push_str("    }\n");
     }
     let (add, change, destroy) = plan.counts();
-    let _ = writeln!(out, "\nPlan: {add} to add, {change} to change, {destroy} to destroy.");
+    let _ = writeln!(
+        out,
+        "\nPlan: {add} to add, {change} to change, {destroy} to destroy."
+    );
     let _ = writeln!(out, "{}", cost_line(plan));
     out
 }
@@ -432,14 +518,21 @@ fn cost_line(plan: &Plan) -> String {
     format!(
         "Hourly cost of what will run: ${:.2}/h{}",
         plan.hourly_cost_after,
-        if plan.hourly_cost_incomplete { " (some prices unknown; lower bound)" } else { "" }
+        if plan.hourly_cost_incomplete {
+            " (some prices unknown; lower bound)"
+        } else {
+            ""
+        }
     )
 }
 
 /// Hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
-    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Replaces the userinfo of a URL (`https://user:secret@host`) so no credential is shown.

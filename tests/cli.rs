@@ -2,7 +2,7 @@
 //! these needs Docker: they plan with `--refresh=false` or stop before any cloud call.
 //! Review changes with `cargo insta review`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use assert_cmd::Command;
 use gpuprov::config::{Cloud, VmSpec};
@@ -40,7 +40,11 @@ impl Project {
     fn run(&self, args: &[&str]) -> (i32, String, String) {
         let out = self.cmd(args).output().unwrap();
         let norm = |b: &[u8]| self.normalise(&String::from_utf8_lossy(b));
-        (out.status.code().unwrap_or(-1), norm(&out.stdout), norm(&out.stderr))
+        (
+            out.status.code().unwrap_or(-1),
+            norm(&out.stdout),
+            norm(&out.stderr),
+        )
     }
     fn normalise(&self, s: &str) -> String {
         let mut s = s.replace(&self.dir.path().display().to_string(), "[TMP]");
@@ -50,8 +54,14 @@ impl Project {
             let chars: Vec<char> = s.chars().collect();
             let mut i = 0;
             while i < chars.len() {
-                let run = chars[i..].iter().take_while(|c| c.is_ascii_hexdigit() || **c == '-').count();
-                if run == len && chars[i..i + run].iter().filter(|c| **c == '-').count() == if len == 36 { 4 } else { 0 } {
+                let run = chars[i..]
+                    .iter()
+                    .take_while(|c| c.is_ascii_hexdigit() || **c == '-')
+                    .count();
+                if run == len
+                    && chars[i..i + run].iter().filter(|c| **c == '-').count()
+                        == if len == 36 { 4 } else { 0 }
+                {
                     out.push_str(tag);
                     i += run;
                 } else {
@@ -71,7 +81,11 @@ impl Project {
         state.lineage = "00000000-0000-4000-8000-000000000000".into();
         let offer = Offer {
             id: "docker/local/container".into(),
-            location: Location { cloud: "docker".into(), region: "local".into(), zone: None },
+            location: Location {
+                cloud: "docker".into(),
+                region: "local".into(),
+                zone: None,
+            },
             instance_type: "container".into(),
             gpu: None,
             gpu_count: 0,
@@ -83,17 +97,29 @@ impl Project {
             instance_id: "c0ffee".into(),
             location: offer.location.clone(),
             offer,
-            ssh: SshEndpoint { host: "127.0.0.1".into(), port: 32768, user: Some("root".into()) },
+            ssh: SshEndpoint {
+                host: "127.0.0.1".into(),
+                port: 32768,
+                user: Some("root".into()),
+            },
             user: "root".into(),
-            host_key: HostKey { algorithm: "ssh-ed25519".into(), key_base64: "AAAA".into(), fingerprint: "SHA256:x".into() },
-            ready_at: chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z").unwrap().into(),
+            host_key: HostKey {
+                algorithm: "ssh-ed25519".into(),
+                key_base64: "AAAA".into(),
+                fingerprint: "SHA256:x".into(),
+            },
+            ready_at: chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+                .unwrap()
+                .into(),
         };
         let s = LaunchState::Ready { vm: Box::new(vm) };
         let mut rec = ResourceRecord::new(MachineRecord {
             kind: "launch".into(),
             state: serde_json::to_value(&s).unwrap(),
             label: "ready c0ffee".into(),
-            updated_at: chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z").unwrap().into(),
+            updated_at: chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+                .unwrap()
+                .into(),
         });
         rec.desired = Some(serde_json::to_value(desired).unwrap());
         state.resources.insert(format!("vm.{}", desired.name), rec);
@@ -108,7 +134,10 @@ fn dev() -> VmSpec {
 }
 
 fn snap(name: &str, code: i32, stdout: &str, stderr: &str) {
-    insta::assert_snapshot!(name, format!("exit: {code}\n--- stdout\n{stdout}--- stderr\n{stderr}"));
+    insta::assert_snapshot!(
+        name,
+        format!("exit: {code}\n--- stdout\n{stdout}--- stderr\n{stderr}")
+    );
 }
 
 #[test]
@@ -122,9 +151,15 @@ fn plan_create() {
 #[test]
 fn plan_detailed_exitcode_is_2_with_changes_and_0_without() {
     let p = Project::new(DOCKER_TOML);
-    assert_eq!(p.run(&["plan", "--refresh=false", "--detailed-exitcode"]).0, 2);
+    assert_eq!(
+        p.run(&["plan", "--refresh=false", "--detailed-exitcode"]).0,
+        2
+    );
     p.with_ready(&dev());
-    assert_eq!(p.run(&["plan", "--refresh=false", "--detailed-exitcode"]).0, 0);
+    assert_eq!(
+        p.run(&["plan", "--refresh=false", "--detailed-exitcode"]).0,
+        0
+    );
 }
 
 #[test]
@@ -189,7 +224,11 @@ fn saved_plan_is_refused_once_the_state_moved_on() {
 fn saved_plan_is_refused_after_a_config_edit() {
     let p = Project::new(DOCKER_TOML);
     assert_eq!(p.run(&["plan", "--refresh=false", "-out=tfplan.json"]).0, 0);
-    std::fs::write(p.path("gpuprov.toml"), format!("{DOCKER_TOML}ports = [8080]\n")).unwrap();
+    std::fs::write(
+        p.path("gpuprov.toml"),
+        format!("{DOCKER_TOML}ports = [8080]\n"),
+    )
+    .unwrap();
     let (code, _, err) = p.run(&["apply", "tfplan.json"]);
     assert_eq!(code, 1);
     assert!(err.contains("was made from a different"), "{err}");
@@ -200,9 +239,15 @@ fn apply_without_a_terminal_needs_auto_approve() {
     let p = Project::new(DOCKER_TOML);
     let (code, _, err) = p.run(&["apply", "--refresh=false"]);
     assert_eq!(code, 1);
-    assert!(err.contains("needs confirmation, but standard input is not a terminal"), "{err}");
+    assert!(
+        err.contains("needs confirmation, but standard input is not a terminal"),
+        "{err}"
+    );
     assert!(err.contains("--auto-approve"), "{err}");
-    assert!(!p.path("gpuprov.state.json").exists(), "nothing was written");
+    assert!(
+        !p.path("gpuprov.state.json").exists(),
+        "nothing was written"
+    );
 }
 
 fn bad_config(name: &str, text: &str) {
@@ -214,12 +259,18 @@ fn bad_config(name: &str, text: &str) {
 
 #[test]
 fn diagnostic_unknown_key() {
-    bad_config("bad_unknown_key", "[vm.dev]\nclouds = [\"docker\"]\ngpus = 1\n");
+    bad_config(
+        "bad_unknown_key",
+        "[vm.dev]\nclouds = [\"docker\"]\ngpus = 1\n",
+    );
 }
 
 #[test]
 fn diagnostic_wrong_type() {
-    bad_config("bad_wrong_type", "[vm.dev]\nclouds = [\"docker\"]\ndisk_gb = \"100\"\n");
+    bad_config(
+        "bad_wrong_type",
+        "[vm.dev]\nclouds = [\"docker\"]\ndisk_gb = \"100\"\n",
+    );
 }
 
 #[test]
@@ -237,7 +288,10 @@ fn diagnostic_cycle() {
 
 #[test]
 fn diagnostic_dangling_dependency() {
-    bad_config("bad_dangling", "[defaults]\nclouds = [\"docker\"]\n\n[vm.a]\ndepends_on = [\"db\"]\n");
+    bad_config(
+        "bad_dangling",
+        "[defaults]\nclouds = [\"docker\"]\n\n[vm.a]\ndepends_on = [\"db\"]\n",
+    );
 }
 
 #[test]
@@ -247,19 +301,28 @@ fn diagnostic_toml_syntax() {
 
 #[test]
 fn diagnostic_gpu_on_docker() {
-    bad_config("bad_gpu_on_docker", "[vm.dev]\nclouds = [\"docker\"]\ngpu = \"H100\"\n");
+    bad_config(
+        "bad_gpu_on_docker",
+        "[vm.dev]\nclouds = [\"docker\"]\ngpu = \"H100\"\n",
+    );
 }
 
 #[test]
 fn diagnostic_explicit_kubernetes_on_docker() {
-    bad_config("bad_k8s_on_docker", "[vm.dev]\nclouds = [\"docker\"]\nkubernetes = true\n");
+    bad_config(
+        "bad_k8s_on_docker",
+        "[vm.dev]\nclouds = [\"docker\"]\nkubernetes = true\n",
+    );
 }
 
 #[test]
 fn kubernetes_by_default_is_skipped_on_docker_with_a_note() {
     let p = Project::new(DOCKER_TOML);
     let (_, _, err) = p.run(&["plan", "--refresh=false"]);
-    assert!(err.contains("note: vm.dev: kubernetes skipped: docker cannot host k3s"), "{err}");
+    assert!(
+        err.contains("note: vm.dev: kubernetes skipped: docker cannot host k3s"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -277,11 +340,23 @@ fn a_truncated_state_file_is_refused_and_left_untouched() {
     let full = std::fs::read(p.path("gpuprov.state.json")).unwrap();
     let truncated = &full[..full.len() / 2];
     std::fs::write(p.path("gpuprov.state.json"), truncated).unwrap();
-    for args in [&["plan", "--refresh=false"][..], &["apply", "--auto-approve", "--refresh=false"], &["destroy", "--auto-approve"], &["status"]] {
+    for args in [
+        &["plan", "--refresh=false"][..],
+        &["apply", "--auto-approve", "--refresh=false"],
+        &["destroy", "--auto-approve"],
+        &["status"],
+    ] {
         let (code, _, err) = p.run(args);
         assert_eq!(code, 1, "{args:?}: {err}");
-        assert!(err.contains("gpuprov.state.json"), "{args:?} names the file: {err}");
-        assert_eq!(std::fs::read(p.path("gpuprov.state.json")).unwrap(), truncated, "{args:?} changed the file");
+        assert!(
+            err.contains("gpuprov.state.json"),
+            "{args:?} names the file: {err}"
+        );
+        assert_eq!(
+            std::fs::read(p.path("gpuprov.state.json")).unwrap(),
+            truncated,
+            "{args:?} changed the file"
+        );
     }
     let (_, _, err) = p.run(&["plan", "--refresh=false"]);
     snap("bad_truncated_state", 1, "", &err);
@@ -290,22 +365,49 @@ fn a_truncated_state_file_is_refused_and_left_untouched() {
 #[test]
 fn a_held_lock_fails_within_the_timeout_naming_the_holder() {
     let p = Project::new(DOCKER_TOML);
-    let (lock, _) = gpuprov::state::StateLock::acquire(&p.path("gpuprov.state.json"), "apply", std::time::Duration::ZERO).unwrap();
+    let (lock, _) = gpuprov::state::StateLock::acquire(
+        &p.path("gpuprov.state.json"),
+        "apply",
+        std::time::Duration::ZERO,
+    )
+    .unwrap();
     let started = std::time::Instant::now();
-    let (code, _, err) = p.run(&["plan", "--refresh=false", "--lock-timeout", "1s"]);
+    let out = p
+        .cmd(&["plan", "--refresh=false", "--lock-timeout", "1s"])
+        .output()
+        .unwrap();
     let waited = started.elapsed();
+    let (code, err) = (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
     assert_eq!(code, 1);
-    assert!(waited >= std::time::Duration::from_millis(900), "waited {waited:?}");
+    assert!(
+        waited >= std::time::Duration::from_millis(900),
+        "waited {waited:?}"
+    );
     assert!(err.contains("apply"), "names the holder's operation: {err}");
-    assert!(err.contains(&std::process::id().to_string()), "names the holder's pid: {err}");
-    assert!(err.contains(&lock.info().id), "gives the lock id for force-unlock: {err}");
+    assert!(
+        err.contains(&std::process::id().to_string()),
+        "names the holder's pid: {err}"
+    );
+    assert!(
+        err.contains(&lock.info().id),
+        "gives the lock id for force-unlock: {err}"
+    );
     drop(lock);
-    assert_eq!(p.run(&["plan", "--refresh=false"]).0, 0, "free again once released");
+    assert_eq!(
+        p.run(&["plan", "--refresh=false"]).0,
+        0,
+        "free again once released"
+    );
 }
 
 #[test]
 fn graph_prints_dot_with_dependency_edges() {
-    let p = Project::new("[defaults]\nclouds = [\"docker\"]\n[vm.db]\n[vm.web]\ndepends_on = [\"db\"]\n");
+    let p = Project::new(
+        "[defaults]\nclouds = [\"docker\"]\n[vm.db]\n[vm.web]\ndepends_on = [\"db\"]\n",
+    );
     let (code, out, _) = p.run(&["graph"]);
     assert_eq!(code, 0);
     insta::assert_snapshot!("graph", out);
@@ -323,16 +425,29 @@ fn state_list_and_show() {
     assert_eq!(v["machine"]["state"]["state"], "ready");
     let (code, _, err) = p.run(&["state", "show", "vm.nope"]);
     assert_eq!(code, 1);
-    assert!(err.contains("no resource vm.nope") && err.contains("vm.dev"), "{err}");
+    assert!(
+        err.contains("no resource vm.nope") && err.contains("vm.dev"),
+        "{err}"
+    );
 }
 
 #[test]
 fn every_command_has_help() {
     let p = Project::new(DOCKER_TOML);
-    for cmd in ["plan", "apply", "destroy", "status", "list", "ssh", "graph", "validate", "state", "force-unlock"] {
+    for cmd in [
+        "plan",
+        "apply",
+        "destroy",
+        "status",
+        "list",
+        "ssh",
+        "graph",
+        "validate",
+        "state",
+        "force-unlock",
+    ] {
         let (code, out, _) = p.run(&[cmd, "--help"]);
         assert_eq!(code, 0, "{cmd}");
         assert!(out.contains("Usage: gpuprov"), "{cmd}: {out}");
     }
 }
-

@@ -10,7 +10,9 @@ fn root() -> PathBuf {
 
 fn parse(text: &str) -> Result<Config, String> {
     Config::parse(Path::new("gpuprov.toml"), text.to_string()).map_err(|e| {
-        let span = e.span.map(|s| text[s.offset()..s.offset() + s.len()].to_string());
+        let span = e
+            .span
+            .map(|s| text[s.offset()..s.offset() + s.len()].to_string());
         format!("{} | at {:?}", e.message, span)
     })
 }
@@ -41,10 +43,18 @@ fn every_example_loads_and_validates_against_the_schema() {
         }
         n += 1;
         let text = std::fs::read_to_string(&path).unwrap();
-        assert!(text.starts_with("#:schema ../schemas/gpuprov.schema.json"), "{} lacks the #:schema line", path.display());
+        assert!(
+            text.starts_with("#:schema ../schemas/gpuprov.schema.json"),
+            "{} lacks the #:schema line",
+            path.display()
+        );
         Config::load(&path).unwrap_or_else(|e| panic!("{}: {e:?}", path.display()));
-        let as_json: serde_json::Value = serde_json::to_value(toml::from_str::<toml::Table>(&text).unwrap()).unwrap();
-        let errors: Vec<String> = validator.iter_errors(&as_json).map(|e| e.to_string()).collect();
+        let as_json: serde_json::Value =
+            serde_json::to_value(toml::from_str::<toml::Table>(&text).unwrap()).unwrap();
+        let errors: Vec<String> = validator
+            .iter_errors(&as_json)
+            .map(|e| e.to_string())
+            .collect();
         assert!(errors.is_empty(), "{}: {errors:?}", path.display());
     }
     assert!(n >= 2, "examples/ holds the example configs");
@@ -54,8 +64,12 @@ fn every_example_loads_and_validates_against_the_schema() {
 fn schema_rejects_what_the_loader_rejects() {
     let schema: serde_json::Value = serde_json::from_str(&json_schema()).unwrap();
     let validator = jsonschema::validator_for(&schema).unwrap();
-    let bad: serde_json::Value = serde_json::json!({"vm": {"a": {"clouds": ["docker"], "gpus": 1}}});
-    assert!(!validator.is_valid(&bad), "unknown key must fail the schema too");
+    let bad: serde_json::Value =
+        serde_json::json!({"vm": {"a": {"clouds": ["docker"], "gpus": 1}}});
+    assert!(
+        !validator.is_valid(&bad),
+        "unknown key must fail the schema too"
+    );
     let bad_cloud = serde_json::json!({"vm": {"a": {"clouds": ["awz"]}}});
     assert!(!validator.is_valid(&bad_cloud));
 }
@@ -82,7 +96,10 @@ depends_on = ["a"]
     .unwrap();
     let a = &c.vms["a"];
     assert_eq!(a.clouds, vec![Cloud::Aws, Cloud::Lambda]);
-    assert_eq!((a.gpu.as_deref(), a.gpu_count, a.spot), (Some("H100"), 1, true));
+    assert_eq!(
+        (a.gpu.as_deref(), a.gpu_count, a.spot),
+        (Some("H100"), 1, true)
+    );
     assert_eq!(a.max_price_per_hour, Some(3.0));
     assert!(a.kubernetes && !a.kubernetes_explicit);
     let b = &c.vms["b"];
@@ -116,9 +133,15 @@ fn bad_configs_name_what_and_where() {
     ];
     for (text, want_msg, want_span) in cases {
         let got = parse(text).expect_err(&format!("must reject:\n{text}"));
-        assert!(got.contains(want_msg), "for\n{text}\nexpected {want_msg:?} in {got:?}");
+        assert!(
+            got.contains(want_msg),
+            "for\n{text}\nexpected {want_msg:?} in {got:?}"
+        );
         if let Some(span) = want_span {
-            assert!(got.contains(&format!("at Some({span:?})")), "for\n{text}\nexpected span {span:?}, got {got:?}");
+            assert!(
+                got.contains(&format!("at Some({span:?})")),
+                "for\n{text}\nexpected span {span:?}, got {got:?}"
+            );
         }
     }
 }

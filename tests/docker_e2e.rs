@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use bollard::query_parameters::{ListContainersOptionsBuilder, ListNetworksOptionsBuilder, ListVolumesOptionsBuilder};
+use bollard::query_parameters::{
+    ListContainersOptionsBuilder, ListNetworksOptionsBuilder, ListVolumesOptionsBuilder,
+};
 use bollard::Docker;
 
 fn skip() -> bool {
@@ -28,7 +30,10 @@ struct Project {
 impl Project {
     fn new() -> Project {
         let dir = tempfile::tempdir().unwrap();
-        let example = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/docker.toml")).unwrap();
+        let example = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/docker.toml"),
+        )
+        .unwrap();
         std::fs::write(dir.path().join("gpuprov.toml"), example).unwrap();
         Project { dir }
     }
@@ -66,10 +71,21 @@ impl Project {
 /// Containers carrying this lineage's label (any status).
 async fn containers(lineage: &str) -> Vec<String> {
     let docker = Docker::connect_with_defaults().unwrap();
-    let filters: HashMap<String, Vec<String>> =
-        HashMap::from([("label".to_string(), vec![format!("gpuprov-lineage={lineage}")])]);
-    let opts = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
-    docker.list_containers(Some(opts)).await.unwrap().into_iter().filter_map(|c| c.id).collect()
+    let filters: HashMap<String, Vec<String>> = HashMap::from([(
+        "label".to_string(),
+        vec![format!("gpuprov-lineage={lineage}")],
+    )]);
+    let opts = ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&filters)
+        .build();
+    docker
+        .list_containers(Some(opts))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|c| c.id)
+        .collect()
 }
 
 async fn leftovers(lineage: &str) -> (usize, usize, usize) {
@@ -77,9 +93,21 @@ async fn leftovers(lineage: &str) -> (usize, usize, usize) {
     let label = format!("gpuprov-lineage={lineage}");
     let filters: HashMap<String, Vec<String>> = HashMap::from([("label".to_string(), vec![label])]);
     let c = containers(lineage).await.len();
-    let n = docker.list_networks(Some(ListNetworksOptionsBuilder::default().filters(&filters).build())).await.unwrap().len();
+    let n = docker
+        .list_networks(Some(
+            ListNetworksOptionsBuilder::default()
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .unwrap()
+        .len();
     let v = docker
-        .list_volumes(Some(ListVolumesOptionsBuilder::default().filters(&filters).build()))
+        .list_volumes(Some(
+            ListVolumesOptionsBuilder::default()
+                .filters(&filters)
+                .build(),
+        ))
         .await
         .unwrap()
         .volumes
@@ -90,7 +118,10 @@ async fn leftovers(lineage: &str) -> (usize, usize, usize) {
 
 fn ensure_base_image() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-base-image.sh");
-    let out = Command::new("bash").arg(script).output().expect("run scripts/build-base-image.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .output()
+        .expect("run scripts/build-base-image.sh");
     assert!(
         out.status.success(),
         "building the base image failed (is Docker running?):\n{}{}",
@@ -113,7 +144,10 @@ async fn docker_lifecycle_apply_ssh_reapply_kill9_adopt_destroy() {
     let lineage = p.lineage();
     let first = containers(&lineage).await;
     assert_eq!(first.len(), 1, "exactly one container after apply");
-    assert_eq!(p.state()["resources"]["vm.dev"]["machine"]["state"]["state"], "ready");
+    assert_eq!(
+        p.state()["resources"]["vm.dev"]["machine"]["state"]["state"],
+        "ready"
+    );
 
     // 2. a command over SSH runs in the container.
     let out = p.run(&["ssh", "dev", "--", "uname", "-a"]);
@@ -121,7 +155,11 @@ async fn docker_lifecycle_apply_ssh_reapply_kill9_adopt_destroy() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.starts_with("Linux "), "uname -a output: {stdout}");
     let out = p.run(&["ssh", "dev", "--", "sh", "-c", "exit 7"]);
-    assert_eq!(out.status.code(), Some(7), "the remote exit status is passed through");
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "the remote exit status is passed through"
+    );
 
     // 3. nothing to change: plan exits 0 with --detailed-exitcode, apply is a no-op.
     let out = p.run(&["plan", "--detailed-exitcode"]);
@@ -129,28 +167,61 @@ async fn docker_lifecycle_apply_ssh_reapply_kill9_adopt_destroy() {
     let out = p.run(&["apply", "--auto-approve"]);
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("No changes."));
-    assert_eq!(containers(&lineage).await, first, "the same container, untouched");
+    assert_eq!(
+        containers(&lineage).await,
+        first,
+        "the same container, untouched"
+    );
 
     // The ssh config a user can Include pins the host key.
-    let ssh_config = std::fs::read_to_string(p.dir.path().join("home/projects").join(&lineage).join("ssh_config")).unwrap();
-    assert!(ssh_config.contains("Host gpuprov-dev") && ssh_config.contains("StrictHostKeyChecking yes"), "{ssh_config}");
+    let ssh_config = std::fs::read_to_string(
+        p.dir
+            .path()
+            .join("home/projects")
+            .join(&lineage)
+            .join("ssh_config"),
+    )
+    .unwrap();
+    assert!(
+        ssh_config.contains("Host gpuprov-dev") && ssh_config.contains("StrictHostKeyChecking yes"),
+        "{ssh_config}"
+    );
 
     // 4. destroy removes it; the state is empty of resources.
     let out = p.run(&["destroy", "--auto-approve"]);
     assert!(out.status.success());
-    assert_eq!(leftovers(&lineage).await, (0, 0, 0), "no container, network or volume left");
-    assert_eq!(p.state()["resources"].as_object().map(|m| m.len()).unwrap_or(0), 0);
+    assert_eq!(
+        leftovers(&lineage).await,
+        (0, 0, 0),
+        "no container, network or volume left"
+    );
+    assert_eq!(
+        p.state()["resources"]
+            .as_object()
+            .map(|m| m.len())
+            .unwrap_or(0),
+        0
+    );
 
     // 5. kill -9 while the instance is booting, then apply again: the same container is
     // adopted, never duplicated.
-    let mut child = p.cmd(&["apply", "--auto-approve"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let mut child = p
+        .cmd(&["apply", "--auto-approve"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut killed_at = None;
     while Instant::now() < deadline {
         let label = std::fs::read_to_string(p.state_path())
             .ok()
             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .and_then(|v| v["resources"]["vm.dev"]["machine"]["state"]["state"].as_str().map(str::to_string));
+            .and_then(|v| {
+                v["resources"]["vm.dev"]["machine"]["state"]["state"]
+                    .as_str()
+                    .map(str::to_string)
+            });
         if matches!(label.as_deref(), Some("booting") | Some("connecting")) {
             child.kill().unwrap(); // SIGKILL
             killed_at = label;
@@ -165,13 +236,23 @@ async fn docker_lifecycle_apply_ssh_reapply_kill9_adopt_destroy() {
     let killed_at = killed_at.expect("apply was killed while booting or connecting");
     eprintln!("killed apply in state {killed_at}");
     let before = containers(&lineage).await;
-    assert_eq!(before.len(), 1, "the killed apply had created the container");
+    assert_eq!(
+        before.len(),
+        1,
+        "the killed apply had created the container"
+    );
 
     let out = p.run(&["apply", "--auto-approve"]);
     assert!(out.status.success(), "the second apply resumes");
     let after = containers(&lineage).await;
-    assert_eq!(after, before, "exactly one container carries the label: the same one, adopted");
-    assert_eq!(p.state()["resources"]["vm.dev"]["machine"]["state"]["state"], "ready");
+    assert_eq!(
+        after, before,
+        "exactly one container carries the label: the same one, adopted"
+    );
+    assert_eq!(
+        p.state()["resources"]["vm.dev"]["machine"]["state"]["state"],
+        "ready"
+    );
 
     let out = p.run(&["destroy", "--auto-approve"]);
     assert!(out.status.success());

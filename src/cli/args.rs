@@ -10,7 +10,13 @@ use clap::{Args, Parser, Subcommand};
 #[command(name = "gpuprov", version, about, long_about = None, propagate_version = true)]
 pub struct Cli {
     /// Config file
-    #[arg(short = 'c', long = "config", global = true, default_value = "gpuprov.toml", env = "GPUPROV_CONFIG")]
+    #[arg(
+        short = 'c',
+        long = "config",
+        global = true,
+        default_value = "gpuprov.toml",
+        env = "GPUPROV_CONFIG"
+    )]
     pub config: PathBuf,
     /// State file (default: gpuprov.state.json beside the config)
     #[arg(long, global = true, env = "GPUPROV_STATE")]
@@ -134,7 +140,9 @@ pub struct ForceUnlockArgs {
 }
 
 /// Rewrites Terraform's single-dash `-out FILE` / `-out=FILE` to clap's `--out`.
-pub fn normalize_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+pub fn normalize_args(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
     args.into_iter()
         .map(|a| match a.to_str() {
             Some("-out") => "--out".into(),

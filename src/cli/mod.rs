@@ -36,12 +36,22 @@ use args::{ApplyArgs, Cli, Command, DestroyArgs, PlanArgs, SshArgs, StateCommand
 /// Entry point of the `gpuprov` binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse_from(args::normalize_args(std::env::args_os()));
-    let color = !cli.no_color && std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal();
+    let color =
+        !cli.no_color && std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal();
     let _ = miette::set_hook(Box::new(move |_| {
-        Box::new(miette::MietteHandlerOpts::new().color(color).unicode(color).terminal_links(false).build())
+        Box::new(
+            miette::MietteHandlerOpts::new()
+                .color(color)
+                .unicode(color)
+                .terminal_links(false)
+                .build(),
+        )
     }));
     init_logging(color);
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -60,7 +70,11 @@ pub fn main() -> ExitCode {
 fn init_logging(color: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("GPUPROV_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(color).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(color)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 /// Paths of one project: config, state, and the per-user data directory.
@@ -72,10 +86,17 @@ struct Project {
 impl Project {
     fn new(cli: &Cli) -> Project {
         let state_path = cli.state.clone().unwrap_or_else(|| {
-            let dir = cli.config.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            let dir = cli
+                .config
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
             dir.join("gpuprov.state.json")
         });
-        Project { config_path: cli.config.clone(), state_path }
+        Project {
+            config_path: cli.config.clone(),
+            state_path,
+        }
     }
 
     fn load_config(&self) -> Result<Config, Report> {
@@ -88,12 +109,17 @@ impl Project {
 
     fn lock(&self, operation: &str, timeout: Duration) -> Result<StateLock, Report> {
         // Waiting for the lock blocks; tell the runtime so other tasks keep running.
-        let (lock, stale) =
-            tokio::task::block_in_place(|| StateLock::acquire(&self.state_path, operation, timeout)).map_err(Report::new)?;
+        let (lock, stale) = tokio::task::block_in_place(|| {
+            StateLock::acquire(&self.state_path, operation, timeout)
+        })
+        .map_err(Report::new)?;
         if let Some(info) = stale {
             eprintln!(
                 "note: a previous lock ({} by {}, pid {}, {}) was not released; that process is gone, so the lock was taken over",
-                info.operation, info.who, info.pid, info.created
+                info.operation,
+                info.who,
+                info.pid,
+                info.created.format("%Y-%m-%d %H:%M:%S UTC")
             );
         }
         Ok(lock)
@@ -106,7 +132,9 @@ pub fn data_home() -> PathBuf {
     if let Some(h) = std::env::var_os("GPUPROV_HOME") {
         return PathBuf::from(h);
     }
-    dirs::data_local_dir().map(|d| d.join("gpuprov")).unwrap_or_else(|| PathBuf::from(".gpuprov"))
+    dirs::data_local_dir()
+        .map(|d| d.join("gpuprov"))
+        .unwrap_or_else(|| PathBuf::from(".gpuprov"))
 }
 
 /// The per-project directory (keys, ssh config), keyed by the state's lineage.
@@ -115,7 +143,9 @@ fn project_dir(lineage: &str) -> PathBuf {
 }
 
 fn docker_provider(config: Option<&Config>, lineage: &str) -> DockerProvider {
-    let s = config.map(|c| c.cloud_settings(Cloud::Docker)).unwrap_or_default();
+    let s = config
+        .map(|c| c.cloud_settings(Cloud::Docker))
+        .unwrap_or_default();
     let mut settings = DockerSettings::from_env_and_config(s.endpoint, s.base_image);
     settings.lineage = lineage.to_string();
     DockerProvider::new(settings)
@@ -136,10 +166,17 @@ fn build_providers(config: &Config, lineage: &str) -> Providers {
 /// build, asks every usable cloud rejects (its catalog lookup says `InvalidRequest`, for
 /// example a GPU on the Docker cloud), and an explicit `kubernetes = true` on clouds that
 /// cannot host k3s. Returns notes to show (k3s skipped).
-async fn check_config_against_clouds(config: &Config, providers: &Providers) -> Result<Vec<String>, Report> {
+async fn check_config_against_clouds(
+    config: &Config,
+    providers: &Providers,
+) -> Result<Vec<String>, Report> {
     let mut notes = Vec::new();
     for vm in config.vms.values() {
-        let usable: Vec<_> = vm.clouds.iter().filter(|c| providers.get(c.as_str()).is_some()).collect();
+        let usable: Vec<_> = vm
+            .clouds
+            .iter()
+            .filter(|c| providers.get(c.as_str()).is_some())
+            .collect();
         if usable.is_empty() {
             return Err(Report::new(config.vm_error(
                 &vm.name,
@@ -155,7 +192,9 @@ async fn check_config_against_clouds(config: &Config, providers: &Providers) -> 
         for c in &usable {
             if let Some(p) = providers.get(c.as_str()) {
                 match p.plan(&vm.request()).await {
-                    Err(e) if e.kind == crate::provider::ErrorKind::InvalidRequest => rejections.push(format!("{c}: {}", e.msg)),
+                    Err(e) if e.kind == crate::provider::ErrorKind::InvalidRequest => {
+                        rejections.push(format!("{c}: {}", e.msg))
+                    }
                     _ => {}
                 }
             }
@@ -167,20 +206,30 @@ async fn check_config_against_clouds(config: &Config, providers: &Providers) -> 
                 Some(rejections.join("; ")),
             )));
         }
-        let k3s_capable =
-            usable.iter().any(|c| providers.get(c.as_str()).is_some_and(|p| p.capabilities().supports(Feature::Kubernetes)));
+        let k3s_capable = usable.iter().any(|c| {
+            providers
+                .get(c.as_str())
+                .is_some_and(|p| p.capabilities().supports(Feature::Kubernetes))
+        });
         if vm.kubernetes && !k3s_capable {
             if vm.kubernetes_explicit {
                 return Err(Report::new(config.vm_error(
                     &vm.name,
-                    format!("vm.{}: kubernetes = true, but none of its clouds can host k3s", vm.name),
+                    format!(
+                        "vm.{}: kubernetes = true, but none of its clouds can host k3s",
+                        vm.name
+                    ),
                     Some("set kubernetes = false, or add a cloud that supports Kubernetes".into()),
                 )));
             }
             notes.push(format!(
                 "vm.{}: kubernetes skipped: {} cannot host k3s",
                 vm.name,
-                usable.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
+                usable
+                    .iter()
+                    .map(|c| c.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
     }
@@ -213,7 +262,15 @@ async fn run(cli: Cli, color: bool) -> Result<ExitCode, Report> {
             let (_, state) = project.open_state()?;
             let r = state.resources.get(address).ok_or_else(|| {
                 miette!(
-                    help = format!("addresses in the state: {}", state.resources.keys().cloned().collect::<Vec<_>>().join(", ")),
+                    help = format!(
+                        "addresses in the state: {}",
+                        state
+                            .resources
+                            .keys()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
                     "no resource {address} in {}",
                     project.state_path.display()
                 )
@@ -234,10 +291,18 @@ async fn run(cli: Cli, color: bool) -> Result<ExitCode, Report> {
 }
 
 /// Makes a plan: config + state (+ refresh) → changes, with the hourly prices.
-async fn make_plan(config: &Config, state: &StateFile, providers: &Providers, refresh: bool) -> Result<Plan, Report> {
+async fn make_plan(
+    config: &Config,
+    state: &StateFile,
+    providers: &Providers,
+    refresh: bool,
+) -> Result<Plan, Report> {
     let observed = if refresh {
         Some(plan::refresh(state, providers).await.map_err(|e| {
-            miette!(help = "pass --refresh=false to plan from the state alone", "{e}")
+            miette!(
+                help = "pass --refresh=false to plan from the state alone",
+                "{e}"
+            )
         })?)
     } else {
         None
@@ -246,13 +311,17 @@ async fn make_plan(config: &Config, state: &StateFile, providers: &Providers, re
     let mut prices: BTreeMap<String, f64> = BTreeMap::new();
     for vm in config.vms.values() {
         for cloud in &vm.clouds {
-            let Some(p) = providers.get(cloud.as_str()) else { continue };
+            let Some(p) = providers.get(cloud.as_str()) else {
+                continue;
+            };
             if let Ok(offers) = p.plan(&vm.request()).await {
                 let best = offers
                     .iter()
                     .map(|o| o.price_per_hour)
                     .filter(|price| vm.max_price_per_hour.is_none_or(|m| *price <= m))
-                    .fold(None, |acc: Option<f64>, x| Some(acc.map_or(x, |a| a.min(x))));
+                    .fold(None, |acc: Option<f64>, x| {
+                        Some(acc.map_or(x, |a| a.min(x)))
+                    });
                 if let Some(b) = best {
                     prices.insert(vm.name.clone(), b);
                     break;
@@ -272,7 +341,11 @@ async fn make_plan(config: &Config, state: &StateFile, providers: &Providers, re
 
 async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> Result<ExitCode, Report> {
     let config = project.load_config()?;
-    let _lock = if a.lock { Some(project.lock("plan", cli.lock_timeout)?) } else { None };
+    let _lock = if a.lock {
+        Some(project.lock("plan", cli.lock_timeout)?)
+    } else {
+        None
+    };
     let (_store, state) = project.open_state()?;
     let providers = build_providers(&config, &state.lineage);
     let notes = check_config_against_clouds(&config, &providers).await?;
@@ -291,10 +364,18 @@ async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> Result<ExitCode
             .map_err(Report::new)
             .wrap_err_with(|| format!("cannot save the plan to {}", out.display()))?;
         if !a.json {
-            println!("\nSaved the plan to: {}\nTo perform exactly these actions, run: gpuprov apply {}", out.display(), out.display());
+            println!(
+                "\nSaved the plan to: {}\nTo perform exactly these actions, run: gpuprov apply {}",
+                out.display(),
+                out.display()
+            );
         }
     }
-    Ok(if a.detailed_exitcode && plan.has_changes() { ExitCode::from(2) } else { ExitCode::SUCCESS })
+    Ok(if a.detailed_exitcode && plan.has_changes() {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn confirm(what: &str, auto_approve: bool) -> Result<bool, Report> {
@@ -319,7 +400,8 @@ fn confirm(what: &str, auto_approve: bool) -> Result<bool, Report> {
 fn spawn_signal_handler(cancel: CancelToken) {
     tokio::spawn(async move {
         #[cfg(unix)]
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         loop {
             #[cfg(unix)]
             {
@@ -352,7 +434,14 @@ struct Run {
     progress: progress::Renderer,
 }
 
-fn start_run(state: StateFile, store: StateStore, providers: Providers, key: &ProjectKey, parallelism: u32, color: bool) -> Run {
+fn start_run(
+    state: StateFile,
+    store: StateStore,
+    providers: Providers,
+    key: &ProjectKey,
+    parallelism: u32,
+    color: bool,
+) -> Run {
     let lineage = state.lineage.clone();
     let journal = Arc::new(StateJournal::new(store, state));
     let cancel = CancelToken::new();
@@ -369,7 +458,11 @@ fn start_run(state: StateFile, store: StateStore, providers: Providers, key: &Pr
         ssh_public_key: key.public_key_openssh.clone(),
         parallelism: parallelism as usize,
     };
-    Run { journal, engine, progress }
+    Run {
+        journal,
+        engine,
+        progress,
+    }
 }
 
 fn project_key(lineage: &str) -> Result<ProjectKey, Report> {
@@ -380,10 +473,20 @@ fn project_key(lineage: &str) -> Result<ProjectKey, Report> {
 
 /// Ends a run: saves the state (or the `.errored` copy), writes the ssh config, prints
 /// the outcomes and returns the exit code.
-async fn finish_run(run: Run, outcomes: &BTreeMap<String, Outcome>, verb: &str) -> Result<ExitCode, Report> {
+async fn finish_run(
+    run: Run,
+    outcomes: &BTreeMap<String, Outcome>,
+    verb: &str,
+) -> Result<ExitCode, Report> {
     drop(run.engine);
     run.progress.finish().await;
-    run.journal.save_final().map_err(Report::new)?;
+    if let Err(e) = run.journal.save_final() {
+        if let crate::state::StateError::FinalSaveLost { state_json, .. } = &e {
+            // Last resort: the only copy of what was created is this output.
+            println!("{state_json}");
+        }
+        return Err(Report::new(e));
+    }
     let state = run.journal.snapshot();
     if let Err(e) = write_ssh_config(&state) {
         eprintln!("warning: cannot write the ssh config: {e}");
@@ -392,10 +495,15 @@ async fn finish_run(run: Run, outcomes: &BTreeMap<String, Outcome>, verb: &str) 
     let mut interrupted = false;
     for (address, o) in outcomes {
         match o {
-            Outcome::Ready(vm) => eprintln!("{address}: ready at {} ({}), ssh with: gpuprov ssh {}", vm.location, vm.ssh, address.trim_start_matches("vm.")),
+            Outcome::Ready(vm) => eprintln!(
+                "{address}: ready at {} ({}), ssh with: gpuprov ssh {}",
+                vm.location,
+                vm.ssh,
+                address.trim_start_matches("vm.")
+            ),
             Outcome::Updated => eprintln!("{address}: updated"),
             Outcome::Unchanged => {}
-            Outcome::Destroyed => eprintln!("{address}: destroyed"),
+            Outcome::Destroyed => {}
             Outcome::Failed(why) => {
                 failed = true;
                 eprintln!("{address}: FAILED: {why}");
@@ -414,11 +522,22 @@ async fn finish_run(run: Run, outcomes: &BTreeMap<String, Outcome>, verb: &str) 
         return Ok(ExitCode::from(130));
     }
     if failed {
-        return Err(miette!("{verb} finished with errors (see above); the state records where each machine is"));
+        return Err(miette!(
+            "{verb} finished with errors (see above); the state records where each machine is"
+        ));
     }
-    let added = outcomes.values().filter(|o| matches!(o, Outcome::Ready(_))).count();
-    let destroyed = outcomes.values().filter(|o| matches!(o, Outcome::Destroyed)).count();
-    let changed = outcomes.values().filter(|o| matches!(o, Outcome::Updated)).count();
+    let added = outcomes
+        .values()
+        .filter(|o| matches!(o, Outcome::Ready(_)))
+        .count();
+    let destroyed = outcomes
+        .values()
+        .filter(|o| matches!(o, Outcome::Destroyed))
+        .count();
+    let changed = outcomes
+        .values()
+        .filter(|o| matches!(o, Outcome::Updated))
+        .count();
     eprintln!("\n{verb} complete! Machines: {added} up, {changed} changed, {destroyed} destroyed.");
     Ok(ExitCode::SUCCESS)
 }
@@ -445,21 +564,35 @@ fn write_ssh_config(state: &StateFile) -> Result<(), String> {
     if entries.is_empty() && !dir.exists() {
         return Ok(());
     }
-    write_ssh_files(&dir, &entries).map(|_| ()).map_err(|e| e.to_string())
+    write_ssh_files(&dir, &entries)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
-async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> Result<ExitCode, Report> {
+async fn cmd_apply(
+    cli: &Cli,
+    project: &Project,
+    a: &ApplyArgs,
+    color: bool,
+) -> Result<ExitCode, Report> {
     let config = project.load_config()?;
     let _lock = project.lock("apply", cli.lock_timeout)?;
-    let (store, state) = project.open_state()?;
+    let (store, mut state) = project.open_state()?;
+    let saved = a.plan_file.as_deref().map(read_saved_plan).transpose()?;
+    if let Some(plan) = &saved {
+        // A plan made before the state file existed carries the lineage the new state
+        // will have; a state still never saved (serial 0) takes it over.
+        if state.serial == 0 && plan.serial == 0 && state.resources.is_empty() {
+            state.lineage = plan.lineage.clone();
+        }
+    }
     let providers = build_providers(&config, &state.lineage);
     let notes = check_config_against_clouds(&config, &providers).await?;
     for n in &notes {
         eprintln!("note: {n}");
     }
-    let plan = match &a.plan_file {
-        Some(path) => {
-            let plan = read_saved_plan(path)?;
+    let plan = match (&a.plan_file, saved) {
+        (Some(path), Some(plan)) => {
             if plan.lineage != state.lineage || plan.serial != state.serial {
                 return Err(miette!(
                     help = "run `gpuprov plan -out FILE` again and apply the new plan",
@@ -470,12 +603,14 @@ async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> 
             if plan.config_sha256 != plan::sha256_hex(config.source.as_bytes()) {
                 return Err(miette!(
                     help = "run `gpuprov plan -out FILE` again and apply the new plan",
-                    "saved plan {} was made from a different {}", path.display(), project.config_path.display()
+                    "saved plan {} was made from a different {}",
+                    path.display(),
+                    project.config_path.display()
                 ));
             }
             plan
         }
-        None => {
+        _ => {
             let plan = make_plan(&config, &state, &providers, a.refresh.refresh).await?;
             print!("{}", plan::render(&plan));
             if plan.has_changes() && !confirm("apply", a.auto_approve)? {
@@ -495,24 +630,42 @@ async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> 
 }
 
 fn read_saved_plan(path: &Path) -> Result<Plan, Report> {
-    let text = std::fs::read_to_string(path).into_diagnostic().wrap_err_with(|| format!("cannot read saved plan {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .into_diagnostic()
+        .wrap_err_with(|| format!("cannot read saved plan {}", path.display()))?;
     let plan: Plan = serde_json::from_str(&text).map_err(|e| {
-        miette!(help = "make it with `gpuprov plan -out FILE`", "{} is not a gpuprov plan file: {e}", path.display())
+        miette!(
+            help = "make it with `gpuprov plan -out FILE`",
+            "{} is not a gpuprov plan file: {e}",
+            path.display()
+        )
     })?;
     if plan.format_version > plan::PLAN_FORMAT_VERSION {
-        return Err(miette!("{} was written by a newer gpuprov (plan format {})", path.display(), plan.format_version));
+        return Err(miette!(
+            "{} was written by a newer gpuprov (plan format {})",
+            path.display(),
+            plan.format_version
+        ));
     }
     Ok(plan)
 }
 
-async fn cmd_destroy(cli: &Cli, project: &Project, a: &DestroyArgs, color: bool) -> Result<ExitCode, Report> {
+async fn cmd_destroy(
+    cli: &Cli,
+    project: &Project,
+    a: &DestroyArgs,
+    color: bool,
+) -> Result<ExitCode, Report> {
     // The config is optional for destroy: the state says what exists. When present it
     // supplies cloud settings (endpoints).
     let config = project.load_config().ok();
     let _lock = project.lock("destroy", cli.lock_timeout)?;
     let (store, state) = project.open_state()?;
     if state.resources.is_empty() {
-        eprintln!("No machines in {}: nothing to destroy.", project.state_path.display());
+        eprintln!(
+            "No machines in {}: nothing to destroy.",
+            project.state_path.display()
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let mut providers = match &config {
@@ -521,7 +674,10 @@ async fn cmd_destroy(cli: &Cli, project: &Project, a: &DestroyArgs, color: bool)
     };
     // Clouds recorded in the state but absent from the config still need their adapter.
     for r in state.resources.values() {
-        let owned = crate::engine::owned_of(&crate::machine::PrevRecord { kind: r.machine.kind.clone(), state: r.machine.state.clone() });
+        let owned = crate::engine::owned_of(&crate::machine::PrevRecord {
+            kind: r.machine.kind.clone(),
+            state: r.machine.state.clone(),
+        });
         if let Some(o) = owned {
             if o.location.cloud == "docker" && providers.get("docker").is_none() {
                 providers.insert(Arc::new(docker_provider(config.as_ref(), &state.lineage)));
@@ -533,7 +689,10 @@ async fn cmd_destroy(cli: &Cli, project: &Project, a: &DestroyArgs, color: bool)
     for addr in &addresses {
         eprintln!("  - {addr} ({})", state.resources[addr].machine.label);
     }
-    eprintln!("\nPlan: 0 to add, 0 to change, {} to destroy.", addresses.len());
+    eprintln!(
+        "\nPlan: 0 to add, 0 to change, {} to destroy.",
+        addresses.len()
+    );
     if !confirm("destroy", a.auto_approve)? {
         eprintln!("Destroy cancelled.");
         return Ok(ExitCode::from(1));
@@ -552,7 +711,10 @@ async fn cmd_status(project: &Project, refresh: bool) -> Result<ExitCode, Report
     }
     let observed = if refresh {
         let config = project.load_config().ok();
-        let providers = config.as_ref().map(|c| build_providers(c, &state.lineage)).unwrap_or_default();
+        let providers = config
+            .as_ref()
+            .map(|c| build_providers(c, &state.lineage))
+            .unwrap_or_default();
         match plan::refresh(&state, &providers).await {
             Ok(o) => Some(o),
             Err(e) => {
@@ -563,36 +725,73 @@ async fn cmd_status(project: &Project, refresh: bool) -> Result<ExitCode, Report
     } else {
         None
     };
-    println!("{:<20} {:<12} {:<16} {:<16} {:<22} {:>8}  LAST EVENT", "MACHINE", "STATE", "LOCATION", "INSTANCE", "SSH", "$/H");
+    println!(
+        "{:<20} {:<12} {:<16} {:<16} {:<22} {:>8}  LAST EVENT",
+        "MACHINE", "STATE", "LOCATION", "INSTANCE", "SSH", "$/H"
+    );
     for (address, r) in &state.resources {
         let (st, loc, inst, ssh, price) = match plan::recorded(address, r) {
             Ok(plan::Recorded::Launch(s)) => {
-                let name = serde_json::to_value(&s).ok().and_then(|v| v["state"].as_str().map(str::to_string)).unwrap_or_default();
+                let name = serde_json::to_value(&s)
+                    .ok()
+                    .and_then(|v| v["state"].as_str().map(str::to_string))
+                    .unwrap_or_default();
                 let owned = s.owned();
                 let vm = s.ready().cloned();
                 (
                     name,
-                    owned.as_ref().map(|o| o.location.to_string()).unwrap_or_default(),
+                    owned
+                        .as_ref()
+                        .map(|o| o.location.to_string())
+                        .unwrap_or_default(),
                     owned.map(|o| o.instance_ids.join(",")).unwrap_or_default(),
-                    vm.as_ref().map(|v| format!("{}@{}:{}", v.user, v.ssh.host, v.ssh.port)).unwrap_or_default(),
-                    vm.map(|v| format!("{:.2}", v.offer.price_per_hour)).unwrap_or_default(),
+                    vm.as_ref()
+                        .map(|v| format!("{}@{}:{}", v.user, v.ssh.host, v.ssh.port))
+                        .unwrap_or_default(),
+                    vm.map(|v| format!("{:.2}", v.offer.price_per_hour))
+                        .unwrap_or_default(),
                 )
             }
             Ok(plan::Recorded::Teardown(t)) => {
-                let name = serde_json::to_value(&t).ok().and_then(|v| v["state"].as_str().map(|s| format!("teardown:{s}"))).unwrap_or_default();
+                let name = serde_json::to_value(&t)
+                    .ok()
+                    .and_then(|v| v["state"].as_str().map(|s| format!("teardown:{s}")))
+                    .unwrap_or_default();
                 let owned = t.owned();
-                (name, owned.as_ref().map(|o| o.location.to_string()).unwrap_or_default(), owned.map(|o| o.instance_ids.join(",")).unwrap_or_default(), String::new(), String::new())
+                (
+                    name,
+                    owned
+                        .as_ref()
+                        .map(|o| o.location.to_string())
+                        .unwrap_or_default(),
+                    owned.map(|o| o.instance_ids.join(",")).unwrap_or_default(),
+                    String::new(),
+                    String::new(),
+                )
             }
-            Err(e) => ("invalid".into(), e, String::new(), String::new(), String::new()),
+            Err(e) => (
+                "invalid".into(),
+                e,
+                String::new(),
+                String::new(),
+                String::new(),
+            ),
         };
         let st = match observed.as_ref().and_then(|o| o.get(address)) {
             Some(plan::Observation::Gone) => format!("{st} (GONE)"),
             Some(plan::Observation::NotRunning(s)) => format!("{st} ({s:?})"),
             _ => st,
         };
-        let last = r.events.back().map(|e| format!("{} {}", e.at.format("%Y-%m-%d %H:%M:%S"), e.label)).unwrap_or_default();
+        let last = r
+            .events
+            .back()
+            .map(|e| format!("{} {}", e.at.format("%Y-%m-%d %H:%M:%S"), e.label))
+            .unwrap_or_default();
         let short_inst: String = inst.chars().take(16).collect();
-        println!("{:<20} {:<12} {:<16} {:<16} {:<22} {:>8}  {}", address, st, loc, short_inst, ssh, price, last);
+        println!(
+            "{:<20} {:<12} {:<16} {:<16} {:<22} {:>8}  {}",
+            address, st, loc, short_inst, ssh, price, last
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -609,11 +808,26 @@ async fn cmd_ssh(project: &Project, a: &SshArgs) -> Result<ExitCode, Report> {
     let (_, state) = project.open_state()?;
     let address = format!("vm.{}", a.name);
     let rec = state.resources.get(&address).ok_or_else(|| {
-        miette!(help = "list machines with `gpuprov list`", "no machine named {:?} in {}", a.name, project.state_path.display())
+        miette!(
+            help = "list machines with `gpuprov list`",
+            "no machine named {:?} in {}",
+            a.name,
+            project.state_path.display()
+        )
     })?;
-    let s: LaunchState = serde_json::from_value(rec.machine.state.clone())
-        .map_err(|_| miette!("{address} is not a launched machine (it is {})", rec.machine.label))?;
-    let vm = s.ready().cloned().ok_or_else(|| miette!(help = "run `gpuprov apply` first", "{address} is not up: {}", rec.machine.label))?;
+    let s: LaunchState = serde_json::from_value(rec.machine.state.clone()).map_err(|_| {
+        miette!(
+            "{address} is not a launched machine (it is {})",
+            rec.machine.label
+        )
+    })?;
+    let vm = s.ready().cloned().ok_or_else(|| {
+        miette!(
+            help = "run `gpuprov apply` first",
+            "{address} is not up: {}",
+            rec.machine.label
+        )
+    })?;
     let key = project_key(&state.lineage)?;
     if a.command.is_empty() {
         // An interactive shell is best served by the user's OpenSSH client, through the
@@ -626,15 +840,21 @@ async fn cmd_ssh(project: &Project, a: &SshArgs) -> Result<ExitCode, Report> {
             .arg(format!("gpuprov-{}", a.name))
             .status()
             .into_diagnostic()
-            .wrap_err("cannot run the ssh client (install openssh-client, or pass a command after --)")?;
-        return Ok(ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8));
+            .wrap_err(
+                "cannot run the ssh client (install openssh-client, or pass a command after --)",
+            )?;
+        return Ok(ExitCode::from(
+            status.code().unwrap_or(1).clamp(0, 255) as u8
+        ));
     }
     let command = shell_join(&a.command);
     let (endpoint, user, pinned) = (vm.ssh.clone(), vm.user.clone(), vm.host_key.clone());
     let status = tokio::task::spawn_blocking(move || {
         let mut out = std::io::stdout();
         let mut err = std::io::stderr();
-        crate::ssh::client::exec(&endpoint, &user, &key, &pinned, &command, &mut out, &mut err)
+        crate::ssh::client::exec(
+            &endpoint, &user, &key, &pinned, &command, &mut out, &mut err,
+        )
     })
     .await
     .into_diagnostic()?
@@ -647,7 +867,10 @@ fn shell_join(words: &[String]) -> String {
     words
         .iter()
         .map(|w| {
-            if !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c)) {
+            if !w.is_empty()
+                && w.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c))
+            {
                 w.clone()
             } else {
                 format!("'{}'", w.replace('\'', r"'\''"))
@@ -659,15 +882,23 @@ fn shell_join(words: &[String]) -> String {
 
 async fn cmd_validate(project: &Project) -> Result<ExitCode, Report> {
     let config = project.load_config()?;
-    let lineage = StateStore::open(&project.state_path).map(|(_, s)| s.lineage).unwrap_or_default();
+    let lineage = StateStore::open(&project.state_path)
+        .map(|(_, s)| s.lineage)
+        .unwrap_or_default();
     let providers = build_providers(&config, &lineage);
-    println!("{}: valid ({} machines)", project.config_path.display(), config.vms.len());
+    println!(
+        "{}: valid ({} machines)",
+        project.config_path.display(),
+        config.vms.len()
+    );
     let mut ok = true;
     for cloud in config.clouds_in_use() {
         match providers.get(cloud.as_str()) {
             Some(_) if cloud == Cloud::Docker => {
                 match docker_provider(Some(&config), &lineage).ping().await {
-                    Ok(where_) => println!("  docker: usable (Docker Engine at {where_}; no credentials needed)"),
+                    Ok(where_) => println!(
+                        "  docker: usable (Docker Engine at {where_}; no credentials needed)"
+                    ),
                     Err(e) => {
                         ok = false;
                         println!("  docker: NOT usable: {}", e.msg)
@@ -685,11 +916,17 @@ async fn cmd_validate(project: &Project) -> Result<ExitCode, Report> {
         Ok(notes) => notes.iter().for_each(|n| println!("  note: {n}")),
         Err(e) => return Err(e),
     }
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// Whether `plan` would destroy or replace anything (used by tests and callers that gate
 /// destructive applies).
 pub fn is_destructive(plan: &Plan) -> bool {
-    plan.changes.iter().any(|c| matches!(c.action, Action::Destroy | Action::Replace))
+    plan.changes
+        .iter()
+        .any(|c| matches!(c.action, Action::Destroy | Action::Replace))
 }

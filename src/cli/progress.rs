@@ -17,13 +17,19 @@ impl Renderer {
         let task = tokio::spawn(async move {
             let multi = MultiProgress::new();
             let mut bars: HashMap<String, ProgressBar> = HashMap::new();
-            let style = ProgressStyle::with_template("{spinner} {prefix:.bold} {wide_msg} [{elapsed}]")
-                .unwrap_or_else(|_| ProgressStyle::default_spinner());
+            let style =
+                ProgressStyle::with_template("{spinner} {prefix:.bold} {wide_msg} [{elapsed}]")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner());
             while let Some(ev) = rx.recv().await {
                 if !live {
                     match &ev {
                         Progress::Transition { key, label, .. } => eprintln!("{key}: {label}"),
-                        Progress::Retry { key, attempt, max, error } => {
+                        Progress::Retry {
+                            key,
+                            attempt,
+                            max,
+                            error,
+                        } => {
                             eprintln!("{key}: retry {attempt}/{max}: {error}")
                         }
                         Progress::Poll { .. } => {}
@@ -31,7 +37,9 @@ impl Renderer {
                     continue;
                 }
                 let key = match &ev {
-                    Progress::Transition { key, .. } | Progress::Poll { key, .. } | Progress::Retry { key, .. } => key.clone(),
+                    Progress::Transition { key, .. }
+                    | Progress::Poll { key, .. }
+                    | Progress::Retry { key, .. } => key.clone(),
                 };
                 let bar = bars.entry(key.clone()).or_insert_with(|| {
                     let b = multi.add(ProgressBar::new_spinner());
@@ -41,7 +49,9 @@ impl Renderer {
                     b
                 });
                 match ev {
-                    Progress::Transition { label, terminal, .. } => {
+                    Progress::Transition {
+                        label, terminal, ..
+                    } => {
                         if terminal {
                             bar.finish_with_message(label);
                         } else {
@@ -49,7 +59,12 @@ impl Renderer {
                         }
                     }
                     Progress::Poll { note, .. } => bar.set_message(note),
-                    Progress::Retry { attempt, max, error, .. } => bar.set_message(format!("retry {attempt}/{max}: {error}")),
+                    Progress::Retry {
+                        attempt,
+                        max,
+                        error,
+                        ..
+                    } => bar.set_message(format!("retry {attempt}/{max}: {error}")),
                 }
             }
             for b in bars.values() {

@@ -115,7 +115,7 @@ pub enum StateError {
     )]
     #[diagnostic(
         code(gpuprov::state::final_save_lost),
-        help("the state JSON is printed below; save it to `{}` once the problem is fixed, otherwise the next run must rediscover machines by their identity labels", path.display())
+        help("the state JSON is printed below; save it to `{}` once the problem is fixed: the machines it records are still running and carry the labels gpuprov-vm-name and gpuprov-lineage", path.display())
     )]
     FinalSaveLost {
         /// The state file that could not be written.
@@ -186,8 +186,8 @@ impl CorruptState {
         let help = format!(
             "the state file was NOT modified. To recover, restore the previous state with \
              `cp {backup} {path}` if `{backup}` exists and is valid, or move the damaged \
-             file away (`mv {path} {path}.corrupt`) and run `gpuprov plan` to rediscover \
-             machines by their identity labels",
+             file away (`mv {path} {path}.corrupt`); the machines it recorded keep running \
+             and carry the labels gpuprov-vm-name and gpuprov-lineage",
             backup = backup.display(),
             path = path.display(),
         );

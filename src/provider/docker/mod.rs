@@ -418,7 +418,10 @@ impl CloudProvider for DockerProvider {
     }
 
     fn endpoint_override(&self) -> Option<String> {
-        self.settings.endpoint.as_deref().map(crate::plan::redact_url)
+        self.settings
+            .endpoint
+            .as_deref()
+            .map(crate::plan::redact_url)
     }
 
     /// No optional feature (no GPU, spot, boot script, firewall or Kubernetes); short
