@@ -378,24 +378,82 @@ impl Engine {
         }
     }
 
-    /// Destroys the given addresses concurrently (bounded by parallelism).
+    /// Destroys the given addresses concurrently (bounded by parallelism), each only
+    /// after every machine that depends on it (per its applied `depends_on`) is gone.
     pub async fn destroy(&self, addresses: &[String]) -> BTreeMap<String, Outcome> {
+        let snapshot = self.journal.snapshot();
+        let depends_on = |address: &str| -> Vec<String> {
+            snapshot
+                .resources
+                .get(address)
+                .and_then(|r| r.desired.clone())
+                .and_then(|d| serde_json::from_value::<VmSpec>(d).ok())
+                .map(|v| {
+                    v.depends_on
+                        .into_iter()
+                        .map(|n| format!("vm.{n}"))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let signals: HashMap<String, Signal> = addresses
+            .iter()
+            .map(|a| (a.clone(), watch::channel(None).0))
+            .collect();
         let sem = Arc::new(Semaphore::new(self.parallelism.max(1)));
         let mut tasks = tokio::task::JoinSet::new();
         for a in addresses {
+            // Wait for the dependents: the machines whose depends_on names this one.
+            let dependents: Vec<(String, watch::Receiver<Option<bool>>)> = addresses
+                .iter()
+                .filter(|other| depends_on(other).contains(a))
+                .filter_map(|other| signals.get(other).map(|s| (other.clone(), s.subscribe())))
+                .collect();
+            let done = signals.get(a).cloned();
             let (engine, sem, a) = (self.clone(), sem.clone(), a.clone());
             tasks.spawn(async move {
+                for (other, mut rx) in dependents {
+                    let ok = rx
+                        .wait_for(|v| v.is_some())
+                        .await
+                        .map(|v| *v == Some(true))
+                        .unwrap_or(false);
+                    if !ok {
+                        if let Some(tx) = &done {
+                            tx.send_replace(Some(false));
+                        }
+                        return (
+                            a,
+                            Outcome::Failed(format!(
+                                "skipped: {other}, which depends on it, was not destroyed"
+                            )),
+                        );
+                    }
+                }
                 let name = a.strip_prefix("vm.").unwrap_or(&a).to_string();
                 let r = match sem.acquire_owned().await {
                     Ok(_p) => engine.teardown(&a, &name).await,
                     Err(_) => Outcome::Failed("internal: semaphore closed".into()),
                 };
+                if let Some(tx) = &done {
+                    tx.send_replace(Some(r == Outcome::Destroyed));
+                }
                 (a, r)
             });
         }
         let mut out = BTreeMap::new();
-        while let Some(Ok((a, r))) = tasks.join_next().await {
-            out.insert(a, r);
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok((a, r)) => {
+                    out.insert(a, r);
+                }
+                Err(e) => {
+                    out.insert(
+                        format!("task-{}", out.len()),
+                        Outcome::Failed(format!("internal error: {e}")),
+                    );
+                }
+            }
         }
         out
     }

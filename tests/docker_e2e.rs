@@ -258,3 +258,127 @@ async fn docker_lifecycle_apply_ssh_reapply_kill9_adopt_destroy() {
     assert!(out.status.success());
     assert_eq!(leftovers(&lineage).await, (0, 0, 0));
 }
+
+/// No secret reaches the state file, its backup, a plan file, the ssh config, the lock
+/// file, logs or any output: sentinel credentials in the environment, a sentinel password
+/// in an endpoint URL, and the project's private key are searched for everywhere after
+/// plan, apply, status, a failing apply and destroy.
+#[tokio::test(flavor = "multi_thread")]
+async fn no_secret_reaches_state_plan_files_logs_or_output() {
+    if skip() {
+        return;
+    }
+    ensure_base_image();
+    let p = Project::new();
+    let sentinel = format!("SENTINEL{}", uuid::Uuid::new_v4().simple());
+    let config = format!(
+        "{}\n[cloud.aws]\nendpoint = \"https://gpuprov:{sentinel}@127.0.0.1:1/\"\n",
+        std::fs::read_to_string(p.dir.path().join("gpuprov.toml")).unwrap()
+    );
+    std::fs::write(p.dir.path().join("gpuprov.toml"), &config).unwrap();
+    let env: Vec<(&str, String)> = [
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "LAMBDA_API_KEY",
+        "RUNPOD_API_KEY",
+        "DIGITALOCEAN_TOKEN",
+        "HYPERSTACK_API_KEY",
+    ]
+    .into_iter()
+    .map(|k| (k, sentinel.clone()))
+    .collect();
+    let outputs = std::cell::RefCell::new(String::new());
+    let run = |args: &[&str]| -> Output {
+        let out = p
+            .cmd(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .env("GPUPROV_LOG", "debug")
+            .output()
+            .unwrap();
+        let mut all = outputs.borrow_mut();
+        all.push_str(&String::from_utf8_lossy(&out.stdout));
+        all.push_str(&String::from_utf8_lossy(&out.stderr));
+        out
+    };
+    assert!(run(&["plan", "-out", "saved.plan"]).status.success());
+    assert!(
+        outputs.borrow().contains("https://REDACTED@127.0.0.1:1/"),
+        "the override is shown, redacted: {}",
+        outputs.borrow()
+    );
+    assert!(
+        run(&["apply", "--auto-approve", "saved.plan"])
+            .status
+            .success(),
+        "{}",
+        outputs.borrow()
+    );
+    assert!(run(&["status"]).status.success());
+    assert!(run(&["list"]).status.success());
+    assert!(run(&["ssh", "dev", "--", "true"]).status.success());
+    // A failing apply: a base image that does not exist aborts in prepare.
+    std::fs::write(
+        p.dir.path().join("gpuprov.toml"),
+        config.replace(
+            "[vm.dev]",
+            "[vm.bad]\nimage = \"no-such-base:1\"\n\n[vm.dev]",
+        ),
+    )
+    .unwrap();
+    assert!(
+        !run(&["apply", "--auto-approve"]).status.success(),
+        "{}",
+        outputs.borrow()
+    );
+    assert!(
+        outputs
+            .borrow()
+            .contains("vm.bad: FAILED: aborted: prepare failed"),
+        "{}",
+        outputs.borrow()
+    );
+    std::fs::write(p.dir.path().join("gpuprov.toml"), &config).unwrap();
+    let lineage = p.lineage();
+    assert!(
+        run(&["destroy", "--auto-approve"]).status.success(),
+        "{}",
+        outputs.borrow()
+    );
+
+    let key_dir = p.dir.path().join("home/projects").join(&lineage);
+    let private = std::fs::read_to_string(key_dir.join("id_ed25519")).unwrap();
+    let key_lines: Vec<&str> = private
+        .lines()
+        .filter(|l| !l.starts_with("-----") && l.len() >= 16)
+        .collect();
+    assert!(!key_lines.is_empty());
+    let mut haystacks = vec![("all command output".to_string(), outputs.borrow().clone())];
+    for f in [
+        "gpuprov.state.json",
+        "gpuprov.state.json.backup",
+        "gpuprov.state.json.lock",
+        "saved.plan",
+    ] {
+        let path = p.dir.path().join(f);
+        haystacks.push((
+            f.to_string(),
+            std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("{f} exists")),
+        ));
+    }
+    for f in ["ssh_config", "known_hosts"] {
+        haystacks.push((
+            f.to_string(),
+            std::fs::read_to_string(key_dir.join(f)).unwrap(),
+        ));
+    }
+    for (name, text) in &haystacks {
+        assert!(
+            !text.contains(&sentinel),
+            "sentinel credential found in {name}"
+        );
+        for l in &key_lines {
+            assert!(!text.contains(l), "private key material found in {name}");
+        }
+    }
+    assert_eq!(leftovers(&lineage).await, (0, 0, 0));
+}

@@ -1,0 +1,229 @@
+//! Engine tests: plans applied through the state-file journal against the FakeProvider:
+//! dependency ordering on apply and destroy, a failed dependency skipping its dependents,
+//! durability of each transition, and a leaked teardown kept in the state until resolved.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpuprov::config::Config;
+use gpuprov::engine::{Engine, Outcome, StateJournal};
+use gpuprov::machine::{CancelToken, Executor};
+use gpuprov::plan::{self, Action};
+use gpuprov::provider::fake::{FakeConnector, FakeProvider, Op};
+use gpuprov::provider::{ErrorKind, ProviderError, Providers};
+use gpuprov::state::StateStore;
+
+struct Setup {
+    dir: tempfile::TempDir,
+    cloud: Arc<FakeProvider>,
+}
+
+impl Setup {
+    fn new(cloud: FakeProvider) -> Setup {
+        Setup {
+            dir: tempfile::tempdir().unwrap(),
+            cloud: Arc::new(cloud),
+        }
+    }
+
+    fn engine(&self) -> (Engine, Arc<StateJournal>) {
+        let (store, state) = StateStore::open(self.dir.path().join("gpuprov.state.json")).unwrap();
+        let lineage = state.lineage.clone();
+        let journal = Arc::new(StateJournal::new(store, state));
+        let mut providers = Providers::new();
+        providers.insert(self.cloud.clone());
+        let engine = Engine {
+            providers,
+            connector: Arc::new(FakeConnector::default()),
+            journal: journal.clone(),
+            executor: Executor::new(journal.clone(), CancelToken::new()),
+            lineage,
+            ssh_public_key: "ssh-ed25519 AAAAtest".into(),
+            parallelism: 4,
+        };
+        (engine, journal)
+    }
+
+    async fn apply(&self, toml: &str) -> std::collections::BTreeMap<String, Outcome> {
+        let config = Config::parse(Path::new("gpuprov.toml"), toml.to_string()).unwrap();
+        let (engine, journal) = self.engine();
+        let plan = plan::compute(&config, &journal.snapshot(), None, &|_| Some(1.0)).unwrap();
+        let out = tokio::time::timeout(Duration::from_secs(30), engine.apply(&plan))
+            .await
+            .expect("no hang");
+        journal.save_final().unwrap();
+        out
+    }
+
+    async fn destroy(&self) -> std::collections::BTreeMap<String, Outcome> {
+        let (engine, journal) = self.engine();
+        let addresses: Vec<String> = journal.snapshot().resources.keys().cloned().collect();
+        let out = tokio::time::timeout(Duration::from_secs(30), engine.destroy(&addresses))
+            .await
+            .expect("no hang");
+        journal.save_final().unwrap();
+        out
+    }
+
+    fn on_disk(&self) -> gpuprov::state::StateFile {
+        StateStore::open(self.dir.path().join("gpuprov.state.json"))
+            .unwrap()
+            .1
+    }
+}
+
+const TWO: &str = "[defaults]\nclouds = [\"aws\"]\n[vm.db]\n[vm.web]\ndepends_on = [\"db\"]\n";
+
+fn cloud() -> FakeProvider {
+    FakeProvider::new("aws")
+        .with_offer("east", "us-east-1", "p5.48xlarge", 98.0)
+        .with_offer("west", "us-west-2", "p5.48xlarge", 98.0)
+}
+
+#[tokio::test]
+async fn apply_creates_dependencies_first_and_records_everything() {
+    let s = Setup::new(cloud());
+    let out = s.apply(TWO).await;
+    assert!(matches!(out["vm.db"], Outcome::Ready(_)), "{out:?}");
+    assert!(matches!(out["vm.web"], Outcome::Ready(_)), "{out:?}");
+    let creates: Vec<String> = s
+        .cloud
+        .calls()
+        .into_iter()
+        .filter(|(op, _)| *op == Op::Create)
+        .map(|(_, d)| d)
+        .collect();
+    assert_eq!(creates, ["db east", "web east"], "web waits for db");
+
+    let state = s.on_disk();
+    assert_eq!(state.resources.len(), 2);
+    let web = &state.resources["vm.web"];
+    assert_eq!(web.machine.kind, "launch");
+    assert_eq!(web.machine.state["state"], "ready");
+    assert_eq!(
+        web.desired.as_ref().unwrap()["depends_on"],
+        serde_json::json!(["db"])
+    );
+    let labels: Vec<&str> = web.events.iter().map(|e| e.label.as_str()).collect();
+    assert_eq!(labels.first(), Some(&"reconciling"));
+    assert!(labels.last().unwrap().starts_with("ready"));
+    assert!(
+        state.serial >= 14,
+        "one durable save per transition, got serial {}",
+        state.serial
+    );
+
+    // Nothing to do on the next plan.
+    let config = Config::parse(Path::new("gpuprov.toml"), TWO.to_string()).unwrap();
+    let plan = plan::compute(&config, &state, None, &|_| None).unwrap();
+    assert!(plan.changes.iter().all(|c| c.action == Action::NoOp));
+}
+
+#[tokio::test]
+async fn a_failed_dependency_skips_its_dependents() {
+    let s = Setup::new(cloud().with_fault(
+        Op::Create,
+        None,
+        ProviderError::new(ErrorKind::InvalidRequest, "bad ask"),
+        1,
+    ));
+    let out = s.apply(TWO).await;
+    assert!(
+        matches!(&out["vm.db"], Outcome::Failed(m) if m.contains("bad ask")),
+        "{out:?}"
+    );
+    assert!(
+        matches!(&out["vm.web"], Outcome::Failed(m) if m.contains("dependency vm.db")),
+        "{out:?}"
+    );
+    assert_eq!(s.cloud.count(Op::Create), 1, "web was never attempted");
+    assert!(!s.on_disk().resources.contains_key("vm.web"));
+}
+
+#[tokio::test]
+async fn destroy_removes_dependents_first_and_empties_the_state() {
+    let s = Setup::new(cloud());
+    s.apply(TWO).await;
+    let out = s.destroy().await;
+    assert_eq!(out["vm.db"], Outcome::Destroyed);
+    assert_eq!(out["vm.web"], Outcome::Destroyed);
+    let deletes: Vec<String> = s
+        .cloud
+        .calls()
+        .into_iter()
+        .filter(|(op, _)| *op == Op::Delete)
+        .map(|(_, d)| d)
+        .collect();
+    assert!(
+        deletes[0].starts_with("web "),
+        "dependents go first: {deletes:?}"
+    );
+    assert!(s.cloud.instances().is_empty());
+    assert!(s.on_disk().resources.is_empty());
+}
+
+#[tokio::test]
+async fn a_leaked_teardown_stays_in_the_state_until_a_later_destroy_succeeds() {
+    let s = Setup::new(cloud());
+    s.apply("[vm.solo]\nclouds = [\"aws\"]\n").await;
+    s.cloud.fault(
+        Op::Delete,
+        None,
+        ProviderError::new(ErrorKind::Failed, "DependencyViolation"),
+        u32::MAX,
+    );
+    let out = s.destroy().await;
+    assert!(
+        matches!(&out["vm.solo"], Outcome::Leaked(m) if m.contains("DependencyViolation")),
+        "{out:?}"
+    );
+    let state = s.on_disk();
+    let rec = &state.resources["vm.solo"];
+    assert_eq!(
+        (
+            rec.machine.kind.as_str(),
+            rec.machine.state["state"].as_str()
+        ),
+        ("teardown", Some("leaked"))
+    );
+    assert_eq!(
+        s.cloud.instances().len(),
+        1,
+        "still billed, and the state says so"
+    );
+
+    s.cloud.clear_faults();
+    let out = s.destroy().await;
+    assert_eq!(out["vm.solo"], Outcome::Destroyed);
+    assert!(s.cloud.instances().is_empty());
+    assert!(s.on_disk().resources.is_empty());
+}
+
+#[tokio::test]
+async fn removing_a_machine_from_the_config_destroys_it_on_apply() {
+    let s = Setup::new(cloud());
+    s.apply(TWO).await;
+    let out = s.apply("[defaults]\nclouds = [\"aws\"]\n[vm.db]\n").await;
+    assert_eq!(out["vm.web"], Outcome::Destroyed);
+    assert_eq!(out["vm.db"], Outcome::Unchanged);
+    assert_eq!(s.cloud.instances().len(), 1);
+    assert_eq!(s.on_disk().resources.keys().collect::<Vec<_>>(), ["vm.db"]);
+}
+
+#[tokio::test]
+async fn a_replacing_change_tears_down_then_creates() {
+    let s = Setup::new(cloud());
+    s.apply("[vm.solo]\nclouds = [\"aws\"]\n").await;
+    let first = s.cloud.instances()[0].id.clone();
+    let out = s
+        .apply("[vm.solo]\nclouds = [\"aws\"]\nregions = [\"us-west-2\"]\n")
+        .await;
+    let Outcome::Ready(vm) = &out["vm.solo"] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(vm.location.region, "us-west-2");
+    let live = s.cloud.instances();
+    assert_eq!(live.len(), 1);
+    assert_ne!(live[0].id, first);
+}
