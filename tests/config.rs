@@ -32,6 +32,34 @@ fn committed_schema_is_current() {
 }
 
 #[test]
+fn committed_state_schema_is_current_and_accepts_a_real_state() {
+    let path = root().join("schemas/gpuprov-state.schema.json");
+    let fresh = gpuprov::state::json_schema();
+    if std::env::var_os("GPUPROV_UPDATE_SCHEMAS").is_some() {
+        std::fs::write(&path, &fresh).unwrap();
+    }
+    assert!(
+        std::fs::read_to_string(&path).unwrap_or_default() == fresh,
+        "schemas/gpuprov-state.schema.json is stale: run `GPUPROV_UPDATE_SCHEMAS=1 cargo test --test config` and commit it"
+    );
+    let schema: serde_json::Value = serde_json::from_str(&fresh).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+    let mut state = gpuprov::state::StateFile::new();
+    let mut rec = gpuprov::state::ResourceRecord::new(gpuprov::state::MachineRecord {
+        kind: "launch".into(),
+        state: serde_json::json!({"state": "planning", "round": 0}),
+        label: "planning".into(),
+        updated_at: chrono::Utc::now(),
+    });
+    rec.push_event("planning");
+    state.resources.insert("vm.dev".into(), rec);
+    let v = serde_json::to_value(&state).unwrap();
+    let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    assert!(!validator.is_valid(&serde_json::json!({"version": "one"})));
+}
+
+#[test]
 fn every_example_loads_and_validates_against_the_schema() {
     let schema: serde_json::Value = serde_json::from_str(&json_schema()).unwrap();
     let validator = jsonschema::validator_for(&schema).expect("schema compiles");

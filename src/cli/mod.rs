@@ -886,10 +886,11 @@ async fn cmd_validate(project: &Project) -> Result<ExitCode, Report> {
         .map(|(_, s)| s.lineage)
         .unwrap_or_default();
     let providers = build_providers(&config, &lineage);
+    let n = config.vms.len();
     println!(
-        "{}: valid ({} machines)",
+        "{}: valid ({n} machine{})",
         project.config_path.display(),
-        config.vms.len()
+        if n == 1 { "" } else { "s" }
     );
     let mut ok = true;
     for cloud in config.clouds_in_use() {

@@ -53,7 +53,7 @@ pub const GPUPROV_VERSION: &str = env!("CARGO_PKG_VERSION");
 ///   "resources": { "vm.dev": { "machine": { … }, "desired": { … }, "events": [ … ] } }
 /// }
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StateFile {
     /// Format version; see [`STATE_FORMAT_VERSION`].
     pub version: u32,
@@ -96,7 +96,7 @@ impl Default for StateFile {
 
 /// The state of one resource (one VM address): its journalled machine, the config it
 /// was applied with, and a bounded event log.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ResourceRecord {
     /// The journalled machine state, exactly as the executor persists it.
     pub machine: MachineRecord,
@@ -136,7 +136,7 @@ impl ResourceRecord {
 }
 
 /// One journalled machine: which machine kind it is and its serialized state.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MachineRecord {
     /// The machine kind, `"launch"` or `"teardown"`; it says how to read `state`.
     pub kind: String,
@@ -150,7 +150,7 @@ pub struct MachineRecord {
 }
 
 /// One entry of a resource's event log.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Event {
     /// When the event happened (UTC).
     pub at: DateTime<Utc>,
@@ -232,4 +232,15 @@ mod tests {
             PathBuf::from("s.json.errored")
         );
     }
+}
+
+/// The JSON Schema of the state file, as committed in `schemas/gpuprov-state.schema.json`.
+/// `machine.state` is the journalled state of the machine named by `machine.kind`
+/// (`launch` or `teardown`); its shape is the serde form of `vm::LaunchState` or
+/// `vm::TeardownState`, described here as an object.
+pub fn json_schema() -> String {
+    let schema = schemars::schema_for!(StateFile);
+    let mut s = serde_json::to_string_pretty(&schema).unwrap_or_default();
+    s.push('\n');
+    s
 }
