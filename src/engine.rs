@@ -162,6 +162,9 @@ pub struct Engine {
     /// The project's OpenSSH public key (not a secret).
     pub ssh_public_key: String,
     pub parallelism: usize,
+    /// `apply --retry-until-up`: every machine keeps re-planning while exhausted. A run
+    /// option, not a setting: the recorded desired settings are not changed by it.
+    pub retry_until_up: bool,
 }
 
 /// The owned resources of a journalled record, whichever machine wrote it.
@@ -298,6 +301,8 @@ impl Engine {
             }
         }
         self.journal.stage_desired(key, &want);
+        let mut want = want;
+        want.retry_until_up |= self.retry_until_up;
         let m = LaunchMachine::new(
             want,
             self.lineage.clone(),

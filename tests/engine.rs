@@ -41,6 +41,7 @@ impl Setup {
             lineage,
             ssh_public_key: "ssh-ed25519 AAAAtest".into(),
             parallelism: 4,
+            retry_until_up: false,
         };
         (engine, journal)
     }

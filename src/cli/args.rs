@@ -99,6 +99,10 @@ pub struct ApplyArgs {
     /// Machines provisioned at once
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub parallelism: u32,
+    /// Keep re-planning every 30 s while no offer has capacity, for every machine (as if
+    /// each set retry_until_up = true); stop with Ctrl-C
+    #[arg(long = "retry-until-up")]
+    pub retry_until_up: bool,
     #[command(flatten)]
     pub refresh: RefreshArg,
 }

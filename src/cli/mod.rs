@@ -440,6 +440,7 @@ fn start_run(
     providers: Providers,
     key: &ProjectKey,
     parallelism: u32,
+    retry_until_up: bool,
     color: bool,
 ) -> Run {
     let lineage = state.lineage.clone();
@@ -457,6 +458,7 @@ fn start_run(
         lineage,
         ssh_public_key: key.public_key_openssh.clone(),
         parallelism: parallelism as usize,
+        retry_until_up,
     };
     Run {
         journal,
@@ -624,7 +626,15 @@ async fn cmd_apply(
         return Ok(ExitCode::SUCCESS);
     }
     let key = project_key(&state.lineage)?;
-    let run = start_run(state, store, providers, &key, a.parallelism, color);
+    let run = start_run(
+        state,
+        store,
+        providers,
+        &key,
+        a.parallelism,
+        a.retry_until_up,
+        color,
+    );
     let outcomes = run.engine.apply(&plan).await;
     finish_run(run, &outcomes, "Apply").await
 }
@@ -698,7 +708,7 @@ async fn cmd_destroy(
         return Ok(ExitCode::from(1));
     }
     let key = project_key(&state.lineage)?;
-    let run = start_run(state, store, providers, &key, a.parallelism, color);
+    let run = start_run(state, store, providers, &key, a.parallelism, false, color);
     let outcomes = run.engine.destroy(&addresses).await;
     finish_run(run, &outcomes, "Destroy").await
 }

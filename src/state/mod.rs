@@ -175,6 +175,17 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// The JSON Schema of the state file, as committed in `schemas/gpuprov-state.schema.json`.
+/// `machine.state` is the journalled state of the machine named by `machine.kind`
+/// (`launch` or `teardown`); its shape is the serde form of `vm::LaunchState` or
+/// `vm::TeardownState`, described here as an object.
+pub fn json_schema() -> String {
+    let schema = schemars::schema_for!(StateFile);
+    let mut s = serde_json::to_string_pretty(&schema).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,15 +243,4 @@ mod tests {
             PathBuf::from("s.json.errored")
         );
     }
-}
-
-/// The JSON Schema of the state file, as committed in `schemas/gpuprov-state.schema.json`.
-/// `machine.state` is the journalled state of the machine named by `machine.kind`
-/// (`launch` or `teardown`); its shape is the serde form of `vm::LaunchState` or
-/// `vm::TeardownState`, described here as an object.
-pub fn json_schema() -> String {
-    let schema = schemars::schema_for!(StateFile);
-    let mut s = serde_json::to_string_pretty(&schema).unwrap_or_default();
-    s.push('\n');
-    s
 }
