@@ -186,67 +186,103 @@ impl Engine {
     /// Applies `plan`: destroys first, then every other change in dependency order.
     /// Returns one outcome per address; never panics on a machine failure.
     pub async fn apply(&self, plan: &Plan) -> BTreeMap<String, Outcome> {
-        let mut out = BTreeMap::new();
         let destroys: Vec<String> = plan
             .changes
             .iter()
             .filter(|c| c.action == Action::Destroy)
             .map(|c| c.address.clone())
             .collect();
-        out.extend(self.destroy(&destroys).await);
-
-        let changes: Vec<&Change> = plan
+        let mut out = self.destroy(&destroys).await;
+        let changes: BTreeMap<String, Change> = plan
             .changes
             .iter()
             .filter(|c| c.action != Action::Destroy)
+            .map(|c| (c.address.clone(), c.clone()))
             .collect();
-        let signals: HashMap<String, Signal> = changes
+        let jobs = changes
+            .values()
+            .map(|c| {
+                let deps = c
+                    .desired
+                    .as_ref()
+                    .map(|d| d.depends_on.iter().map(|n| format!("vm.{n}")).collect());
+                (c.address.clone(), deps.unwrap_or_default())
+            })
+            .collect();
+        let changes = Arc::new(changes);
+        let run = move |engine: Engine, address: String| {
+            let changes = changes.clone();
+            async move {
+                match changes.get(&address) {
+                    Some(c) => engine.run_change(c).await,
+                    None => Outcome::Failed("internal: unknown change".into()),
+                }
+            }
+        };
+        out.extend(
+            self.run_gated(
+                jobs,
+                |dep| format!("skipped: dependency {dep} did not come up"),
+                run,
+            )
+            .await,
+        );
+        out
+    }
+
+    /// Runs one job per address, at most `parallelism` at once, each only after every
+    /// address it waits for (among the jobs) finished successfully; otherwise the job is
+    /// skipped with `skipped(that address)`.
+    async fn run_gated<F, Fut>(
+        &self,
+        jobs: Vec<(String, Vec<String>)>,
+        skipped: fn(&str) -> String,
+        run: F,
+    ) -> BTreeMap<String, Outcome>
+    where
+        F: Fn(Engine, String) -> Fut + Clone + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Outcome> + Send,
+    {
+        let signals: HashMap<String, Signal> = jobs
             .iter()
-            .map(|c| (c.vm.clone(), watch::channel(None).0))
+            .map(|(a, _)| (a.clone(), watch::channel(None).0))
             .collect();
         let sem = Arc::new(Semaphore::new(self.parallelism.max(1)));
         let mut tasks = tokio::task::JoinSet::new();
-        for c in changes {
-            let change = c.clone();
-            let deps: Vec<(String, watch::Receiver<Option<bool>>)> = change
-                .desired
-                .as_ref()
-                .map(|d| d.depends_on.clone())
-                .unwrap_or_default()
+        for (address, waits_for) in jobs {
+            let waits: Vec<(String, watch::Receiver<Option<bool>>)> = waits_for
                 .into_iter()
-                .filter_map(|d| signals.get(&d).map(|s| (d, s.subscribe())))
+                .filter_map(|w| signals.get(&w).map(|s| (w, s.subscribe())))
                 .collect();
-            let done = signals.get(&change.vm).cloned();
-            let (engine, sem) = (self.clone(), sem.clone());
+            let done = signals.get(&address).cloned();
+            let (engine, sem, run) = (self.clone(), sem.clone(), run.clone());
             tasks.spawn(async move {
-                for (name, mut rx) in deps {
+                let mut result = None;
+                for (w, mut rx) in waits {
                     let ok = rx
                         .wait_for(|v| v.is_some())
                         .await
                         .map(|v| *v == Some(true))
                         .unwrap_or(false);
                     if !ok {
-                        if let Some(tx) = &done {
-                            tx.send_replace(Some(false));
-                        }
-                        return (
-                            change.address.clone(),
-                            Outcome::Failed(format!(
-                                "skipped: dependency vm.{name} did not come up"
-                            )),
-                        );
+                        result = Some(Outcome::Failed(skipped(&w)));
+                        break;
                     }
                 }
-                let result = match sem.acquire_owned().await {
-                    Ok(_permit) => engine.run_change(&change).await,
-                    Err(_) => Outcome::Failed("internal: semaphore closed".into()),
+                let result = match result {
+                    Some(r) => r,
+                    None => match sem.acquire_owned().await {
+                        Ok(_permit) => run(engine, address.clone()).await,
+                        Err(_) => Outcome::Failed("internal: semaphore closed".into()),
+                    },
                 };
                 if let Some(tx) = &done {
                     tx.send_replace(Some(result.is_success()));
                 }
-                (change.address.clone(), result)
+                (address, result)
             });
         }
+        let mut out = BTreeMap::new();
         while let Some(joined) = tasks.join_next().await {
             match joined {
                 Ok((address, outcome)) => {
@@ -401,66 +437,28 @@ impl Engine {
                 })
                 .unwrap_or_default()
         };
-        let signals: HashMap<String, Signal> = addresses
+        // A machine waits for its dependents: the machines whose depends_on names it.
+        let jobs = addresses
             .iter()
-            .map(|a| (a.clone(), watch::channel(None).0))
+            .map(|a| {
+                let dependents = addresses
+                    .iter()
+                    .filter(|other| depends_on(other).contains(a))
+                    .cloned()
+                    .collect();
+                (a.clone(), dependents)
+            })
             .collect();
-        let sem = Arc::new(Semaphore::new(self.parallelism.max(1)));
-        let mut tasks = tokio::task::JoinSet::new();
-        for a in addresses {
-            // Wait for the dependents: the machines whose depends_on names this one.
-            let dependents: Vec<(String, watch::Receiver<Option<bool>>)> = addresses
-                .iter()
-                .filter(|other| depends_on(other).contains(a))
-                .filter_map(|other| signals.get(other).map(|s| (other.clone(), s.subscribe())))
-                .collect();
-            let done = signals.get(a).cloned();
-            let (engine, sem, a) = (self.clone(), sem.clone(), a.clone());
-            tasks.spawn(async move {
-                for (other, mut rx) in dependents {
-                    let ok = rx
-                        .wait_for(|v| v.is_some())
-                        .await
-                        .map(|v| *v == Some(true))
-                        .unwrap_or(false);
-                    if !ok {
-                        if let Some(tx) = &done {
-                            tx.send_replace(Some(false));
-                        }
-                        return (
-                            a,
-                            Outcome::Failed(format!(
-                                "skipped: {other}, which depends on it, was not destroyed"
-                            )),
-                        );
-                    }
-                }
-                let name = a.strip_prefix("vm.").unwrap_or(&a).to_string();
-                let r = match sem.acquire_owned().await {
-                    Ok(_p) => engine.teardown(&a, &name).await,
-                    Err(_) => Outcome::Failed("internal: semaphore closed".into()),
-                };
-                if let Some(tx) = &done {
-                    tx.send_replace(Some(r == Outcome::Destroyed));
-                }
-                (a, r)
-            });
-        }
-        let mut out = BTreeMap::new();
-        while let Some(joined) = tasks.join_next().await {
-            match joined {
-                Ok((a, r)) => {
-                    out.insert(a, r);
-                }
-                Err(e) => {
-                    out.insert(
-                        format!("task-{}", out.len()),
-                        Outcome::Failed(format!("internal error: {e}")),
-                    );
-                }
-            }
-        }
-        out
+        let run = |engine: Engine, address: String| async move {
+            let name = address.strip_prefix("vm.").unwrap_or(&address).to_string();
+            engine.teardown(&address, &name).await
+        };
+        self.run_gated(
+            jobs,
+            |other| format!("skipped: {other}, which depends on it, was not destroyed"),
+            run,
+        )
+        .await
     }
 }
 
