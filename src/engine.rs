@@ -168,15 +168,19 @@ pub struct Engine {
 }
 
 /// The owned resources of a journalled record, whichever machine wrote it.
-pub fn owned_of(prev: &PrevRecord) -> Option<Owned> {
+///
+/// Errors: a message when the record is of an unknown kind or does not parse; callers
+/// must then refuse to act rather than treat the record as owning nothing.
+pub fn owned_of(prev: &PrevRecord) -> Result<Option<Owned>, String> {
+    let bad = |e: serde_json::Error| format!("not a valid {} state: {e}", prev.kind);
     match prev.kind.as_str() {
-        "launch" => serde_json::from_value::<LaunchState>(prev.state.clone())
-            .ok()?
-            .owned(),
-        "teardown" => serde_json::from_value::<TeardownState>(prev.state.clone())
-            .ok()?
-            .owned(),
-        _ => None,
+        "launch" => Ok(serde_json::from_value::<LaunchState>(prev.state.clone())
+            .map_err(bad)?
+            .owned()),
+        "teardown" => Ok(serde_json::from_value::<TeardownState>(prev.state.clone())
+            .map_err(bad)?
+            .owned()),
+        other => Err(format!("unknown machine kind {other:?}")),
     }
 }
 
@@ -346,10 +350,12 @@ impl Engine {
             self.providers.clone(),
             self.connector.clone(),
         );
+        // Callers refuse unreadable records up front (plan::compute); the executor itself
+        // rejects an unreadable record of its own kind.
         match self
             .executor
             .run(&m, key, |prev| {
-                LaunchState::start(prev.as_ref().and_then(owned_of))
+                LaunchState::start(prev.as_ref().and_then(|p| owned_of(p).ok().flatten()))
             })
             .await
         {
@@ -378,7 +384,13 @@ impl Engine {
             && serde_json::from_value::<TeardownState>(prev.state.clone())
                 .map(|s| !matches!(s, TeardownState::Done | TeardownState::Leaked { .. }))
                 .unwrap_or(false);
-        let owned = owned_of(&prev);
+        let owned = match owned_of(&prev) {
+            Ok(o) => o,
+            // Never drop a record we cannot read: it may be the only trace of a machine.
+            Err(e) => {
+                return Outcome::Failed(format!("refusing to destroy: the state record is {e}"))
+            }
+        };
         if owned.is_none() && !resumable {
             return match self.journal.remove(key) {
                 Ok(()) => Outcome::Destroyed,

@@ -451,3 +451,65 @@ fn every_command_has_help() {
         assert!(out.contains("Usage: gpuprov"), "{cmd}: {out}");
     }
 }
+
+/// Regression (newcomer report): destroy dropped a record it could not read and left the
+/// machine running untracked.
+#[test]
+fn destroy_refuses_a_record_it_cannot_read_and_changes_nothing() {
+    for (field, value) in [("state", "\"exploded\""), ("kind", "\"teleport\"")] {
+        let p = Project::new(DOCKER_TOML);
+        p.with_ready(&dev());
+        let path = p.path("gpuprov.state.json");
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let new: serde_json::Value = serde_json::from_str(value).unwrap();
+        if field == "state" {
+            v["resources"]["vm.dev"]["machine"]["state"]["state"] = new;
+        } else {
+            v["resources"]["vm.dev"]["machine"]["kind"] = new;
+        }
+        std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+        let before = std::fs::read(&path).unwrap();
+        for args in [
+            &["destroy", "--auto-approve"][..],
+            &["plan", "--refresh=false"],
+            &["apply", "--auto-approve", "--refresh=false"],
+        ] {
+            let (code, _, err) = p.run(args);
+            assert_eq!(code, 1, "{args:?}: {err}");
+            assert!(err.contains("vm.dev"), "{args:?} names the record: {err}");
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                before,
+                "{args:?} changed the state"
+            );
+        }
+    }
+}
+
+/// Regression (newcomer report): `gpuprov status | head -1` panicked on the broken pipe.
+#[test]
+fn a_closed_stdout_is_not_a_panic() {
+    let p = Project::new(DOCKER_TOML);
+    p.with_ready(&dev());
+    for args in [
+        &["graph"][..],
+        &["state", "list"],
+        &["plan", "--refresh=false"],
+        &["status", "--refresh=false"],
+    ] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpuprov"))
+            .current_dir(p.dir.path())
+            .env("GPUPROV_HOME", p.path("home"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // the reader goes away before anything is written
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_ne!(out.status.code(), Some(101), "{args:?}: {stderr}");
+    }
+}

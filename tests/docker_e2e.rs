@@ -154,11 +154,34 @@ async fn docker_lifecycle_apply_ssh_reapply_kill9_adopt_destroy() {
     assert!(out.status.success());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.starts_with("Linux "), "uname -a output: {stdout}");
-    let out = p.run(&["ssh", "dev", "--", "sh", "-c", "exit 7"]);
+    let out = p.run(&["ssh", "dev", "--", "exit 7"]);
     assert_eq!(
         out.status.code(),
         Some(7),
-        "the remote exit status is passed through"
+        "words are joined and run by the remote shell, as with ssh"
+    );
+    let out = p.run(&["ssh", "dev", "--", "echo", "a  b", "|", "wc", "-w"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "2",
+        "as OpenSSH: joined, then parsed remotely"
+    );
+    let mut child = p
+        .cmd(&["ssh", "dev", "--", "tr", "a-z", "A-Z"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"piped input\n").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "PIPED INPUT\n",
+        "piped stdin is forwarded"
     );
 
     // 3. nothing to change: plan exits 0 with --detailed-exitcode, apply is a no-op.
@@ -257,6 +280,53 @@ async fn docker_lifecycle_apply_ssh_reapply_kill9_adopt_destroy() {
     let out = p.run(&["destroy", "--auto-approve"]);
     assert!(out.status.success());
     assert_eq!(leftovers(&lineage).await, (0, 0, 0));
+
+    // 6. one Ctrl-C (SIGINT) while the machine is being created: it is torn down, the
+    // state says it was cancelled, and the exit status is 130.
+    let child = p
+        .cmd(&["apply", "--auto-approve"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut signalled = false;
+    while Instant::now() < deadline && !signalled {
+        let label = std::fs::read_to_string(p.state_path())
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| {
+                v["resources"]["vm.dev"]["machine"]["state"]["state"]
+                    .as_str()
+                    .map(str::to_string)
+            });
+        if matches!(
+            label.as_deref(),
+            Some("creating") | Some("booting") | Some("connecting")
+        ) {
+            assert!(Command::new("kill")
+                .args(["-INT", &pid])
+                .status()
+                .unwrap()
+                .success());
+            signalled = true;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(signalled, "apply reached creating/booting/connecting");
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("Interrupt received"), "{stderr}");
+    let st = &p.state()["resources"]["vm.dev"]["machine"]["state"];
+    assert_eq!(st["state"], "aborted", "{st}");
+    assert!(st["reason"].as_str().unwrap().contains("cancelled"), "{st}");
+    assert_eq!(
+        leftovers(&lineage).await,
+        (0, 0, 0),
+        "the machine being created was torn down"
+    );
 }
 
 /// No secret reaches the state file, its backup, a plan file, the ssh config, the lock

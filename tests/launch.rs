@@ -125,10 +125,8 @@ async fn capacity_error_fails_over_to_the_next_offer() {
         vm.offer.id, "east-b",
         "capacity blocks only the offer, not the region"
     );
-    assert!(r
-        .labels()
-        .iter()
-        .any(|l| l.starts_with("compensating: create: InsufficientInstanceCapacity")));
+    assert!(r.labels().iter().any(|l| l.starts_with("compensating (")
+        && l.ends_with("): create: InsufficientInstanceCapacity")));
     assert_eq!(r.cloud.instances().len(), 1);
 }
 

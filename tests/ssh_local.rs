@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use gpuprov::provider::SshEndpoint;
 use gpuprov::ssh::{
-    ensure_project_key, exec, write_ssh_files, Connector, HostKey, ProjectKey, Ssh2Connector,
-    SshConfigEntry, SshError,
+    ensure_project_key, exec, write_ssh_files, Connector, ExecIo, HostKey, ProjectKey,
+    Ssh2Connector, SshConfigEntry, SshError,
 };
 
 const SSHD: &str = "/usr/sbin/sshd";
@@ -190,8 +190,11 @@ async fn real_sshd_login_exec_and_host_key_pinning() {
         &project,
         &seen,
         "echo hello; echo oops >&2; exit 3",
-        &mut out,
-        &mut err,
+        ExecIo {
+            stdin: None,
+            stdout: &mut out,
+            stderr: &mut err,
+        },
     )
     .unwrap();
     assert_eq!(status, 3);
@@ -206,8 +209,11 @@ async fn real_sshd_login_exec_and_host_key_pinning() {
         &project,
         &seen,
         "head -c 3000000 /dev/zero; head -c 2000000 /dev/zero >&2",
-        &mut out,
-        &mut err,
+        ExecIo {
+            stdin: None,
+            stdout: &mut out,
+            stderr: &mut err,
+        },
     )
     .unwrap();
     assert_eq!((status, out.len(), err.len()), (0, 3_000_000, 2_000_000));
@@ -219,8 +225,11 @@ async fn real_sshd_login_exec_and_host_key_pinning() {
         &project,
         &seen,
         "kill -KILL $$",
-        &mut Vec::new(),
-        &mut Vec::new(),
+        ExecIo {
+            stdin: None,
+            stdout: &mut Vec::new(),
+            stderr: &mut Vec::new(),
+        },
     );
     assert_eq!(status.unwrap(), 137);
 
@@ -245,8 +254,11 @@ async fn real_sshd_login_exec_and_host_key_pinning() {
         &project,
         &wrong,
         &cmd,
-        &mut Vec::new(),
-        &mut Vec::new(),
+        ExecIo {
+            stdin: None,
+            stdout: &mut Vec::new(),
+            stderr: &mut Vec::new(),
+        },
     );
     assert!(matches!(r, Err(SshError::HostKeyMismatch { .. })), "{r:?}");
     assert!(!marker.exists(), "command ran despite a host key mismatch");
@@ -273,8 +285,11 @@ async fn real_sshd_login_exec_and_host_key_pinning() {
         &project,
         &seen,
         "true",
-        &mut Vec::new(),
-        &mut Vec::new(),
+        ExecIo {
+            stdin: None,
+            stdout: &mut Vec::new(),
+            stderr: &mut Vec::new(),
+        },
     );
     assert!(matches!(r, Err(SshError::Unreachable { .. })), "{r:?}");
 }

@@ -588,3 +588,21 @@ fn lock_dies_with_a_killed_holder() {
     assert_eq!(stale.operation, "apply");
     assert_ne!(stale.id, lock.info().id);
 }
+
+/// Regression (newcomer report): a hand-edited lineage became a directory name.
+#[test]
+fn a_lineage_that_is_not_a_uuid_is_refused_and_the_file_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gpuprov.state.json");
+    for lineage in ["../../../tmp/evil", "not-a-uuid", ""] {
+        let text = format!("{{\"version\": 1, \"serial\": 3, \"lineage\": {lineage:?}, \"gpuprov_version\": \"0.1.0\"}}\n");
+        std::fs::write(&path, &text).unwrap();
+        let err = gpuprov::state::StateStore::open(&path).unwrap_err();
+        assert!(
+            matches!(err, gpuprov::state::StateError::InvalidLineage { .. }),
+            "{lineage}: {err:?}"
+        );
+        assert!(err.to_string().contains("invalid lineage"), "{err}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+    }
+}

@@ -4,6 +4,22 @@
 //! Exit codes: 0 success (or no changes with `--detailed-exitcode`), 1 error, 2 changes
 //! present (`plan --detailed-exitcode`), 130 interrupted.
 
+// Output macros: like println!/eprintln!, but a closed stdout or stderr (a broken pipe,
+// as in `gpuprov status | head -1`) is ignored instead of panicking, as ripgrep does; a
+// run in progress is never aborted because its output went away.
+macro_rules! outln {
+    ($($t:tt)*) => {{ use std::io::Write as _; let _ = writeln!(std::io::stdout(), $($t)*); }};
+}
+macro_rules! out {
+    ($($t:tt)*) => {{ use std::io::Write as _; let _ = write!(std::io::stdout(), $($t)*); }};
+}
+macro_rules! errln {
+    ($($t:tt)*) => {{ use std::io::Write as _; let _ = writeln!(std::io::stderr(), $($t)*); }};
+}
+macro_rules! err {
+    ($($t:tt)*) => {{ use std::io::Write as _; let _ = write!(std::io::stderr(), $($t)*); }};
+}
+
 pub mod args;
 mod progress;
 
@@ -54,14 +70,14 @@ pub fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            errln!("error: cannot start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };
     match rt.block_on(run(cli, color)) {
         Ok(code) => code,
         Err(report) => {
-            eprintln!("{report:?}");
+            errln!("{report:?}");
             ExitCode::from(1)
         }
     }
@@ -114,7 +130,7 @@ impl Project {
         })
         .map_err(Report::new)?;
         if let Some(info) = stale {
-            eprintln!(
+            errln!(
                 "note: a previous lock ({} by {}, pid {}, {}) was not released; that process is gone, so the lock was taken over",
                 info.operation,
                 info.who,
@@ -247,14 +263,14 @@ async fn run(cli: Cli, color: bool) -> Result<ExitCode, Report> {
         Command::Ssh(a) => cmd_ssh(&project, a).await,
         Command::Graph => {
             let config = project.load_config()?;
-            print!("{}", ResourceGraph::build(&config.vms).to_dot());
+            out!("{}", ResourceGraph::build(&config.vms).to_dot());
             Ok(ExitCode::SUCCESS)
         }
         Command::Validate => cmd_validate(&project).await,
         Command::State(StateCommand::List) => {
             let (_, state) = project.open_state()?;
             for a in state.resources.keys() {
-                println!("{a}");
+                outln!("{a}");
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -275,15 +291,19 @@ async fn run(cli: Cli, color: bool) -> Result<ExitCode, Report> {
                     project.state_path.display()
                 )
             })?;
-            println!("{}", serde_json::to_string_pretty(r).into_diagnostic()?);
+            outln!("{}", serde_json::to_string_pretty(r).into_diagnostic()?);
             Ok(ExitCode::SUCCESS)
         }
         Command::ForceUnlock(a) => {
             let outcome = force_unlock(&project.state_path, &a.lock_id).map_err(Report::new)?;
             let i = &outcome.cleared;
-            eprintln!(
+            errln!(
                 "Cleared the stale lock {} ({} by {}, pid {}, {}). The state is unlocked.",
-                i.id, i.operation, i.who, i.pid, i.created
+                i.id,
+                i.operation,
+                i.who,
+                i.pid,
+                i.created
             );
             Ok(ExitCode::SUCCESS)
         }
@@ -351,12 +371,12 @@ async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> Result<ExitCode
     let notes = check_config_against_clouds(&config, &providers).await?;
     let plan = make_plan(&config, &state, &providers, a.refresh.refresh).await?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&plan).into_diagnostic()?);
+        outln!("{}", serde_json::to_string_pretty(&plan).into_diagnostic()?);
     } else {
         for n in &notes {
-            eprintln!("note: {n}");
+            errln!("note: {n}");
         }
-        print!("{}", plan::render(&plan));
+        out!("{}", plan::render(&plan));
     }
     if let Some(out) = &a.out {
         let text = serde_json::to_string_pretty(&plan).into_diagnostic()?;
@@ -364,7 +384,7 @@ async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> Result<ExitCode
             .map_err(Report::new)
             .wrap_err_with(|| format!("cannot save the plan to {}", out.display()))?;
         if !a.json {
-            println!(
+            outln!(
                 "\nSaved the plan to: {}\nTo perform exactly these actions, run: gpuprov apply {}",
                 out.display(),
                 out.display()
@@ -388,7 +408,7 @@ fn confirm(what: &str, auto_approve: bool) -> Result<bool, Report> {
             "{what} needs confirmation, but standard input is not a terminal"
         ));
     }
-    eprint!("\nDo you want to perform these actions?\n  Only 'yes' will be accepted to approve.\n\n  Enter a value: ");
+    err!("\nDo you want to perform these actions?\n  Only 'yes' will be accepted to approve.\n\n  Enter a value: ");
     let _ = std::io::stderr().flush();
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).into_diagnostic()?;
@@ -419,10 +439,10 @@ fn spawn_signal_handler(cancel: CancelToken) {
             #[cfg(not(unix))]
             let _ = tokio::signal::ctrl_c().await;
             match cancel.escalate() {
-                1 => eprintln!(
+                1 => errln!(
                     "\nInterrupt received: stopping gracefully; machines being created are torn down.\nPress Ctrl-C again to exit at once (the state keeps where each machine was; the next apply resumes)."
                 ),
-                _ => eprintln!("\nSecond interrupt: exiting now; run `gpuprov apply` or `gpuprov destroy` to resume."),
+                _ => errln!("\nSecond interrupt: exiting now; run `gpuprov apply` or `gpuprov destroy` to resume."),
             }
         }
     });
@@ -480,47 +500,49 @@ async fn finish_run(
     outcomes: &BTreeMap<String, Outcome>,
     verb: &str,
 ) -> Result<ExitCode, Report> {
+    let cancelled = run.engine.executor.cancel_token().level() > 0;
     drop(run.engine);
     run.progress.finish().await;
     if let Err(e) = run.journal.save_final() {
         if let crate::state::StateError::FinalSaveLost { state_json, .. } = &e {
             // Last resort: the only copy of what was created is this output.
-            println!("{state_json}");
+            outln!("{state_json}");
         }
         return Err(Report::new(e));
     }
     let state = run.journal.snapshot();
     if let Err(e) = write_ssh_config(&state) {
-        eprintln!("warning: cannot write the ssh config: {e}");
+        errln!("warning: cannot write the ssh config: {e}");
     }
     let mut failed = false;
     let mut interrupted = false;
     for (address, o) in outcomes {
         match o {
-            Outcome::Ready(vm) => eprintln!(
+            Outcome::Ready(vm) => errln!(
                 "{address}: ready at {} ({}), ssh with: gpuprov ssh {}",
                 vm.location,
                 vm.ssh,
                 address.trim_start_matches("vm.")
             ),
-            Outcome::Updated => eprintln!("{address}: updated"),
+            Outcome::Updated => errln!("{address}: updated"),
             Outcome::Unchanged => {}
             Outcome::Destroyed => {}
             Outcome::Failed(why) => {
                 failed = true;
-                eprintln!("{address}: FAILED: {why}");
+                errln!("{address}: FAILED: {why}");
             }
             Outcome::Leaked(why) => {
                 failed = true;
-                eprintln!("{address}: LEAKED (may still bill): {why}\n  the next `gpuprov apply` or `gpuprov destroy` retries the teardown");
+                errln!("{address}: LEAKED (may still bill): {why}\n  the next `gpuprov apply` or `gpuprov destroy` retries the teardown");
             }
             Outcome::Interrupted(at) => {
                 interrupted = true;
-                eprintln!("{address}: interrupted while {at}; the next run resumes it");
+                errln!("{address}: interrupted while {at}; the next run resumes it");
             }
         }
     }
-    if interrupted {
+    if interrupted || cancelled {
+        errln!("\n{verb} interrupted; the state records where each machine is (`gpuprov status`).");
         return Ok(ExitCode::from(130));
     }
     if failed {
@@ -540,7 +562,7 @@ async fn finish_run(
         .values()
         .filter(|o| matches!(o, Outcome::Updated))
         .count();
-    eprintln!("\n{verb} complete! Machines: {added} up, {changed} changed, {destroyed} destroyed.");
+    errln!("\n{verb} complete! Machines: {added} up, {changed} changed, {destroyed} destroyed.");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -591,7 +613,7 @@ async fn cmd_apply(
     let providers = build_providers(&config, &state.lineage);
     let notes = check_config_against_clouds(&config, &providers).await?;
     for n in &notes {
-        eprintln!("note: {n}");
+        errln!("note: {n}");
     }
     let plan = match (&a.plan_file, saved) {
         (Some(path), Some(plan)) => {
@@ -614,9 +636,9 @@ async fn cmd_apply(
         }
         _ => {
             let plan = make_plan(&config, &state, &providers, a.refresh.refresh).await?;
-            print!("{}", plan::render(&plan));
+            out!("{}", plan::render(&plan));
             if plan.has_changes() && !confirm("apply", a.auto_approve)? {
-                eprintln!("Apply cancelled.");
+                errln!("Apply cancelled.");
                 return Ok(ExitCode::from(1));
             }
             plan
@@ -672,7 +694,7 @@ async fn cmd_destroy(
     let _lock = project.lock("destroy", cli.lock_timeout)?;
     let (store, state) = project.open_state()?;
     if state.resources.is_empty() {
-        eprintln!(
+        errln!(
             "No machines in {}: nothing to destroy.",
             project.state_path.display()
         );
@@ -683,11 +705,19 @@ async fn cmd_destroy(
         None => Providers::new(),
     };
     // Clouds recorded in the state but absent from the config still need their adapter.
-    for r in state.resources.values() {
+    // A record that cannot be read stops everything: it may be the only trace of a
+    // machine, so it is neither skipped nor dropped.
+    for (address, r) in &state.resources {
         let owned = crate::engine::owned_of(&crate::machine::PrevRecord {
             kind: r.machine.kind.clone(),
             state: r.machine.state.clone(),
-        });
+        })
+        .map_err(|e| {
+            miette!(
+                help = "the state file was edited by hand or written by an incompatible gpuprov; restore its .backup, or fix the record (see `gpuprov state show ADDRESS`). Nothing was destroyed and the file was not modified",
+                "state record {address} is {e}"
+            )
+        })?;
         if let Some(o) = owned {
             if o.location.cloud == "docker" && providers.get("docker").is_none() {
                 providers.insert(Arc::new(docker_provider(config.as_ref(), &state.lineage)));
@@ -695,16 +725,16 @@ async fn cmd_destroy(
         }
     }
     let addresses: Vec<String> = state.resources.keys().cloned().collect();
-    eprintln!("gpuprov will destroy:");
+    errln!("gpuprov will destroy:");
     for addr in &addresses {
-        eprintln!("  - {addr} ({})", state.resources[addr].machine.label);
+        errln!("  - {addr} ({})", state.resources[addr].machine.label);
     }
-    eprintln!(
+    errln!(
         "\nPlan: 0 to add, 0 to change, {} to destroy.",
         addresses.len()
     );
     if !confirm("destroy", a.auto_approve)? {
-        eprintln!("Destroy cancelled.");
+        errln!("Destroy cancelled.");
         return Ok(ExitCode::from(1));
     }
     let key = project_key(&state.lineage)?;
@@ -716,7 +746,7 @@ async fn cmd_destroy(
 async fn cmd_status(project: &Project, refresh: bool) -> Result<ExitCode, Report> {
     let (_, state) = project.open_state()?;
     if state.resources.is_empty() {
-        println!("No machines in {}.", project.state_path.display());
+        outln!("No machines in {}.", project.state_path.display());
         return Ok(ExitCode::SUCCESS);
     }
     let observed = if refresh {
@@ -728,16 +758,21 @@ async fn cmd_status(project: &Project, refresh: bool) -> Result<ExitCode, Report
         match plan::refresh(&state, &providers).await {
             Ok(o) => Some(o),
             Err(e) => {
-                eprintln!("warning: {e}");
+                errln!("warning: {e}");
                 None
             }
         }
     } else {
         None
     };
-    println!(
+    outln!(
         "{:<20} {:<12} {:<16} {:<16} {:<22} {:>8}  LAST EVENT",
-        "MACHINE", "STATE", "LOCATION", "INSTANCE", "SSH", "$/H"
+        "MACHINE",
+        "STATE",
+        "LOCATION",
+        "INSTANCE",
+        "SSH",
+        "$/H"
     );
     for (address, r) in &state.resources {
         let (st, loc, inst, ssh, price) = match plan::recorded(address, r) {
@@ -798,9 +833,15 @@ async fn cmd_status(project: &Project, refresh: bool) -> Result<ExitCode, Report
             .map(|e| format!("{} {}", e.at.format("%Y-%m-%d %H:%M:%S"), e.label))
             .unwrap_or_default();
         let short_inst: String = inst.chars().take(16).collect();
-        println!(
+        outln!(
             "{:<20} {:<12} {:<16} {:<16} {:<22} {:>8}  {}",
-            address, st, loc, short_inst, ssh, price, last
+            address,
+            st,
+            loc,
+            short_inst,
+            ssh,
+            price,
+            last
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -809,7 +850,7 @@ async fn cmd_status(project: &Project, refresh: bool) -> Result<ExitCode, Report
 fn cmd_list(project: &Project) -> Result<ExitCode, Report> {
     let (_, state) = project.open_state()?;
     for (address, r) in &state.resources {
-        println!("{address}\t{}\t{}", r.machine.kind, r.machine.label);
+        outln!("{address}\t{}\t{}", r.machine.kind, r.machine.label);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -857,37 +898,27 @@ async fn cmd_ssh(project: &Project, a: &SshArgs) -> Result<ExitCode, Report> {
             status.code().unwrap_or(1).clamp(0, 255) as u8
         ));
     }
-    let command = shell_join(&a.command);
+    // As OpenSSH does: the words are joined with spaces and the remote shell parses them,
+    // so `-- 'nvidia-smi | head'` and `-- exit 7` mean what they do with ssh.
+    let command = a.command.join(" ");
     let (endpoint, user, pinned) = (vm.ssh.clone(), vm.user.clone(), vm.host_key.clone());
+    // Piped input is forwarded (`tar c . | gpuprov ssh vm -- tar x`); a terminal is not.
+    let stdin: Option<Box<dyn std::io::Read + Send>> = (!std::io::stdin().is_terminal())
+        .then(|| Box::new(std::io::stdin()) as Box<dyn std::io::Read + Send>);
     let status = tokio::task::spawn_blocking(move || {
         let mut out = std::io::stdout();
         let mut err = std::io::stderr();
-        crate::ssh::client::exec(
-            &endpoint, &user, &key, &pinned, &command, &mut out, &mut err,
-        )
+        let io = crate::ssh::client::ExecIo {
+            stdin,
+            stdout: &mut out,
+            stderr: &mut err,
+        };
+        crate::ssh::client::exec(&endpoint, &user, &key, &pinned, &command, io)
     })
     .await
     .into_diagnostic()?
     .map_err(|e| miette!("{e}"))?;
     Ok(ExitCode::from(status.clamp(0, 255) as u8))
-}
-
-/// Joins argv words into one shell command line, quoting where needed.
-fn shell_join(words: &[String]) -> String {
-    words
-        .iter()
-        .map(|w| {
-            if !w.is_empty()
-                && w.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c))
-            {
-                w.clone()
-            } else {
-                format!("'{}'", w.replace('\'', r"'\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 async fn cmd_validate(project: &Project) -> Result<ExitCode, Report> {
@@ -897,7 +928,7 @@ async fn cmd_validate(project: &Project) -> Result<ExitCode, Report> {
         .unwrap_or_default();
     let providers = build_providers(&config, &lineage);
     let n = config.vms.len();
-    println!(
+    outln!(
         "{}: valid ({n} machine{})",
         project.config_path.display(),
         if n == 1 { "" } else { "s" }
@@ -907,24 +938,24 @@ async fn cmd_validate(project: &Project) -> Result<ExitCode, Report> {
         match providers.get(cloud.as_str()) {
             Some(_) if cloud == Cloud::Docker => {
                 match docker_provider(Some(&config), &lineage).ping().await {
-                    Ok(where_) => println!(
+                    Ok(where_) => outln!(
                         "  docker: usable (Docker Engine at {where_}; no credentials needed)"
                     ),
                     Err(e) => {
                         ok = false;
-                        println!("  docker: NOT usable: {}", e.msg)
+                        outln!("  docker: NOT usable: {}", e.msg)
                     }
                 }
             }
-            Some(_) => println!("  {cloud}: adapter available"),
+            Some(_) => outln!("  {cloud}: adapter available"),
             None => {
                 ok = false;
-                println!("  {cloud}: no adapter in this build of gpuprov")
+                outln!("  {cloud}: no adapter in this build of gpuprov")
             }
         }
     }
     match check_config_against_clouds(&config, &providers).await {
-        Ok(notes) => notes.iter().for_each(|n| println!("  note: {n}")),
+        Ok(notes) => notes.iter().for_each(|n| outln!("  note: {n}")),
         Err(e) => return Err(e),
     }
     Ok(if ok {

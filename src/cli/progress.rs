@@ -23,14 +23,14 @@ impl Renderer {
             while let Some(ev) = rx.recv().await {
                 if !live {
                     match &ev {
-                        Progress::Transition { key, label, .. } => eprintln!("{key}: {label}"),
+                        Progress::Transition { key, label, .. } => errln!("{key}: {label}"),
                         Progress::Retry {
                             key,
                             attempt,
                             max,
                             error,
                         } => {
-                            eprintln!("{key}: retry {attempt}/{max}: {error}")
+                            errln!("{key}: retry {attempt}/{max}: {error}")
                         }
                         Progress::Poll { .. } => {}
                     }

@@ -82,6 +82,14 @@ impl Connector for Ssh2Connector {
     }
 }
 
+/// The local ends of a remote command: stdin to forward (`None`: closed at once), and
+/// where its stdout and stderr go.
+pub struct ExecIo<'a> {
+    pub stdin: Option<Box<dyn Read + Send>>,
+    pub stdout: &'a mut dyn Write,
+    pub stderr: &'a mut dyn Write,
+}
+
 /// Runs `command` on the machine at `endpoint` as `user` and returns its exit status.
 ///
 /// Connects with [`DEFAULT_CONNECT_TIMEOUT`], refuses with [`SshError::HostKeyMismatch`]
@@ -103,9 +111,13 @@ pub fn exec(
     key: &ProjectKey,
     pinned: &HostKey,
     command: &str,
-    stdout: &mut dyn Write,
-    stderr: &mut dyn Write,
+    io: ExecIo<'_>,
 ) -> Result<i32, SshError> {
+    let ExecIo {
+        stdin,
+        stdout,
+        stderr,
+    } = io;
     let (session, _) = open_session(endpoint, user, key, Some(pinned), DEFAULT_CONNECT_TIMEOUT)?;
     let ep = describe(endpoint, user);
     let lost = |e: ssh2::Error| SshError::Unreachable {
@@ -115,8 +127,33 @@ pub fn exec(
     session.set_timeout(0);
     let mut channel = session.channel_session().map_err(lost)?;
     channel.exec(command).map_err(lost)?;
-    // Nothing is sent on stdin; closing it keeps commands that read stdin from hanging.
-    channel.send_eof().map_err(lost)?;
+    // Local stdin is read by a thread (reads block) and forwarded chunk by chunk; without
+    // it, stdin is closed at once so commands that read it do not hang.
+    let input = match stdin {
+        Some(mut reader) => {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
+            std::thread::spawn(move || {
+                let mut chunk = vec![0u8; 32 * 1024];
+                loop {
+                    match reader.read(&mut chunk) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if tx.send(chunk[..n].to_vec()).is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+            });
+            Some(rx)
+        }
+        None => {
+            channel.send_eof().map_err(lost)?;
+            None
+        }
+    };
+    let mut input = input;
+    let mut pending: Vec<u8> = Vec::new();
 
     // Both streams are read in non-blocking mode and interleaved, so output appears live
     // and neither stream is held back until the other ends. ssh2 exposes no way to wait
@@ -127,6 +164,39 @@ pub fn exec(
     let mut idle = Duration::from_millis(1);
     while !(out_done && err_done) {
         let mut progressed = false;
+        let mut stdin_ended = false;
+        if let Some(rx) = &input {
+            if pending.is_empty() {
+                match rx.try_recv() {
+                    Ok(chunk) => pending = chunk,
+                    Err(std::sync::mpsc::TryRecvError::Empty) => {}
+                    Err(std::sync::mpsc::TryRecvError::Disconnected) => stdin_ended = true,
+                }
+            }
+        }
+        if stdin_ended {
+            // Local stdin ended: tell the remote side (retried while the session is busy;
+            // -37 is libssh2's EAGAIN in non-blocking mode).
+            match channel.send_eof() {
+                Ok(()) => input = None,
+                Err(e) if e.code() == ssh2::ErrorCode::Session(-37) => {}
+                Err(e) => return Err(lost(e)),
+            }
+        }
+        if !pending.is_empty() {
+            match channel.write(&pending) {
+                Ok(n) => {
+                    pending.drain(..n);
+                    progressed = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // The remote side no longer reads its stdin: drop the rest.
+                Err(_) => {
+                    pending.clear();
+                    input = None;
+                }
+            }
+        }
         for is_err in [false, true] {
             if (is_err && err_done) || (!is_err && out_done) {
                 continue;

@@ -61,7 +61,7 @@ pub mod client;
 pub mod config_file;
 pub mod keys;
 
-pub use client::{exec, Ssh2Connector};
+pub use client::{exec, ExecIo, Ssh2Connector};
 pub use config_file::{render_known_hosts, render_ssh_config, write_ssh_files, SshConfigEntry};
 pub use keys::{ensure_project_key, ProjectKey};
 

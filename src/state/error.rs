@@ -32,6 +32,20 @@ pub enum StateError {
     #[diagnostic(transparent)]
     Corrupt(Box<CorruptState>),
 
+    /// The state's `lineage` is not a UUID (the file was edited by hand). The file has not
+    /// been modified.
+    #[error("state file `{}` has an invalid lineage {lineage:?}: a lineage is a UUID", path.display())]
+    #[diagnostic(
+        code(gpuprov::state::invalid_lineage),
+        help("restore the lineage this state had (the `gpuprov-lineage` label of its machines, or the `.backup` file); the file was not modified")
+    )]
+    InvalidLineage {
+        /// The state file.
+        path: PathBuf,
+        /// The lineage found.
+        lineage: String,
+    },
+
     /// The state file was written by a newer gpuprov whose format this build cannot read.
     /// The file has not been modified.
     #[error(

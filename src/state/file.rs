@@ -175,7 +175,16 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<StateFile, StateError> {
     }
     // Parsed again from the bytes (not the value) so type errors keep line and column.
     // Older formats would be migrated here; version 1 is the first.
-    serde_json::from_slice(bytes).map_err(|e| corrupt(&e))
+    let state: StateFile = serde_json::from_slice(bytes).map_err(|e| corrupt(&e))?;
+    // The lineage names per-project directories and labels cloud objects: only a UUID
+    // is acceptable (a hand-edited `../..` must never become a path).
+    if uuid::Uuid::parse_str(&state.lineage).is_err() {
+        return Err(StateError::InvalidLineage {
+            path: path.to_path_buf(),
+            lineage: state.lineage,
+        });
+    }
+    Ok(state)
 }
 
 /// Serializes the state as pretty JSON with a trailing newline.

@@ -528,7 +528,11 @@ impl Machine for LaunchMachine {
             LaunchState::Ready { vm } => {
                 format!("ready {} at {} ({})", vm.instance_id, vm.location, vm.ssh)
             }
-            LaunchState::Compensating { reason, .. } => format!("compensating: {reason}"),
+            LaunchState::Compensating {
+                reason, teardown, ..
+            } => {
+                format!("compensating ({}): {reason}", self.teardown.label(teardown))
+            }
             LaunchState::NextOffer { .. } => "next offer".into(),
             LaunchState::Exhausted { search } => format!("exhausted: {}", search.summary()),
             LaunchState::Aborted { reason, .. } => format!("aborted: {reason}"),
