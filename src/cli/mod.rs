@@ -178,15 +178,21 @@ fn build_providers(config: &Config, lineage: &str) -> Providers {
     p
 }
 
-/// Rejects what cannot work before anything runs: machines with no cloud adapter in this
-/// build, asks every usable cloud rejects (its catalog lookup says `InvalidRequest`, for
-/// example a GPU on the Docker cloud), and an explicit `kubernetes = true` on clouds that
-/// cannot host k3s. Returns notes to show (k3s skipped).
-async fn check_config_against_clouds(
-    config: &Config,
-    providers: &Providers,
-) -> Result<Vec<String>, Report> {
+/// What the catalog lookups before a plan found: notes to show, and per machine the
+/// cheapest matching offer's price (USD per hour) on its first cloud that has one.
+struct Preflight {
+    notes: Vec<String>,
+    prices: BTreeMap<String, f64>,
+}
+
+/// Rejects what cannot work before anything runs, with one catalog lookup per machine and
+/// usable cloud: machines with no cloud adapter in this build, asks every usable cloud
+/// rejects (`InvalidRequest`, for example a GPU on the Docker cloud), and an explicit
+/// `kubernetes = true` on clouds that cannot host k3s. The same lookups give the prices
+/// the plan shows.
+async fn preflight(config: &Config, providers: &Providers) -> Result<Preflight, Report> {
     let mut notes = Vec::new();
+    let mut prices = BTreeMap::new();
     for vm in config.vms.values() {
         let usable: Vec<_> = vm
             .clouds
@@ -206,12 +212,26 @@ async fn check_config_against_clouds(
         }
         let mut rejections = Vec::new();
         for c in &usable {
-            if let Some(p) = providers.get(c.as_str()) {
-                match p.plan(&vm.request()).await {
-                    Err(e) if e.kind == crate::provider::ErrorKind::InvalidRequest => {
-                        rejections.push(format!("{c}: {}", e.msg))
+            let Some(p) = providers.get(c.as_str()) else {
+                continue;
+            };
+            match p.plan(&vm.request()).await {
+                Err(e) if e.kind == crate::provider::ErrorKind::InvalidRequest => {
+                    rejections.push(format!("{c}: {}", e.msg))
+                }
+                // Other errors (capacity, an unreachable catalog) are for apply to handle.
+                Err(_) => {}
+                Ok(offers) => {
+                    let best = offers
+                        .iter()
+                        .map(|o| o.price_per_hour)
+                        .filter(|price| vm.max_price_per_hour.is_none_or(|m| *price <= m))
+                        .fold(None, |acc: Option<f64>, x| {
+                            Some(acc.map_or(x, |a| a.min(x)))
+                        });
+                    if let Some(b) = best {
+                        prices.entry(vm.name.clone()).or_insert(b);
                     }
-                    _ => {}
                 }
             }
         }
@@ -249,7 +269,7 @@ async fn check_config_against_clouds(
             ));
         }
     }
-    Ok(notes)
+    Ok(Preflight { notes, prices })
 }
 
 async fn run(cli: Cli, color: bool) -> Result<ExitCode, Report> {
@@ -311,11 +331,13 @@ async fn run(cli: Cli, color: bool) -> Result<ExitCode, Report> {
 }
 
 /// Makes a plan: config + state (+ refresh) → changes, with the hourly prices.
+/// Makes a plan: config + state (+ refresh) → changes, priced with `prices`.
 async fn make_plan(
     config: &Config,
     state: &StateFile,
     providers: &Providers,
     refresh: bool,
+    prices: &BTreeMap<String, f64>,
 ) -> Result<Plan, Report> {
     let observed = if refresh {
         Some(plan::refresh(state, providers).await.map_err(|e| {
@@ -327,28 +349,6 @@ async fn make_plan(
     } else {
         None
     };
-    // The cheapest matching offer of the first cloud that has one (catalog lookup only).
-    let mut prices: BTreeMap<String, f64> = BTreeMap::new();
-    for vm in config.vms.values() {
-        for cloud in &vm.clouds {
-            let Some(p) = providers.get(cloud.as_str()) else {
-                continue;
-            };
-            if let Ok(offers) = p.plan(&vm.request()).await {
-                let best = offers
-                    .iter()
-                    .map(|o| o.price_per_hour)
-                    .filter(|price| vm.max_price_per_hour.is_none_or(|m| *price <= m))
-                    .fold(None, |acc: Option<f64>, x| {
-                        Some(acc.map_or(x, |a| a.min(x)))
-                    });
-                if let Some(b) = best {
-                    prices.insert(vm.name.clone(), b);
-                    break;
-                }
-            }
-        }
-    }
     let mut plan = plan::compute(config, state, observed.as_ref(), &|vm| prices.get(&vm.name).copied())
         .map_err(|e| miette!(help = "inspect it with `gpuprov state show ADDRESS`; restore the .backup if it was edited by hand", "{e}"))?;
     for name in providers.names() {
@@ -368,12 +368,12 @@ async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> Result<ExitCode
     };
     let (_store, state) = project.open_state()?;
     let providers = build_providers(&config, &state.lineage);
-    let notes = check_config_against_clouds(&config, &providers).await?;
-    let plan = make_plan(&config, &state, &providers, a.refresh.refresh).await?;
+    let pre = preflight(&config, &providers).await?;
+    let plan = make_plan(&config, &state, &providers, a.refresh.refresh, &pre.prices).await?;
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&plan).into_diagnostic()?);
     } else {
-        for n in &notes {
+        for n in &pre.notes {
             errln!("note: {n}");
         }
         out!("{}", plan::render(&plan));
@@ -611,8 +611,8 @@ async fn cmd_apply(
         }
     }
     let providers = build_providers(&config, &state.lineage);
-    let notes = check_config_against_clouds(&config, &providers).await?;
-    for n in &notes {
+    let pre = preflight(&config, &providers).await?;
+    for n in &pre.notes {
         errln!("note: {n}");
     }
     let plan = match (&a.plan_file, saved) {
@@ -635,7 +635,8 @@ async fn cmd_apply(
             plan
         }
         _ => {
-            let plan = make_plan(&config, &state, &providers, a.refresh.refresh).await?;
+            let plan =
+                make_plan(&config, &state, &providers, a.refresh.refresh, &pre.prices).await?;
             out!("{}", plan::render(&plan));
             if plan.has_changes() && !confirm("apply", a.auto_approve)? {
                 errln!("Apply cancelled.");
@@ -954,7 +955,7 @@ async fn cmd_validate(project: &Project) -> Result<ExitCode, Report> {
             }
         }
     }
-    match check_config_against_clouds(&config, &providers).await {
+    match preflight(&config, &providers).await.map(|p| p.notes) {
         Ok(notes) => notes.iter().for_each(|n| outln!("  note: {n}")),
         Err(e) => return Err(e),
     }
