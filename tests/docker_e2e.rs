@@ -27,6 +27,43 @@ struct Project {
     dir: tempfile::TempDir,
 }
 
+/// A failing assertion must not leave containers behind (their state file goes with the
+/// temp dir): on drop, `gpuprov destroy` runs, then any container still carrying the
+/// project's lineage label is removed directly.
+impl Drop for Project {
+    fn drop(&mut self) {
+        let Ok(text) = std::fs::read_to_string(self.state_path()) else {
+            return;
+        };
+        let Some(lineage) = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v["lineage"].as_str().map(str::to_string))
+        else {
+            return;
+        };
+        let _ = self.cmd(&["destroy", "--auto-approve"]).output();
+        // A runtime of its own: drop may run inside the test's runtime.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async {
+                let docker = Docker::connect_with_defaults().ok()?;
+                for id in containers(&lineage).await {
+                    let opts = bollard::query_parameters::RemoveContainerOptionsBuilder::default()
+                        .force(true)
+                        .v(true)
+                        .build();
+                    let _ = docker.remove_container(&id, Some(opts)).await;
+                }
+                Some(())
+            })
+        })
+        .join();
+    }
+}
+
 impl Project {
     fn new() -> Project {
         let dir = tempfile::tempdir().unwrap();
