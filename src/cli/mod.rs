@@ -498,6 +498,7 @@ fn project_key(lineage: &str) -> Result<ProjectKey, Report> {
 async fn finish_run(
     run: Run,
     outcomes: &BTreeMap<String, Outcome>,
+    actions: &BTreeMap<String, Action>,
     verb: &str,
 ) -> Result<ExitCode, Report> {
     let cancelled = run.engine.executor.cancel_token().level() > 0;
@@ -550,19 +551,24 @@ async fn finish_run(
             "{verb} finished with errors (see above); the state records where each machine is"
         ));
     }
-    let added = outcomes
-        .values()
-        .filter(|o| matches!(o, Outcome::Ready(_)))
-        .count();
-    let destroyed = outcomes
-        .values()
-        .filter(|o| matches!(o, Outcome::Destroyed))
-        .count();
-    let changed = outcomes
-        .values()
-        .filter(|o| matches!(o, Outcome::Updated))
-        .count();
-    errln!("\n{verb} complete! Machines: {added} up, {changed} changed, {destroyed} destroyed.");
+    // Counted by what was planned, as Terraform's summary: a replacement adds and destroys.
+    let action = |address: &str| actions.get(address).copied();
+    let (mut added, mut changed, mut destroyed) = (0, 0, 0);
+    for (address, o) in outcomes {
+        match (o, action(address)) {
+            (Outcome::Ready(_), Some(Action::Replace)) => {
+                added += 1;
+                destroyed += 1;
+            }
+            (Outcome::Ready(_), Some(Action::Resume)) | (Outcome::Updated, _) => changed += 1,
+            (Outcome::Ready(_), _) => added += 1,
+            (Outcome::Destroyed, _) => destroyed += 1,
+            _ => {}
+        }
+    }
+    errln!(
+        "\n{verb} complete! Resources: {added} added, {changed} changed, {destroyed} destroyed."
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -659,7 +665,12 @@ async fn cmd_apply(
         color,
     );
     let outcomes = run.engine.apply(&plan).await;
-    finish_run(run, &outcomes, "Apply").await
+    let actions = plan
+        .changes
+        .iter()
+        .map(|c| (c.address.clone(), c.action))
+        .collect();
+    finish_run(run, &outcomes, &actions, "Apply").await
 }
 
 fn read_saved_plan(path: &Path) -> Result<Plan, Report> {
@@ -741,7 +752,11 @@ async fn cmd_destroy(
     let key = project_key(&state.lineage)?;
     let run = start_run(state, store, providers, &key, a.parallelism, false, color);
     let outcomes = run.engine.destroy(&addresses).await;
-    finish_run(run, &outcomes, "Destroy").await
+    let actions = addresses
+        .iter()
+        .map(|a| (a.clone(), Action::Destroy))
+        .collect();
+    finish_run(run, &outcomes, &actions, "Destroy").await
 }
 
 async fn cmd_status(project: &Project, refresh: bool) -> Result<ExitCode, Report> {
@@ -964,12 +979,4 @@ async fn cmd_validate(project: &Project) -> Result<ExitCode, Report> {
     } else {
         ExitCode::from(1)
     })
-}
-
-/// Whether `plan` would destroy or replace anything (used by tests and callers that gate
-/// destructive applies).
-pub fn is_destructive(plan: &Plan) -> bool {
-    plan.changes
-        .iter()
-        .any(|c| matches!(c.action, Action::Destroy | Action::Replace))
 }
