@@ -519,7 +519,7 @@ fn merge(
     if gpu_count > 0 && gpu.is_none() {
         return Err(err(
             format!("vm.{name}: gpu_count = {gpu_count} but no gpu model is set"),
-            header,
+            key_span(r.text, name, "gpu_count").or(header),
             "here",
             Some("set gpu = \"H100\" (or another model)".into()),
         ));
@@ -527,7 +527,7 @@ fn merge(
     if gpu.is_some() && gpu_count == 0 {
         return Err(err(
             format!("vm.{name}: gpu is set but gpu_count = 0"),
-            header,
+            key_span(r.text, name, "gpu_count").or(header),
             "here",
             None,
         ));
@@ -535,14 +535,14 @@ fn merge(
     let max_price = s.max_price_per_hour.or(d.max_price_per_hour);
     if let Some(p) = max_price {
         if !(p.is_finite() && p > 0.0) {
-            return Err(err(format!("vm.{name}: max_price_per_hour must be a positive number of USD per hour, got {p}"), header, "here", None));
+            return Err(err(format!("vm.{name}: max_price_per_hour must be a positive number of USD per hour, got {p}"), key_span(r.text, name, "max_price_per_hour").or(header), "here", None));
         }
     }
     let disk_gb = s.disk_gb.or(d.disk_gb);
     if disk_gb == Some(0) {
         return Err(err(
             format!("vm.{name}: disk_gb must be at least 1 GiB"),
-            header,
+            key_span(r.text, name, "disk_gb").or(header),
             "here",
             None,
         ));
@@ -555,7 +555,7 @@ fn merge(
     if let Some(p) = ports.iter().find(|p| **p == 0 || **p == 22) {
         return Err(err(
             format!("vm.{name}: port {p} cannot be listed in ports"),
-            header,
+            key_span(r.text, name, "ports").or(header),
             "here",
             Some("ports lists extra inbound TCP ports (1-65535); 22 is always open".into()),
         ));
@@ -596,6 +596,34 @@ pub fn valid_vm_name(name: &str) -> bool {
         && !name.ends_with('-')
         && b.iter()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+/// Finds the value of `key` as machine `name` gets it: in its `[vm.NAME]` table, else in
+/// `[defaults]` (where an inherited value comes from). Spans of values checked after
+/// merging, which serde cannot give.
+fn key_span(text: &str, name: &str, key: &str) -> Option<std::ops::Range<usize>> {
+    let in_table = |header: &str| -> Option<std::ops::Range<usize>> {
+        let start = text.find(header)? + header.len();
+        let end = text[start..]
+            .find("\n[")
+            .map(|i| start + i)
+            .unwrap_or(text.len());
+        let mut offset = start;
+        for line in text[start..end].split_inclusive('\n') {
+            let trimmed = line.trim_start();
+            if let Some(rest) = trimmed.strip_prefix(key) {
+                if let Some(value) = rest.trim_start().strip_prefix('=') {
+                    let value = value.trim();
+                    let value = value.split(" #").next().unwrap_or(value).trim_end();
+                    let at = offset + line.find(value).unwrap_or(0);
+                    return Some(at..at + value.len());
+                }
+            }
+            offset += line.len();
+        }
+        None
+    };
+    in_table(&format!("[vm.{name}]")).or_else(|| in_table("[defaults]"))
 }
 
 /// Finds the `[vm.NAME]` header (or a dotted `vm.NAME` key) in the text, for spans that
