@@ -691,6 +691,15 @@ fn read_saved_plan(path: &Path) -> Result<Plan, Report> {
             plan.format_version
         ));
     }
+    // A new state may adopt the plan's lineage, which names a directory: UUIDs only.
+    if uuid::Uuid::parse_str(&plan.lineage).is_err() {
+        return Err(miette!(
+            help = "make it with `gpuprov plan -out FILE`",
+            "{} has an invalid lineage {:?}: a lineage is a UUID",
+            path.display(),
+            plan.lineage
+        ));
+    }
     Ok(plan)
 }
 
