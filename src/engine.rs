@@ -276,6 +276,10 @@ impl Engine {
                 let result = match result {
                     Some(r) => r,
                     None => match sem.acquire_owned().await {
+                        // After a Ctrl-C nothing new starts; what runs winds down.
+                        Ok(_) if engine.executor.cancel_token().level() > 0 => {
+                            Outcome::Interrupted("not started".into())
+                        }
                         Ok(_permit) => run(engine, address.clone()).await,
                         Err(_) => Outcome::Failed("internal: semaphore closed".into()),
                     },

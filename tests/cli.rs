@@ -518,9 +518,13 @@ fn a_closed_stdout_is_not_a_panic() {
 #[test]
 fn a_saved_plan_with_a_forged_lineage_is_refused() {
     let p = Project::new(DOCKER_TOML);
-    assert_eq!(p.run(&["plan", "--refresh=false", "-out", "tfplan.json"]).0, 0);
+    assert_eq!(
+        p.run(&["plan", "--refresh=false", "-out", "tfplan.json"]).0,
+        0
+    );
     let path = p.path("tfplan.json");
-    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     v["lineage"] = "../../../tmp/evil".into();
     std::fs::write(&path, v.to_string()).unwrap();
     let (code, _, err) = p.run(&["apply", "tfplan.json"]);

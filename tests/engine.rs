@@ -228,3 +228,27 @@ async fn a_replacing_change_tears_down_then_creates() {
     assert_eq!(live.len(), 1);
     assert_ne!(live[0].id, first);
 }
+
+#[tokio::test]
+async fn after_a_cancel_queued_machines_do_not_start() {
+    let s = Setup::new(cloud());
+    let (mut engine, journal) = s.engine();
+    engine.parallelism = 1;
+    engine.executor.cancel_token().escalate();
+    let config = Config::parse(
+        Path::new("gpuprov.toml"),
+        "[defaults]\nclouds = [\"aws\"]\n[vm.a]\n[vm.b]\n".into(),
+    )
+    .unwrap();
+    let plan = plan::compute(&config, &journal.snapshot(), None, &|_| None).unwrap();
+    let out = engine.apply(&plan).await;
+    assert!(
+        out.values().all(|o| matches!(o, Outcome::Interrupted(_))),
+        "{out:?}"
+    );
+    assert_eq!(s.cloud.calls().len(), 0, "no cloud call after the cancel");
+    assert!(
+        journal.snapshot().resources.is_empty(),
+        "no record for machines that never started"
+    );
+}
