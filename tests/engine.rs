@@ -252,3 +252,62 @@ async fn after_a_cancel_queued_machines_do_not_start() {
         "no record for machines that never started"
     );
 }
+
+fn vms(n: usize) -> String {
+    let mut t = String::from("[defaults]\nclouds = [\"aws\"]\n");
+    for i in 0..n {
+        t.push_str(&format!("[vm.m{i}]\n"));
+    }
+    t
+}
+
+#[tokio::test]
+async fn creates_are_spaced_by_the_clouds_declared_interval() {
+    let base = cloud();
+    let caps = gpuprov::provider::Capabilities {
+        min_create_interval: Duration::from_millis(60),
+        ..base.capabilities_for_test()
+    };
+    let s = Setup::new(base.with_capabilities(caps));
+    let out = s.apply(&vms(3)).await;
+    assert!(
+        out.values().all(|o| matches!(o, Outcome::Ready(_))),
+        "{out:?}"
+    );
+    let times = s.cloud.call_times(Op::Create);
+    assert_eq!(times.len(), 3);
+    for pair in times.windows(2) {
+        let gap = pair[1] - pair[0];
+        // The interval runs from when the previous create was let through; allow for the
+        // moment between that and the fake recording the call.
+        assert!(gap >= Duration::from_millis(50), "creates {gap:?} apart");
+    }
+}
+
+#[tokio::test]
+async fn calls_in_flight_never_exceed_the_clouds_declared_concurrency() {
+    let limited = {
+        let base = cloud().with_latency(Duration::from_millis(10));
+        let caps = gpuprov::provider::Capabilities {
+            max_concurrency: 2,
+            ..base.capabilities_for_test()
+        };
+        Setup::new(base.with_capabilities(caps))
+    };
+    limited.apply(&vms(6)).await;
+    assert!(
+        limited.cloud.max_in_flight() <= 2,
+        "{} in flight",
+        limited.cloud.max_in_flight()
+    );
+    assert!(limited.cloud.max_in_flight() >= 1);
+
+    // The same run without the limit does overlap calls, so the check above can fail.
+    let free = Setup::new(cloud().with_latency(Duration::from_millis(10)));
+    free.apply(&vms(6)).await;
+    assert!(
+        free.cloud.max_in_flight() > 2,
+        "{} in flight",
+        free.cloud.max_in_flight()
+    );
+}

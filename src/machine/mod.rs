@@ -9,6 +9,7 @@
 //! executor decides *when*.
 
 pub mod journal;
+pub mod limits;
 
 use std::fmt::Debug;
 use std::sync::Arc;

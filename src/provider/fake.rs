@@ -51,8 +51,18 @@ struct Inner {
     next_id: u64,
     faults: Vec<Fault>,
     calls: Vec<(Op, String)>,
+    call_times: Vec<(Op, std::time::Instant)>,
     boot_observes: u32,
     vanish_on_boot: bool,
+}
+
+/// Marks one call in flight until dropped.
+struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// The scripted provider. Construct with [`FakeProvider::new`] and the `with_*` builders.
@@ -60,6 +70,10 @@ pub struct FakeProvider {
     name: &'static str,
     caps: Capabilities,
     inner: Mutex<Inner>,
+    /// Simulated API latency of every call.
+    latency: Duration,
+    in_flight: std::sync::atomic::AtomicUsize,
+    max_in_flight: std::sync::atomic::AtomicUsize,
 }
 
 impl FakeProvider {
@@ -81,7 +95,42 @@ impl FakeProvider {
                 boot_observes: 1,
                 ..Inner::default()
             }),
+            latency: Duration::ZERO,
+            in_flight: Default::default(),
+            max_in_flight: Default::default(),
         }
+    }
+
+    /// Every call takes `latency` (simulated API round trip).
+    pub fn with_latency(mut self, latency: Duration) -> Self {
+        self.latency = latency;
+        self
+    }
+
+    /// The most calls that were in flight at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// When each call of `op` started, in order.
+    pub fn call_times(&self, op: Op) -> Vec<std::time::Instant> {
+        self.lock()
+            .call_times
+            .iter()
+            .filter(|(o, _)| *o == op)
+            .map(|(_, t)| *t)
+            .collect()
+    }
+
+    /// Simulates the API round trip and tracks concurrency; the guard ends the call.
+    async fn round_trip(&self) -> InFlight<'_> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, SeqCst);
+        if !self.latency.is_zero() {
+            tokio::time::sleep(self.latency).await;
+        }
+        InFlight(&self.in_flight)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -198,6 +247,7 @@ impl FakeProvider {
         detail: String,
     ) -> Result<(), ProviderError> {
         g.calls.push((op, detail));
+        g.call_times.push((op, std::time::Instant::now()));
         for f in g.faults.iter_mut() {
             if f.op == op && f.remaining > 0 && f.scope.as_deref().is_none_or(|s| s == scope) {
                 if f.remaining != u32::MAX {
@@ -221,6 +271,7 @@ impl CloudProvider for FakeProvider {
     }
 
     async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
+        let _call = self.round_trip().await;
         let mut g = self.lock();
         self.check(&mut g, Op::Plan, "", req.vm_name.clone())?;
         Ok(g.offers
@@ -235,6 +286,7 @@ impl CloudProvider for FakeProvider {
         offer: &Offer,
         spec: &InstanceSpec,
     ) -> Result<serde_json::Value, ProviderError> {
+        let _call = self.round_trip().await;
         let mut g = self.lock();
         self.check(
             &mut g,
@@ -251,6 +303,7 @@ impl CloudProvider for FakeProvider {
         _prepared: &serde_json::Value,
         spec: &InstanceSpec,
     ) -> Result<String, ProviderError> {
+        let _call = self.round_trip().await;
         let mut g = self.lock();
         self.check(
             &mut g,
@@ -284,6 +337,7 @@ impl CloudProvider for FakeProvider {
     }
 
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
+        let _call = self.round_trip().await;
         let mut g = self.lock();
         self.check(&mut g, Op::Observe, &at.region, format!("{vm_name} {at}"))?;
         let vanish = g.vanish_on_boot;
@@ -327,6 +381,7 @@ impl CloudProvider for FakeProvider {
         vm_name: &str,
         instance_ids: &[String],
     ) -> Result<(), ProviderError> {
+        let _call = self.round_trip().await;
         let mut g = self.lock();
         self.check(
             &mut g,
@@ -341,6 +396,7 @@ impl CloudProvider for FakeProvider {
     }
 
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
+        let _call = self.round_trip().await;
         let mut g = self.lock();
         self.check(&mut g, Op::Cleanup, &at.region, vm_name.to_string())
     }

@@ -386,8 +386,13 @@ impl Providers {
     pub fn new() -> Self {
         Self::default()
     }
+    /// Registers an adapter behind the core's limits for its declared capabilities
+    /// (`max_concurrency`, `min_create_interval`; see `machine::limits`).
     pub fn insert(&mut self, p: Arc<dyn CloudProvider>) {
-        self.map.insert(p.name().to_string(), p);
+        self.map.insert(
+            p.name().to_string(),
+            Arc::new(crate::machine::limits::Governed::new(p)),
+        );
     }
     pub fn get(&self, cloud: &str) -> Option<&Arc<dyn CloudProvider>> {
         self.map.get(cloud)

@@ -1,0 +1,104 @@
+//! The core's per-cloud API limits (brief: "Capabilities ... API rate and concurrency
+//! limits"): at most `max_concurrency` calls in flight to one cloud from this process, and
+//! `create` calls at least `min_create_interval` apart (for example Lambda's launch
+//! endpoint, about one call per 12 s). Every adapter registered in
+//! [`Providers`](crate::provider::Providers) is wrapped in a [`Governed`], so adapters
+//! never wait and no call path can bypass the limits.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::{Mutex, Semaphore};
+use tokio::time::Instant;
+
+use crate::provider::{
+    Capabilities, CloudProvider, InstanceSpec, Location, Observed, Offer, ProviderError,
+    ResourceRequest,
+};
+
+/// An adapter behind its declared limits.
+pub struct Governed {
+    inner: Arc<dyn CloudProvider>,
+    caps: Capabilities,
+    in_flight: Semaphore,
+    /// Earliest time the next `create` may start.
+    next_create: Mutex<Option<Instant>>,
+}
+
+impl Governed {
+    pub fn new(inner: Arc<dyn CloudProvider>) -> Self {
+        let caps = inner.capabilities();
+        Governed {
+            in_flight: Semaphore::new(caps.max_concurrency.max(1)),
+            caps,
+            inner,
+            next_create: Mutex::new(None),
+        }
+    }
+
+    async fn permit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, ProviderError> {
+        self.in_flight
+            .acquire()
+            .await
+            .map_err(|_| ProviderError::transient("internal: API limiter closed"))
+    }
+}
+
+#[async_trait]
+impl CloudProvider for Governed {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.caps.clone()
+    }
+    fn endpoint_override(&self) -> Option<String> {
+        self.inner.endpoint_override()
+    }
+    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
+        let _p = self.permit().await?;
+        self.inner.plan(req).await
+    }
+    async fn prepare(
+        &self,
+        offer: &Offer,
+        spec: &InstanceSpec,
+    ) -> Result<serde_json::Value, ProviderError> {
+        let _p = self.permit().await?;
+        self.inner.prepare(offer, spec).await
+    }
+    async fn create(
+        &self,
+        offer: &Offer,
+        prepared: &serde_json::Value,
+        spec: &InstanceSpec,
+    ) -> Result<String, ProviderError> {
+        {
+            // Held across the wait, so creates queue up and leave one interval apart.
+            let mut next = self.next_create.lock().await;
+            if let Some(at) = *next {
+                tokio::time::sleep_until(at).await;
+            }
+            *next = Some(Instant::now() + self.caps.min_create_interval);
+        }
+        let _p = self.permit().await?;
+        self.inner.create(offer, prepared, spec).await
+    }
+    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
+        let _p = self.permit().await?;
+        self.inner.observe(at, vm_name).await
+    }
+    async fn delete(
+        &self,
+        at: &Location,
+        vm_name: &str,
+        instance_ids: &[String],
+    ) -> Result<(), ProviderError> {
+        let _p = self.permit().await?;
+        self.inner.delete(at, vm_name, instance_ids).await
+    }
+    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
+        let _p = self.permit().await?;
+        self.inner.cleanup(at, vm_name).await
+    }
+}
