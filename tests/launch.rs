@@ -583,3 +583,68 @@ async fn teardown_with_an_unreachable_api_is_leaked_never_done() {
         "{end:?}"
     );
 }
+
+/// Field report: a resumed run lists the cloud right after a create and sees nothing yet.
+/// It must not lose or duplicate the instance: the repeated create carries the same
+/// idempotency token and gets the same instance back.
+#[tokio::test]
+async fn a_resumed_create_that_lists_nothing_yet_does_not_duplicate() {
+    let r = Run::new(two_regions().with_list_lag(2));
+    r.journal.crash_before("booting");
+    r.launch().await.unwrap_err();
+    assert_eq!(r.cloud.instances().len(), 1);
+    let end = r.launch().await.unwrap();
+    assert!(end.ready().is_some(), "{end:?}");
+    assert_eq!(
+        r.cloud.count(Op::Create),
+        2,
+        "the resume created again, with the same token"
+    );
+    assert_eq!(
+        r.cloud.instances().len(),
+        1,
+        "and got the same instance back"
+    );
+    assert_eq!(end.ready().unwrap().instance_id, r.cloud.instances()[0].id);
+}
+
+/// Field report: Ctrl-C the instant a create call is in flight. The call is not dropped:
+/// when it returns, the instance is recorded and then torn down.
+#[tokio::test]
+async fn cancel_while_a_create_is_in_flight_records_then_tears_down() {
+    let r = Arc::new(Run::new(
+        two_regions().with_latency(Duration::from_millis(150)),
+    ));
+    let cancel = CancelToken::new();
+    let task = {
+        let (r, cancel) = (r.clone(), cancel.clone());
+        tokio::spawn(async move { r.launch_with(cancel).await })
+    };
+    // Creating's own observe takes one latency; cancel inside the create call after it.
+    for _ in 0..2000 {
+        if r.labels().last().is_some_and(|l| l.starts_with("creating")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // The observe ends at ~150 ms and the create call runs until ~300 ms.
+    tokio::time::sleep(Duration::from_millis(220)).await;
+    cancel.escalate();
+    let end = task.await.unwrap().unwrap();
+    assert!(
+        matches!(&end, LaunchState::Aborted { owned: None, .. }),
+        "{end:?}"
+    );
+    let labels = r.labels();
+    let booting = labels
+        .iter()
+        .position(|l| l.starts_with("booting"))
+        .expect("the instance was recorded");
+    let compensating = labels
+        .iter()
+        .position(|l| l.starts_with("compensating"))
+        .expect("then torn down");
+    assert!(booting < compensating, "{labels:?}");
+    assert_eq!(r.cloud.count(Op::Create), 1);
+    assert!(r.cloud.instances().is_empty());
+}

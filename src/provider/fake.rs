@@ -27,6 +27,8 @@ pub enum Op {
 /// An instance as the fake cloud holds it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FakeInstance {
+    /// Observes left before the instance is listed at all.
+    pub unlisted_for: u32,
     pub id: String,
     pub vm_name: String,
     pub location: Location,
@@ -54,6 +56,8 @@ struct Inner {
     call_times: Vec<(Op, std::time::Instant)>,
     boot_observes: u32,
     vanish_on_boot: bool,
+    /// Observes that do not list a new instance yet (eventually consistent list APIs).
+    list_lag: u32,
 }
 
 /// Marks one call in flight until dropped.
@@ -184,6 +188,13 @@ impl FakeProvider {
         self
     }
 
+    /// A new instance is missing from the next `n` observes (clouds whose list API lags
+    /// behind create).
+    pub fn with_list_lag(self, n: u32) -> Self {
+        self.lock().list_lag = n;
+        self
+    }
+
     /// Instances disappear on their first observe (a cloud that reclaims them).
     pub fn with_vanish_on_boot(self) -> Self {
         self.lock().vanish_on_boot = true;
@@ -228,6 +239,7 @@ impl FakeProvider {
         g.instances.insert(
             id.clone(),
             FakeInstance {
+                unlisted_for: 0,
                 id: id.clone(),
                 vm_name: vm_name.into(),
                 location,
@@ -322,9 +334,11 @@ impl CloudProvider for FakeProvider {
         g.next_id += 1;
         let id = format!("{}-i-{}", self.name, g.next_id);
         let boot = g.boot_observes;
+        let lag = g.list_lag;
         g.instances.insert(
             id.clone(),
             FakeInstance {
+                unlisted_for: lag,
                 id: id.clone(),
                 vm_name: spec.vm_name.clone(),
                 location: offer.location.clone(),
@@ -345,6 +359,10 @@ impl CloudProvider for FakeProvider {
         let mut gone = Vec::new();
         for i in g.instances.values_mut() {
             if i.vm_name != vm_name || i.location != *at {
+                continue;
+            }
+            if i.unlisted_for > 0 {
+                i.unlisted_for -= 1;
                 continue;
             }
             if i.status == InstanceStatus::Pending {
