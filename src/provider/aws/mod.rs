@@ -35,7 +35,7 @@ use async_trait::async_trait;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_ec2::config::retry::RetryConfig;
-use aws_sdk_ec2::config::{Credentials, ProvideCredentials};
+use aws_sdk_ec2::config::{Credentials, ProvideCredentials, SharedCredentialsProvider};
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::types::{
     BlockDeviceMapping, EbsBlockDevice, Filter, InstanceInterruptionBehavior,
@@ -225,6 +225,43 @@ pub fn status_of(state: Option<&InstanceStateName>, reason: Option<&str>) -> Ins
     }
 }
 
+/// What the standard chain looks at, for the missing-credentials message.
+pub const CREDENTIAL_SOURCES: &str = "looked for AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, \
+    the profile (AWS_PROFILE or `default`) in ~/.aws/credentials and ~/.aws/config (static \
+    keys, SSO, credential_process, assume-role), a web identity token, ECS container \
+    credentials and EC2 instance metadata";
+
+/// Asks `provider` for credentials within `timeout`. Errors: `Credentials`, naming what
+/// the chain looks at and the provider's own reason (which never holds a secret).
+pub async fn resolve_credentials(
+    provider: Option<SharedCredentialsProvider>,
+    timeout: Duration,
+) -> Result<(), ProviderError> {
+    let Some(p) = provider else {
+        return Err(ProviderError::new(
+            ErrorKind::Credentials,
+            format!("no AWS credential provider is configured; {CREDENTIAL_SOURCES}"),
+        ));
+    };
+    match tokio::time::timeout(timeout, p.provide_credentials()).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(ProviderError::new(
+            ErrorKind::Credentials,
+            format!(
+                "no usable AWS credentials: {}; {CREDENTIAL_SOURCES}",
+                aws_sdk_ec2::error::DisplayErrorContext(&e)
+            ),
+        )),
+        Err(_) => Err(ProviderError::new(
+            ErrorKind::Credentials,
+            format!(
+                "no AWS credentials within {}s; {CREDENTIAL_SOURCES}",
+                timeout.as_secs()
+            ),
+        )),
+    }
+}
+
 impl AwsProvider {
     /// An adapter for `settings`. Never fails and does no I/O.
     pub fn new(settings: AwsSettings) -> Self {
@@ -303,39 +340,11 @@ impl AwsProvider {
     /// opaque signing failure.
     async fn check_credentials(&self, sdk: &SdkConfig) -> Result<(), ProviderError> {
         self.credentials_ok
-            .get_or_try_init(|| async {
-                let looked = "looked for AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, the profile \
-                    (AWS_PROFILE or `default`) in ~/.aws/credentials and ~/.aws/config \
-                    (static keys, SSO, credential_process, assume-role), a web identity \
-                    token, ECS container credentials and EC2 instance metadata";
-                let Some(p) = sdk.credentials_provider() else {
-                    return Err(ProviderError::new(
-                        ErrorKind::Credentials,
-                        format!("no AWS credential provider is configured; {looked}"),
-                    ));
-                };
-                match tokio::time::timeout(
+            .get_or_try_init(|| {
+                resolve_credentials(
+                    sdk.credentials_provider(),
                     self.settings.credentials_timeout,
-                    p.provide_credentials(),
                 )
-                .await
-                {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err(e)) => Err(ProviderError::new(
-                        ErrorKind::Credentials,
-                        format!(
-                            "no usable AWS credentials: {}; {looked}",
-                            aws_sdk_ec2::error::DisplayErrorContext(&e)
-                        ),
-                    )),
-                    Err(_) => Err(ProviderError::new(
-                        ErrorKind::Credentials,
-                        format!(
-                            "no AWS credentials within {}s; {looked}",
-                            self.settings.credentials_timeout.as_secs()
-                        ),
-                    )),
-                }
             })
             .await
             .map(|_| ())
@@ -960,6 +969,62 @@ mod tests {
         };
         let d = format!("{s:?}");
         assert!(!d.contains("topsecret") && !d.contains("AKIASECRET"), "{d}");
+    }
+
+    #[derive(Debug)]
+    struct NoCredentials;
+    impl ProvideCredentials for NoCredentials {
+        fn provide_credentials<'a>(
+            &'a self,
+        ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
+        where
+            Self: 'a,
+        {
+            aws_credential_types::provider::future::ProvideCredentials::ready(Err(
+                aws_credential_types::provider::error::CredentialsError::not_loaded(
+                    "no providers in chain provided credentials",
+                ),
+            ))
+        }
+    }
+
+    #[derive(Debug)]
+    struct Hangs;
+    impl ProvideCredentials for Hangs {
+        fn provide_credentials<'a>(
+            &'a self,
+        ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
+        where
+            Self: 'a,
+        {
+            aws_credential_types::provider::future::ProvideCredentials::new(std::future::pending())
+        }
+    }
+
+    #[tokio::test]
+    async fn missing_credentials_are_a_clear_error_never_a_hang() {
+        let e = resolve_credentials(
+            Some(SharedCredentialsProvider::new(NoCredentials)),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Credentials);
+        assert!(e.msg.contains("AWS_ACCESS_KEY_ID") && e.msg.contains("~/.aws/config"));
+        let started = std::time::Instant::now();
+        let e = resolve_credentials(
+            Some(SharedCredentialsProvider::new(Hangs)),
+            Duration::from_millis(200),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Credentials);
+        assert!(e.msg.contains("within"), "{}", e.msg);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let e = resolve_credentials(None, Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Credentials);
     }
 
     #[test]
