@@ -1131,3 +1131,43 @@ async fn every_table_row_is_classified_from_the_real_error_body() {
         .await
         .expect("unknown instance is success");
 }
+
+// ---------------------------------------------------------------------------------------
+// The CLI: plan is offline
+
+/// `gpuprov plan --refresh=false` on `examples/aws.toml` needs no credentials and no
+/// network: the AWS catalog is static. Run with an empty HOME, no AWS variables and
+/// instance metadata disabled, so nothing could be found or dialled if it tried.
+#[test]
+fn plan_of_the_aws_example_is_offline_and_priced() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/aws.toml");
+    let config = dir.path().join("gpuprov.toml");
+    std::fs::copy(&example, &config).unwrap();
+    let mut cmd = assert_cmd::Command::cargo_bin("gpuprov").unwrap();
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd
+        .env("HOME", dir.path())
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("AWS_ENDPOINT_URL", "http://user:secret@127.0.0.1:9")
+        .args(["plan", "--refresh=false", "-c"])
+        .arg(&config)
+        .timeout(Duration::from_secs(30))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("Plan: 2 to add"), "{stdout}");
+    // Cheapest matching offers: p5.48xlarge (H100 × 8) + p4d.24xlarge (A100 × 8).
+    assert!(stdout.contains("$77.00/h"), "{stdout}");
+    assert!(
+        stdout.contains("aws API endpoint overridden: http://REDACTED@127.0.0.1:9"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("secret") && !stderr.contains("secret"));
+}
