@@ -139,6 +139,8 @@ struct Fault {
     code: &'static str,
     message: &'static str,
     times: u32,
+    /// A canned body to answer with instead of the error XML.
+    body: Option<&'static str>,
 }
 
 /// One request the proxy saw: action, region, instance type, and whether a fault
@@ -383,12 +385,11 @@ impl Proxy {
                         fault
                     };
                     if let Some(f) = fault {
-                        respond(
-                            &mut sock,
-                            f.status,
-                            ec2_error_xml(f.code, f.message).as_bytes(),
-                        )
-                        .await;
+                        let body = match f.body {
+                            Some(b) => b.to_string(),
+                            None => ec2_error_xml(f.code, f.message),
+                        };
+                        respond(&mut sock, f.status, body.as_bytes()).await;
                         return;
                     }
                     let Some(up) = upstream else {
@@ -482,6 +483,7 @@ fn fault(action: &'static str, status: u16, code: &'static str) -> Fault {
         code,
         message: "injected by the test proxy",
         times: 1,
+        body: None,
     }
 }
 
@@ -1130,6 +1132,27 @@ async fn every_table_row_is_classified_from_the_real_error_body() {
     aws.delete(&at, VM, &["i-0123456789abcdef0".into()])
         .await
         .expect("unknown instance is success");
+    let groups = Fault {
+        body: Some(
+            "<DescribeSecurityGroupsResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\">\
+             <requestId>r</requestId><securityGroupInfo><item><ownerId>123456789012</ownerId>\
+             <groupId>sg-0123456789abcdef0</groupId><groupName>gpuprov-trainer-5f0c2a7e</groupName>\
+             <groupDescription>d</groupDescription></item></securityGroupInfo>\
+             </DescribeSecurityGroupsResponse>",
+        ),
+        times: 2,
+        ..fault("DescribeSecurityGroups", 200, "")
+    };
+    proxy.fault(groups);
+    proxy.fault(fault("DeleteSecurityGroup", 400, "DependencyViolation"));
+    let e = aws.cleanup(&at, VM).await.unwrap_err();
+    assert_eq!(e.kind, Transient, "{e:?}");
+    assert!(e.msg.contains("DependencyViolation"), "{}", e.msg);
+    proxy.fault(fault("DeleteSecurityGroup", 400, "InvalidGroup.NotFound"));
+    aws.cleanup(&at, VM)
+        .await
+        .expect("a group already gone is success");
+    assert_eq!(proxy.seen("DeleteSecurityGroup").len(), 2);
 }
 
 // ---------------------------------------------------------------------------------------
