@@ -1194,3 +1194,81 @@ fn plan_of_the_aws_example_is_offline_and_priced() {
     );
     assert!(!stdout.contains("secret") && !stderr.contains("secret"));
 }
+
+/// `gpuprov apply` against moto: the machine comes up in moto, its (rewritten, loopback)
+/// SSH port is closed, so Connecting times out and compensates; the apply fails, the
+/// state owns nothing and a sweep of moto by the identity tag finds nothing.
+#[tokio::test]
+async fn cli_apply_against_moto_with_a_closed_ssh_port_leaves_nothing() {
+    if skip() {
+        return;
+    }
+    let env = Env::start("H100", 8, &["us-east-1"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gpuprov.toml");
+    std::fs::write(
+        &config,
+        "[defaults]\nclouds = [\"aws\"]\nkubernetes = false\n\n[vm.trainer]\ngpu = \"H100\"\n\
+         gpu_count = 8\nregions = [\"us-east-1\"]\n",
+    )
+    .unwrap();
+    let run = |args: Vec<&'static str>| {
+        let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("gpuprov"));
+        for (k, _) in std::env::vars() {
+            if k.starts_with("AWS_") || k.starts_with("GPUPROV_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("HOME", dir.path())
+            .env("GPUPROV_HOME", dir.path().join("home"))
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("AWS_ENDPOINT_URL", env.proxy.url())
+            .env("GPUPROV_AWS_SSH_TIMEOUT", "2s")
+            .env("GPUPROV_AWS_BOOT_TIMEOUT", "30s")
+            .env("GPUPROV_AWS_POLL_INTERVAL", "200ms")
+            .args(args)
+            .arg("-c")
+            .arg(&config)
+            .stdin(Stdio::null());
+        async move {
+            tokio::time::timeout(
+                Duration::from_secs(120),
+                tokio::task::spawn_blocking(move || cmd.output().unwrap()),
+            )
+            .await
+            .expect("gpuprov must not hang")
+            .unwrap()
+        }
+    };
+    let out = run(vec!["apply", "--auto-approve"]).await;
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "apply must fail: {text}");
+    assert!(text.contains("ssh not reachable"), "{text}");
+    assert_eq!(env.proxy.seen("RunInstances").len(), 1, "{text}");
+    assert_eq!(
+        env.sweep("us-east-1").await,
+        (vec![], vec![]),
+        "nothing left tagged in moto: {text}"
+    );
+    env.proxy.assert_only_loopback_handed_out();
+    let state = std::fs::read_to_string(dir.path().join("gpuprov.state.json")).unwrap();
+    let state: serde_json::Value = serde_json::from_str(&state).unwrap();
+    let end = &state["resources"]["vm.trainer"]["machine"]["state"];
+    assert_eq!(end["state"], "exhausted", "{end}");
+    let end: LaunchState = serde_json::from_value(end.clone()).unwrap();
+    assert!(end.owned().is_none(), "the state owns nothing: {end:?}");
+
+    let out = run(vec!["destroy", "--auto-approve"]).await;
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -71,6 +71,10 @@ pub const UBUNTU_OWNER: &str = "099720109477";
 pub const UBUNTU_NAME: &str = "ubuntu/images/*ubuntu-jammy-22.04-amd64-server-*";
 /// Instance states `observe` lists (everything but `terminated`).
 const LIVE_STATES: &[&str] = &["pending", "running", "stopping", "stopped", "shutting-down"];
+/// Environment variables tuning the waits (see [`AwsSettings::from_env_and_config`]).
+pub const BOOT_TIMEOUT_ENV: &str = "GPUPROV_AWS_BOOT_TIMEOUT";
+pub const SSH_TIMEOUT_ENV: &str = "GPUPROV_AWS_SSH_TIMEOUT";
+pub const POLL_INTERVAL_ENV: &str = "GPUPROV_AWS_POLL_INTERVAL";
 /// Default deadline for resolving credentials (the chain may ask instance metadata).
 const CREDENTIALS_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -124,14 +128,40 @@ impl AwsSettings {
     /// `AWS_ENDPOINT_URL_EC2` > `AWS_ENDPOINT_URL` > config (non-empty values only), so
     /// the SDK's own variables behave as they do for the AWS CLI. `lineage` is left
     /// empty: the caller sets it from the state.
+    ///
+    /// The waits can be tuned for slow images (and short test runs) with
+    /// `GPUPROV_AWS_BOOT_TIMEOUT`, `GPUPROV_AWS_SSH_TIMEOUT` and `GPUPROV_AWS_POLL_INTERVAL`
+    /// (humantime durations such as `20m` or `500ms`); an unparsable value is ignored with a
+    /// warning.
     pub fn from_env_and_config(endpoint: Option<String>) -> Self {
         let env = |k: &str| std::env::var(k).ok().filter(|s| !s.trim().is_empty());
-        AwsSettings {
+        let mut s = AwsSettings {
             endpoint: env("AWS_ENDPOINT_URL_EC2")
                 .or_else(|| env("AWS_ENDPOINT_URL"))
                 .or(endpoint.filter(|s| !s.trim().is_empty())),
             ..AwsSettings::default()
+        };
+        let duration = |k: &str| {
+            let v = env(k)?;
+            match humantime::parse_duration(v.trim()) {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    tracing::warn!("ignoring {k}={v:?}: {e}");
+                    None
+                }
+            }
+        };
+        let caps = &mut s.capabilities;
+        if let Some(d) = duration(BOOT_TIMEOUT_ENV) {
+            caps.boot_timeout = d;
         }
+        if let Some(d) = duration(SSH_TIMEOUT_ENV) {
+            caps.ssh_timeout = d;
+        }
+        if let Some(d) = duration(POLL_INTERVAL_ENV) {
+            caps.poll_interval = d;
+        }
+        s
     }
 
     /// GPU instances take minutes to boot and longer to terminate; EC2 throttles
