@@ -1272,3 +1272,130 @@ async fn cli_apply_against_moto_with_a_closed_ssh_port_leaves_nothing() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// A real login on the rewritten loopback address
+
+/// A throwaway OpenSSH server listening on 127.0.0.2-127.0.0.9 (the addresses the proxy
+/// hands out) on one free port; killed on drop.
+struct Sshd {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_sshd(work: &std::path::Path, authorized: &str) -> Sshd {
+    let sshd = "/usr/sbin/sshd";
+    assert!(
+        std::path::Path::new(sshd).exists(),
+        "{sshd} not found: install openssh-server (CI installs it)"
+    );
+    std::fs::create_dir_all("/run/sshd").expect("create /run/sshd (tests run as root)");
+    let host = gpuprov::ssh::ensure_project_key(&work.join("host"), "host").unwrap();
+    let keys = work.join("authorized_keys");
+    std::fs::write(&keys, format!("{authorized}\n")).unwrap();
+    let port = free_port();
+    let listen: String = (2..10)
+        .map(|i| format!("ListenAddress 127.0.0.{i}\n"))
+        .collect();
+    let config = work.join("sshd_config");
+    std::fs::write(
+        &config,
+        format!(
+            "Port {port}\n{listen}HostKey \"{}\"\nAuthorizedKeysFile \"{}\"\nPidFile \"{}\"\n\
+             StrictModes no\nPermitRootLogin prohibit-password\nPubkeyAuthentication yes\n\
+             PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n",
+            host.private_key_path.display(),
+            keys.display(),
+            work.join("sshd.pid").display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new(sshd)
+        .args(["-D", "-e", "-f"])
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start sshd");
+    let mut s = Sshd { child, port };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while std::net::TcpStream::connect(("127.0.0.2", port)).is_err() {
+        if let Ok(Some(st)) = s.child.try_wait() {
+            panic!("sshd exited early: {st}");
+        }
+        assert!(Instant::now() < deadline, "sshd did not listen in time");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s
+}
+
+/// Logs in on the endpoint's own (rewritten, loopback) host, at the test sshd's port and
+/// as the local user: binding port 22 and creating the image's `ubuntu` user are the
+/// only things the test does not reproduce.
+struct ToTestSshd<C> {
+    inner: C,
+    port: u16,
+    user: String,
+}
+
+#[async_trait]
+impl<C: Connector> Connector for ToTestSshd<C> {
+    async fn login(
+        &self,
+        endpoint: &SshEndpoint,
+        user: &str,
+        pinned: Option<&HostKey>,
+    ) -> Result<HostKey, SshError> {
+        assert_eq!(endpoint.port, 22);
+        assert_eq!(user, "ubuntu");
+        let local = SshEndpoint {
+            host: endpoint.host.clone(),
+            port: self.port,
+            user: Some(self.user.clone()),
+        };
+        self.inner.login(&local, &self.user, pinned).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_ssh_login_on_the_rewritten_address() {
+    if skip() {
+        return;
+    }
+    let env = Env::start("H100", 8, &["us-east-1"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = gpuprov::ssh::ensure_project_key(&dir.path().join("project"), "t").unwrap();
+    let sshd = start_sshd(dir.path(), &key.public_key_openssh);
+    let me = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    let connector = ToTestSshd {
+        inner: gpuprov::ssh::Ssh2Connector::new(key, Duration::from_secs(2)),
+        port: sshd.port,
+        user: me,
+    };
+    let end = env
+        .launch_with(Arc::new(LoopbackOnly(connector)))
+        .await
+        .expect("launch runs");
+    let vm = ready_or_panic(&end);
+    assert!(vm.ssh.host.starts_with("127.0.0."), "{}", vm.ssh);
+    assert_eq!(
+        vm.host_key.algorithm, "ssh-ed25519",
+        "a real host key was pinned"
+    );
+    let done = env
+        .teardown(vm.location.clone(), vec![vm.instance_id.clone()])
+        .await;
+    assert_eq!(done, TeardownState::Done);
+    assert_eq!(env.sweep("us-east-1").await, (vec![], vec![]));
+}
