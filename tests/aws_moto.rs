@@ -151,6 +151,8 @@ struct Seen {
     region: String,
     instance_type: Option<String>,
     faulted: Option<String>,
+    /// The form body as sent (URL-encoded).
+    body: String,
 }
 
 #[derive(Default)]
@@ -381,6 +383,7 @@ impl Proxy {
                             region: region.clone(),
                             instance_type: itype.clone(),
                             faulted: fault.as_ref().map(|f| f.code.to_string()),
+                            body: text.clone(),
                         });
                         fault
                     };
@@ -1398,4 +1401,101 @@ async fn real_ssh_login_on_the_rewritten_address() {
         .await;
     assert_eq!(done, TeardownState::Done);
     assert_eq!(env.sweep("us-east-1").await, (vec![], vec![]));
+}
+
+// ---------------------------------------------------------------------------------------
+// What create sends, and prepare's Unavailable
+
+#[tokio::test]
+async fn create_sends_token_tags_user_data_and_spot_options() {
+    if skip() {
+        return;
+    }
+    let mut env = Env::start("L4", 1, &["us-west-2"]).await;
+    env.vm.spot = true;
+    env.vm.disk_gb = Some(200);
+    env.vm.ports = vec![8888];
+    let end = env.launch().await.expect("launch runs");
+    let vm = ready_or_panic(&end);
+    assert_eq!(vm.offer.id, "aws/us-west-2/g6.xlarge");
+    let run = env.proxy.seen("RunInstances");
+    assert_eq!(run.len(), 1);
+    let body = &run[0].body;
+    let has = |k: &str, v: &str| {
+        body.split('&').any(|kv| {
+            kv.split_once('=')
+                .is_some_and(|(a, b)| a.ends_with(k) && b == v)
+        })
+    };
+    assert!(
+        has("ClientToken", "gpuprov-5f0c2a7e-trainer-r0-o0"),
+        "{body}"
+    );
+    assert!(has("InstanceMarketOptions.MarketType", "spot"), "{body}");
+    assert!(has("Ebs.VolumeSize", "200"), "{body}");
+    assert!(has("MinCount", "1") && has("MaxCount", "1"), "{body}");
+    for rt in ["instance", "volume"] {
+        assert!(has("ResourceType", rt), "{rt}: {body}");
+    }
+    assert!(has("Value", "trainer") && has("Value", LINEAGE), "{body}");
+    let user_data = body
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("UserData="))
+        .expect("user data sent");
+    let user_data = user_data
+        .replace("%2B", "+")
+        .replace("%2F", "/")
+        .replace("%3D", "=");
+    let decoded = String::from_utf8(
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, user_data).unwrap(),
+    )
+    .unwrap();
+    assert!(decoded.starts_with("#cloud-config\n"), "{decoded}");
+    assert!(decoded.contains("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuprovTestKeyOnly"));
+    // The security group opened 22 and the extra port.
+    let (_, groups) = env.sweep("us-west-2").await;
+    let g = env
+        .direct("us-west-2")
+        .describe_security_groups()
+        .group_ids(&groups[0])
+        .send()
+        .await
+        .unwrap();
+    let ports: Vec<i32> = g.security_groups()[0]
+        .ip_permissions()
+        .iter()
+        .filter_map(|p| p.from_port())
+        .collect();
+    assert!(ports.contains(&22) && ports.contains(&8888), "{ports:?}");
+    let done = env
+        .teardown(vm.location.clone(), vec![vm.instance_id.clone()])
+        .await;
+    assert_eq!(done, TeardownState::Done);
+}
+
+#[tokio::test]
+async fn a_type_no_zone_offers_is_unavailable_for_the_region() {
+    if skip() {
+        return;
+    }
+    let env = Env::start("H100", 8, &["us-east-1"]).await;
+    let o = offer("us-east-1", "p5.48xlarge");
+    let mut only_zone = o.clone();
+    only_zone.detail = serde_json::json!({ "zones": ["us-east-1-nowhere"] });
+    let e = env.aws.prepare(&only_zone, &spec()).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e:?}");
+    assert_eq!(
+        e.scope_for(&o),
+        Some(BlockScope::InstanceTypeInRegion {
+            cloud: "aws".into(),
+            region: "us-east-1".into(),
+            instance_type: "p5.48xlarge".into(),
+        })
+    );
+    // Nothing was created for an offer that cannot run.
+    assert_eq!(env.sweep("us-east-1").await, (vec![], vec![]));
+    let mut unknown = o.clone();
+    unknown.instance_type = "p99.huge".into();
+    let e = env.aws.prepare(&unknown, &spec()).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e:?}");
 }
