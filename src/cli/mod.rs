@@ -174,6 +174,12 @@ fn build_providers(config: &Config, lineage: &str) -> Providers {
         if cloud == Cloud::Docker {
             p.insert(Arc::new(docker_provider(Some(config), lineage)));
         }
+        if cloud == Cloud::Aws {
+            let s = config.cloud_settings(Cloud::Aws);
+            let mut settings = crate::provider::aws::AwsSettings::from_env_and_config(s.endpoint);
+            settings.lineage = lineage.to_string();
+            p.insert(Arc::new(crate::provider::aws::AwsProvider::new(settings)));
+        }
     }
     p
 }

@@ -6,6 +6,7 @@
 //! errors into [`ErrorKind`]; the executor (`crate::machine`) owns retry, backoff, polling,
 //! deadlines, cancellation and compensation.
 
+pub mod aws;
 pub mod docker;
 pub mod fake;
 

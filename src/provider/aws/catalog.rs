@@ -1,0 +1,266 @@
+//! The static AWS catalog `plan` works from: a GPU → instance-type ladder and a list-price
+//! table. `plan` is a pure lookup (design 4.1): it needs no credentials and no network, so
+//! `gpuprov plan` works offline. Whether a type is really offered in a region is checked
+//! by `prepare` (`DescribeInstanceTypeOfferings`), which answers `Unavailable` otherwise.
+//!
+//! Sources:
+//! - GPUs per type: the AWS "Accelerated computing" instance-type specifications,
+//!   <https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html> (G4dn, G5, G6, G6e,
+//!   P3, P4d, P4de, P5, P5e, P5en, P6-B200).
+//! - Prices: on-demand Linux list prices in us-east-1, USD per hour, from
+//!   <https://aws.amazon.com/ec2/pricing/on-demand/> as of 2025-06 (after AWS's June 2025
+//!   price reduction for P4d/P4de/P5/P5en). They are estimates: other regions differ by a
+//!   few percent, and the Pricing API is not reachable from here. Spot capacity is shown
+//!   at the on-demand price, which is the most a spot instance is charged by default
+//!   (no `MaxPrice` is set).
+
+use crate::provider::{ErrorKind, Location, Offer, ProviderError, ResourceRequest};
+
+/// Regions `plan` uses when the machine lists none: the regions with the broadest GPU
+/// offering (N. Virginia, Oregon, Ohio, Ireland), in that order.
+pub const DEFAULT_REGIONS: &[&str] = &["us-east-1", "us-west-2", "us-east-2", "eu-west-1"];
+
+/// One rung of the ladder: an instance type and what it carries.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuType {
+    pub instance_type: &'static str,
+    /// GPU model as gpuprov spells it in `gpu = "..."`.
+    pub gpu: &'static str,
+    /// The model family an ask without a memory size matches (`A100` matches both A100s).
+    pub family: &'static str,
+    pub gpus: u32,
+    /// Memory per GPU, GiB.
+    pub gpu_memory_gib: u32,
+    /// On-demand list price, USD per hour (see the module docs for source and date).
+    pub price_per_hour: f64,
+}
+
+const fn t(
+    instance_type: &'static str,
+    gpu: &'static str,
+    family: &'static str,
+    gpus: u32,
+    gpu_memory_gib: u32,
+    price_per_hour: f64,
+) -> GpuType {
+    GpuType {
+        instance_type,
+        gpu,
+        family,
+        gpus,
+        gpu_memory_gib,
+        price_per_hour,
+    }
+}
+
+/// The GPU → instance-type ladder (sources in the module docs).
+pub const LADDER: &[GpuType] = &[
+    // NVIDIA T4 16 GB: G4dn.
+    t("g4dn.xlarge", "T4", "T4", 1, 16, 0.526),
+    t("g4dn.2xlarge", "T4", "T4", 1, 16, 0.752),
+    t("g4dn.12xlarge", "T4", "T4", 4, 16, 3.912),
+    t("g4dn.metal", "T4", "T4", 8, 16, 7.824),
+    // NVIDIA A10G 24 GB: G5.
+    t("g5.xlarge", "A10G", "A10G", 1, 24, 1.006),
+    t("g5.2xlarge", "A10G", "A10G", 1, 24, 1.212),
+    t("g5.12xlarge", "A10G", "A10G", 4, 24, 5.672),
+    t("g5.48xlarge", "A10G", "A10G", 8, 24, 16.288),
+    // NVIDIA L4 24 GB: G6.
+    t("g6.xlarge", "L4", "L4", 1, 24, 0.805),
+    t("g6.2xlarge", "L4", "L4", 1, 24, 0.978),
+    t("g6.12xlarge", "L4", "L4", 4, 24, 4.602),
+    t("g6.48xlarge", "L4", "L4", 8, 24, 13.350),
+    // NVIDIA L40S 48 GB: G6e.
+    t("g6e.xlarge", "L40S", "L40S", 1, 48, 1.861),
+    t("g6e.2xlarge", "L40S", "L40S", 1, 48, 2.242),
+    t("g6e.12xlarge", "L40S", "L40S", 4, 48, 10.493),
+    t("g6e.48xlarge", "L40S", "L40S", 8, 48, 30.131),
+    // NVIDIA V100 16 GB: P3.
+    t("p3.2xlarge", "V100", "V100", 1, 16, 3.06),
+    t("p3.8xlarge", "V100", "V100", 4, 16, 12.24),
+    t("p3.16xlarge", "V100", "V100", 8, 16, 24.48),
+    // NVIDIA A100 40 GB: P4d; A100 80 GB: P4de.
+    t("p4d.24xlarge", "A100-40GB", "A100", 8, 40, 21.96),
+    t("p4de.24xlarge", "A100-80GB", "A100", 8, 80, 27.45),
+    // NVIDIA H100 80 GB: P5.
+    t("p5.48xlarge", "H100", "H100", 8, 80, 55.04),
+    // NVIDIA H200 141 GB: P5e, P5en.
+    t("p5e.48xlarge", "H200", "H200", 8, 141, 60.82),
+    t("p5en.48xlarge", "H200", "H200", 8, 141, 63.30),
+    // NVIDIA B200 180 GB: P6-B200.
+    t("p6-b200.48xlarge", "B200", "B200", 8, 180, 113.93),
+];
+
+/// Upper-case letters and digits only: `a100-80gb` and `A100 80GB` compare equal.
+fn norm(s: &str) -> String {
+    s.chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .map(|c| c.to_ascii_uppercase())
+        .collect()
+}
+
+/// Whether rung `g` carries the GPU model `ask` (exact model, or the family when the ask
+/// names no memory size: `A100` matches both A100 rungs, `A100-80GB` only P4de).
+pub fn matches_gpu(g: &GpuType, ask: &str) -> bool {
+    let a = norm(ask);
+    a == norm(g.gpu) || a == norm(g.family)
+}
+
+/// The rung of `instance_type`, if the ladder has it.
+pub fn lookup(instance_type: &str) -> Option<&'static GpuType> {
+    LADDER.iter().find(|g| g.instance_type == instance_type)
+}
+
+/// The offer id of `instance_type` in `region`: `aws/<region>/<type>`.
+pub fn offer_id(region: &str, instance_type: &str) -> String {
+    format!("aws/{region}/{instance_type}")
+}
+
+/// The ordered offers for `req`: the regions in the order the machine lists them (else
+/// [`DEFAULT_REGIONS`]), and within a region the matching types cheapest first. A type
+/// matches when it carries the asked GPU model and at least `gpu_count` GPUs (the
+/// smallest such type comes first because it is the cheapest), and its price is within
+/// `max_price_per_hour`. Requested zones travel in the offer's `detail` (`prepare`
+/// restricts subnets to them).
+///
+/// Errors (`InvalidRequest`): no GPU asked (the catalog lists GPU types only), a GPU
+/// model the ladder does not know, or no type within the count and price.
+pub fn plan(req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
+    let invalid = |m: String| Err(ProviderError::new(ErrorKind::InvalidRequest, m));
+    let Some(gpu) = req.gpu.as_deref() else {
+        return invalid(
+            "the AWS catalog lists GPU instance types only; set gpu (for example \"H100\")".into(),
+        );
+    };
+    if !LADDER.iter().any(|g| matches_gpu(g, gpu)) {
+        let mut known: Vec<&str> = LADDER.iter().map(|g| g.gpu).collect();
+        known.dedup();
+        return invalid(format!(
+            "AWS has no GPU model {gpu:?} in gpuprov's catalog; known: {}",
+            known.join(", ")
+        ));
+    }
+    let count = req.gpu_count.max(1);
+    let mut types: Vec<&GpuType> = LADDER
+        .iter()
+        .filter(|g| matches_gpu(g, gpu) && g.gpus >= count)
+        .filter(|g| req.max_price_per_hour.is_none_or(|m| g.price_per_hour <= m))
+        .collect();
+    if types.is_empty() {
+        return invalid(format!(
+            "no AWS instance type has {count} × {gpu}{}",
+            req.max_price_per_hour
+                .map(|m| format!(" at or below ${m}/h"))
+                .unwrap_or_default()
+        ));
+    }
+    types.sort_by(|a, b| a.price_per_hour.total_cmp(&b.price_per_hour));
+    let regions: Vec<String> = if req.regions.is_empty() {
+        DEFAULT_REGIONS.iter().map(|s| s.to_string()).collect()
+    } else {
+        req.regions.clone()
+    };
+    let detail = if req.zones.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::json!({ "zones": req.zones })
+    };
+    let mut offers = Vec::new();
+    for region in &regions {
+        for g in &types {
+            offers.push(Offer {
+                id: offer_id(region, g.instance_type),
+                location: Location {
+                    cloud: super::CLOUD.to_string(),
+                    region: region.clone(),
+                    zone: None,
+                },
+                instance_type: g.instance_type.to_string(),
+                gpu: Some(g.gpu.to_string()),
+                gpu_count: g.gpus,
+                spot: req.spot,
+                price_per_hour: g.price_per_hour,
+                detail: detail.clone(),
+            });
+        }
+    }
+    Ok(offers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(gpu: Option<&str>, count: u32, regions: &[&str]) -> ResourceRequest {
+        ResourceRequest {
+            vm_name: "t".into(),
+            regions: regions.iter().map(|s| s.to_string()).collect(),
+            zones: vec![],
+            gpu: gpu.map(str::to_string),
+            gpu_count: count,
+            spot: false,
+            max_price_per_hour: None,
+        }
+    }
+
+    #[test]
+    fn ladder_covers_the_issue_models() {
+        for m in [
+            "T4",
+            "A10G",
+            "L4",
+            "L40S",
+            "V100",
+            "A100-40GB",
+            "A100-80GB",
+            "H100",
+            "H200",
+            "B200",
+        ] {
+            assert!(LADDER.iter().any(|g| g.gpu == m), "{m}");
+        }
+        assert_eq!(lookup("p5.48xlarge").unwrap().gpus, 8);
+        assert_eq!(lookup("p4de.24xlarge").unwrap().gpu_memory_gib, 80);
+    }
+
+    #[test]
+    fn regions_in_user_order_then_price() {
+        let offers = plan(&req(Some("a100"), 8, &["us-west-2", "us-east-1"])).unwrap();
+        let ids: Vec<&str> = offers.iter().map(|o| o.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "aws/us-west-2/p4d.24xlarge",
+                "aws/us-west-2/p4de.24xlarge",
+                "aws/us-east-1/p4d.24xlarge",
+                "aws/us-east-1/p4de.24xlarge"
+            ]
+        );
+        let only80 = plan(&req(Some("A100-80GB"), 1, &["us-east-1"])).unwrap();
+        assert_eq!(only80.len(), 1);
+        assert_eq!(only80[0].instance_type, "p4de.24xlarge");
+    }
+
+    #[test]
+    fn count_and_price_filter() {
+        let t4 = plan(&req(Some("T4"), 4, &["us-east-1"])).unwrap();
+        let types: Vec<&str> = t4.iter().map(|o| o.instance_type.as_str()).collect();
+        assert_eq!(types, ["g4dn.12xlarge", "g4dn.metal"]);
+        let mut r = req(Some("T4"), 1, &[]);
+        r.max_price_per_hour = Some(0.6);
+        let cheap = plan(&r).unwrap();
+        assert!(cheap.iter().all(|o| o.instance_type == "g4dn.xlarge"));
+        assert_eq!(cheap.len(), DEFAULT_REGIONS.len());
+    }
+
+    #[test]
+    fn unplannable_asks_are_invalid_requests() {
+        for r in [
+            req(None, 0, &[]),
+            req(Some("MI300X"), 1, &[]),
+            req(Some("H100"), 16, &[]),
+        ] {
+            assert_eq!(plan(&r).unwrap_err().kind, ErrorKind::InvalidRequest);
+        }
+    }
+}
