@@ -8,6 +8,7 @@
 
 pub mod docker;
 pub mod fake;
+pub mod lambda;
 
 use std::collections::BTreeMap;
 use std::fmt;
