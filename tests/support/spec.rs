@@ -600,11 +600,23 @@ struct Log {
     violations: Vec<String>,
 }
 
-/// Answers with a canned response after checking the request against the spec.
+/// A function producing the response to a request (a stateful fake cloud).
+type Handler = Box<dyn Fn(&Seen) -> Canned + Send + Sync>;
+
+enum Answer {
+    /// Validated when mounted.
+    Fixed(Canned),
+    /// Validated as each response is produced.
+    Dynamic(Handler),
+    /// The catch-all: no canned response answers this request.
+    Nothing,
+}
+
+/// Answers after checking the request against the spec.
 struct Checked {
     spec: Arc<Spec>,
     log: Arc<Mutex<Log>>,
-    canned: Option<Canned>,
+    answer: Answer,
 }
 
 impl Respond for Checked {
@@ -622,9 +634,19 @@ impl Respond for Checked {
         {
             problems.push(e);
         }
-        let template = match &self.canned {
-            Some(c) => c.template(),
-            None => {
+        let template = match &self.answer {
+            Answer::Fixed(c) => c.template(),
+            Answer::Dynamic(f) => {
+                let c = f(&seen);
+                if let Err(e) =
+                    self.spec
+                        .check_response(&seen.method, &seen.path, c.status, c.body.as_ref())
+                {
+                    problems.push(format!("response does not match the spec: {e}"));
+                }
+                c.template()
+            }
+            Answer::Nothing => {
                 problems.push(format!(
                     "{} {}: no canned response answers this request",
                     seen.method, seen.path
@@ -656,7 +678,7 @@ impl SpecServer {
             .respond_with(Checked {
                 spec: spec.clone(),
                 log: log.clone(),
-                canned: None,
+                answer: Answer::Nothing,
             })
             .with_priority(u8::MAX)
             .mount(&server)
@@ -710,12 +732,32 @@ impl SpecServer {
         let mut mock = mock.respond_with(Checked {
             spec: self.spec.clone(),
             log: self.log.clone(),
-            canned: Some(canned),
+            answer: Answer::Fixed(canned),
         });
         if let Some(n) = times {
             mock = mock.up_to_n_times(n);
         }
         mock.mount(&self.server).await;
+    }
+
+    /// Answers `method` requests whose path matches `path_regex` with `f(request)`, for a
+    /// stateful fake. Each response is checked against the spec as it is produced; one that
+    /// does not validate is recorded as a violation.
+    pub async fn mount_fn(
+        &self,
+        method: &str,
+        path_regex: &str,
+        f: impl Fn(&Seen) -> Canned + Send + Sync + 'static,
+    ) {
+        Mock::given(wiremock::matchers::method(method))
+            .and(wiremock::matchers::path_regex(path_regex))
+            .respond_with(Checked {
+                spec: self.spec.clone(),
+                log: self.log.clone(),
+                answer: Answer::Dynamic(Box::new(f)),
+            })
+            .mount(&self.server)
+            .await;
     }
 
     /// Every request received so far, in order.

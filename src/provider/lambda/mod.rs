@@ -115,6 +115,7 @@ impl LambdaSettings {
 pub struct LambdaProvider {
     settings: LambdaSettings,
     http: reqwest::Client,
+    capabilities: Option<Capabilities>,
 }
 
 // ---- API payloads (only the fields gpuprov reads) ----
@@ -258,7 +259,30 @@ impl LambdaProvider {
             .user_agent(concat!("gpuprov/", env!("CARGO_PKG_VERSION")))
             .build()
             .unwrap_or_default();
-        LambdaProvider { settings, http }
+        LambdaProvider {
+            settings,
+            http,
+            capabilities: None,
+        }
+    }
+
+    /// Replaces the declared capabilities (tests use short timeouts and poll intervals).
+    pub fn with_capabilities(mut self, caps: Capabilities) -> LambdaProvider {
+        self.capabilities = Some(caps);
+        self
+    }
+
+    /// The capabilities Lambda's documentation implies (see [`CloudProvider::capabilities`]).
+    pub fn default_capabilities() -> Capabilities {
+        Capabilities {
+            supported: vec![Feature::BootScript, Feature::Firewall, Feature::Gpu],
+            boot_timeout: Duration::from_secs(20 * 60),
+            ssh_timeout: Duration::from_secs(10 * 60),
+            delete_timeout: Duration::from_secs(15 * 60),
+            poll_interval: Duration::from_secs(10),
+            max_concurrency: 1,
+            min_create_interval: Duration::from_secs(12),
+        }
     }
 
     pub fn settings(&self) -> &LambdaSettings {
@@ -568,15 +592,9 @@ impl CloudProvider for LambdaProvider {
     /// minutes to boot. `min_create_interval` is the documented launch limit (one per 12 s)
     /// and `max_concurrency` the general one (about one request per second).
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            supported: vec![Feature::BootScript, Feature::Firewall, Feature::Gpu],
-            boot_timeout: Duration::from_secs(20 * 60),
-            ssh_timeout: Duration::from_secs(10 * 60),
-            delete_timeout: Duration::from_secs(15 * 60),
-            poll_interval: Duration::from_secs(10),
-            max_concurrency: 1,
-            min_create_interval: Duration::from_secs(12),
-        }
+        self.capabilities
+            .clone()
+            .unwrap_or_else(Self::default_capabilities)
     }
 
     /// Offers from `GET /api/v1/instance-types`: one per type matching the ask (GPU model
