@@ -897,3 +897,43 @@ async fn delete_and_cleanup_are_idempotent() {
     );
     cloud.server.verify();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpuprov_plan_lists_the_lambda_offer_from_the_local_api() {
+    let cloud = Cloud2::start(h100_world()).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("gpuprov.toml"),
+        "[defaults]\nclouds = [\"lambda\"]\nkubernetes = false\n\n[vm.trainer]\ngpu = \"H100\"\ngpu_count = 8\nregions = [\"us-east-1\"]\n",
+    )
+    .unwrap();
+    let uri = cloud.server.uri();
+    let path = dir.path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        assert_cmd::Command::cargo_bin("gpuprov")
+            .unwrap()
+            .current_dir(&path)
+            .env("GPUPROV_HOME", path.join("home"))
+            .env("NO_COLOR", "1")
+            .env_remove("GPUPROV_CONFIG")
+            .env_remove("GPUPROV_STATE")
+            .env("GPUPROV_LAMBDA_ENDPOINT", &uri)
+            .env("LAMBDA_API_KEY", SENTINEL)
+            .args(["plan"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("23.92"), "{stdout}");
+    assert!(
+        stdout.contains(&cloud.server.uri()),
+        "the endpoint override is shown: {stdout}"
+    );
+    assert!(!stdout.contains(SENTINEL) && !stderr.contains(SENTINEL));
+    assert!(cloud.launches().is_empty(), "plan creates nothing");
+    cloud.server.verify();
+}

@@ -18,7 +18,8 @@
 //! - `delete`: `POST /api/v1/instance-operations/terminate`; `cleanup` deletes the ruleset.
 //!
 //! Credentials: the API key is read from the environment variable `LAMBDA_API_KEY` only
-//! (Lambda documents no CLI configuration file holding a key). It is sent as
+//! (Lambda publishes no official CLI with a configuration file; third-party CLIs' files,
+//! such as `~/.lambda/config.json`, are not read). It is sent as
 //! `Authorization: Bearer`, and never written to state, logs or error messages.
 //!
 //! SSH: the host is `Instance.ip`; port 22 and user `ubuntu` are Lambda Stack's defaults
