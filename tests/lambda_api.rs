@@ -937,3 +937,63 @@ async fn gpuprov_plan_lists_the_lambda_offer_from_the_local_api() {
     assert!(cloud.launches().is_empty(), "plan creates nothing");
     cloud.server.verify();
 }
+
+#[tokio::test]
+async fn prepare_reuses_the_rulesets_of_its_region_and_rechecks_capacity() {
+    let mut world = h100_world();
+    let rs = |id: &str, reg: &str| {
+        json!({
+            "id": id, "name": "gpuprov-trainer-0f0e0d0c", "region": region(reg),
+            "rules": [], "created": "2026-11-30T20:00:00Z", "instance_ids": []
+        })
+    };
+    // Same name in another region first: it must not be taken.
+    world.rulesets = vec![rs("fw-west", "us-west-1"), rs("fw-east", "us-east-1")];
+    let cloud = Cloud2::start(world).await;
+    let p = cloud.provider();
+    let ask = ResourceRequest {
+        vm_name: "trainer".into(),
+        regions: vec!["us-east-1".into()],
+        zones: vec![],
+        gpu: Some("H100".into()),
+        gpu_count: 8,
+        spot: false,
+        max_price_per_hour: None,
+    };
+    let offer = p.plan(&ask).await.unwrap().remove(0);
+    let spec = gpuprov::provider::InstanceSpec {
+        vm_name: "trainer".into(),
+        lineage: LINEAGE.into(),
+        client_token: "t".into(),
+        image: Some("lambda-stack-24-04".into()),
+        disk_gb: None,
+        ports: vec![8000],
+        ssh_public_key: PUBKEY.into(),
+        boot_script: None,
+    };
+    let prepared = p.prepare(&offer, &spec).await.unwrap();
+    assert_eq!(prepared["firewall_ruleset_id"], "fw-east");
+    assert!(cloud
+        .server
+        .requests_to("POST", "/api/v1/firewall-rulesets")
+        .is_empty());
+    p.create(&offer, &prepared, &spec).await.unwrap();
+    assert_eq!(
+        cloud.launches()[0]["image"],
+        json!({"family": "lambda-stack-24-04"})
+    );
+
+    // The capacity is gone by the next prepare: Unavailable (nothing to compensate).
+    cloud
+        .world
+        .lock()
+        .unwrap()
+        .types
+        .get_mut("gpu_8x_h100_sxm5")
+        .unwrap()
+        .3
+        .retain(|r| r != "us-east-1");
+    let e = p.prepare(&offer, &spec).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    cloud.server.verify();
+}

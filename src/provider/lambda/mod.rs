@@ -678,6 +678,10 @@ impl CloudProvider for LambdaProvider {
     /// `POST /api/v1/instance-operations/launch` with the region, type, key, name
     /// `gpuprov-<vm>-<lineage8>`, both identity tags, the ruleset, `spec.image` as image
     /// family, and the boot script as `user_data`. Returns the first instance id.
+    ///
+    /// Lambda's launch takes no idempotency token (`spec.client_token` is unused): a launch
+    /// repeated after a crash is avoided by the core's observe-before-create, which finds
+    /// the instance by its tags.
     async fn create(
         &self,
         offer: &Offer,
