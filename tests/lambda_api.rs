@@ -997,3 +997,30 @@ async fn prepare_reuses_the_rulesets_of_its_region_and_rechecks_capacity() {
     assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
     cloud.server.verify();
 }
+
+#[tokio::test]
+async fn a_provider_outage_on_launch_is_retried_on_the_same_offer() {
+    let mut r = Run::new(h100_world()).await;
+    r.vm.regions = vec!["us-east-1".into(), "us-west-1".into()];
+    r.cloud.world.lock().unwrap().fault(
+        "POST",
+        LAUNCH,
+        Canned::status(
+            503,
+            err_body("provider/internal-unavailable", "Provider unavailable"),
+        ),
+    );
+    let end = r.launch().await.unwrap();
+    assert_eq!(
+        end.ready().expect("ready").offer.id,
+        "lambda/us-east-1/gpu_8x_h100_sxm5"
+    );
+    let regions: Vec<Value> = r
+        .cloud
+        .launches()
+        .iter()
+        .map(|b| b["region_name"].clone())
+        .collect();
+    assert_eq!(regions, [json!("us-east-1"), json!("us-east-1")]);
+    r.cloud.server.verify();
+}

@@ -14,8 +14,8 @@
 //! - [`SpecServer`] is a wiremock server whose canned responses are validated when they
 //!   are mounted (a fixture that does not validate panics) and which checks every request
 //!   it receives against the spec as it arrives. Requests that match no operation, carry
-//!   an undeclared query parameter, an invalid body or no credentials of a declared
-//!   security scheme, and requests no canned response answers, are recorded as violations;
+//!   an undeclared query parameter, an invalid body (or one without a JSON Content-Type)
+//!   or no credentials of a declared security scheme, and requests no canned response answers, are recorded as violations;
 //!   [`SpecServer::verify`] (or `Drop`) fails the test if there is any.
 //!
 //! Known defects of a vendor's document are patched in code through [`Spec::patch`] by
@@ -633,6 +633,17 @@ impl Respond for Checked {
             .check_security(&seen.method, &seen.path, &seen.headers)
         {
             problems.push(e);
+        }
+        if seen.body.is_some() {
+            let json_type = seen.headers.iter().any(|(k, v)| {
+                k.eq_ignore_ascii_case("content-type") && v.to_ascii_lowercase().contains("json")
+            });
+            if !json_type {
+                problems.push(format!(
+                    "{} {}: body sent without a JSON Content-Type",
+                    seen.method, seen.path
+                ));
+            }
         }
         let template = match &self.answer {
             Answer::Fixed(c) => c.template(),
