@@ -808,13 +808,27 @@ impl Drop for SpecServer {
     }
 }
 
-/// Where the vendors' API descriptions live: `GPUPROV_VENDOR_APIS`, else
-/// `../shared/vendor-apis` next to the repository (see its `SOURCES.md`).
+/// Where the vendors' API descriptions live (they are not vendored into this repository;
+/// see `shared/vendor-apis/SOURCES.md`): `GPUPROV_VENDOR_APIS`, else the first
+/// `shared/vendor-apis` found beside the repository or one of its ancestors. Panics with
+/// what to set when there is none.
 pub fn vendor_apis_dir() -> std::path::PathBuf {
-    match std::env::var_os("GPUPROV_VENDOR_APIS") {
-        Some(d) => d.into(),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/vendor-apis"),
+    if let Some(d) = std::env::var_os("GPUPROV_VENDOR_APIS") {
+        return d.into();
     }
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .skip(1)
+        .map(|a| a.join("shared/vendor-apis"))
+        .find(|d| d.is_dir())
+        .unwrap_or_else(|| {
+            panic!(
+                "no vendor API descriptions: set GPUPROV_VENDOR_APIS to the shared/vendor-apis \
+                 folder (looked for shared/vendor-apis beside {} and its ancestors)",
+                manifest.display()
+            )
+        })
 }
 
 /// The generic error envelope every Lambda error uses (info.description, "Error
