@@ -927,6 +927,11 @@ async fn gpuprov_plan_lists_the_lambda_offer_from_the_local_api() {
     .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("no adapter for lambda in this build"),
+        "target/debug/gpuprov is another checkout's build: the build directory is shared \
+         (CARGO_TARGET_DIR) with a concurrent build of another branch; rerun alone\n{stderr}"
+    );
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("23.92"), "{stdout}");
     assert!(
