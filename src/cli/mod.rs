@@ -171,8 +171,16 @@ fn docker_provider(config: Option<&Config>, lineage: &str) -> DockerProvider {
 fn build_providers(config: &Config, lineage: &str) -> Providers {
     let mut p = Providers::new();
     for cloud in config.clouds_in_use() {
-        if cloud == Cloud::Docker {
-            p.insert(Arc::new(docker_provider(Some(config), lineage)));
+        match cloud {
+            Cloud::Docker => p.insert(Arc::new(docker_provider(Some(config), lineage))),
+            Cloud::Lambda => {
+                use crate::provider::lambda::{LambdaProvider, LambdaSettings};
+                let s = config.cloud_settings(Cloud::Lambda);
+                let mut settings = LambdaSettings::from_env_and_config(s.endpoint);
+                settings.lineage = lineage.to_string();
+                p.insert(Arc::new(LambdaProvider::new(settings)))
+            }
+            _ => {}
         }
         if cloud == Cloud::Aws {
             let s = config.cloud_settings(Cloud::Aws);
@@ -213,7 +221,7 @@ async fn preflight(config: &Config, providers: &Providers) -> Result<Preflight, 
                     vm.name,
                     vm.clouds.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
                 ),
-                Some("available clouds in this build: docker (the others are being added)".into()),
+                Some("available clouds in this build: docker, aws, lambda (the others are being added)".into()),
             )));
         }
         let mut rejections = Vec::new();
