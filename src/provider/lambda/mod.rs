@@ -27,7 +27,7 @@
 //!
 //! Rate limits: about one request per second, launch one per 12 s. They are declared in
 //! [`CloudProvider::capabilities`] (`max_concurrency`, `min_create_interval`); the adapter
-//! itself never sleeps. A 429 is `Transient` with the server's `Retry-After`.
+//! itself never sleeps (the core's `machine::limits` enforces them). A 429 is `Transient` with the server's `Retry-After`.
 
 mod errors;
 
