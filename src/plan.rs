@@ -75,7 +75,40 @@ pub struct Change {
     /// The price of what will run for this machine after apply, USD per hour, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price_per_hour: Option<f64>,
+    /// For a machine to be created: the matching offers, in the order apply tries them
+    /// (clouds in preference order, each cloud's own order), from the catalog lookup.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub offers: Vec<OfferLine>,
 }
+
+/// One offer as a plan shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OfferLine {
+    /// The offer id, for example `aws/us-east-1/p5.48xlarge`.
+    pub id: String,
+    pub instance_type: String,
+    /// `cloud/region[/zone]`.
+    pub location: String,
+    /// USD per hour.
+    pub price_per_hour: f64,
+    #[serde(default)]
+    pub spot: bool,
+}
+
+impl From<&crate::provider::Offer> for OfferLine {
+    fn from(o: &crate::provider::Offer) -> Self {
+        OfferLine {
+            id: o.id.clone(),
+            instance_type: o.instance_type.clone(),
+            location: o.location.to_string(),
+            price_per_hour: o.price_per_hour,
+            spot: o.spot,
+        }
+    }
+}
+
+/// How many offers a rendered plan lists per machine; the JSON plan has all of them.
+const OFFERS_SHOWN: usize = 8;
 
 /// A whole plan; also the saved plan file's content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -213,6 +246,7 @@ pub fn compute(
             attributes,
             desired: Some(want.clone()),
             price_per_hour: price,
+            offers: Vec::new(),
         };
         let Some(rec) = state.resources.get(&address) else {
             changes.push(change(
@@ -330,6 +364,7 @@ pub fn compute(
             attributes: had.map(|h| destroy_attrs(&h)).unwrap_or_default(),
             desired: None,
             price_per_hour: None,
+            offers: Vec::new(),
         });
     }
     changes.sort_by(|a, b| a.address.cmp(&b.address));
@@ -480,7 +515,7 @@ pub fn render(plan: &Plan) -> String {
         if let Some(r) = &c.reason {
             let _ = writeln!(out, "  # ({r})");
         }
-        if c.attributes.is_empty() {
+        if c.attributes.is_empty() && c.offers.is_empty() {
             let _ = writeln!(out, "{:>3} vm \"{}\"", c.action.symbol(), c.vm);
             continue;
         }
@@ -503,6 +538,7 @@ pub fn render(plan: &Plan) -> String {
             };
             let _ = writeln!(out, "{line}");
         }
+        render_offers(&mut out, c);
         out.push_str("    }\n");
     }
     let (add, change, destroy) = plan.counts();
@@ -512,6 +548,38 @@ pub fn render(plan: &Plan) -> String {
     );
     let _ = writeln!(out, "{}", cost_line(plan));
     out
+}
+
+/// The offers of a machine to be created, in the order apply tries them.
+fn render_offers(out: &mut String, c: &Change) {
+    if c.offers.is_empty() {
+        return;
+    }
+    out.push_str("\n      # offers, in the order apply tries them:\n");
+    let width = c
+        .offers
+        .iter()
+        .take(OFFERS_SHOWN)
+        .map(|o| o.id.len())
+        .max()
+        .unwrap_or(0);
+    for (i, o) in c.offers.iter().take(OFFERS_SHOWN).enumerate() {
+        let _ = writeln!(
+            out,
+            "      # {:>2}. {:width$}  ${:.2}/h{}",
+            i + 1,
+            o.id,
+            o.price_per_hour,
+            if o.spot { " (spot)" } else { "" }
+        );
+    }
+    if c.offers.len() > OFFERS_SHOWN {
+        let _ = writeln!(
+            out,
+            "      #     … and {} more (see --json)",
+            c.offers.len() - OFFERS_SHOWN
+        );
+    }
 }
 
 fn cost_line(plan: &Plan) -> String {

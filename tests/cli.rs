@@ -532,3 +532,41 @@ fn a_saved_plan_with_a_forged_lineage_is_refused() {
     assert!(err.contains("invalid lineage"), "{err}");
     assert!(!p.path("gpuprov.state.json").exists());
 }
+
+/// Issue 3: `plan` on the AWS example prints the offers in the order apply tries them,
+/// with prices, offline (the catalog is built in).
+#[test]
+fn plan_lists_the_ordered_offers_with_prices() {
+    let example =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/aws.toml")).unwrap();
+    let p = Project::new(&example);
+    let (code, out, err) = p.run(&["plan", "--refresh=false"]);
+    assert_eq!(code, 0, "{err}");
+    let trainer = out.split("# vm.trainer").nth(1).expect("trainer planned");
+    let lines: Vec<&str> = trainer
+        .lines()
+        .filter(|l| l.trim_start().starts_with("# ") && l.contains("/h"))
+        .collect();
+    assert!(lines.len() >= 2, "{out}");
+    assert!(
+        lines[0].contains("1. aws/us-east-1/p5.48xlarge") && lines[0].contains('$'),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].contains("2. aws/us-west-2/"),
+        "regions in the order the config lists them: {lines:?}"
+    );
+    let (_, json, _) = p.run(&["plan", "--refresh=false", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let trainer = v["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["vm"] == "trainer")
+        .unwrap();
+    assert_eq!(trainer["offers"][0]["id"], "aws/us-east-1/p5.48xlarge");
+    assert_eq!(
+        trainer["price_per_hour"], trainer["offers"][0]["price_per_hour"],
+        "priced by the first offer tried"
+    );
+}

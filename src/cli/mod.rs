@@ -196,17 +196,18 @@ fn build_providers(config: &Config, lineage: &str) -> Providers {
 /// cheapest matching offer's price (USD per hour) on its first cloud that has one.
 struct Preflight {
     notes: Vec<String>,
-    prices: BTreeMap<String, f64>,
+    /// Per machine, the matching offers in the order the launch machine tries them.
+    offers: BTreeMap<String, Vec<crate::provider::Offer>>,
 }
 
 /// Rejects what cannot work before anything runs, with one catalog lookup per machine and
 /// usable cloud: machines with no cloud adapter in this build, asks every usable cloud
 /// rejects (`InvalidRequest`, for example a GPU on the Docker cloud), and an explicit
-/// `kubernetes = true` on clouds that cannot host k3s. The same lookups give the prices
+/// `kubernetes = true` on clouds that cannot host k3s. The same lookups give the offers
 /// the plan shows.
 async fn preflight(config: &Config, providers: &Providers) -> Result<Preflight, Report> {
     let mut notes = Vec::new();
-    let mut prices = BTreeMap::new();
+    let mut offers: BTreeMap<String, Vec<crate::provider::Offer>> = BTreeMap::new();
     for vm in config.vms.values() {
         let usable: Vec<_> = vm
             .clouds
@@ -235,18 +236,12 @@ async fn preflight(config: &Config, providers: &Providers) -> Result<Preflight, 
                 }
                 // Other errors (capacity, an unreachable catalog) are for apply to handle.
                 Err(_) => {}
-                Ok(offers) => {
-                    let best = offers
-                        .iter()
-                        .map(|o| o.price_per_hour)
-                        .filter(|price| vm.max_price_per_hour.is_none_or(|m| *price <= m))
-                        .fold(None, |acc: Option<f64>, x| {
-                            Some(acc.map_or(x, |a| a.min(x)))
-                        });
-                    if let Some(b) = best {
-                        prices.entry(vm.name.clone()).or_insert(b);
-                    }
-                }
+                // The same filter and order as the launch machine's Planning step.
+                Ok(found) => offers.entry(vm.name.clone()).or_default().extend(
+                    found
+                        .into_iter()
+                        .filter(|o| vm.max_price_per_hour.is_none_or(|m| o.price_per_hour <= m)),
+                ),
             }
         }
         if rejections.len() == usable.len() {
@@ -283,7 +278,7 @@ async fn preflight(config: &Config, providers: &Providers) -> Result<Preflight, 
             ));
         }
     }
-    Ok(Preflight { notes, prices })
+    Ok(Preflight { notes, offers })
 }
 
 async fn run(cli: Cli, color: bool) -> Result<ExitCode, Report> {
@@ -344,14 +339,14 @@ async fn run(cli: Cli, color: bool) -> Result<ExitCode, Report> {
     }
 }
 
-/// Makes a plan: config + state (+ refresh) → changes, with the hourly prices.
-/// Makes a plan: config + state (+ refresh) → changes, priced with `prices`.
+/// Makes a plan: config + state (+ refresh) → changes, with the offers and prices the
+/// preflight catalog lookups found.
 async fn make_plan(
     config: &Config,
     state: &StateFile,
     providers: &Providers,
     refresh: bool,
-    prices: &BTreeMap<String, f64>,
+    pre: &Preflight,
 ) -> Result<Plan, Report> {
     let observed = if refresh {
         Some(plan::refresh(state, providers).await.map_err(|e| {
@@ -363,8 +358,23 @@ async fn make_plan(
     } else {
         None
     };
-    let mut plan = plan::compute(config, state, observed.as_ref(), &|vm| prices.get(&vm.name).copied())
+    // A new machine's price is that of the first offer apply will try.
+    let first_price = |vm: &crate::config::VmSpec| {
+        pre.offers
+            .get(&vm.name)
+            .and_then(|o| o.first())
+            .map(|o| o.price_per_hour)
+    };
+    let mut plan = plan::compute(config, state, observed.as_ref(), &first_price)
         .map_err(|e| miette!(help = "inspect it with `gpuprov state show ADDRESS`; restore the .backup if it was edited by hand", "{e}"))?;
+    for c in plan.changes.iter_mut() {
+        if matches!(c.action, Action::Create | Action::Replace | Action::Resume) {
+            let found = pre.offers.get(&c.vm);
+            c.offers = found
+                .map(|o| o.iter().map(plan::OfferLine::from).collect())
+                .unwrap_or_default();
+        }
+    }
     for name in providers.names() {
         if let Some(ep) = providers.get(name).and_then(|p| p.endpoint_override()) {
             plan.endpoints.insert(name.to_string(), ep);
@@ -383,7 +393,7 @@ async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> Result<ExitCode
     let (_store, state) = project.open_state()?;
     let providers = build_providers(&config, &state.lineage);
     let pre = preflight(&config, &providers).await?;
-    let plan = make_plan(&config, &state, &providers, a.refresh.refresh, &pre.prices).await?;
+    let plan = make_plan(&config, &state, &providers, a.refresh.refresh, &pre).await?;
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&plan).into_diagnostic()?);
     } else {
@@ -655,8 +665,7 @@ async fn cmd_apply(
             plan
         }
         _ => {
-            let plan =
-                make_plan(&config, &state, &providers, a.refresh.refresh, &pre.prices).await?;
+            let plan = make_plan(&config, &state, &providers, a.refresh.refresh, &pre).await?;
             out!("{}", plan::render(&plan));
             if plan.has_changes() && !confirm("apply", a.auto_approve)? {
                 errln!("Apply cancelled.");
