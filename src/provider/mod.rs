@@ -378,6 +378,38 @@ pub trait CloudProvider: Send + Sync {
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError>;
 }
 
+/// The lineage an adapter was configured with, or an `InvalidRequest` naming `cloud` when
+/// it is empty (every adapter filters and labels by lineage, so it must be set).
+pub fn require_lineage<'a>(cloud: &str, lineage: &'a str) -> Result<&'a str, ProviderError> {
+    if lineage.trim().is_empty() {
+        return Err(ProviderError::new(
+            ErrorKind::InvalidRequest,
+            format!("{cloud} provider has no lineage configured"),
+        ));
+    }
+    Ok(lineage)
+}
+
+/// Refuses a create whose spec belongs to another lineage than the adapter's: `observe`
+/// filters on the adapter's lineage, so such an instance would be invisible and leak.
+pub fn check_spec_lineage(
+    cloud: &str,
+    lineage: &str,
+    spec: &InstanceSpec,
+) -> Result<(), ProviderError> {
+    let lineage = require_lineage(cloud, lineage)?;
+    if spec.lineage != lineage {
+        return Err(ProviderError::new(
+            ErrorKind::InvalidRequest,
+            format!(
+                "spec lineage {} differs from the provider's lineage {lineage}",
+                spec.lineage
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The adapters available to one run, by cloud name.
 #[derive(Clone, Default)]
 pub struct Providers {

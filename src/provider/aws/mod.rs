@@ -314,13 +314,7 @@ impl AwsProvider {
     }
 
     fn require_lineage(&self) -> Result<&str, ProviderError> {
-        if self.settings.lineage.trim().is_empty() {
-            return Err(ProviderError::new(
-                ErrorKind::InvalidRequest,
-                "aws provider has no lineage configured (AwsSettings::lineage is empty)",
-            ));
-        }
-        Ok(&self.settings.lineage)
+        crate::provider::require_lineage("aws", &self.settings.lineage)
     }
 
     fn endpoint_for(&self, region: &str) -> String {
@@ -761,16 +755,8 @@ impl CloudProvider for AwsProvider {
         prepared: &serde_json::Value,
         spec: &InstanceSpec,
     ) -> Result<String, ProviderError> {
-        let lineage = self.require_lineage()?;
-        if spec.lineage != lineage {
-            return Err(ProviderError::new(
-                ErrorKind::InvalidRequest,
-                format!(
-                    "spec lineage {} differs from the provider's lineage {lineage}",
-                    spec.lineage
-                ),
-            ));
-        }
+        crate::provider::check_spec_lineage("aws", &self.settings.lineage, spec)?;
+        let lineage = self.settings.lineage.as_str();
         let p: Prepared = serde_json::from_value(prepared.clone()).map_err(|e| {
             ProviderError::new(ErrorKind::InvalidRequest, format!("bad prepare data: {e}"))
         })?;

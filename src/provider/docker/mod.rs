@@ -189,13 +189,7 @@ impl DockerProvider {
     }
 
     fn require_lineage(&self) -> Result<&str, ProviderError> {
-        if self.settings.lineage.trim().is_empty() {
-            return Err(ProviderError::new(
-                ErrorKind::InvalidRequest,
-                "docker provider has no lineage configured (DockerSettings::lineage is empty)",
-            ));
-        }
-        Ok(&self.settings.lineage)
+        crate::provider::require_lineage("docker", &self.settings.lineage)
     }
 
     /// Engine `filters` selecting objects of `vm_name` in this lineage (both labels must
@@ -527,18 +521,8 @@ impl CloudProvider for DockerProvider {
         prepared: &serde_json::Value,
         spec: &InstanceSpec,
     ) -> Result<String, ProviderError> {
-        let lineage = self.require_lineage()?;
-        if spec.lineage != lineage {
-            // observe filters on the configured lineage: a container of another lineage
-            // would be invisible to it and leak.
-            return Err(ProviderError::new(
-                ErrorKind::InvalidRequest,
-                format!(
-                    "spec lineage {} differs from the provider's lineage {lineage}",
-                    spec.lineage
-                ),
-            ));
-        }
+        crate::provider::check_spec_lineage("docker", &self.settings.lineage, spec)?;
+        let lineage = self.settings.lineage.as_str();
         let key = spec.ssh_public_key.trim();
         if key.is_empty() || key.contains('\n') {
             // The entrypoint refuses to start without a key; fail here instead of letting

@@ -312,13 +312,7 @@ impl LambdaProvider {
     }
 
     fn require_lineage(&self) -> Result<&str, ProviderError> {
-        if self.settings.lineage.trim().is_empty() {
-            return Err(ProviderError::new(
-                ErrorKind::InvalidRequest,
-                "lambda provider has no lineage configured (LambdaSettings::lineage is empty)",
-            ));
-        }
-        Ok(&self.settings.lineage)
+        crate::provider::require_lineage("lambda", &self.settings.lineage)
     }
 
     fn secret(&self) -> Option<&str> {
@@ -688,16 +682,8 @@ impl CloudProvider for LambdaProvider {
         prepared: &Value,
         spec: &InstanceSpec,
     ) -> Result<String, ProviderError> {
-        let lineage = self.require_lineage()?;
-        if spec.lineage != lineage {
-            return Err(ProviderError::new(
-                ErrorKind::InvalidRequest,
-                format!(
-                    "spec lineage {} differs from the provider's lineage {lineage}",
-                    spec.lineage
-                ),
-            ));
-        }
+        crate::provider::check_spec_lineage("lambda", &self.settings.lineage, spec)?;
+        let lineage = self.settings.lineage.as_str();
         let key = prepared
             .get("ssh_key_name")
             .and_then(Value::as_str)
