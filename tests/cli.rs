@@ -570,3 +570,114 @@ fn plan_lists_the_ordered_offers_with_prices() {
         "priced by the first offer tried"
     );
 }
+
+#[test]
+fn offers_lists_the_catalog_cheapest_first_without_a_config() {
+    let p = Project::new("");
+    std::fs::remove_file(p.path("gpuprov.toml")).unwrap();
+    let (code, out, err) = p.run(&["offers", "--cloud", "aws", "--gpu", "a10g"]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<&str> = out.lines().skip(1).collect();
+    assert!(out.starts_with("CLOUD"), "{out}");
+    assert!(rows.len() >= 2, "{out}");
+    let prices: Vec<f64> = rows
+        .iter()
+        .map(|l| l.split_whitespace().last().unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        prices.windows(2).all(|w| w[0] <= w[1]),
+        "cheapest first: {out}"
+    );
+    assert!(rows.iter().all(|l| l.contains("A10G")), "{out}");
+
+    let (code, json, err) = p.run(&[
+        "offers",
+        "--cloud",
+        "aws",
+        "--gpu",
+        "A10G",
+        "--max-price",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let list = v.as_array().unwrap();
+    assert!(!list.is_empty(), "{json}");
+    assert!(list
+        .iter()
+        .all(|o| o["price_per_hour"].as_f64().unwrap() <= 2.0
+            && o["cloud"] == "aws"
+            && o.get("detail").is_none()));
+
+    let (code, json, _) = p.run(&[
+        "offers", "--cloud", "aws", "--gpu", "A10G", "--limit", "1", "--json",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&json)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn offers_for_a_config_machine_keep_applys_order() {
+    let example =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/aws.toml")).unwrap();
+    let p = Project::new(&example);
+    let (code, out, err) = p.run(&["offers", "--vm", "trainer", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let offers: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    let (_, plan, _) = p.run(&["plan", "--refresh=false", "--json"]);
+    let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
+    let planned = plan["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["vm"] == "trainer")
+        .unwrap()["offers"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let ids = |l: &[serde_json::Value]| l.iter().map(|o| o["id"].clone()).collect::<Vec<_>>();
+    assert_eq!(
+        ids(&offers),
+        ids(&planned),
+        "same offers, same order as plan"
+    );
+
+    let (code, _, err) = p.run(&["offers", "--vm", "nope"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("no [vm.nope]") && err.contains("trainer"),
+        "{err}"
+    );
+}
+
+#[test]
+fn offers_rejects_unknown_clouds_and_bad_prices() {
+    let p = Project::new("");
+    std::fs::remove_file(p.path("gpuprov.toml")).unwrap();
+    let (code, _, err) = p.run(&["offers", "--cloud", "nimbus"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("--cloud nimbus: unknown cloud") && err.contains("known clouds: aws"),
+        "{err}"
+    );
+    let (code, _, err) = p.run(&["offers", "--cloud", "aws", "--max-price", "-3"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--max-price -3"), "{err}");
+    let (code, out, err) = p.run(&["offers", "--cloud", "aws"]);
+    assert_eq!(
+        code, 0,
+        "a cloud that refuses the ask still answered: {err}"
+    );
+    assert!(
+        err.contains("note: aws:") && out.contains("No offers match."),
+        "{out}{err}"
+    );
+}

@@ -1029,3 +1029,42 @@ async fn a_provider_outage_on_launch_is_retried_on_the_same_offer() {
     assert_eq!(regions, [json!("us-east-1"), json!("us-east-1")]);
     r.cloud.server.verify();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpuprov_offers_lists_lambda_offers_from_the_local_api() {
+    let cloud = Cloud2::start(h100_world()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let uri = cloud.server.uri();
+    let path = dir.path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        assert_cmd::Command::cargo_bin("gpuprov")
+            .unwrap()
+            .current_dir(&path)
+            .env("GPUPROV_HOME", path.join("home"))
+            .env("NO_COLOR", "1")
+            .env_remove("GPUPROV_CONFIG")
+            .env_remove("GPUPROV_STATE")
+            .env("GPUPROV_LAMBDA_ENDPOINT", &uri)
+            .env("LAMBDA_API_KEY", SENTINEL)
+            .args(["offers", "--cloud", "lambda", "--gpu", "H100", "--json"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let offers: Vec<Value> = serde_json::from_str(&stdout).unwrap();
+    assert!(!offers.is_empty(), "{stdout}");
+    assert!(offers
+        .iter()
+        .all(|o| o["cloud"] == "lambda" && o["gpu"] == "H100"));
+    assert!(
+        offers.iter().any(|o| o["price_per_hour"] == 23.92),
+        "{stdout}"
+    );
+    assert!(!stdout.contains(SENTINEL) && !stderr.contains(SENTINEL));
+    assert!(cloud.launches().is_empty(), "offers creates nothing");
+    cloud.server.verify();
+}

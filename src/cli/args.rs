@@ -62,6 +62,43 @@ pub enum Command {
     State(StateCommand),
     /// Clear a stale state lock left by a process that is gone
     ForceUnlock(ForceUnlockArgs),
+    /// Search the clouds' catalogs for offers: instance types, regions and prices
+    Offers(OffersArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct OffersArgs {
+    /// Show the offers one machine of the config would try, in apply's order
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["gpu", "gpu_count", "clouds", "regions", "spot", "max_price"])]
+    pub vm: Option<String>,
+    /// GPU model, for example H100 (case-insensitive); omit for any
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// GPUs per machine (default: any count)
+    #[arg(long = "gpu-count", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub gpu_count: Option<u32>,
+    /// Clouds to ask (repeatable; default: every cloud in this build except docker)
+    #[arg(long = "cloud", value_name = "CLOUD")]
+    pub clouds: Vec<String>,
+    /// Regions to consider (repeatable; default: each cloud's own)
+    #[arg(long = "region", value_name = "REGION")]
+    pub regions: Vec<String>,
+    /// Spot (interruptible) offers instead of on-demand
+    #[arg(long)]
+    pub spot: bool,
+    /// Drop offers above this price, in USD per hour
+    #[arg(
+        long = "max-price",
+        value_name = "USD_PER_HOUR",
+        allow_negative_numbers = true
+    )]
+    pub max_price: Option<f64>,
+    /// Show at most N offers (cheapest first)
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// Print the offers as JSON on stdout
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -21,6 +21,7 @@ macro_rules! err {
 }
 
 pub mod args;
+mod offers;
 mod progress;
 
 use std::collections::BTreeMap;
@@ -171,25 +172,51 @@ fn docker_provider(config: Option<&Config>, lineage: &str) -> DockerProvider {
 fn build_providers(config: &Config, lineage: &str) -> Providers {
     let mut p = Providers::new();
     for cloud in config.clouds_in_use() {
-        match cloud {
-            Cloud::Docker => p.insert(Arc::new(docker_provider(Some(config), lineage))),
-            Cloud::Lambda => {
-                use crate::provider::lambda::{LambdaProvider, LambdaSettings};
-                let s = config.cloud_settings(Cloud::Lambda);
-                let mut settings = LambdaSettings::from_env_and_config(s.endpoint);
-                settings.lineage = lineage.to_string();
-                p.insert(Arc::new(LambdaProvider::new(settings)))
-            }
-            _ => {}
-        }
-        if cloud == Cloud::Aws {
-            let s = config.cloud_settings(Cloud::Aws);
-            let mut settings = crate::provider::aws::AwsSettings::from_env_and_config(s.endpoint);
-            settings.lineage = lineage.to_string();
-            p.insert(Arc::new(crate::provider::aws::AwsProvider::new(settings)));
+        if let Some(adapter) = build_provider(cloud, config.cloud_settings(cloud), lineage) {
+            p.insert(adapter);
         }
     }
     p
+}
+
+/// The clouds this build has an adapter for, in `KNOWN_CLOUDS` order.
+const CLOUDS_IN_THIS_BUILD: &[Cloud] = &[Cloud::Aws, Cloud::Lambda, Cloud::Docker];
+
+/// One cloud's adapter from its `[cloud.NAME]` settings, or `None` when this build has
+/// none for it.
+fn build_provider(
+    cloud: Cloud,
+    s: crate::config::CloudSettings,
+    lineage: &str,
+) -> Option<Arc<dyn crate::provider::CloudProvider>> {
+    Some(match cloud {
+        Cloud::Docker => {
+            let mut settings = DockerSettings::from_env_and_config(s.endpoint, s.base_image);
+            settings.lineage = lineage.to_string();
+            Arc::new(DockerProvider::new(settings))
+        }
+        Cloud::Lambda => {
+            use crate::provider::lambda::{LambdaProvider, LambdaSettings};
+            let mut settings = LambdaSettings::from_env_and_config(s.endpoint);
+            settings.lineage = lineage.to_string();
+            Arc::new(LambdaProvider::new(settings))
+        }
+        Cloud::Aws => {
+            let mut settings = crate::provider::aws::AwsSettings::from_env_and_config(s.endpoint);
+            settings.lineage = lineage.to_string();
+            Arc::new(crate::provider::aws::AwsProvider::new(settings))
+        }
+        _ => return None,
+    })
+}
+
+/// The "available clouds" hint for diagnostics.
+fn clouds_in_this_build() -> String {
+    CLOUDS_IN_THIS_BUILD
+        .iter()
+        .map(|c| c.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// What the catalog lookups before a plan found: notes to show, and per machine the
@@ -222,7 +249,10 @@ async fn preflight(config: &Config, providers: &Providers) -> Result<Preflight, 
                     vm.name,
                     vm.clouds.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
                 ),
-                Some("available clouds in this build: docker, aws, lambda (the others are being added)".into()),
+                Some(format!(
+                    "available clouds in this build: {}",
+                    clouds_in_this_build()
+                )),
             )));
         }
         let mut rejections = Vec::new();
@@ -296,6 +326,7 @@ async fn run(cli: Cli, color: bool) -> Result<ExitCode, Report> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Validate => cmd_validate(&project).await,
+        Command::Offers(a) => offers::cmd_offers(&project, a).await,
         Command::State(StateCommand::List) => {
             let (_, state) = project.open_state()?;
             for a in state.resources.keys() {

@@ -1,0 +1,249 @@
+//! `gpuprov offers`: ask the clouds' catalogs what they sell (instance types, regions,
+//! prices), like `sky show-gpus` or `dstack offer`, without creating anything.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use miette::{miette, IntoDiagnostic, Report};
+use serde::Serialize;
+
+use super::args::OffersArgs;
+use super::{build_provider, clouds_in_this_build, Project, CLOUDS_IN_THIS_BUILD};
+use crate::config::{Cloud, Config};
+use crate::provider::{ErrorKind, Offer, ResourceRequest, KNOWN_CLOUDS};
+
+/// One offer as `offers --json` prints it: the [`Offer`] without its driver-private
+/// detail. Prices in USD per hour.
+#[derive(Debug, Serialize)]
+struct OfferRow<'a> {
+    id: &'a str,
+    cloud: &'a str,
+    region: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    zone: Option<&'a str>,
+    instance_type: &'a str,
+    gpu: Option<&'a str>,
+    gpu_count: u32,
+    spot: bool,
+    price_per_hour: f64,
+}
+
+impl<'a> From<&'a Offer> for OfferRow<'a> {
+    fn from(o: &'a Offer) -> Self {
+        OfferRow {
+            id: &o.id,
+            cloud: &o.location.cloud,
+            region: &o.location.region,
+            zone: o.location.zone.as_deref(),
+            instance_type: &o.instance_type,
+            gpu: o.gpu.as_deref(),
+            gpu_count: o.gpu_count,
+            spot: o.spot,
+            price_per_hour: o.price_per_hour,
+        }
+    }
+}
+
+/// What to ask and whom: the request, the clouds in order, and whether the list keeps
+/// apply's order (`--vm`) or is sorted cheapest first.
+struct Query {
+    request: ResourceRequest,
+    clouds: Vec<Cloud>,
+    apply_order: bool,
+}
+
+fn parse_cloud(name: &str) -> Result<Cloud, Report> {
+    let cloud: Cloud = serde_json::from_value(serde_json::Value::String(name.to_lowercase()))
+        .map_err(|_| {
+            miette!(
+                help = format!("known clouds: {}", KNOWN_CLOUDS.join(", ")),
+                "--cloud {name}: unknown cloud"
+            )
+        })?;
+    if !CLOUDS_IN_THIS_BUILD.contains(&cloud) {
+        return Err(miette!(
+            help = format!("available clouds in this build: {}", clouds_in_this_build()),
+            "--cloud {name}: no adapter for {cloud} in this build of gpuprov"
+        ));
+    }
+    Ok(cloud)
+}
+
+fn query(a: &OffersArgs, config: Option<&Config>, project: &Project) -> Result<Query, Report> {
+    if let Some(name) = &a.vm {
+        let Some(config) = config else {
+            return Err(miette!(
+                "--vm {name}: no config at {}",
+                project.config_path.display()
+            ));
+        };
+        let vm = config.vms.get(name).ok_or_else(|| {
+            miette!(
+                help = format!(
+                    "machines in {}: {}",
+                    project.config_path.display(),
+                    config.vms.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+                "--vm {name}: no [vm.{name}] in {}",
+                project.config_path.display()
+            )
+        })?;
+        return Ok(Query {
+            request: vm.request(),
+            clouds: vm.clouds.clone(),
+            apply_order: true,
+        });
+    }
+    if let Some(m) = a.max_price {
+        if !(m.is_finite() && m > 0.0) {
+            return Err(miette!(
+                "--max-price {m}: expected a positive price in USD per hour"
+            ));
+        }
+    }
+    let clouds = if a.clouds.is_empty() {
+        CLOUDS_IN_THIS_BUILD
+            .iter()
+            .copied()
+            .filter(|c| *c != Cloud::Docker)
+            .collect()
+    } else {
+        let mut out = Vec::new();
+        for name in &a.clouds {
+            let c = parse_cloud(name)?;
+            if !out.contains(&c) {
+                out.push(c);
+            }
+        }
+        out
+    };
+    Ok(Query {
+        request: ResourceRequest {
+            vm_name: "offers".into(),
+            regions: a.regions.clone(),
+            zones: Vec::new(),
+            gpu: a.gpu.clone(),
+            // No count asked means any count (adapters read 0 as "any").
+            gpu_count: a.gpu_count.unwrap_or(0),
+            spot: a.spot,
+            max_price_per_hour: a.max_price,
+        },
+        clouds,
+        apply_order: false,
+    })
+}
+
+/// Runs `gpuprov offers`. The config is optional (its `[cloud.NAME]` settings, such as
+/// endpoints, apply when it exists) except with `--vm`. Every cloud is asked at once;
+/// a cloud that fails is reported on stderr and the others still answer. Exits 1 when
+/// no cloud answered.
+pub(super) async fn cmd_offers(project: &Project, a: &OffersArgs) -> Result<ExitCode, Report> {
+    let config = if a.vm.is_some() || project.config_path.exists() {
+        Some(project.load_config()?)
+    } else {
+        None
+    };
+    let q = query(a, config.as_ref(), project)?;
+    let lookups = q.clouds.iter().filter_map(|&cloud| {
+        let settings = config
+            .as_ref()
+            .map(|c| c.cloud_settings(cloud))
+            .unwrap_or_default();
+        // Catalog lookups create nothing, so no lineage is needed.
+        let provider = build_provider(cloud, settings, "")?;
+        let req = q.request.clone();
+        Some(async move { (cloud, provider.plan(&req).await) })
+    });
+    let answers = futures_util::future::join_all(lookups).await;
+
+    let mut offers: Vec<Offer> = Vec::new();
+    let mut answered = 0;
+    for (cloud, result) in answers {
+        match result {
+            Ok(found) => {
+                answered += 1;
+                offers.extend(found.into_iter().filter(|o| {
+                    q.request
+                        .max_price_per_hour
+                        .is_none_or(|m| o.price_per_hour <= m)
+                }));
+            }
+            Err(e) if e.kind == ErrorKind::InvalidRequest => {
+                answered += 1;
+                errln!("note: {cloud}: {}", e.msg);
+            }
+            Err(e) => errln!("warning: {cloud}: {}", e.msg),
+        }
+    }
+    if !q.apply_order {
+        offers.sort_by(|x, y| {
+            x.price_per_hour
+                .total_cmp(&y.price_per_hour)
+                .then_with(|| x.id.cmp(&y.id))
+        });
+    }
+    if let Some(n) = a.limit {
+        offers.truncate(n);
+    }
+
+    if a.json {
+        let rows: Vec<OfferRow> = offers.iter().map(OfferRow::from).collect();
+        outln!("{}", serde_json::to_string_pretty(&rows).into_diagnostic()?);
+    } else if offers.is_empty() {
+        outln!("No offers match.");
+    } else {
+        out!("{}", render_table(&offers));
+    }
+    Ok(if answered == 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// A plain-text table, one offer per line, columns padded to their widest cell.
+fn render_table(offers: &[Offer]) -> String {
+    let header = [
+        "CLOUD", "REGION", "ZONE", "TYPE", "GPU", "GPUS", "SPOT", "USD/H",
+    ];
+    let rows: Vec<[String; 8]> = offers
+        .iter()
+        .map(|o| {
+            [
+                o.location.cloud.clone(),
+                o.location.region.clone(),
+                o.location.zone.clone().unwrap_or_else(|| "-".into()),
+                o.instance_type.clone(),
+                o.gpu.clone().unwrap_or_else(|| "-".into()),
+                o.gpu_count.to_string(),
+                if o.spot { "yes" } else { "no" }.into(),
+                format!("{:.2}", o.price_per_hour),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for r in &rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &[&str]| {
+        let mut l = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                // The price column is right-aligned.
+                let _ = write!(l, "{cell:>w$}");
+            } else {
+                let _ = write!(l, "{cell:<w$}  ");
+            }
+        }
+        out.push_str(&l);
+        out.push('\n');
+    };
+    line(&header);
+    for r in &rows {
+        line(&r.each_ref().map(String::as_str));
+    }
+    out
+}
