@@ -237,7 +237,10 @@ mod tests {
     fn rate_limit_is_transient_with_retry_after() {
         let e = ApiError::from_response(429, &body(429, "slow down"), Some("12"), None);
         let p = classify(&e, Call::CreatePod, "create", None);
-        assert_eq!((p.kind, p.retry_after_secs), (ErrorKind::Transient, Some(12)));
+        assert_eq!(
+            (p.kind, p.retry_after_secs),
+            (ErrorKind::Transient, Some(12))
+        );
         // No Retry-After: the exhausted window of the RateLimit header.
         let e = ApiError::from_response(
             429,
@@ -252,7 +255,10 @@ mod tests {
         assert_eq!((p.kind, p.retry_after_secs), (ErrorKind::Transient, None));
         // A hint on a non-transient error is dropped.
         let e = ApiError::from_response(400, &body(400, "x"), Some("3"), None);
-        assert_eq!(classify(&e, Call::CreatePod, "x", None).retry_after_secs, None);
+        assert_eq!(
+            classify(&e, Call::CreatePod, "x", None).retry_after_secs,
+            None
+        );
     }
 
     #[test]

@@ -157,7 +157,10 @@ pub fn find_api_key(env_value: Option<String>, home: Option<&Path>) -> (Option<A
         .map(|k| k.trim().to_string())
         .filter(|k| !k.is_empty())
     {
-        return (Some(ApiKey(k)), format!("the {API_KEY_ENV} environment variable"));
+        return (
+            Some(ApiKey(k)),
+            format!("the {API_KEY_ENV} environment variable"),
+        );
     }
     let Some(path) = home.map(|h| h.join(CONFIG_FILE)) else {
         return (
@@ -1117,7 +1120,13 @@ mod tests {
             (8, 8),
             &["US-KS-2", "US-KS-20"],
         );
-        let a100 = gpu("NVIDIA A100 80GB PCIe", "A100 PCIe", (1.64, 1.19), (8, 0), &["US-KS-2"]);
+        let a100 = gpu(
+            "NVIDIA A100 80GB PCIe",
+            "A100 PCIe",
+            (1.64, 1.19),
+            (8, 0),
+            &["US-KS-2"],
+        );
         let catalog = vec![
             (Tier::Secure, vec![h100.clone(), a100.clone()]),
             (Tier::Community, vec![h100.clone(), a100.clone()]),
@@ -1131,7 +1140,11 @@ mod tests {
                 "runpod/US-KS-2/secure/NVIDIA H100 80GB HBM3"
             ]
         );
-        assert!((o[0].price_per_hour - 21.52).abs() < 1e-9, "{}", o[0].price_per_hour);
+        assert!(
+            (o[0].price_per_hour - 21.52).abs() < 1e-9,
+            "{}",
+            o[0].price_per_hour
+        );
         assert_eq!(o[0].gpu.as_deref(), Some("H100 SXM"));
         assert_eq!(o[0].detail["tier"], "COMMUNITY");
         // `us-ks-2` names US-KS-2 only, never US-KS-20; `US-KS` names nothing.
@@ -1155,7 +1168,10 @@ mod tests {
         assert_eq!(status_of("STARTING"), Some(InstanceStatus::Pending));
         assert_eq!(status_of("RUNNING"), Some(InstanceStatus::Running));
         assert_eq!(status_of("EXITED"), Some(InstanceStatus::Stopped));
-        assert!(matches!(status_of("ERROR"), Some(InstanceStatus::Failed(_))));
+        assert!(matches!(
+            status_of("ERROR"),
+            Some(InstanceStatus::Failed(_))
+        ));
         assert_eq!(status_of("TERMINATED"), None);
     }
 
@@ -1179,9 +1195,11 @@ mod tests {
                 user: Some("root".into())
             })
         );
-        let mapped = with(json!({"ssh": {"proxy": null, "direct": null}, "runtime": {"ports": [
+        let mapped = with(
+            json!({"ssh": {"proxy": null, "direct": null}, "runtime": {"ports": [
             {"private": 8888, "public": 40000, "type": "http", "ip": "127.0.0.9"},
-            {"private": 22, "public": 40022, "type": "tcp", "ip": "127.0.0.9"}]}}));
+            {"private": 22, "public": 40022, "type": "tcp", "ip": "127.0.0.9"}]}}),
+        );
         assert_eq!(ssh_endpoint(&mapped).unwrap().port, 40022);
         for unmapped in [
             json!({}),
@@ -1200,13 +1218,30 @@ mod tests {
     fn ownership_needs_identity_and_data_centre() {
         let lin = "0f0e0d0c-1111";
         let p = |env: Value, dc: Value, name: &str| {
-            pod(json!({"id": "p", "name": name, "status": "RUNNING", "env": env, "dataCenterId": dc}))
+            pod(
+                json!({"id": "p", "name": name, "status": "RUNNING", "env": env, "dataCenterId": dc}),
+            )
         };
         let ours = json!({ENV_VM_NAME: "a", ENV_LINEAGE: lin, ENV_DATA_CENTER: "US-KS-2"});
-        assert!(is_ours(&p(ours.clone(), json!("US-KS-2"), "x"), "US-KS-2", "a", lin));
-        assert!(!is_ours(&p(ours.clone(), json!("US-KS-2"), "x"), "US-KS-20", "a", lin));
+        assert!(is_ours(
+            &p(ours.clone(), json!("US-KS-2"), "x"),
+            "US-KS-2",
+            "a",
+            lin
+        ));
+        assert!(!is_ours(
+            &p(ours.clone(), json!("US-KS-2"), "x"),
+            "US-KS-20",
+            "a",
+            lin
+        ));
         // Not yet scheduled: the data centre asked for at create decides.
-        assert!(is_ours(&p(ours.clone(), Value::Null, "x"), "US-KS-2", "a", lin));
+        assert!(is_ours(
+            &p(ours.clone(), Value::Null, "x"),
+            "US-KS-2",
+            "a",
+            lin
+        ));
         assert!(!is_ours(&p(ours, Value::Null, "x"), "EU-RO-1", "a", lin));
         let other = json!({ENV_VM_NAME: "a", ENV_LINEAGE: "zzz"});
         assert!(!is_ours(
@@ -1222,7 +1257,12 @@ mod tests {
             "a",
             lin
         ));
-        assert!(!is_ours(&p(json!({}), json!("US-KS-2"), "mine"), "US-KS-2", "a", lin));
+        assert!(!is_ours(
+            &p(json!({}), json!("US-KS-2"), "mine"),
+            "US-KS-2",
+            "a",
+            lin
+        ));
     }
 
     #[test]
@@ -1232,7 +1272,10 @@ mod tests {
                 .as_deref(),
             Some("rpa_x")
         );
-        assert_eq!(api_key_from_config("apikey = 'rpa_y'").as_deref(), Some("rpa_y"));
+        assert_eq!(
+            api_key_from_config("apikey = 'rpa_y'").as_deref(),
+            Some("rpa_y")
+        );
         assert_eq!(
             api_key_from_config("[default]\napi_key = \"rpa_z\"\n").as_deref(),
             Some("rpa_z")
@@ -1246,7 +1289,10 @@ mod tests {
         assert!(src.contains(API_KEY_ENV));
         let (k, src) = find_api_key(None, Some(home.path()));
         assert_eq!(k, None);
-        assert!(src.contains(API_KEY_ENV) && src.contains("config.toml"), "{src}");
+        assert!(
+            src.contains(API_KEY_ENV) && src.contains("config.toml"),
+            "{src}"
+        );
         std::fs::create_dir_all(home.path().join(".runpod")).unwrap();
         std::fs::write(home.path().join(CONFIG_FILE), "apiKey = \"file_key\"\n").unwrap();
         let (k, src) = find_api_key(Some(String::new()), Some(home.path()));
