@@ -147,7 +147,7 @@ pub fn classify(e: &ApiError, call: Call, what: &str, secret: Option<&str>) -> P
         (Some(s), _) if s >= 500 => ErrorKind::Transient,
         (Some(400), Call::CreatePod) => ErrorKind::Capacity,
         (Some(400), Call::Other) => ErrorKind::InvalidRequest,
-        (Some(401 | 402 | 403), _) => ErrorKind::Credentials,
+        (Some(401..=403), _) => ErrorKind::Credentials,
         (Some(422), _) => ErrorKind::InvalidRequest,
         _ => ErrorKind::Failed,
     };
