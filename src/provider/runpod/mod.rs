@@ -17,7 +17,9 @@
 //!   among them (compared by value, ignoring the comment), registers it with
 //!   `PUT /v2/account/ssh-keys` carrying the existing keys *plus* the project key (the PUT
 //!   replaces the whole set: "Existing keys not present in the request are removed").
-//!   Returns the merged key set.
+//!   Returns the merged key set. The spec offers no conditional PUT (no ETag), so a key
+//!   the user adds in the dashboard between that GET and PUT would be lost; the window is
+//!   one round trip, and it only opens when the project key is not registered yet.
 //! - `create`: `POST /v2/pods` with the GPU type id and count, the tier, the data centre
 //!   (`dataCenterIds`), `ports` `22/tcp` (plus the VM's ports as `<p>/tcp`), `startSsh`,
 //!   and `env` `PUBLIC_KEY` = the merged key set (one key per line; RunPod images install
