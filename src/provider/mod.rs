@@ -10,6 +10,7 @@ pub mod aws;
 pub mod docker;
 pub mod fake;
 pub mod lambda;
+pub mod runpod;
 
 use std::collections::BTreeMap;
 use std::fmt;
