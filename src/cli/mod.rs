@@ -180,7 +180,13 @@ fn build_providers(config: &Config, lineage: &str) -> Providers {
 }
 
 /// The clouds this build has an adapter for, in `KNOWN_CLOUDS` order.
-const CLOUDS_IN_THIS_BUILD: &[Cloud] = &[Cloud::Aws, Cloud::Lambda, Cloud::Runpod, Cloud::Docker];
+const CLOUDS_IN_THIS_BUILD: &[Cloud] = &[
+    Cloud::Aws,
+    Cloud::Lambda,
+    Cloud::Runpod,
+    Cloud::Digitalocean,
+    Cloud::Docker,
+];
 
 /// One cloud's adapter from its `[cloud.NAME]` settings, or `None` when this build has
 /// none for it.
@@ -206,6 +212,12 @@ fn build_provider(
             let mut settings = RunpodSettings::from_env_and_config(s.endpoint);
             settings.lineage = lineage.to_string();
             Arc::new(RunpodProvider::new(settings))
+        }
+        Cloud::Digitalocean => {
+            use crate::provider::digitalocean::{DigitalOceanProvider, DigitalOceanSettings};
+            let mut settings = DigitalOceanSettings::from_env_and_config(s.endpoint);
+            settings.lineage = lineage.to_string();
+            Arc::new(DigitalOceanProvider::new(settings))
         }
         Cloud::Aws => {
             let mut settings = crate::provider::aws::AwsSettings::from_env_and_config(s.endpoint);

@@ -921,3 +921,63 @@ pub fn runpod() -> Spec {
         });
     })
 }
+
+// ---- DigitalOcean ----
+
+/// DigitalOcean API v2, the gpuprov subset (`digitalocean/DigitalOcean-public.v2.gpuprov-subset.yaml`),
+/// with its known gaps patched:
+///
+/// 1. `POST /v2/tags` is not in the subset, but a firewall may only name tags that exist
+///    (`existing_tags_array`), so the adapter creates its firewall tag first. Patched: the
+///    operation as the whole-API bundle (`DigitalOcean-public.v2.bundled.yaml`,
+///    `tags_create`) declares it, with its `tags` schema reduced to `name` (the only field
+///    a client writes; `resources` is read-only). Its `400` (schema
+///    `error_with_root_causes`, not in the subset) is left out: `default` answers for it.
+/// 2. Tag names are limited to `^[a-zA-Z0-9_\-\:]+$`, at most 255 characters (bundled
+///    schema `tags.name`), but the subset's `droplet_create.tags`, `tags_array` and
+///    `existing_tags_array` items are unconstrained strings, so a tag with `=` would pass.
+///    Patched: those items carry the pattern and length.
+/// 3. `POST /v2/droplets` declares no 422 although capacity and quota refusals are 422
+///    `unprocessable_entity` (SOURCES.md, "Capacity / quota"); `default` (the `error`
+///    schema) covers them, so nothing is patched, and the same holds for 404/422 on other
+///    operations.
+pub fn digitalocean() -> Spec {
+    let path = vendor_apis_dir().join("digitalocean/DigitalOcean-public.v2.gpuprov-subset.yaml");
+    Spec::load(path).patch(|doc| {
+        let tag_name = json!({"type": "string", "pattern": "^[a-zA-Z0-9_\\-\\:]+$", "maxLength": 255});
+        doc["components"]["schemas"]["droplet_create"]["properties"]["tags"]["items"] =
+            tag_name.clone();
+        doc["components"]["schemas"]["tags_array"]["items"] = tag_name.clone();
+        doc["components"]["schemas"]["existing_tags_array"]["items"] = tag_name.clone();
+        let ratelimit = json!({
+            "ratelimit-limit": {"$ref": "#/components/headers/ratelimit-limit"},
+            "ratelimit-remaining": {"$ref": "#/components/headers/ratelimit-remaining"},
+            "ratelimit-reset": {"$ref": "#/components/headers/ratelimit-reset"}
+        });
+        doc["components"]["schemas"]["tags"] = json!({
+            "type": "object",
+            "description": "gpuprov harness patch (see digitalocean()): bundled `tags`, client-written fields",
+            "properties": {"name": tag_name},
+            "required": ["name"]
+        });
+        doc["paths"]["/v2/tags"] = json!({"post": {
+            "operationId": "tags_create",
+            "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/tags"}}}},
+            "responses": {
+                "201": {
+                    "description": "The response will be a JSON object with a key called `tag`.",
+                    "headers": ratelimit,
+                    "content": {"application/json": {"schema": {
+                        "type": "object",
+                        "properties": {"tag": {"$ref": "#/components/schemas/tags"}}
+                    }}}
+                },
+                "401": {"$ref": "#/components/responses/unauthorized"},
+                "429": {"$ref": "#/components/responses/too_many_requests"},
+                "500": {"$ref": "#/components/responses/server_error"},
+                "default": {"$ref": "#/components/responses/unexpected_error"}
+            },
+            "security": [{"bearer_auth": ["tag:create"]}]
+        }});
+    })
+}
