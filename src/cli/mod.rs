@@ -180,6 +180,13 @@ fn build_providers(config: &Config, lineage: &str) -> Providers {
                 settings.lineage = lineage.to_string();
                 p.insert(Arc::new(LambdaProvider::new(settings)))
             }
+            Cloud::Hyperstack => {
+                use crate::provider::hyperstack::{HyperstackProvider, HyperstackSettings};
+                let s = config.cloud_settings(Cloud::Hyperstack);
+                let mut settings = HyperstackSettings::from_env_and_config(s.endpoint);
+                settings.lineage = lineage.to_string();
+                p.insert(Arc::new(HyperstackProvider::new(settings)))
+            }
             _ => {}
         }
         if cloud == Cloud::Aws {
@@ -222,7 +229,7 @@ async fn preflight(config: &Config, providers: &Providers) -> Result<Preflight, 
                     vm.name,
                     vm.clouds.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
                 ),
-                Some("available clouds in this build: docker, aws, lambda (the others are being added)".into()),
+                Some("available clouds in this build: docker, aws, lambda, hyperstack (the others are being added)".into()),
             )));
         }
         let mut rejections = Vec::new();

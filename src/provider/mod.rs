@@ -9,6 +9,7 @@
 pub mod aws;
 pub mod docker;
 pub mod fake;
+pub mod hyperstack;
 pub mod lambda;
 
 use std::collections::BTreeMap;
