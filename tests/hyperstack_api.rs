@@ -1306,3 +1306,49 @@ async fn gpuprov_plan_lists_the_hyperstack_offer_from_the_local_api() {
     assert!(fake.creates().is_empty(), "plan creates nothing");
     fake.server.verify();
 }
+
+/// The defects `spec::hyperstack()` patches are real (the unpatched document rejects what
+/// Hyperstack's own docs and SDK send) and the patches are no wider than needed.
+#[test]
+fn the_patched_spec_defects_are_real() {
+    let raw = spec::Spec::load(spec::vendor_apis_dir().join("hyperstack/openapi.yaml"))
+        .with_base_path("/v1");
+    let patched = spec::hyperstack();
+    let body = json!({
+        "name": VM_NAME, "environment_name": ENV_CA, "flavor_name": "n3-H100x8",
+        "key_name": "k", "count": 1,
+        "security_rules": [{"direction": "ingress", "ethertype": "IPv4", "protocol": "tcp",
+                            "remote_ip_prefix": "0.0.0.0/0",
+                            "port_range_min": 22, "port_range_max": 22}]
+    });
+    let e = raw
+        .check_request("POST", VMS, &[], Some(&body))
+        .unwrap_err();
+    assert!(e.contains("virtual_machine_id"), "{e}");
+    patched
+        .check_request("POST", VMS, &[], Some(&body))
+        .unwrap();
+    // Other required fields are still required.
+    let mut missing = body.clone();
+    missing["security_rules"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("protocol");
+    assert!(patched
+        .check_request("POST", VMS, &[], Some(&missing))
+        .is_err());
+
+    // The undefined `accessToken` scheme is gone; `apiKey` remains.
+    let sec = &patched.doc()["paths"]["/core/virtual-machines"]["post"]["security"];
+    assert_eq!(sec, &json!([{"apiKey": []}]));
+    assert!(raw.doc()["components"]["securitySchemes"]
+        .get("accessToken")
+        .is_none());
+
+    // 429 is declared (with the error envelope) only after the patch.
+    let e429 = json!({"status": false, "message": "Too many requests", "error_reason": "r"});
+    assert!(raw.check_response("POST", VMS, 429, Some(&e429)).is_err());
+    patched
+        .check_response("POST", VMS, 429, Some(&e429))
+        .unwrap();
+}
