@@ -556,7 +556,11 @@ fn is_ours(vm: &Vm, env: &str, region: &str, vm_name: &str, lineage: &str) -> bo
     }
     match &vm.environment {
         Some(e) if e.name == env && e.region.as_deref().is_none_or(|r| r == region) => {}
-        _ => return false,
+        Some(_) => return false,
+        // Listed without its environment: the query already filtered on the exact
+        // environment, but then the labels must prove it.
+        None if vm.labels.is_empty() => return false,
+        None => {}
     }
     if vm.labels.is_empty() {
         return true;
@@ -1493,6 +1497,13 @@ mod tests {
         assert!(!is_ours(&v, &env, "CANADA-1", "a", lin));
         v.labels = vec![label(IDENTITY_LABEL, "a"), label(LINEAGE_LABEL, lin)];
         assert!(is_ours(&v, &env, "CANADA-1", "a", lin));
+        v.environment = None;
+        assert!(is_ours(&v, &env, "CANADA-1", "a", lin), "labels prove it");
+        v.labels.clear();
+        assert!(
+            !is_ours(&v, &env, "CANADA-1", "a", lin),
+            "nothing proves it"
+        );
         v.environment = Some(VmEnvironment {
             name: "someone-else".into(),
             region: Some("CANADA-1".into()),
