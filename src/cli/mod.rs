@@ -185,6 +185,7 @@ const CLOUDS_IN_THIS_BUILD: &[Cloud] = &[
     Cloud::Lambda,
     Cloud::Runpod,
     Cloud::Digitalocean,
+    Cloud::Hyperstack,
     Cloud::Docker,
 ];
 
@@ -218,6 +219,12 @@ fn build_provider(
             let mut settings = DigitalOceanSettings::from_env_and_config(s.endpoint);
             settings.lineage = lineage.to_string();
             Arc::new(DigitalOceanProvider::new(settings))
+        }
+        Cloud::Hyperstack => {
+            use crate::provider::hyperstack::{HyperstackProvider, HyperstackSettings};
+            let mut settings = HyperstackSettings::from_env_and_config(s.endpoint);
+            settings.lineage = lineage.to_string();
+            Arc::new(HyperstackProvider::new(settings))
         }
         Cloud::Aws => {
             let mut settings = crate::provider::aws::AwsSettings::from_env_and_config(s.endpoint);

@@ -981,3 +981,66 @@ pub fn digitalocean() -> Spec {
         }});
     })
 }
+
+// ---- Hyperstack (NexGen Cloud Infrahub API) ----
+
+/// The error envelope Hyperstack documents for 400/401/404/405/409
+/// (`components.schemas.ErrorResponseModel`), reused for the responses patched in below.
+fn hyperstack_error_response() -> Value {
+    json!({
+        "description": "gpuprov harness patch (see hyperstack())",
+        "content": {"application/json": {"schema": {
+            "$ref": "#/components/schemas/ErrorResponseModel"
+        }}}
+    })
+}
+
+/// Hyperstack's Infrahub API (`hyperstack/openapi.yaml`, OpenAPI 3.0.1 as normalised by
+/// openapi-generator in the vendor's Go SDK), served under `/v1` (`servers[0].url`), with
+/// its known defects patched:
+///
+/// 1. Undefined security scheme: every operation (and the document) lists `accessToken`,
+///    which `components.securitySchemes` does not define (SOURCES.md, Hyperstack
+///    "Auth"). Patched: the `accessToken` alternatives are removed, so a request must carry
+///    the one defined scheme, the `api_key` header (`apiKey`), which is what gpuprov sends.
+/// 2. `Create_Security_Rule_Payload` (the items of `Create_Instances_Payload.security_rules`)
+///    requires `virtual_machine_id`, a property it does not declare and that a VM being
+///    created cannot have yet. Patched: `virtual_machine_id` is no longer required.
+/// 3. Rate limits: no operation declares a `429` (the vendor documents rate limiting in
+///    its API reference, not in the description). Patched: every operation gets a `429`
+///    with the `ErrorResponseModel` envelope (and may carry `Retry-After`).
+pub fn hyperstack() -> Spec {
+    let path = vendor_apis_dir().join("hyperstack/openapi.yaml");
+    Spec::load(path)
+        .patch(|doc| {
+            fn drop_access_token(security: &mut Value) {
+                if let Some(reqs) = security.as_array_mut() {
+                    reqs.retain(|r| r.get("accessToken").is_none());
+                }
+            }
+            drop_access_token(&mut doc["security"]);
+            let envelope = hyperstack_error_response();
+            if let Some(paths) = doc["paths"].as_object_mut() {
+                for item in paths.values_mut() {
+                    for m in METHODS {
+                        let Some(op) = item.get_mut(*m) else { continue };
+                        if let Some(sec) = op.get_mut("security") {
+                            drop_access_token(sec);
+                        }
+                        if let Some(responses) =
+                            op.get_mut("responses").and_then(Value::as_object_mut)
+                        {
+                            responses.entry("429").or_insert_with(|| envelope.clone());
+                        }
+                    }
+                }
+            }
+            if let Some(req) = doc
+                .pointer_mut("/components/schemas/Create_Security_Rule_Payload/required")
+                .and_then(Value::as_array_mut)
+            {
+                req.retain(|r| r != "virtual_machine_id");
+            }
+        })
+        .with_base_path("/v1")
+}
