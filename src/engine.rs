@@ -14,15 +14,21 @@ use crate::machine::{ExecError, Executor, Journal, JournalError, PrevRecord};
 use crate::plan::{Action, Change, Plan};
 use crate::provider::Providers;
 use crate::ssh::Connector;
-use crate::state::{MachineRecord, ResourceRecord, StateError, StateFile, StateStore};
+use crate::state::{
+    JournalOp, JournalStats, JournalWriter, MachineRecord, StateError, StateFile, StateStore,
+};
 use crate::vm::{
     LaunchMachine, LaunchState, Owned, Target, TeardownMachine, TeardownState, VmRecord,
 };
 
-/// The executor's journal, backed by the state file: every transition rewrites the state
-/// atomically before the executor runs the next step (write-ahead).
+/// The executor's journal, backed by the state file: every transition is appended to the
+/// run's write-ahead journal (`<state>.journal`) and fsynced before the executor runs the
+/// next step (write-ahead); the state file itself is rewritten once, by
+/// [`StateJournal::save_final`], which folds the journal into it. Concurrent transitions
+/// share fsyncs (group commit, see [`crate::state::wal`]).
 pub struct StateJournal {
     inner: Mutex<JournalInner>,
+    writer: JournalWriter,
 }
 
 struct JournalInner {
@@ -33,24 +39,37 @@ struct JournalInner {
 }
 
 impl StateJournal {
-    pub fn new(store: StateStore, state: StateFile) -> Self {
-        StateJournal {
+    /// Starts the run's journal for `state` (folding a journal an earlier run left).
+    ///
+    /// # Errors
+    ///
+    /// As [`StateStore::begin_journal`]: the journal cannot be created, or the earlier
+    /// one cannot be folded into the state file.
+    pub fn new(mut store: StateStore, mut state: StateFile) -> Result<Self, StateError> {
+        let writer = store.begin_journal(&mut state)?;
+        Ok(StateJournal {
             inner: Mutex::new(JournalInner {
                 store,
                 state,
                 desired: HashMap::new(),
             }),
-        }
+            writer,
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, JournalInner> {
-        // A panic while holding the lock is a bug; the state on disk is still whole.
+        // A panic while holding the lock is a bug; the files on disk are still whole.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A copy of the state as it is now.
     pub fn snapshot(&self) -> StateFile {
         self.lock().state.clone()
+    }
+
+    /// Figures of the run's journal so far (appends, fsync batches, bytes, time).
+    pub fn stats(&self) -> JournalStats {
+        self.writer.stats()
     }
 
     /// Records `desired` as the applied settings of `key` with its next transition.
@@ -60,30 +79,48 @@ impl StateJournal {
         }
     }
 
+    /// Applies `op` in memory and queues it, under one lock so that the journal's order
+    /// is the memory's; then waits until it is durable.
+    async fn commit(&self, op: JournalOp) -> Result<(), StateError> {
+        let seq = {
+            let mut g = self.lock();
+            let seq = self.writer.queue(&op)?;
+            op.apply(&mut g.state);
+            seq
+        };
+        self.writer.wait_durable(seq).await
+    }
+
     /// Replaces the applied settings of an existing record now (in-place update).
-    pub fn update_desired(&self, key: &str, desired: &VmSpec) -> Result<(), StateError> {
-        let mut g = self.lock();
-        let g = &mut *g;
-        if let Some(r) = g.state.resources.get_mut(key) {
-            r.desired = serde_json::to_value(desired).ok();
-            r.push_event("settings updated in place".to_string());
-        }
-        g.store.save(&mut g.state)
+    pub async fn update_desired(&self, key: &str, desired: &VmSpec) -> Result<(), StateError> {
+        let desired = serde_json::to_value(desired).map_err(|source| StateError::Serialize {
+            path: self.writer.path().to_path_buf(),
+            source,
+        })?;
+        self.commit(JournalOp::Desired {
+            key: key.to_string(),
+            desired,
+            at: chrono::Utc::now(),
+        })
+        .await
     }
 
     /// Drops a resource whose teardown the cloud confirmed.
-    pub fn remove(&self, key: &str) -> Result<(), StateError> {
-        let mut g = self.lock();
-        let g = &mut *g;
-        g.state.resources.remove(key);
-        g.store.save(&mut g.state)
+    pub async fn remove(&self, key: &str) -> Result<(), StateError> {
+        self.commit(JournalOp::Remove {
+            key: key.to_string(),
+        })
+        .await
     }
 
-    /// The final save of a run; on failure the state goes to the `.errored` file.
+    /// The final save of a run: folds the journal into the state file (one atomic
+    /// rewrite), then deletes the journal. If the save fails the state goes to the
+    /// `.errored` file and the journal stays, so the next command still replays it.
     pub fn save_final(&self) -> Result<(), StateError> {
         let mut g = self.lock();
         let g = &mut *g;
-        g.store.save_final(&mut g.state)
+        g.store.save_final(&mut g.state)?;
+        self.writer.remove()
     }
 }
 
@@ -103,28 +140,20 @@ impl Journal for StateJournal {
         state: &serde_json::Value,
         label: &str,
     ) -> Result<(), JournalError> {
-        let mut g = self.lock();
-        let g = &mut *g;
-        let desired = g.desired.remove(key);
+        let desired = self.lock().desired.remove(key);
         let machine = MachineRecord {
             kind: kind.to_string(),
             state: state.clone(),
             label: label.to_string(),
             updated_at: chrono::Utc::now(),
         };
-        let rec = g
-            .state
-            .resources
-            .entry(key.to_string())
-            .or_insert_with(|| ResourceRecord::new(machine.clone()));
-        rec.machine = machine;
-        if desired.is_some() {
-            rec.desired = desired;
-        }
-        rec.push_event(label.to_string());
-        g.store
-            .save(&mut g.state)
-            .map_err(|e| JournalError::Write(e.to_string()))
+        self.commit(JournalOp::Transition {
+            key: key.to_string(),
+            machine,
+            desired,
+        })
+        .await
+        .map_err(|e| JournalError::Write(e.to_string()))
     }
 }
 
@@ -313,7 +342,7 @@ impl Engine {
         };
         match c.action {
             Action::NoOp => Outcome::Unchanged,
-            Action::Update => match self.journal.update_desired(&c.address, &want) {
+            Action::Update => match self.journal.update_desired(&c.address, &want).await {
                 Ok(()) => Outcome::Updated,
                 Err(e) => Outcome::Failed(e.to_string()),
             },
@@ -396,7 +425,7 @@ impl Engine {
             }
         };
         if owned.is_none() && !resumable {
-            return match self.journal.remove(key) {
+            return match self.journal.remove(key).await {
                 Ok(()) => Outcome::Destroyed,
                 Err(e) => Outcome::Failed(e.to_string()),
             };
@@ -417,7 +446,7 @@ impl Engine {
             })
             .await;
         match result {
-            Ok(TeardownState::Done) => match self.journal.remove(key) {
+            Ok(TeardownState::Done) => match self.journal.remove(key).await {
                 Ok(()) => Outcome::Destroyed,
                 Err(e) => Outcome::Failed(e.to_string()),
             },

@@ -100,6 +100,15 @@ impl Project {
     fn state(&self) -> serde_json::Value {
         serde_json::from_str(&std::fs::read_to_string(self.state_path()).unwrap()).unwrap()
     }
+    /// The machine state of `address` as gpuprov sees it during a run: the state file
+    /// with the run's write-ahead journal replayed (what `gpuprov status` shows).
+    fn live_state_label(&self, address: &str) -> Option<String> {
+        let (_, state) = gpuprov::state::StateStore::open(self.state_path()).ok()?;
+        state
+            .resources
+            .get(address)
+            .and_then(|r| r.machine.state["state"].as_str().map(str::to_string))
+    }
     fn lineage(&self) -> String {
         self.state()["lineage"].as_str().unwrap().to_string()
     }
@@ -274,14 +283,7 @@ async fn docker_lifecycle_apply_ssh_reapply_kill9_adopt_destroy() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut killed_at = None;
     while Instant::now() < deadline {
-        let label = std::fs::read_to_string(p.state_path())
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .and_then(|v| {
-                v["resources"]["vm.dev"]["machine"]["state"]["state"]
-                    .as_str()
-                    .map(str::to_string)
-            });
+        let label = p.live_state_label("vm.dev");
         if matches!(label.as_deref(), Some("booting") | Some("connecting")) {
             child.kill().unwrap(); // SIGKILL
             killed_at = label;
@@ -330,14 +332,7 @@ async fn docker_lifecycle_apply_ssh_reapply_kill9_adopt_destroy() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut signalled = false;
     while Instant::now() < deadline && !signalled {
-        let label = std::fs::read_to_string(p.state_path())
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .and_then(|v| {
-                v["resources"]["vm.dev"]["machine"]["state"]["state"]
-                    .as_str()
-                    .map(str::to_string)
-            });
+        let label = p.live_state_label("vm.dev");
         if matches!(
             label.as_deref(),
             Some("creating") | Some("booting") | Some("connecting")

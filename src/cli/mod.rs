@@ -542,9 +542,9 @@ fn start_run(
     parallelism: u32,
     retry_until_up: bool,
     color: bool,
-) -> Run {
+) -> Result<Run, Report> {
     let lineage = state.lineage.clone();
-    let journal = Arc::new(StateJournal::new(store, state));
+    let journal = Arc::new(StateJournal::new(store, state).map_err(Report::new)?);
     let cancel = CancelToken::new();
     spawn_signal_handler(cancel.clone());
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -560,11 +560,11 @@ fn start_run(
         parallelism: parallelism as usize,
         retry_until_up,
     };
-    Run {
+    Ok(Run {
         journal,
         engine,
         progress,
-    }
+    })
 }
 
 fn project_key(lineage: &str) -> Result<ProjectKey, Report> {
@@ -742,7 +742,7 @@ async fn cmd_apply(
         a.parallelism,
         a.retry_until_up,
         color,
-    );
+    )?;
     let outcomes = run.engine.apply(&plan).await;
     let actions = plan
         .changes
@@ -838,7 +838,7 @@ async fn cmd_destroy(
         return Ok(ExitCode::from(1));
     }
     let key = project_key(&state.lineage)?;
-    let run = start_run(state, store, providers, &key, a.parallelism, false, color);
+    let run = start_run(state, store, providers, &key, a.parallelism, false, color)?;
     let outcomes = run.engine.destroy(&addresses).await;
     let actions = addresses
         .iter()

@@ -65,6 +65,36 @@ pub enum StateError {
         supported: u32,
     },
 
+    /// The write-ahead journal beside the state file has a line that is not a valid
+    /// change (not a crash-torn last line, which is ignored). Neither file was modified.
+    #[error("state journal `{}` is corrupt at line {line}: {what}", path.display())]
+    #[diagnostic(
+        code(gpuprov::state::corrupt_journal),
+        help("the journal holds the changes of a run that did not finish; neither file was modified. Keep a copy of both, then move the journal aside to fall back to the state file (changes after its last save would have to be recovered with `gpuprov apply`, which finds machines by their labels)")
+    )]
+    CorruptJournal {
+        /// The journal file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong with it.
+        what: String,
+    },
+
+    /// The journal beside the state file belongs to another state (lineage) or continues
+    /// a newer serial than the file. Neither file was modified.
+    #[error("state journal `{}` does not belong to the state beside it: {what}", path.display())]
+    #[diagnostic(
+        code(gpuprov::state::journal_mismatch),
+        help("neither file was modified; restore the state file this journal continues, or move the journal aside if it belongs to another project")
+    )]
+    JournalMismatch {
+        /// The journal file.
+        path: PathBuf,
+        /// What does not match.
+        what: String,
+    },
+
     /// The caller tried to save a state whose lineage differs from the one read at open,
     /// which would overwrite another project's state.
     #[error(

@@ -5,6 +5,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use super::error::{CorruptState, StateError};
+use super::wal::{self, JournalWriter, Replayed};
 use super::{backup_path, errored_path, StateFile, GPUPROV_VERSION, STATE_FORMAT_VERSION};
 
 /// Owns the state file's path for one run: it read the file once at [`StateStore::open`]
@@ -21,12 +22,16 @@ pub struct StateStore {
     /// The lineage read at open, if the file existed; saves must not change it.
     lineage: Option<String>,
     backup_written: bool,
+    /// What [`wal::replay`] found beside the file at open.
+    journal: Replayed,
 }
 
 impl StateStore {
     /// Reads the state file at `path`.
     ///
-    /// A missing file gives a fresh [`StateFile::new`] (serial 0, new lineage).
+    /// A missing file gives a fresh [`StateFile::new`] (serial 0, new lineage). The
+    /// write-ahead journal beside it, if a run left one, is replayed onto the returned
+    /// state (see [`super::wal`]); without a state file, the journal's lineage is adopted.
     ///
     /// # Errors
     ///
@@ -34,31 +39,70 @@ impl StateStore {
     ///   the wrong type; the diagnostic points at the line and column.
     /// - [`StateError::NewerVersion`]: its `version` is above [`STATE_FORMAT_VERSION`].
     /// - [`StateError::Io`]: it could not be read (for example `path` is a directory).
+    /// - [`StateError::CorruptJournal`] / [`StateError::JournalMismatch`]: the journal
+    ///   beside it cannot be applied.
     ///
-    /// In every error case the file is left untouched.
+    /// In every error case the files are left untouched.
     pub fn open(path: impl AsRef<Path>) -> Result<(StateStore, StateFile), StateError> {
         let path = path.as_ref().to_path_buf();
-        let bytes = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let store = StateStore {
-                    path,
-                    original: None,
-                    lineage: None,
-                    backup_written: false,
-                };
-                return Ok((store, StateFile::new()));
+        // A reader can race a writer that folds its journal and starts the next one
+        // between our two reads; reading both again resolves it.
+        let mut attempt = 0;
+        loop {
+            match Self::open_once(&path) {
+                Err(StateError::JournalMismatch { .. }) if attempt < 3 => {
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => return other,
             }
-            Err(e) => return Err(StateError::io("read state file", &path, e)),
+        }
+    }
+
+    fn open_once(path: &Path) -> Result<(StateStore, StateFile), StateError> {
+        let (original, mut state) = match fs::read(path) {
+            Ok(bytes) => {
+                let state = parse(path, &bytes)?;
+                (Some(bytes), state)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => (None, StateFile::new()),
+            Err(e) => return Err(StateError::io("read state file", path, e)),
         };
-        let state = parse(&path, &bytes)?;
+        let existed = original.is_some();
+        let journal = wal::replay(&wal::journal_path(path), &mut state, existed)?;
         let store = StateStore {
-            path,
-            original: Some(bytes),
-            lineage: Some(state.lineage.clone()),
+            path: path.to_path_buf(),
+            lineage: (existed || journal != Replayed::None).then(|| state.lineage.clone()),
+            original,
             backup_written: false,
+            journal,
         };
         Ok((store, state))
+    }
+
+    /// Starts this run's write-ahead journal (`<path>.journal`) for `state`. A journal
+    /// replayed at open is folded into the state file first, so no change is lost.
+    ///
+    /// # Errors
+    ///
+    /// As [`StateStore::save`] for the fold, [`StateError::Io`] if the journal cannot be
+    /// created and made durable.
+    pub fn begin_journal(&mut self, state: &mut StateFile) -> Result<JournalWriter, StateError> {
+        if matches!(self.journal, Replayed::Applied { .. }) {
+            self.save(state)?;
+        }
+        // Truncates an already-folded journal; the fold above is durable before that.
+        let writer =
+            JournalWriter::create(&wal::journal_path(&self.path), &state.lineage, state.serial)?;
+        self.journal = Replayed::None;
+        self.lineage = Some(state.lineage.clone());
+        Ok(writer)
+    }
+
+    /// Whether a journal of an unfinished run was replayed at open (its changes are in
+    /// the returned state but not yet in the file).
+    pub fn replayed_journal(&self) -> bool {
+        matches!(self.journal, Replayed::Applied { .. })
     }
 
     /// Returns the state file's path.
@@ -244,6 +288,14 @@ fn write_tmp_and_rename(
     drop(file);
     fs::rename(tmp, target).map_err(|e| StateError::io("replace", target, e))?;
     sync_dir(dir)
+}
+
+/// Fsyncs the directory holding `path`, so a create, rename or delete in it is durable.
+pub(super) fn sync_parent(path: &Path) -> Result<(), StateError> {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => sync_dir(p),
+        _ => sync_dir(Path::new(".")),
+    }
 }
 
 #[cfg(unix)]

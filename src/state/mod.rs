@@ -9,10 +9,13 @@
 //! - [`StateStore`] reads the file once per run and writes it atomically (temp file,
 //!   fsync, rename, fsync of the directory), keeping a `.backup` of the bytes first read.
 //! - [`lock::StateLock`] is the exclusive advisory lock that every writing command holds.
+//! - [`wal`] is the write-ahead journal (`<state>.journal`) a run appends each transition
+//!   to; [`StateStore::open`] replays it, and the run folds it into the file at the end.
 
 mod error;
 mod file;
 pub mod lock;
+pub mod wal;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsString;
@@ -25,6 +28,7 @@ use serde_json::{Map, Value};
 pub use error::{CorruptState, StateError};
 pub use file::{write_atomic, StateStore};
 pub use lock::{ForceUnlockOutcome, LockError, LockInfo, StateLock};
+pub use wal::{journal_path, JournalOp, JournalStats, JournalWriter};
 
 /// The state format version this build writes and the newest it can read.
 ///
@@ -125,11 +129,16 @@ impl ResourceRecord {
     /// Appends an event stamped with the current time, dropping the oldest events so that
     /// at most [`MAX_EVENTS`] remain.
     pub fn push_event(&mut self, label: impl Into<String>) {
+        self.push_event_at(Utc::now(), label);
+    }
+
+    /// Appends an event stamped `at` (a journalled time, so a replay gives the same log).
+    pub fn push_event_at(&mut self, at: DateTime<Utc>, label: impl Into<String>) {
         while self.events.len() >= MAX_EVENTS {
             self.events.pop_front();
         }
         self.events.push_back(Event {
-            at: Utc::now(),
+            at,
             label: label.into(),
         });
     }
