@@ -839,6 +839,11 @@ async fn a_cloud_whose_catalog_fails_leaves_the_others_planning() {
     let out = project.run(&["plan", "--json"], &endpoints, &creds).await;
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("vm.trainer: runpod shows no offers")
+            && stderr.contains("vm.trainer: lambda shows no offers"),
+        "the plan says which clouds failed: {stderr}"
+    );
     let plan: Value = serde_json::from_str(&stdout).unwrap();
     fn without(list: &[(&'static str, f64)]) -> Vec<(&'static str, f64)> {
         list.iter()

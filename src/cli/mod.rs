@@ -289,8 +289,12 @@ async fn preflight(config: &Config, providers: &Providers) -> Result<Preflight, 
                 Err(e) if e.kind == crate::provider::ErrorKind::InvalidRequest => {
                     rejections.push(format!("{c}: {}", e.msg))
                 }
-                // Other errors (capacity, an unreachable catalog) are for apply to handle.
-                Err(_) => {}
+                // Other errors (capacity, credentials, an unreachable catalog) are for
+                // apply to handle; the plan says why this cloud shows no offers.
+                Err(e) => notes.push(format!(
+                    "vm.{}: {c} shows no offers: {} ({:?})",
+                    vm.name, e.msg, e.kind
+                )),
                 // The same filter and order as the launch machine's Planning step.
                 Ok(found) => offers.entry(vm.name.clone()).or_default().extend(
                     found
@@ -450,12 +454,13 @@ async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> Result<ExitCode
     let providers = build_providers(&config, &state.lineage);
     let pre = preflight(&config, &providers).await?;
     let plan = make_plan(&config, &state, &providers, a.refresh.refresh, &pre).await?;
+    // Notes go to stderr, so `--json` output stays machine-readable.
+    for n in &pre.notes {
+        errln!("note: {n}");
+    }
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&plan).into_diagnostic()?);
     } else {
-        for n in &pre.notes {
-            errln!("note: {n}");
-        }
         out!("{}", plan::render(&plan));
     }
     if let Some(out) = &a.out {

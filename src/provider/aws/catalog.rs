@@ -20,6 +20,51 @@ use crate::provider::{ErrorKind, Location, Offer, ProviderError, ResourceRequest
 /// offering (N. Virginia, Oregon, Ohio, Ireland), in that order.
 pub const DEFAULT_REGIONS: &[&str] = &["us-east-1", "us-west-2", "us-east-2", "eu-west-1"];
 
+/// The EC2 region codes gpuprov knows (commercial, GovCloud and China partitions), from
+/// AWS's "Regions and Availability Zones" list
+/// (<https://docs.aws.amazon.com/global-infrastructure/latest/regions/aws-regions.html>,
+/// as of 2025). A multi-cloud config lists other clouds' region names too (`CANADA-1`,
+/// Lambda's `us-south-1`); only names in this list become AWS offers.
+pub const KNOWN_REGIONS: &[&str] = &[
+    "us-east-1",
+    "us-east-2",
+    "us-west-1",
+    "us-west-2",
+    "af-south-1",
+    "ap-east-1",
+    "ap-east-2",
+    "ap-south-1",
+    "ap-south-2",
+    "ap-southeast-1",
+    "ap-southeast-2",
+    "ap-southeast-3",
+    "ap-southeast-4",
+    "ap-southeast-5",
+    "ap-southeast-7",
+    "ap-northeast-1",
+    "ap-northeast-2",
+    "ap-northeast-3",
+    "ca-central-1",
+    "ca-west-1",
+    "eu-central-1",
+    "eu-central-2",
+    "eu-west-1",
+    "eu-west-2",
+    "eu-west-3",
+    "eu-south-1",
+    "eu-south-2",
+    "eu-north-1",
+    "il-central-1",
+    "me-south-1",
+    "me-central-1",
+    "mx-central-1",
+    "sa-east-1",
+    "us-gov-east-1",
+    "us-gov-west-1",
+    "cn-north-1",
+    "cn-northwest-1",
+];
+
 /// One rung of the ladder: an instance type and what it carries.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GpuType {
@@ -158,7 +203,20 @@ pub fn plan(req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
     let regions: Vec<String> = if req.regions.is_empty() {
         DEFAULT_REGIONS.iter().map(|s| s.to_string()).collect()
     } else {
-        req.regions.clone()
+        // Exact tokens: other clouds' region names in the same list are skipped.
+        let ours: Vec<String> = req
+            .regions
+            .iter()
+            .filter(|r| KNOWN_REGIONS.contains(&r.as_str()))
+            .cloned()
+            .collect();
+        if ours.is_empty() {
+            return invalid(format!(
+                "none of the regions {:?} is an AWS region gpuprov knows (for example us-east-1)",
+                req.regions
+            ));
+        }
+        ours
     };
     let detail = if req.zones.is_empty() {
         serde_json::Value::Null
@@ -221,6 +279,21 @@ mod tests {
         }
         assert_eq!(lookup("p5.48xlarge").unwrap().gpus, 8);
         assert_eq!(lookup("p4de.24xlarge").unwrap().gpu_memory_gib, 80);
+    }
+
+    #[test]
+    fn other_clouds_region_names_are_skipped() {
+        let o = plan(&req(
+            Some("H100"),
+            8,
+            &["CANADA-1", "us-south-1", "us-west-2", "us-east-1x"],
+        ))
+        .unwrap();
+        let regions: Vec<&str> = o.iter().map(|o| o.location.region.as_str()).collect();
+        assert_eq!(regions, ["us-west-2"]);
+        let e = plan(&req(Some("H100"), 8, &["CANADA-1"])).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidRequest);
+        assert!(e.msg.contains("CANADA-1"), "{}", e.msg);
     }
 
     #[test]
