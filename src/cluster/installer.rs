@@ -263,4 +263,126 @@ mod tests {
             .unwrap();
         assert!(out.status.success());
     }
+
+    /// A sandbox for running the real installer locally against the test doubles in
+    /// `tests/doubles/` (no root, no network, GPU off): relocated state, config and data
+    /// dirs, and a PATH whose `systemctl` and `k3s` are doubles.
+    struct Sandbox {
+        root: tempfile::TempDir,
+    }
+
+    impl Sandbox {
+        fn new() -> Sandbox {
+            let root = tempfile::tempdir().unwrap();
+            let bin = root.path().join("bin");
+            std::fs::create_dir_all(&bin).unwrap();
+            let doubles = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/doubles");
+            std::fs::copy(format!("{doubles}/systemctl-double"), bin.join("systemctl")).unwrap();
+            Sandbox { root }
+        }
+
+        fn run(&self, sans: &str) -> std::process::Output {
+            let r = self.root.path();
+            let path = format!(
+                "{}:{}",
+                r.join("bin").display(),
+                std::env::var("PATH").unwrap()
+            );
+            Command::new("sh")
+                .arg("-c")
+                .arg(INSTALLER_SH)
+                .env("PATH", path)
+                .env("K3S_DOUBLE_ROOT", r)
+                .env("K3S_DOUBLE_INSTALL_SECS", "1")
+                .env("GPUPROV_STATE_DIR", r.join("state"))
+                .env("GPUPROV_K3S_CONFIG_DIR", r.join("etc"))
+                .env("GPUPROV_K3S_DATA_DIR", r.join("data"))
+                .env(
+                    "GPUPROV_K3S_INSTALL_URL",
+                    concat!(
+                        env!("CARGO_MANIFEST_DIR"),
+                        "/tests/doubles/k3s-install-double.sh"
+                    ),
+                )
+                .env("GPUPROV_K3S_VERSION", "v0.0.0+double")
+                .env("GPUPROV_GPU", "off")
+                .env("GPUPROV_WAIT_SECS", "4")
+                .env("GPUPROV_TLS_SANS", sans)
+                .output()
+                .unwrap()
+        }
+
+        fn read(&self, rel: &str) -> String {
+            std::fs::read_to_string(self.root.path().join(rel)).unwrap_or_default()
+        }
+
+        /// Returns and clears the doubles' call log.
+        fn take_calls(&self) -> Vec<String> {
+            let calls = self.read("calls");
+            let _ = std::fs::remove_file(self.root.path().join("calls"));
+            calls.lines().map(str::to_string).collect()
+        }
+
+        fn status(&self, key: &str) -> Option<String> {
+            self.read("state/k3s-install.status")
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{key}=")).map(str::to_string))
+        }
+    }
+
+    #[test]
+    fn installer_runs_against_test_doubles() {
+        let sb = Sandbox::new();
+        let ok = |o: &std::process::Output| {
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        };
+
+        // Two concurrent first runs: serialised by the lock, k3s installed once.
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| sb.run("203.0.113.7,127.0.0.1,localhost"));
+            let b = s.spawn(|| sb.run("203.0.113.7,127.0.0.1,localhost"));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        ok(&a);
+        ok(&b);
+        assert_eq!(
+            sb.take_calls(),
+            [
+                "install-start version=v0.0.0+double",
+                "install-end",
+                "start k3s"
+            ]
+        );
+        assert_eq!(sb.status("state").as_deref(), Some("done"));
+        assert_eq!(
+            sb.read("etc/config.yaml"),
+            "# Managed by gpuprov (installer.sh); rewritten on every install run.\n\
+             write-kubeconfig-mode: \"0600\"\ntls-san:\n  - \"203.0.113.7\"\n  \
+             - \"127.0.0.1\"\n  - \"localhost\"\n"
+        );
+
+        // Same SAN list: nothing restarts.
+        ok(&sb.run("203.0.113.7,127.0.0.1,localhost"));
+        assert_eq!(sb.take_calls(), Vec::<String>::new());
+        assert_eq!(sb.status("restarted").as_deref(), Some("0"));
+
+        // Changed SAN list: config rewritten, k3s restarted once.
+        ok(&sb.run("198.51.100.9,127.0.0.1,localhost"));
+        assert_eq!(sb.take_calls(), ["restart k3s"]);
+        assert_eq!(sb.status("restarted").as_deref(), Some("1"));
+        assert!(sb.read("etc/config.yaml").contains("\"198.51.100.9\""));
+
+        // A bad SAN fails with the reason in the marker, and the probe reads it.
+        let bad = sb.run("bad\"san");
+        assert_eq!(bad.status.code(), Some(1));
+        assert_eq!(sb.status("state").as_deref(), Some("failed"));
+        let marker = sb.read("state/k3s-install.status");
+        let probe = crate::cluster::probe::BootProbe::parse(&format!(
+            "@@gpuprov-probe section marker\n{marker}\n@@gpuprov-probe rc 0\n"
+        ));
+        assert!(matches!(
+            probe.marker,
+            crate::cluster::probe::Marker::Failed { reason: Some(ref r), .. } if r.contains("invalid TLS SAN")
+        ));
+    }
 }
