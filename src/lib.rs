@@ -2,6 +2,7 @@
 //! Terraform-style. See ARCHITECTURE.md for the map of the code.
 
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod engine;
 pub mod graph;

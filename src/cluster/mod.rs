@@ -1,0 +1,26 @@
+//! The k3s layer (design 4.5, issue 5): every VM a ready single-node k3s cluster.
+//!
+//! This module holds the pure parts so far; none of them does I/O:
+//!
+//! - [`boot`] — the boot script model and its plain shell form (`BootScript::to_shell`),
+//!   for clouds that take a startup script;
+//! - [`userdata`] — the same script as cloud-init `#cloud-config` user-data;
+//! - [`installer`] — the installer shell script shipped in the binary and the
+//!   environment that configures it;
+//! - [`probe`] — the one-round-trip boot probe command, its parser (including
+//!   `nvidia-smi` output), and the decision table that maps it to installed / wait /
+//!   push over SSH;
+//! - [`kubeconfig`] — reading the kubeconfig k3s writes, rewriting it for the user's
+//!   access path and merging it into the user's kubeconfig;
+//! - [`san`] — the API certificate's TLS SAN list and the check that a certificate
+//!   covers the host the user connects to.
+//!
+//! Not here yet: the `K3sMachine` itself, the SSH push, the API/validation steps and the
+//! CLI commands (see ARCHITECTURE.md).
+
+pub mod boot;
+pub mod installer;
+pub mod kubeconfig;
+pub mod probe;
+pub mod san;
+pub mod userdata;
