@@ -1511,6 +1511,189 @@ fn saved_plan_files_never_panic_or_write() {
     });
 }
 
+/// A state as gpuprov writes it mid-life: one machine booting on the docker cloud, one
+/// leaked, one aborted, one tearing down; `desired` snapshots included.
+fn lived_state(lineage: &str) -> Value {
+    use gpuprov::vm::{LaunchState, Search, Target, TeardownState};
+    let docker = Location {
+        cloud: "docker".into(),
+        region: "local".into(),
+        zone: None,
+    };
+    let rec = |kind: &str, state: Value, label: &str, desired: Option<&str>| {
+        json!({
+            "machine": {"kind": kind, "state": state, "label": label,
+                        "updated_at": "2024-05-01T10:00:00Z"},
+            "desired": desired.map(|n| serde_json::to_value(VmSpec::new(n, vec![gpuprov::config::Cloud::Docker])).unwrap()),
+            "events": [{"at": "2024-05-01T09:59:00Z", "label": "planning"}],
+        })
+    };
+    let booting = LaunchState::Booting {
+        search: Search {
+            round: 1,
+            ..Search::default()
+        },
+        instance_id: "c0ffee".into(),
+    };
+    let leaked = LaunchState::Leaked {
+        location: docker.clone(),
+        instance_ids: vec!["dead".into()],
+        reason: "delete kept failing".into(),
+    };
+    let aborted = LaunchState::Aborted {
+        reason: "no offer".into(),
+        owned: None,
+    };
+    let tearing = TeardownState::AwaitingGone {
+        target: Target {
+            location: docker,
+            vm_name: "old".into(),
+            instance_ids: vec!["beef".into()],
+        },
+    };
+    json!({
+        "version": 1, "serial": 5, "lineage": lineage, "gpuprov_version": "0.1.0",
+        "resources": {
+            "vm.dev": rec("launch", serde_json::to_value(booting).unwrap(), "booting", Some("dev")),
+            "vm.web": rec("launch", serde_json::to_value(aborted).unwrap(), "aborted", Some("web")),
+            "vm.gone": rec("launch", serde_json::to_value(leaked).unwrap(), "leaked", Some("gone")),
+            "vm.old": rec("teardown", serde_json::to_value(tearing).unwrap(), "awaiting gone", None),
+        }
+    })
+}
+
+/// Hand-edited, inconsistent state files given to the read-only commands (`status`,
+/// `list`, `state show`, `plan`) and to `destroy`: never a panic, never a write; a file
+/// the loader refuses is refused by every command, naming it; `destroy` refuses a state
+/// with a record it cannot read (it may be the only trace of a billed machine) and is
+/// not run on states it would act on.
+#[test]
+fn hand_edited_states_through_the_cli() {
+    let p = PlanProject::new();
+    let base = lived_state(&p.state_file.lineage);
+    // The unedited state is readable by every read-only command.
+    fs::write(&p.state, serde_json::to_vec_pretty(&base).unwrap()).unwrap();
+    for args in [
+        &["status"][..],
+        &["list"],
+        &["state", "show", "vm.dev"],
+        &["plan"],
+    ] {
+        let o = p.cmd().args(args).output().unwrap();
+        assert!(
+            o.status.code() == Some(0) || (args == ["plan"] && o.status.code() == Some(2)),
+            "{args:?} on a valid state: {o:?}"
+        );
+    }
+    // Edits anywhere, or inside one record's machine state (where hand edits and
+    // incompatible releases do their damage while the file stays valid JSON).
+    let edits = (
+        proptest::collection::vec(json_edit(), 0..3),
+        proptest::collection::vec((any::<Index>(), json_edit()), 0..3),
+    )
+        .prop_map({
+            let base = base.clone();
+            move |(anywhere, in_machine)| {
+                let mut d = base.clone();
+                for e in &anywhere {
+                    apply_json_edit(&mut d, e);
+                }
+                for (i, e) in &in_machine {
+                    let keys: Vec<String> = d["resources"]
+                        .as_object()
+                        .map(|m| m.keys().cloned().collect())
+                        .unwrap_or_default();
+                    if keys.is_empty() {
+                        break;
+                    }
+                    let k = &keys[i.index(keys.len())];
+                    if let Some(state) = d["resources"][k]
+                        .get_mut("machine")
+                        .and_then(|m| m.get_mut("state"))
+                    {
+                        apply_json_edit(state, e);
+                    }
+                }
+                serde_json::to_vec_pretty(&d).unwrap()
+            }
+        });
+    let listing_before = {
+        let mut l = listing(p.dir.path());
+        l.retain(|f| !f.ends_with(".lock"));
+        l
+    };
+    check("hand_edited_states_cli", 32, edits, |bytes, tally| {
+        fs::write(&p.state, &bytes).unwrap();
+        let (loads, unreadable_record) = match StateStore::open(&p.state) {
+            Err(_) => (false, false),
+            Ok((_, st)) => (
+                true,
+                st.resources.values().any(|r| {
+                    gpuprov::engine::owned_of(&gpuprov::machine::PrevRecord {
+                        kind: r.machine.kind.clone(),
+                        state: r.machine.state.clone(),
+                    })
+                    .is_err()
+                }),
+            ),
+        };
+        let mut runs: Vec<Vec<&str>> = vec![
+            vec!["status"],
+            vec!["list"],
+            vec!["state", "show", "vm.dev"],
+            vec!["plan", "--refresh=false"],
+        ];
+        if !loads || unreadable_record {
+            runs.push(vec!["destroy", "--auto-approve"]);
+        }
+        for args in &runs {
+            let o = p.cmd().args(args).output().unwrap();
+            let stderr = String::from_utf8_lossy(&o.stderr);
+            prop_assert_ne!(
+                o.status.code(),
+                Some(101),
+                "{:?} panicked:\n{}",
+                args,
+                stderr
+            );
+            prop_assert!(o.status.code().is_some(), "{:?} was killed: {:?}", args, o);
+            if !loads {
+                prop_assert_eq!(
+                    o.status.code(),
+                    Some(1),
+                    "{:?} accepted a refused state",
+                    args
+                );
+                prop_assert!(
+                    stderr.contains("gpuprov.state.json"),
+                    "{:?}:\n{}",
+                    args,
+                    stderr
+                );
+            }
+            if args[0] == "destroy" {
+                prop_assert_eq!(o.status.code(), Some(1), "destroy:\n{}", stderr);
+            }
+            prop_assert_eq!(
+                &fs::read(&p.state).unwrap(),
+                &bytes,
+                "{:?} wrote the state",
+                args
+            );
+            let mut now = listing(p.dir.path());
+            now.retain(|f| !f.ends_with(".lock"));
+            prop_assert_eq!(&now, &listing_before, "{:?} left files", args);
+        }
+        tally.add(match (loads, unreadable_record) {
+            (false, _) => "state refused",
+            (true, true) => "record unreadable, destroy refused",
+            (true, false) => "state readable",
+        });
+        Ok(())
+    });
+    fs::write(&p.state, &p.state_bytes).unwrap();
+}
+
 // ---------------------------------------------------------------------------------------
 // 5. Response parsers of the REST adapters.
 // ---------------------------------------------------------------------------------------
