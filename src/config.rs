@@ -455,6 +455,12 @@ impl Reporter<'_> {
         label: &str,
         help: Option<String>,
     ) -> Box<ConfigError> {
+        // Without a span miette shows no snippet, so nothing would say which file is
+        // wrong: the message names it instead.
+        let message = match span {
+            Some(_) => message,
+            None => format!("{}: {message}", self.name),
+        };
         Box::new(ConfigError {
             message,
             src: NamedSource::new(self.name.clone(), self.text.to_string()),
