@@ -340,11 +340,12 @@ impl Config {
         }
         let mut vms = BTreeMap::new();
         for (name, table) in &file.vm {
-            let key_span = find_vm_header(&text, name);
+            // Located only when reporting: searching the text per machine is O(N²).
+            let key_span = || find_vm_header(&text, name);
             if !valid_vm_name(name) {
                 return Err(err(
                     format!("invalid machine name {name:?}"),
-                    key_span,
+                    key_span(),
                     "this name",
                     Some("use 1 to 40 lowercase letters, digits and '-', starting with a letter (it becomes part of cloud resource names and DNS labels)".into()),
                 ));
@@ -479,7 +480,8 @@ fn merge(
 ) -> Result<VmSpec, Box<ConfigError>> {
     let s = t;
     let err = |message, span, label: &str, help| r.err(message, span, label, help);
-    let header = find_vm_header(r.text, name);
+    // Located only when reporting: searching the text per machine is O(N²).
+    let header = || find_vm_header(r.text, name);
     let clouds = s.clouds.as_ref().or(d.clouds.as_ref());
     let clouds = match clouds {
         Some(c) if c.get_ref().is_empty() => {
@@ -508,7 +510,7 @@ fn merge(
         None => {
             return Err(err(
                 format!("vm.{name} names no cloud"),
-                header,
+                header(),
                 "no clouds here or in [defaults]",
                 Some(
                     "set clouds = [\"docker\"] (or another cloud) in [vm.NAME] or [defaults]"
@@ -525,7 +527,7 @@ fn merge(
     if gpu_count > 0 && gpu.is_none() {
         return Err(err(
             format!("vm.{name}: gpu_count = {gpu_count} but no gpu model is set"),
-            key_span(r.text, name, "gpu_count").or(header),
+            key_span(r.text, name, "gpu_count").or_else(header),
             "here",
             Some("set gpu = \"H100\" (or another model)".into()),
         ));
@@ -533,7 +535,7 @@ fn merge(
     if gpu.is_some() && gpu_count == 0 {
         return Err(err(
             format!("vm.{name}: gpu is set but gpu_count = 0"),
-            key_span(r.text, name, "gpu_count").or(header),
+            key_span(r.text, name, "gpu_count").or_else(header),
             "here",
             None,
         ));
@@ -541,14 +543,14 @@ fn merge(
     let max_price = s.max_price_per_hour.or(d.max_price_per_hour);
     if let Some(p) = max_price {
         if !(p.is_finite() && p > 0.0) {
-            return Err(err(format!("vm.{name}: max_price_per_hour must be a positive number of USD per hour, got {p}"), key_span(r.text, name, "max_price_per_hour").or(header), "here", None));
+            return Err(err(format!("vm.{name}: max_price_per_hour must be a positive number of USD per hour, got {p}"), key_span(r.text, name, "max_price_per_hour").or_else(header), "here", None));
         }
     }
     let disk_gb = s.disk_gb.or(d.disk_gb);
     if disk_gb == Some(0) {
         return Err(err(
             format!("vm.{name}: disk_gb must be at least 1 GiB"),
-            key_span(r.text, name, "disk_gb").or(header),
+            key_span(r.text, name, "disk_gb").or_else(header),
             "here",
             None,
         ));
@@ -561,7 +563,7 @@ fn merge(
     if let Some(p) = ports.iter().find(|p| **p == 0 || **p == 22) {
         return Err(err(
             format!("vm.{name}: port {p} cannot be listed in ports"),
-            key_span(r.text, name, "ports").or(header),
+            key_span(r.text, name, "ports").or_else(header),
             "here",
             Some("ports lists extra inbound TCP ports (1-65535); 22 is always open".into()),
         ));

@@ -287,6 +287,31 @@ async fn creates_are_spaced_by_the_clouds_declared_interval() {
     }
 }
 
+/// Found by the benchmark: with every concurrency permit busy, creates spaced before
+/// waiting for a permit reached the cloud in a bunch. Spacing must hold at the cloud.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_stay_spaced_at_the_cloud_when_the_concurrency_limit_is_saturated() {
+    let base = cloud().with_latency(Duration::from_millis(40));
+    let caps = gpuprov::provider::Capabilities {
+        max_concurrency: 2,
+        min_create_interval: Duration::from_millis(30),
+        ..base.capabilities_for_test()
+    };
+    let s = Setup::new(base.with_capabilities(caps));
+    let out = s.apply(&vms(8)).await;
+    assert!(
+        out.values().all(|o| matches!(o, Outcome::Ready(_))),
+        "{out:?}"
+    );
+    assert!(s.cloud.max_in_flight() <= 2);
+    let times = s.cloud.call_times(Op::Create);
+    assert_eq!(times.len(), 8);
+    for pair in times.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(gap >= Duration::from_millis(25), "creates {gap:?} apart");
+    }
+}
+
 #[tokio::test]
 async fn calls_in_flight_never_exceed_the_clouds_declared_concurrency() {
     let limited = {

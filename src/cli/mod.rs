@@ -259,6 +259,7 @@ struct Preflight {
 /// the plan shows.
 async fn preflight(config: &Config, providers: &Providers) -> Result<Preflight, Report> {
     let mut notes = Vec::new();
+    let mut k3s_skipped: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut offers: BTreeMap<String, Vec<crate::provider::Offer>> = BTreeMap::new();
     for vm in config.vms.values() {
         let usable: Vec<_> = vm
@@ -326,16 +327,29 @@ async fn preflight(config: &Config, providers: &Providers) -> Result<Preflight, 
                     Some("set kubernetes = false, or add a cloud that supports Kubernetes".into()),
                 )));
             }
-            notes.push(format!(
-                "vm.{}: kubernetes skipped: {} cannot host k3s",
-                vm.name,
-                usable
-                    .iter()
-                    .map(|c| c.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            k3s_skipped
+                .entry(
+                    usable
+                        .iter()
+                        .map(|c| c.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                )
+                .or_default()
+                .push(vm.name.clone());
         }
+    }
+    // One note per cloud set, not per machine: a fleet of 1,000 gets one line.
+    for (clouds, vms) in k3s_skipped {
+        let shown: Vec<String> = vms.iter().take(3).map(|v| format!("vm.{v}")).collect();
+        let more = match vms.len().saturating_sub(3) {
+            0 => String::new(),
+            n => format!(" and {n} more"),
+        };
+        notes.push(format!(
+            "{}{more}: kubernetes skipped: {clouds} cannot host k3s",
+            shown.join(", ")
+        ));
     }
     Ok(Preflight { notes, offers })
 }

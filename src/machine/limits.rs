@@ -73,15 +73,18 @@ impl CloudProvider for Governed {
         prepared: &serde_json::Value,
         spec: &InstanceSpec,
     ) -> Result<String, ProviderError> {
-        {
-            // Held across the wait, so creates queue up and leave one interval apart.
+        let _p = {
+            // Held across both waits, so creates queue up and reach the cloud one
+            // interval apart: the permit is taken before the next slot is set, else
+            // creates spaced here could bunch up behind a full semaphore.
             let mut next = self.next_create.lock().await;
             if let Some(at) = *next {
                 tokio::time::sleep_until(at).await;
             }
+            let p = self.permit().await?;
             *next = Some(Instant::now() + self.caps.min_create_interval);
-        }
-        let _p = self.permit().await?;
+            p
+        };
         self.inner.create(offer, prepared, spec).await
     }
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
