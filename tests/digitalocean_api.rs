@@ -5,6 +5,8 @@
 //! get 127.0.0.x addresses only, nothing is dialled; the pagination links the fake returns
 //! name api.digitalocean.com and must never be followed as URLs).
 
+#[path = "support/drive.rs"]
+mod drive;
 #[path = "support/spec.rs"]
 mod spec;
 
@@ -12,28 +14,21 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use drive::{LINEAGE, PUBKEY};
 use gpuprov::config::{Cloud, VmSpec};
-use gpuprov::machine::{CancelToken, ExecError, Executor, MemoryJournal, RetryPolicy};
+use gpuprov::machine::{ExecError, MemoryJournal};
 use gpuprov::provider::digitalocean::{DigitalOceanProvider, DigitalOceanSettings, Token};
 use gpuprov::provider::fake::FakeConnector;
 use gpuprov::provider::{
     BootScript, Capabilities, CloudProvider, ErrorKind, InstanceSpec, InstanceStatus, Location,
-    Providers, ResourceRequest,
+    ResourceRequest,
 };
-use gpuprov::vm::{LaunchMachine, LaunchState, Target, TeardownMachine, TeardownState};
+use gpuprov::vm::{LaunchState, Target, TeardownState};
 use serde_json::{json, Value};
 use spec::{Canned, Seen, SpecServer};
 
-const LINEAGE: &str = "0f0e0d0c-1111-4222-8333-444455556666";
-const PUBKEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuprovTestKeyOnly gpuprov";
 /// A sentinel token: it must never appear in any error, reason or journal entry.
 const SENTINEL: &str = "dop_v1_secret_sentinel_7f3a9c";
-
-const FAST: RetryPolicy = RetryPolicy {
-    max_attempts: 4,
-    initial_backoff: Duration::from_millis(1),
-    max_backoff: Duration::from_millis(2),
-};
 
 const DROPLETS: &str = "/v2/droplets";
 const H100X1: &str = "gpu-h100x1-80gb";
@@ -500,49 +495,27 @@ impl Run {
         }
     }
 
-    fn providers(&self) -> Providers {
-        let mut p = Providers::new();
-        p.insert(self.provider.clone());
-        p
-    }
-
     async fn launch(&self) -> Result<LaunchState, ExecError> {
-        let mut m = LaunchMachine::new(
-            self.vm.clone(),
-            LINEAGE.into(),
-            PUBKEY.into(),
-            self.providers(),
+        drive::launch(
+            &self.vm,
+            self.provider.clone(),
+            self.journal.clone(),
             self.connector.clone(),
-        );
-        m.retry = FAST;
-        m.teardown.retry = FAST;
-        m.vanish_grace = Duration::from_millis(200);
-        m.exhausted_wait = Duration::from_millis(5);
-        let ex = Executor::new(self.journal.clone(), CancelToken::new());
-        let fut = ex.run(&m, "vm.trainer", |prev| {
-            let owned = prev
-                .and_then(|p| serde_json::from_value::<LaunchState>(p.state).ok())
-                .and_then(|s| s.owned());
-            LaunchState::start(owned)
-        });
-        tokio::time::timeout(Duration::from_secs(30), fut)
-            .await
-            .expect("launch must not hang")
+        )
+        .await
     }
 
     async fn teardown(&self, target: Target) -> TeardownState {
-        let mut m = TeardownMachine::new(self.providers());
-        m.retry = FAST;
-        let ex = Executor::new(Arc::new(MemoryJournal::new()), CancelToken::new());
-        let fut = ex.run(&m, "vm.trainer", |_| TeardownState::Requesting { target });
-        tokio::time::timeout(Duration::from_secs(30), fut)
-            .await
-            .expect("teardown must not hang")
-            .unwrap()
+        drive::teardown(
+            self.provider.clone(),
+            target,
+            Arc::new(MemoryJournal::new()),
+        )
+        .await
     }
 
     fn labels(&self) -> Vec<String> {
-        self.journal.history().into_iter().map(|(_, l)| l).collect()
+        drive::labels(&self.journal)
     }
 }
 

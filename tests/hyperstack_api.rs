@@ -4,6 +4,8 @@
 //! for real through the executor with a `MemoryJournal`; SSH is the `FakeConnector` (VMs
 //! get 127.0.0.x floating IPs only, nothing is dialled).
 
+#[path = "support/drive.rs"]
+mod drive;
 #[path = "support/spec.rs"]
 mod spec;
 
@@ -11,32 +13,25 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use drive::{LINEAGE, PUBKEY};
 use gpuprov::config::{Cloud, VmSpec};
-use gpuprov::machine::{CancelToken, ExecError, Executor, MemoryJournal, RetryPolicy};
+use gpuprov::machine::{ExecError, MemoryJournal};
 use gpuprov::provider::fake::FakeConnector;
 use gpuprov::provider::hyperstack::{ApiKey, HyperstackProvider, HyperstackSettings};
 use gpuprov::provider::{
     BootScript, Capabilities, CloudProvider, ErrorKind, InstanceSpec, InstanceStatus, Location,
-    Providers, ResourceRequest,
+    ResourceRequest,
 };
-use gpuprov::vm::{LaunchMachine, LaunchState, Target, TeardownMachine, TeardownState};
+use gpuprov::vm::{LaunchState, Target, TeardownState};
 use serde_json::{json, Value};
 use spec::{Canned, Seen, SpecServer};
 
-const LINEAGE: &str = "0f0e0d0c-1111-4222-8333-444455556666";
-const PUBKEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuprovTestKeyOnly gpuprov";
 /// A sentinel API key: it must never appear in any error, reason or journal entry.
 const SENTINEL: &str = "secret_sentinel_key_7f3a9c";
 const VMS: &str = "/v1/core/virtual-machines";
 const ENV_CA: &str = "gpuprov-0f0e0d0c-canada-1";
 const VM_NAME: &str = "gpuprov-trainer-0f0e0d0c";
 const H100: &str = "H100-80G-PCIe";
-
-const FAST: RetryPolicy = RetryPolicy {
-    max_attempts: 4,
-    initial_backoff: Duration::from_millis(1),
-    max_backoff: Duration::from_millis(2),
-};
 
 /// The fake Hyperstack organisation.
 #[derive(Default)]
@@ -486,49 +481,22 @@ impl Run {
         }
     }
 
-    fn providers(&self) -> Providers {
-        let mut p = Providers::new();
-        p.insert(self.provider.clone());
-        p
-    }
-
     async fn launch(&self) -> Result<LaunchState, ExecError> {
-        let mut m = LaunchMachine::new(
-            self.vm.clone(),
-            LINEAGE.into(),
-            PUBKEY.into(),
-            self.providers(),
+        drive::launch(
+            &self.vm,
+            self.provider.clone(),
+            self.journal.clone(),
             self.connector.clone(),
-        );
-        m.retry = FAST;
-        m.teardown.retry = FAST;
-        m.vanish_grace = Duration::from_millis(200);
-        m.exhausted_wait = Duration::from_millis(5);
-        let ex = Executor::new(self.journal.clone(), CancelToken::new());
-        let fut = ex.run(&m, "vm.trainer", |prev| {
-            let owned = prev
-                .and_then(|p| serde_json::from_value::<LaunchState>(p.state).ok())
-                .and_then(|s| s.owned());
-            LaunchState::start(owned)
-        });
-        tokio::time::timeout(Duration::from_secs(30), fut)
-            .await
-            .expect("launch must not hang")
+        )
+        .await
     }
 
     async fn teardown_with(&self, target: Target, journal: Arc<MemoryJournal>) -> TeardownState {
-        let mut m = TeardownMachine::new(self.providers());
-        m.retry = FAST;
-        let ex = Executor::new(journal, CancelToken::new());
-        let fut = ex.run(&m, "vm.trainer", |_| TeardownState::Requesting { target });
-        tokio::time::timeout(Duration::from_secs(30), fut)
-            .await
-            .expect("teardown must not hang")
-            .unwrap()
+        drive::teardown(self.provider.clone(), target, journal).await
     }
 
     fn labels(&self) -> Vec<String> {
-        self.journal.history().into_iter().map(|(_, l)| l).collect()
+        drive::labels(&self.journal)
     }
 }
 

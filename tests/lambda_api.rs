@@ -4,6 +4,8 @@
 //! executor with a `MemoryJournal`; SSH is the `FakeConnector` (instances get 127.0.0.x
 //! addresses only, nothing is dialled).
 
+#[path = "support/drive.rs"]
+mod drive;
 #[path = "support/spec.rs"]
 mod spec;
 
@@ -11,27 +13,20 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use drive::{LINEAGE, PUBKEY};
 use gpuprov::config::{Cloud, VmSpec};
-use gpuprov::machine::{CancelToken, ExecError, Executor, MemoryJournal, RetryPolicy};
+use gpuprov::machine::{ExecError, MemoryJournal};
 use gpuprov::provider::fake::FakeConnector;
 use gpuprov::provider::lambda::{ApiKey, LambdaProvider, LambdaSettings};
 use gpuprov::provider::{
-    Capabilities, CloudProvider, ErrorKind, InstanceStatus, Location, Providers, ResourceRequest,
+    Capabilities, CloudProvider, ErrorKind, InstanceStatus, Location, ResourceRequest,
 };
-use gpuprov::vm::{LaunchMachine, LaunchState, Target, TeardownMachine, TeardownState};
+use gpuprov::vm::{LaunchState, Target, TeardownState};
 use serde_json::{json, Value};
 use spec::{Canned, Seen, SpecServer};
 
-const LINEAGE: &str = "0f0e0d0c-1111-4222-8333-444455556666";
-const PUBKEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuprovTestKeyOnly gpuprov";
 /// A sentinel API key: it must never appear in any error, reason or journal entry.
 const SENTINEL: &str = "secret_sentinel_key_7f3a9c";
-
-const FAST: RetryPolicy = RetryPolicy {
-    max_attempts: 4,
-    initial_backoff: Duration::from_millis(1),
-    max_backoff: Duration::from_millis(2),
-};
 
 const LAUNCH: &str = "/api/v1/instance-operations/launch";
 const TERMINATE: &str = "/api/v1/instance-operations/terminate";
@@ -371,49 +366,27 @@ impl Run {
         }
     }
 
-    fn providers(&self) -> Providers {
-        let mut p = Providers::new();
-        p.insert(self.provider.clone());
-        p
-    }
-
     async fn launch(&self) -> Result<LaunchState, ExecError> {
-        let mut m = LaunchMachine::new(
-            self.vm.clone(),
-            LINEAGE.into(),
-            PUBKEY.into(),
-            self.providers(),
+        drive::launch(
+            &self.vm,
+            self.provider.clone(),
+            self.journal.clone(),
             self.connector.clone(),
-        );
-        m.retry = FAST;
-        m.teardown.retry = FAST;
-        m.vanish_grace = Duration::from_millis(200);
-        m.exhausted_wait = Duration::from_millis(5);
-        let ex = Executor::new(self.journal.clone(), CancelToken::new());
-        let fut = ex.run(&m, "vm.trainer", |prev| {
-            let owned = prev
-                .and_then(|p| serde_json::from_value::<LaunchState>(p.state).ok())
-                .and_then(|s| s.owned());
-            LaunchState::start(owned)
-        });
-        tokio::time::timeout(Duration::from_secs(30), fut)
-            .await
-            .expect("launch must not hang")
+        )
+        .await
     }
 
     async fn teardown(&self, target: Target) -> TeardownState {
-        let mut m = TeardownMachine::new(self.providers());
-        m.retry = FAST;
-        let ex = Executor::new(Arc::new(MemoryJournal::new()), CancelToken::new());
-        let fut = ex.run(&m, "vm.trainer", |_| TeardownState::Requesting { target });
-        tokio::time::timeout(Duration::from_secs(30), fut)
-            .await
-            .expect("teardown must not hang")
-            .unwrap()
+        drive::teardown(
+            self.provider.clone(),
+            target,
+            Arc::new(MemoryJournal::new()),
+        )
+        .await
     }
 
     fn labels(&self) -> Vec<String> {
-        self.journal.history().into_iter().map(|(_, l)| l).collect()
+        drive::labels(&self.journal)
     }
 }
 
