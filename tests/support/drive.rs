@@ -1,0 +1,86 @@
+//! Drives the real launch and teardown machines against one adapter, as the adapter API
+//! tests (`tests/*_api.rs`) do: fast retries, an in-memory journal, the fake SSH
+//! connector, and a bound on every run so a test never hangs.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpuprov::config::VmSpec;
+use gpuprov::machine::{CancelToken, ExecError, Executor, MemoryJournal, RetryPolicy};
+use gpuprov::provider::fake::FakeConnector;
+use gpuprov::provider::{CloudProvider, Providers};
+use gpuprov::vm::{LaunchMachine, LaunchState, Target, TeardownMachine, TeardownState};
+
+/// The state lineage every adapter test uses (a UUID, as the core requires).
+pub const LINEAGE: &str = "0f0e0d0c-1111-4222-8333-444455556666";
+/// A public key in OpenSSH form; tests only.
+pub const PUBKEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuprovTestKeyOnly gpuprov";
+
+/// Retries in milliseconds, so failover and backoff paths run fast.
+pub const FAST: RetryPolicy = RetryPolicy {
+    max_attempts: 4,
+    initial_backoff: Duration::from_millis(1),
+    max_backoff: Duration::from_millis(2),
+};
+
+/// One adapter registered as the only cloud (behind the core's limits, as in a run).
+pub fn providers(provider: Arc<dyn CloudProvider>) -> Providers {
+    let mut p = Providers::new();
+    p.insert(provider);
+    p
+}
+
+/// Runs the launch machine for `vm` to a terminal state (resuming from `journal`, as
+/// `apply` does), within 30 s.
+pub async fn launch(
+    vm: &VmSpec,
+    provider: Arc<dyn CloudProvider>,
+    journal: Arc<MemoryJournal>,
+    connector: Arc<FakeConnector>,
+) -> Result<LaunchState, ExecError> {
+    let mut m = LaunchMachine::new(
+        vm.clone(),
+        LINEAGE.into(),
+        PUBKEY.into(),
+        providers(provider),
+        connector,
+    );
+    m.retry = FAST;
+    m.teardown.retry = FAST;
+    m.vanish_grace = Duration::from_millis(200);
+    m.exhausted_wait = Duration::from_millis(5);
+    let ex = Executor::new(journal, CancelToken::new());
+    let key = format!("vm.{}", vm.name);
+    let fut = ex.run(&m, &key, |prev| {
+        let owned = prev
+            .and_then(|p| serde_json::from_value::<LaunchState>(p.state).ok())
+            .and_then(|s| s.owned());
+        LaunchState::start(owned)
+    });
+    tokio::time::timeout(Duration::from_secs(30), fut)
+        .await
+        .expect("launch must not hang")
+}
+
+/// Runs the teardown machine on `target` to a terminal state within 30 s.
+pub async fn teardown(
+    provider: Arc<dyn CloudProvider>,
+    target: Target,
+    journal: Arc<MemoryJournal>,
+) -> TeardownState {
+    let mut m = TeardownMachine::new(providers(provider));
+    m.retry = FAST;
+    let ex = Executor::new(journal, CancelToken::new());
+    let key = format!("vm.{}", target.vm_name);
+    let fut = ex.run(&m, &key, |_| TeardownState::Requesting { target });
+    tokio::time::timeout(Duration::from_secs(30), fut)
+        .await
+        .expect("teardown must not hang")
+        .unwrap()
+}
+
+/// The labels the journal recorded, in order.
+pub fn labels(journal: &MemoryJournal) -> Vec<String> {
+    journal.history().into_iter().map(|(_, l)| l).collect()
+}
