@@ -44,6 +44,42 @@ pub const KNOWN_CLOUDS: &[&str] = &[
     "docker",
 ];
 
+/// A credential (API key or token) held by an adapter; its `Debug` never shows the value,
+/// so settings can be logged and errors formatted without leaking it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+    /// The value, for the one place that sends it (an auth header).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(REDACTED)")
+    }
+}
+
+/// An adapter's API endpoint override: environment variable `env` (for example
+/// `GPUPROV_LAMBDA_ENDPOINT`) when set and not blank, else `[cloud.NAME] endpoint` when
+/// not blank; `None` means the adapter's default.
+pub fn endpoint_from(env: &str, config: Option<String>) -> Option<String> {
+    env_nonempty(env).or(config.filter(|s| !s.trim().is_empty()))
+}
+
+/// The value of environment variable `name`, trimmed, when it is set and not blank.
+pub fn env_nonempty(name: &str) -> Option<String> {
+    std::env::var(name)
+        .ok()
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
 /// Where an instance lives: cloud, region and (optionally) zone.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Location {

@@ -92,24 +92,8 @@ const MAX_CPU_OFFERS: usize = 50;
 /// Per-request timeout, seconds.
 const REQUEST_TIMEOUT_SECS: u64 = 60;
 
-/// An API token; its `Debug` never shows the value.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Token(String);
-
-impl Token {
-    pub fn new(token: impl Into<String>) -> Token {
-        Token(token.into())
-    }
-    fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Token {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Token(REDACTED)")
-    }
-}
+/// The credential; its `Debug` never shows the value.
+pub use super::Secret as Token;
 
 /// Configuration of the DigitalOcean adapter.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -133,12 +117,9 @@ impl DigitalOceanSettings {
     /// environment and doctl's configuration directory. `lineage` is left empty: the caller
     /// sets it from the state.
     pub fn from_env_and_config(endpoint: Option<String>) -> DigitalOceanSettings {
-        let env_endpoint = std::env::var(ENDPOINT_ENV)
-            .ok()
-            .filter(|s| !s.trim().is_empty());
         let (token, token_source) = find_token(|k| std::env::var(k).ok(), &doctl_config_paths());
         DigitalOceanSettings {
-            endpoint: env_endpoint.or(endpoint.filter(|s| !s.trim().is_empty())),
+            endpoint: super::endpoint_from(ENDPOINT_ENV, endpoint),
             token,
             token_source,
             lineage: String::new(),
@@ -168,7 +149,7 @@ pub fn find_token(
             .map(|t| t.trim().to_string())
             .filter(|t| !t.is_empty())
         {
-            return (Some(Token(t)), format!("environment variable {var}"));
+            return (Some(Token::new(t)), format!("environment variable {var}"));
         }
     }
     for path in config_files {
@@ -176,7 +157,7 @@ pub fn find_token(
             .ok()
             .and_then(|text| token_from_doctl_config(&text))
         {
-            return (Some(Token(t)), path.display().to_string());
+            return (Some(Token::new(t)), path.display().to_string());
         }
     }
     let mut looked = vec![

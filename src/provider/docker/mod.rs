@@ -95,14 +95,11 @@ impl DockerSettings {
     /// connect time) > the default socket. `base_image` defaults to [`DEFAULT_BASE_IMAGE`].
     /// `lineage` is left empty: the caller sets it from the state.
     pub fn from_env_and_config(endpoint: Option<String>, base_image: Option<String>) -> Self {
-        let env_endpoint = std::env::var(ENDPOINT_ENV)
-            .ok()
-            .filter(|s| !s.trim().is_empty());
         DockerSettings {
             base_image: base_image
                 .filter(|s| !s.trim().is_empty())
                 .unwrap_or_else(|| DEFAULT_BASE_IMAGE.to_string()),
-            endpoint: env_endpoint.or(endpoint.filter(|s| !s.trim().is_empty())),
+            endpoint: super::endpoint_from(ENDPOINT_ENV, endpoint),
             lineage: String::new(),
         }
     }

@@ -89,24 +89,8 @@ const PAGE_SIZE: usize = 100;
 /// Upper bound on pages read from one list call (10,000 items).
 const MAX_PAGES: usize = 100;
 
-/// An API key; its `Debug` never shows the value.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    pub fn new(key: impl Into<String>) -> ApiKey {
-        ApiKey(key.into())
-    }
-    fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ApiKey(REDACTED)")
-    }
-}
+/// The credential; its `Debug` never shows the value.
+pub use super::Secret as ApiKey;
 
 /// Configuration of the Hyperstack adapter.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -125,16 +109,9 @@ impl HyperstackSettings {
     /// `GPUPROV_HYPERSTACK_ENDPOINT` (non-empty) > `endpoint` > [`DEFAULT_ENDPOINT`]; the key
     /// from `HYPERSTACK_API_KEY`. `lineage` is left empty: the caller sets it from the state.
     pub fn from_env_and_config(endpoint: Option<String>) -> HyperstackSettings {
-        let env_endpoint = std::env::var(ENDPOINT_ENV)
-            .ok()
-            .filter(|s| !s.trim().is_empty());
         HyperstackSettings {
-            endpoint: env_endpoint.or(endpoint.filter(|s| !s.trim().is_empty())),
-            api_key: std::env::var(API_KEY_ENV)
-                .ok()
-                .map(|k| k.trim().to_string())
-                .filter(|k| !k.is_empty())
-                .map(ApiKey),
+            endpoint: super::endpoint_from(ENDPOINT_ENV, endpoint),
+            api_key: super::env_nonempty(API_KEY_ENV).map(ApiKey::new),
             lineage: String::new(),
         }
     }

@@ -61,24 +61,8 @@ pub const SSH_USER: &str = "ubuntu";
 /// Per-request timeout, seconds.
 const REQUEST_TIMEOUT_SECS: u64 = 60;
 
-/// An API key; its `Debug` never shows the value.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    pub fn new(key: impl Into<String>) -> ApiKey {
-        ApiKey(key.into())
-    }
-    fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ApiKey(REDACTED)")
-    }
-}
+/// The credential; its `Debug` never shows the value.
+pub use super::Secret as ApiKey;
 
 /// Configuration of the Lambda adapter.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -97,16 +81,9 @@ impl LambdaSettings {
     /// `GPUPROV_LAMBDA_ENDPOINT` (non-empty) > `endpoint` > [`DEFAULT_ENDPOINT`]; the key
     /// from `LAMBDA_API_KEY`. `lineage` is left empty: the caller sets it from the state.
     pub fn from_env_and_config(endpoint: Option<String>) -> LambdaSettings {
-        let env_endpoint = std::env::var(ENDPOINT_ENV)
-            .ok()
-            .filter(|s| !s.trim().is_empty());
         LambdaSettings {
-            endpoint: env_endpoint.or(endpoint.filter(|s| !s.trim().is_empty())),
-            api_key: std::env::var(API_KEY_ENV)
-                .ok()
-                .map(|k| k.trim().to_string())
-                .filter(|k| !k.is_empty())
-                .map(ApiKey),
+            endpoint: super::endpoint_from(ENDPOINT_ENV, endpoint),
+            api_key: super::env_nonempty(API_KEY_ENV).map(ApiKey::new),
             lineage: String::new(),
         }
     }

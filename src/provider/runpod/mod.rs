@@ -95,24 +95,8 @@ pub const ENV_PUBLIC_KEY: &str = "PUBLIC_KEY";
 /// Per-request timeout, seconds.
 const REQUEST_TIMEOUT_SECS: u64 = 60;
 
-/// An API key; its `Debug` never shows the value.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    pub fn new(key: impl Into<String>) -> ApiKey {
-        ApiKey(key.into())
-    }
-    fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ApiKey(REDACTED)")
-    }
-}
+/// The credential; its `Debug` never shows the value.
+pub use super::Secret as ApiKey;
 
 /// Configuration of the RunPod adapter.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -160,7 +144,7 @@ pub fn find_api_key(env_value: Option<String>, home: Option<&Path>) -> (Option<A
         .filter(|k| !k.is_empty())
     {
         return (
-            Some(ApiKey(k)),
+            Some(ApiKey::new(k)),
             format!("the {API_KEY_ENV} environment variable"),
         );
     }
@@ -178,7 +162,7 @@ pub fn find_api_key(env_value: Option<String>, home: Option<&Path>) -> (Option<A
     };
     match std::fs::read_to_string(&path) {
         Ok(text) => match api_key_from_config(&text) {
-            Some(k) => (Some(ApiKey(k)), path.display().to_string()),
+            Some(k) => (Some(ApiKey::new(k)), path.display().to_string()),
             None => (
                 None,
                 looked("no apiKey, and no api_key in [default], or not valid TOML"),
@@ -195,13 +179,10 @@ impl RunpodSettings {
     /// from [`find_api_key`] with the user's home directory. `lineage` is left empty: the
     /// caller sets it from the state.
     pub fn from_env_and_config(endpoint: Option<String>) -> RunpodSettings {
-        let env_endpoint = std::env::var(ENDPOINT_ENV)
-            .ok()
-            .filter(|s| !s.trim().is_empty());
         let home: Option<PathBuf> = dirs::home_dir();
         let (api_key, key_source) = find_api_key(std::env::var(API_KEY_ENV).ok(), home.as_deref());
         RunpodSettings {
-            endpoint: env_endpoint.or(endpoint.filter(|s| !s.trim().is_empty())),
+            endpoint: super::endpoint_from(ENDPOINT_ENV, endpoint),
             api_key,
             key_source,
             lineage: String::new(),
