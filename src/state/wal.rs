@@ -93,7 +93,9 @@ impl JournalOp {
                     .entry(key.clone())
                     .or_insert_with(|| ResourceRecord::new(machine.clone()));
                 rec.machine = machine.clone();
-                if let Some(d) = desired {
+                // A JSON null reads back as `None`: treat it so live too, so a replay
+                // always equals the memory it journalled.
+                if let Some(d) = desired.as_ref().filter(|d| !d.is_null()) {
                     rec.desired = Some(d.clone());
                 }
                 rec.push_event_at(machine.updated_at, machine.label.clone());
