@@ -237,7 +237,8 @@ pub struct JournalStats {
 }
 
 struct WriterInner {
-    file: File,
+    /// Shared so a batch is written without holding the lock (`&File` is `Write`).
+    file: std::sync::Arc<File>,
     /// Lines queued and not yet written.
     pending: Vec<u8>,
     /// Sequence number of the last queued change.
@@ -301,7 +302,7 @@ impl JournalWriter {
         Ok(JournalWriter {
             path: path.to_path_buf(),
             inner: Mutex::new(WriterInner {
-                file,
+                file: std::sync::Arc::new(file),
                 pending: Vec::new(),
                 queued: 0,
                 durable: 0,
@@ -375,13 +376,12 @@ impl JournalWriter {
                     w.syncing = true;
                     let batch = std::mem::take(&mut w.pending);
                     let upto = w.queued;
-                    let file = w.file.try_clone();
+                    let file = w.file.clone();
                     drop(w);
                     let started = Instant::now();
-                    let result = file.and_then(|mut f| {
-                        f.write_all(&batch)?;
-                        f.sync_data()
-                    });
+                    let result = (&*file)
+                        .write_all(&batch)
+                        .and_then(|()| file.sync_data());
                     let mut w = self.lock();
                     w.syncing = false;
                     match result {
