@@ -308,6 +308,8 @@ mod tests {
                 .env("GPUPROV_GPU", "off")
                 .env("GPUPROV_WAIT_SECS", "4")
                 .env("GPUPROV_TLS_SANS", sans)
+                // Never ask a cloud metadata service (169.254.169.254) from a test.
+                .env_remove("GPUPROV_TLS_SAN_FROM_METADATA")
                 .output()
                 .unwrap()
         }
