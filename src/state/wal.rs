@@ -379,9 +379,7 @@ impl JournalWriter {
                     let file = w.file.clone();
                     drop(w);
                     let started = Instant::now();
-                    let result = (&*file)
-                        .write_all(&batch)
-                        .and_then(|()| file.sync_data());
+                    let result = (&*file).write_all(&batch).and_then(|()| file.sync_data());
                     let mut w = self.lock();
                     w.syncing = false;
                     match result {
