@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod crash;
 pub mod engine;
 pub mod graph;
 pub mod machine;

@@ -22,5 +22,6 @@ pub mod boot;
 pub mod installer;
 pub mod kubeconfig;
 pub mod probe;
+pub mod remote;
 pub mod san;
 pub mod userdata;
