@@ -289,6 +289,7 @@ async fn apply_fleet(cloud: Arc<FakeProvider>, n: usize, parallelism: usize) -> 
         ssh_public_key: "ssh-ed25519 AAAAbench".into(),
         parallelism,
         retry_until_up: false,
+        k3s: None,
     };
     let config = fleet_config(n);
     let plan = plan::compute(&config, &journal.snapshot(), None, &|_| Some(55.04)).unwrap();

@@ -9,6 +9,10 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use tokio::sync::{watch, Semaphore};
 
+use crate::cluster::api::ApiConnector;
+use crate::cluster::installer::InstallerConfig;
+use crate::cluster::k3s::{K3sMachine, K3sState, K3sTimeouts};
+use crate::cluster::remote::NodeShell;
 use crate::config::VmSpec;
 use crate::machine::{ExecError, Executor, Journal, JournalError, PrevRecord};
 use crate::plan::{Action, Change, Plan};
@@ -194,6 +198,36 @@ pub struct Engine {
     /// `apply --retry-until-up`: every machine keeps re-planning while exhausted. A run
     /// option, not a setting: the recorded desired settings are not changed by it.
     pub retry_until_up: bool,
+    /// How machines with `kubernetes = true` become clusters; `None`: k3s is not run.
+    pub k3s: Option<K3sSetup>,
+}
+
+/// What the k3s machine needs besides the launch machine (design 4.5).
+#[derive(Clone)]
+pub struct K3sSetup {
+    pub shell: Arc<dyn NodeShell>,
+    pub api: Arc<dyn ApiConnector>,
+    /// Where per-VM kubeconfigs go (`<dir>/<vm>.yaml`).
+    pub kubeconfig_dir: std::path::PathBuf,
+    pub installer: InstallerConfig,
+    pub timeouts: K3sTimeouts,
+}
+
+/// The machine a record says is up (a launch that is ready, or a k3s machine in any stage
+/// after its VM came up, including a failed install). `None` for anything else,
+/// including a record that does not parse.
+pub fn vm_of(kind: &str, state: &serde_json::Value) -> Option<VmRecord> {
+    match kind {
+        "launch" => serde_json::from_value::<LaunchState>(state.clone())
+            .ok()?
+            .ready()
+            .cloned(),
+        "k3s" => serde_json::from_value::<K3sState>(state.clone())
+            .ok()?
+            .vm()
+            .cloned(),
+        _ => None,
+    }
 }
 
 /// The owned resources of a journalled record, whichever machine wrote it.
@@ -207,6 +241,9 @@ pub fn owned_of(prev: &PrevRecord) -> Result<Option<Owned>, String> {
             .map_err(bad)?
             .owned()),
         "teardown" => Ok(serde_json::from_value::<TeardownState>(prev.state.clone())
+            .map_err(bad)?
+            .owned()),
+        "k3s" => Ok(serde_json::from_value::<K3sState>(prev.state.clone())
             .map_err(bad)?
             .owned()),
         other => Err(format!("unknown machine kind {other:?}")),
@@ -342,6 +379,21 @@ impl Engine {
         };
         match c.action {
             Action::NoOp => Outcome::Unchanged,
+            // `kubernetes` turned on for a machine that is up: the k3s machine reuses it.
+            Action::Update
+                if want.kubernetes
+                    && self.k3s.is_some()
+                    && self.k3s_capable(&want)
+                    && self
+                        .journal
+                        .load(&c.address)
+                        .await
+                        .ok()
+                        .flatten()
+                        .is_some_and(|p| p.kind == "launch") =>
+            {
+                self.launch(&c.address, want).await
+            }
             Action::Update => match self.journal.update_desired(&c.address, &want).await {
                 Ok(()) => Outcome::Updated,
                 Err(e) => Outcome::Failed(e.to_string()),
@@ -376,6 +428,7 @@ impl Engine {
         self.journal.stage_desired(key, &want);
         let mut want = want;
         want.retry_until_up |= self.retry_until_up;
+        let kubernetes = want.kubernetes && self.k3s_capable(&want);
         let m = LaunchMachine::new(
             want,
             self.lineage.clone(),
@@ -383,28 +436,70 @@ impl Engine {
             self.providers.clone(),
             self.connector.clone(),
         );
-        // Callers refuse unreadable records up front (plan::compute); the executor itself
-        // rejects an unreadable record of its own kind.
-        match self
-            .executor
-            .run(&m, key, |prev| {
-                LaunchState::start(prev.as_ref().and_then(|p| owned_of(p).ok().flatten()))
-            })
-            .await
-        {
-            Ok(LaunchState::Ready { vm }) => Outcome::Ready(vm),
-            Ok(LaunchState::Leaked {
-                location,
-                instance_ids,
-                reason,
-            }) => Outcome::Leaked(format!(
-                "{} at {location}: {reason}",
-                instance_ids.join(",")
-            )),
-            Ok(s) => Outcome::Failed(crate::machine::Machine::label(&m, &s)),
-            Err(ExecError::Interrupted { label, .. }) => Outcome::Interrupted(label),
-            Err(e) => Outcome::Failed(e.to_string()),
+        let start =
+            |prev: Option<PrevRecord>| prev.as_ref().and_then(|p| owned_of(p).ok().flatten());
+        match (&self.k3s, kubernetes) {
+            (Some(k), true) => {
+                let mut m = K3sMachine::new(
+                    m,
+                    k.shell.clone(),
+                    k.api.clone(),
+                    k.kubeconfig_dir.clone(),
+                    k.installer.clone(),
+                );
+                m.timeouts = k.timeouts;
+                // Callers refuse unreadable records up front (plan::compute); the executor
+                // itself rejects an unreadable record of its own kind.
+                match self
+                    .executor
+                    .run(&m, key, |prev| K3sState::start(start(prev)))
+                    .await
+                {
+                    Ok(K3sState::Ready { vm, .. }) => Outcome::Ready(vm),
+                    Ok(s) => match s.leaked() {
+                        Some(LaunchState::Leaked {
+                            location,
+                            instance_ids,
+                            reason,
+                        }) => Outcome::Leaked(format!(
+                            "{} at {location}: {reason}",
+                            instance_ids.join(",")
+                        )),
+                        _ => Outcome::Failed(crate::machine::Machine::label(&m, &s)),
+                    },
+                    Err(ExecError::Interrupted { label, .. }) => Outcome::Interrupted(label),
+                    Err(e) => Outcome::Failed(e.to_string()),
+                }
+            }
+            _ => match self
+                .executor
+                .run(&m, key, |prev| LaunchState::start(start(prev)))
+                .await
+            {
+                Ok(LaunchState::Ready { vm }) => Outcome::Ready(vm),
+                Ok(LaunchState::Leaked {
+                    location,
+                    instance_ids,
+                    reason,
+                }) => Outcome::Leaked(format!(
+                    "{} at {location}: {reason}",
+                    instance_ids.join(",")
+                )),
+                Ok(s) => Outcome::Failed(crate::machine::Machine::label(&m, &s)),
+                Err(ExecError::Interrupted { label, .. }) => Outcome::Interrupted(label),
+                Err(e) => Outcome::Failed(e.to_string()),
+            },
         }
+    }
+
+    /// Whether any of the VM's clouds can host k3s (`Feature::Kubernetes`).
+    fn k3s_capable(&self, vm: &VmSpec) -> bool {
+        vm.clouds.iter().any(|c| {
+            self.providers.get(c.as_str()).is_some_and(|p| {
+                p.capabilities()
+                    .supports(crate::provider::Feature::Kubernetes)
+            })
+        })
     }
 
     /// Tears down what `key`'s record owns; removes the record once the cloud confirms.
@@ -447,7 +542,14 @@ impl Engine {
             .await;
         match result {
             Ok(TeardownState::Done) => match self.journal.remove(key).await {
-                Ok(()) => Outcome::Destroyed,
+                Ok(()) => {
+                    // The cluster went with the VM: its kubeconfig (client key) goes too.
+                    if let Some(k) = &self.k3s {
+                        let _ =
+                            std::fs::remove_file(k.kubeconfig_dir.join(format!("{vm_name}.yaml")));
+                    }
+                    Outcome::Destroyed
+                }
                 Err(e) => Outcome::Failed(e.to_string()),
             },
             Ok(TeardownState::Leaked {

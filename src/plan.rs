@@ -166,10 +166,16 @@ pub enum Observation {
     Gone,
 }
 
-/// The machine state recorded for a resource, parsed.
+/// The machine state recorded for a resource, parsed. A k3s record is read through its
+/// VM: up (in any k3s stage) reads as the launch's `Ready`, a VM that never came up as
+/// the launch's end, and the k3s stages that still have work as [`Recorded::K3sPending`].
 pub enum Recorded {
     Launch(LaunchState),
     Teardown(TeardownState),
+    /// The VM is up but its cluster is not ready: `why` says where it stopped.
+    K3sPending {
+        why: String,
+    },
 }
 
 /// Parses a resource's journalled machine state.
@@ -190,6 +196,36 @@ pub fn recorded(address: &str, r: &ResourceRecord) -> Result<Recorded, String> {
         "teardown" => serde_json::from_value(r.machine.state.clone())
             .map(Recorded::Teardown)
             .map_err(bad),
+        "k3s" => {
+            use crate::cluster::k3s::K3sState;
+            let k: K3sState = serde_json::from_value(r.machine.state.clone()).map_err(bad)?;
+            Ok(match k {
+                K3sState::Vm { launch, .. } => Recorded::Launch(*launch),
+                K3sState::Ready { vm, .. } => Recorded::Launch(LaunchState::Ready { vm }),
+                K3sState::Failed {
+                    vm: None,
+                    launch: Some(l),
+                    ..
+                } => Recorded::Launch(*l),
+                K3sState::Failed {
+                    vm: None, reason, ..
+                } => Recorded::Launch(LaunchState::Aborted {
+                    reason,
+                    owned: None,
+                }),
+                K3sState::Failed { stage, reason, .. } => Recorded::K3sPending {
+                    why: format!(
+                        "k3s failed at {stage}: {reason}; apply re-runs the install on the same VM"
+                    ),
+                },
+                _ => Recorded::K3sPending {
+                    why: format!(
+                        "an earlier apply was interrupted while {}; apply resumes it",
+                        r.machine.label
+                    ),
+                },
+            })
+        }
         other => Err(format!(
             "state record {address} has unknown machine kind {other:?}"
         )),
@@ -206,7 +242,7 @@ pub async fn refresh(
 ) -> Result<BTreeMap<String, Observation>, String> {
     let mut out = BTreeMap::new();
     for (address, r) in &state.resources {
-        let Ok(Recorded::Launch(LaunchState::Ready { vm })) = recorded(address, r) else {
+        let Some(vm) = crate::engine::vm_of(&r.machine.kind, &r.machine.state) else {
             continue;
         };
         let Some(p) = providers.get(&vm.location.cloud) else {
@@ -330,6 +366,9 @@ pub fn compute(
                 vec![],
                 offer_price(want),
             ),
+            Recorded::K3sPending { why } => {
+                change(Action::Resume, Some(why), vec![], offer_price(want))
+            }
             Recorded::Teardown(TeardownState::Done) => {
                 change(Action::Create, None, create_attrs(want), offer_price(want))
             }
@@ -354,6 +393,7 @@ pub fn compute(
         let reason = match recorded(address, rec)? {
             Recorded::Launch(LaunchState::Ready { .. }) => None,
             Recorded::Launch(s) => Some(format!("recorded as: {}", label_of(&s))),
+            Recorded::K3sPending { why } => Some(format!("recorded as: {why}")),
             Recorded::Teardown(_) => Some("an earlier destroy did not finish".into()),
         };
         changes.push(Change {

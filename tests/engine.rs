@@ -42,6 +42,7 @@ impl Setup {
             ssh_public_key: "ssh-ed25519 AAAAtest".into(),
             parallelism: 4,
             retry_until_up: false,
+            k3s: None,
         };
         (engine, journal)
     }

@@ -46,7 +46,6 @@ use crate::ssh::config_file::{write_ssh_files, SshConfigEntry};
 use crate::ssh::keys::{ensure_project_key, ProjectKey};
 use crate::state::lock::{force_unlock, StateLock};
 use crate::state::{StateFile, StateStore};
-use crate::vm::LaunchState;
 
 use args::{ApplyArgs, Cli, Command, DestroyArgs, PlanArgs, SshArgs, StateCommand};
 
@@ -578,6 +577,7 @@ fn start_run(
         ssh_public_key: key.public_key_openssh.clone(),
         parallelism: parallelism as usize,
         retry_until_up,
+        k3s: None,
     };
     Ok(Run {
         journal,
@@ -678,8 +678,7 @@ fn write_ssh_config(state: &StateFile) -> Result<(), String> {
         .resources
         .iter()
         .filter_map(|(address, r)| {
-            let s: LaunchState = serde_json::from_value(r.machine.state.clone()).ok()?;
-            let vm = s.ready()?.clone();
+            let vm = crate::engine::vm_of(&r.machine.kind, &r.machine.state)?;
             Some(SshConfigEntry {
                 host_alias: format!("gpuprov-{}", address.trim_start_matches("vm.")),
                 hostname: vm.ssh.host.clone(),
@@ -920,6 +919,27 @@ async fn cmd_status(project: &Project, refresh: bool) -> Result<ExitCode, Report
                         .unwrap_or_default(),
                 )
             }
+            Ok(plan::Recorded::K3sPending { .. }) => {
+                let name = r.machine.state["k3s"]
+                    .as_str()
+                    .map(|s| format!("k3s:{s}"))
+                    .unwrap_or_default();
+                let vm = crate::engine::vm_of(&r.machine.kind, &r.machine.state);
+                (
+                    name,
+                    vm.as_ref()
+                        .map(|v| v.location.to_string())
+                        .unwrap_or_default(),
+                    vm.as_ref()
+                        .map(|v| v.instance_id.clone())
+                        .unwrap_or_default(),
+                    vm.as_ref()
+                        .map(|v| format!("{}@{}:{}", v.user, v.ssh.host, v.ssh.port))
+                        .unwrap_or_default(),
+                    vm.map(|v| format!("{:.2}", v.offer.price_per_hour))
+                        .unwrap_or_default(),
+                )
+            }
             Ok(plan::Recorded::Teardown(t)) => {
                 let name = serde_json::to_value(&t)
                     .ok()
@@ -989,13 +1009,7 @@ async fn cmd_ssh(project: &Project, a: &SshArgs) -> Result<ExitCode, Report> {
             project.state_path.display()
         )
     })?;
-    let s: LaunchState = serde_json::from_value(rec.machine.state.clone()).map_err(|_| {
-        miette!(
-            "{address} is not a launched machine (it is {})",
-            rec.machine.label
-        )
-    })?;
-    let vm = s.ready().cloned().ok_or_else(|| {
+    let vm = crate::engine::vm_of(&rec.machine.kind, &rec.machine.state).ok_or_else(|| {
         miette!(
             help = "run `gpuprov apply` first",
             "{address} is not up: {}",

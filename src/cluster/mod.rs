@@ -18,8 +18,10 @@
 //! Not here yet: the `K3sMachine` itself, the SSH push, the API/validation steps and the
 //! CLI commands (see ARCHITECTURE.md).
 
+pub mod api;
 pub mod boot;
 pub mod installer;
+pub mod k3s;
 pub mod kubeconfig;
 pub mod probe;
 pub mod remote;

@@ -151,7 +151,8 @@ pub struct BootProbe {
 }
 
 /// How the installer was meant to reach this VM at boot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum BootRoute {
     /// In cloud-init user-data (`userdata::render`).
     CloudInit,

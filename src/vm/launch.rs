@@ -244,6 +244,8 @@ pub struct LaunchMachine {
     /// it counts as vanished (clouds list new instances with a lag).
     pub vanish_grace: Duration,
     pub teardown: TeardownMachine,
+    /// Run at first boot on clouds that support it (the k3s installer, design 4.5).
+    pub boot_script: Option<crate::provider::BootScript>,
 }
 
 impl LaunchMachine {
@@ -264,6 +266,7 @@ impl LaunchMachine {
             retry: RetryPolicy::default(),
             exhausted_wait: Duration::from_secs(30),
             vanish_grace: Duration::from_secs(20),
+            boot_script: None,
         }
     }
 
@@ -286,7 +289,7 @@ impl LaunchMachine {
             disk_gb: self.vm.disk_gb,
             ports: self.vm.ports.clone(),
             ssh_public_key: self.ssh_public_key.clone(),
-            boot_script: None,
+            boot_script: self.boot_script.clone(),
         }
     }
 
