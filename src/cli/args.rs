@@ -64,6 +64,50 @@ pub enum Command {
     ForceUnlock(ForceUnlockArgs),
     /// Search the clouds' catalogs for offers: instance types, regions and prices
     Offers(OffersArgs),
+    /// Print a machine's kubeconfig, or merge it into yours
+    Kubeconfig(KubeconfigArgs),
+    /// Forward 127.0.0.1:6443 to a machine's Kubernetes API over SSH until Ctrl-C
+    Tunnel(TunnelArgs),
+}
+
+/// `--k8s` / `--no-k8s`: override `kubernetes` for every machine of the config.
+#[derive(Debug, Args, Default)]
+pub struct K8sArgs {
+    /// Make every machine a k3s cluster, overriding `kubernetes` in the config (rejected
+    /// when a machine's clouds cannot host k3s)
+    #[arg(long = "k8s", conflicts_with = "no_k8s")]
+    pub k8s: bool,
+    /// Skip k3s on every machine, overriding `kubernetes` in the config
+    #[arg(long = "no-k8s")]
+    pub no_k8s: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct KubeconfigArgs {
+    /// Machine name as in [vm.NAME]
+    pub name: String,
+    /// Print the path of gpuprov's copy instead of its contents
+    #[arg(long, conflicts_with = "merge")]
+    pub path: bool,
+    /// Merge the machine's cluster, user and context (named gpuprov-NAME) into your
+    /// kubeconfig: --kubeconfig FILE, else the first file of $KUBECONFIG, else ~/.kube/config
+    #[arg(long)]
+    pub merge: bool,
+    /// With --merge: also make it the current context
+    #[arg(long = "use-context", requires = "merge")]
+    pub use_context: bool,
+    /// With --merge: the kubeconfig file to merge into
+    #[arg(long = "kubeconfig", value_name = "FILE", requires = "merge")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct TunnelArgs {
+    /// Machine name as in [vm.NAME]
+    pub name: String,
+    /// Local port to listen on (127.0.0.1 only); default: the port in its kubeconfig (6443)
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub port: Option<u16>,
 }
 
 #[derive(Debug, Args)]
@@ -124,6 +168,8 @@ pub struct PlanArgs {
     /// Take the state lock (default true)
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub lock: bool,
+    #[command(flatten)]
+    pub k8s: K8sArgs,
 }
 
 #[derive(Debug, Args)]
@@ -142,6 +188,8 @@ pub struct ApplyArgs {
     pub retry_until_up: bool,
     #[command(flatten)]
     pub refresh: RefreshArg,
+    #[command(flatten)]
+    pub k8s: K8sArgs,
 }
 
 #[derive(Debug, Args)]

@@ -21,6 +21,7 @@ macro_rules! err {
 }
 
 pub mod args;
+mod kube;
 mod offers;
 mod progress;
 
@@ -47,7 +48,7 @@ use crate::ssh::keys::{ensure_project_key, ProjectKey};
 use crate::state::lock::{force_unlock, StateLock};
 use crate::state::{StateFile, StateStore};
 
-use args::{ApplyArgs, Cli, Command, DestroyArgs, PlanArgs, SshArgs, StateCommand};
+use args::{ApplyArgs, Cli, Command, DestroyArgs, K8sArgs, PlanArgs, SshArgs, StateCommand};
 
 /// Entry point of the `gpuprov` binary.
 pub fn main() -> ExitCode {
@@ -369,6 +370,8 @@ async fn run(cli: Cli, color: bool) -> Result<ExitCode, Report> {
         }
         Command::Validate => cmd_validate(&project).await,
         Command::Offers(a) => offers::cmd_offers(&project, a).await,
+        Command::Kubeconfig(a) => kube::cmd_kubeconfig(&project, a).await,
+        Command::Tunnel(a) => kube::cmd_tunnel(&project, a).await,
         Command::State(StateCommand::List) => {
             let (_, state) = project.open_state()?;
             for a in state.resources.keys() {
@@ -456,8 +459,23 @@ async fn make_plan(
     Ok(plan)
 }
 
+/// Applies `--k8s` / `--no-k8s` to every machine of `config`. `--k8s` counts as written
+/// explicitly, so a machine whose clouds cannot host k3s is rejected up front.
+fn apply_k8s_flags(config: &mut Config, k: &K8sArgs) {
+    for vm in config.vms.values_mut() {
+        if k.k8s {
+            vm.kubernetes = true;
+            vm.kubernetes_explicit = true;
+        } else if k.no_k8s {
+            vm.kubernetes = false;
+            vm.kubernetes_explicit = false;
+        }
+    }
+}
+
 async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> Result<ExitCode, Report> {
-    let config = project.load_config()?;
+    let mut config = project.load_config()?;
+    apply_k8s_flags(&mut config, &a.k8s);
     let _lock = if a.lock {
         Some(project.lock("plan", cli.lock_timeout)?)
     } else {
@@ -703,7 +721,14 @@ async fn cmd_apply(
     a: &ApplyArgs,
     color: bool,
 ) -> Result<ExitCode, Report> {
-    let config = project.load_config()?;
+    let mut config = project.load_config()?;
+    if a.plan_file.is_some() && (a.k8s.k8s || a.k8s.no_k8s) {
+        return Err(miette!(
+            help = "pass --k8s / --no-k8s to `gpuprov plan -out FILE` instead",
+            "--k8s and --no-k8s cannot change a saved plan"
+        ));
+    }
+    apply_k8s_flags(&mut config, &a.k8s);
     let _lock = project.lock("apply", cli.lock_timeout)?;
     let (store, mut state) = project.open_state()?;
     let saved = a.plan_file.as_deref().map(read_saved_plan).transpose()?;
