@@ -1,6 +1,6 @@
 //! The k3s layer (design 4.5, issue 5): every VM a ready single-node k3s cluster.
 //!
-//! This module holds the pure parts so far; none of them does I/O:
+//! The pure parts (none of them does I/O):
 //!
 //! - [`boot`] — the boot script model and its plain shell form (`BootScript::to_shell`),
 //!   for clouds that take a startup script;
@@ -15,6 +15,13 @@
 //! - [`san`] — the API certificate's TLS SAN list and the check that a certificate
 //!   covers the host the user connects to.
 //!
+//! And the parts that talk to a VM:
+//!
+//! - [`remote`] — the [`remote::NodeShell`] seam and its real implementation over SSH,
+//!   [`remote::SshNodeShell`], plus the commands the k3s machine runs through it;
+//! - [`tunnel`] — an SSH local port forward with the system OpenSSH client, pinned to the
+//!   VM's host key ([`tunnel::Tunnel`]).
+//!
 //! Not here yet: the `K3sMachine` itself, the SSH push, the API/validation steps and the
 //! CLI commands (see ARCHITECTURE.md).
 
@@ -26,4 +33,5 @@ pub mod kubeconfig;
 pub mod probe;
 pub mod remote;
 pub mod san;
+pub mod tunnel;
 pub mod userdata;

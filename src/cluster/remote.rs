@@ -1,11 +1,13 @@
 //! Running things on a VM over SSH for the k3s machine: the [`NodeShell`] seam (a trait,
 //! so the k3s machine's tests can script a node), and the commands it runs.
 
+use std::io::{Cursor, Read};
+
 use async_trait::async_trait;
 
 use super::boot::BootScriptError;
 use super::installer::{InstallerConfig, K3S_KUBECONFIG_PATH};
-use crate::ssh::SshError;
+use crate::ssh::{exec, ExecIo, ProjectKey, SshError};
 use crate::vm::VmRecord;
 
 /// What one remote command left: its exit status (0..=255, 128 + signal when killed)
@@ -32,6 +34,64 @@ pub trait NodeShell: Send + Sync {
         command: &str,
         stdin: Option<Vec<u8>>,
     ) -> Result<RemoteOutput, SshError>;
+}
+
+/// The real [`NodeShell`]: logs in with the project key over libssh2
+/// ([`crate::ssh::exec`]) as `vm.user` at `vm.ssh`, refusing any host key other than
+/// `vm.host_key` before authenticating. Each [`NodeShell::run`] is one SSH connection
+/// running one command, on a blocking thread (libssh2 blocks), so many runs may overlap.
+#[derive(Debug, Clone)]
+pub struct SshNodeShell {
+    key: ProjectKey,
+}
+
+impl SshNodeShell {
+    /// A shell that logs in with `key` (the project key the VM trusts).
+    pub fn new(key: ProjectKey) -> SshNodeShell {
+        SshNodeShell { key }
+    }
+
+    /// The project key this shell logs in with.
+    pub fn key(&self) -> &ProjectKey {
+        &self.key
+    }
+}
+
+#[async_trait]
+impl NodeShell for SshNodeShell {
+    /// Runs `command` on `vm` over SSH and collects its whole output (so keep it to
+    /// commands with modest output; the installer's log is a few kilobytes).
+    ///
+    /// Errors: as [`crate::ssh::exec`] ([`SshError::Unreachable`],
+    /// [`SshError::AuthRejected`], [`SshError::HostKeyMismatch`], [`SshError::Local`]),
+    /// plus [`SshError::Local`] when the blocking task running it panicked or was
+    /// cancelled. A non-zero exit status is not an error: it is in
+    /// [`RemoteOutput::status`].
+    async fn run(
+        &self,
+        vm: &VmRecord,
+        command: &str,
+        stdin: Option<Vec<u8>>,
+    ) -> Result<RemoteOutput, SshError> {
+        let (endpoint, user, pinned) = (vm.ssh.clone(), vm.user.clone(), vm.host_key.clone());
+        let (key, command) = (self.key.clone(), command.to_string());
+        tokio::task::spawn_blocking(move || {
+            let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+            let io = ExecIo {
+                stdin: stdin.map(|b| Box::new(Cursor::new(b)) as Box<dyn Read + Send>),
+                stdout: &mut stdout,
+                stderr: &mut stderr,
+            };
+            let status = exec(&endpoint, &user, &key, &pinned, &command, io)?;
+            Ok(RemoteOutput {
+                status,
+                stdout: String::from_utf8_lossy(&stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            })
+        })
+        .await
+        .map_err(|e| SshError::Local(format!("ssh command task failed: {e}")))?
+    }
 }
 
 /// `command` as root: as is for `root`, else through `sudo -n` (cloud images give the
