@@ -1204,8 +1204,10 @@ async fn the_boot_script_travels_as_user_data_and_observe_is_per_region() {
     });
     let id = p.create(&offer, &prepared, &spec).await.unwrap();
     let ud = fake.creates()[0]["user_data"].as_str().unwrap().to_string();
+    let script = boot_script_of(&ud);
     assert!(
-        ud.starts_with("#!/bin/bash\n") && ud.contains("export A='b'") && ud.contains("echo hello")
+        script.contains("export A=") && script.contains("echo hello"),
+        "{script}"
     );
     assert!(p
         .observe(&loc("CANADA-1"), "trainer")
@@ -1319,4 +1321,15 @@ fn the_patched_spec_defects_are_real() {
     patched
         .check_response("POST", VMS, 429, Some(&e429))
         .unwrap();
+}
+
+/// The shell script inside cloud-config user-data (`write_files[0]`, base64).
+fn boot_script_of(user_data: &str) -> String {
+    assert!(user_data.starts_with("#cloud-config\n"), "{user_data}");
+    let doc: serde_yaml::Value = serde_yaml::from_str(user_data).unwrap();
+    let b64 = doc["write_files"][0]["content"].as_str().unwrap();
+    String::from_utf8(
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64).unwrap(),
+    )
+    .unwrap()
 }

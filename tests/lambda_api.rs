@@ -692,10 +692,9 @@ async fn region_names_that_are_prefixes_of_each_other_match_exactly() {
         env: BTreeMap::from([("A".to_string(), "b".to_string())]),
     });
     let id = p.create(&o[0], &prepared, &spec).await.unwrap();
-    assert!(cloud.launches()[0]["user_data"]
-        .as_str()
-        .unwrap()
-        .contains("echo hello"));
+    assert!(
+        boot_script_of(cloud.launches()[0]["user_data"].as_str().unwrap()).contains("echo hello")
+    );
     let at = |r: &str| Location {
         cloud: "lambda".into(),
         region: r.into(),
@@ -1040,4 +1039,15 @@ async fn gpuprov_offers_lists_lambda_offers_from_the_local_api() {
     assert!(!stdout.contains(SENTINEL) && !stderr.contains(SENTINEL));
     assert!(cloud.launches().is_empty(), "offers creates nothing");
     cloud.server.verify();
+}
+
+/// The shell script inside cloud-config user-data (`write_files[0]`, base64).
+fn boot_script_of(user_data: &str) -> String {
+    assert!(user_data.starts_with("#cloud-config\n"), "{user_data}");
+    let doc: serde_yaml::Value = serde_yaml::from_str(user_data).unwrap();
+    let b64 = doc["write_files"][0]["content"].as_str().unwrap();
+    String::from_utf8(
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64).unwrap(),
+    )
+    .unwrap()
 }

@@ -75,10 +75,18 @@ fn user_kubeconfig(explicit: Option<&PathBuf>) -> Result<PathBuf, Report> {
     }
     dirs::home_dir()
         .map(|h| h.join(".kube").join("config"))
-        .ok_or_else(|| miette!(help = "pass --kubeconfig FILE", "no home directory to find ~/.kube/config in"))
+        .ok_or_else(|| {
+            miette!(
+                help = "pass --kubeconfig FILE",
+                "no home directory to find ~/.kube/config in"
+            )
+        })
 }
 
-pub(super) async fn cmd_kubeconfig(project: &Project, a: &KubeconfigArgs) -> Result<ExitCode, Report> {
+pub(super) async fn cmd_kubeconfig(
+    project: &Project,
+    a: &KubeconfigArgs,
+) -> Result<ExitCode, Report> {
     let (_, c) = cluster_of(project, &a.name)?;
     if a.path {
         outln!("{}", c.kubeconfig.display());
@@ -119,7 +127,10 @@ pub(super) async fn cmd_kubeconfig(project: &Project, a: &KubeconfigArgs) -> Res
         }
     );
     if let AccessRecord::SshTunnel { .. } = c.access {
-        errln!("note: this cluster is reached through `gpuprov tunnel {}`", a.name);
+        errln!(
+            "note: this cluster is reached through `gpuprov tunnel {}`",
+            a.name
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

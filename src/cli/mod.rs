@@ -580,6 +580,7 @@ fn start_run(
     color: bool,
 ) -> Result<Run, Report> {
     let lineage = state.lineage.clone();
+    let lineage_dir = lineage.clone();
     let journal = Arc::new(StateJournal::new(store, state).map_err(Report::new)?);
     let cancel = CancelToken::new();
     spawn_signal_handler(cancel.clone());
@@ -595,13 +596,33 @@ fn start_run(
         ssh_public_key: key.public_key_openssh.clone(),
         parallelism: parallelism as usize,
         retry_until_up,
-        k3s: None,
+        k3s: Some(crate::engine::K3sSetup {
+            shell: Arc::new(crate::cluster::remote::SshNodeShell::new(key.clone())),
+            api: Arc::new(crate::cluster::api::AccessConnector { key: key.clone() }),
+            kubeconfig_dir: project_dir(&lineage_dir).join("kube"),
+            installer: installer_settings(),
+            timeouts: Default::default(),
+        }),
     };
     Ok(Run {
         journal,
         engine,
         progress,
     })
+}
+
+/// The installer's settings from the environment: `GPUPROV_K3S_INSTALL_URL` (an
+/// air-gapped copy of the k3s install script: a URL, or a path on the machine) and
+/// `GPUPROV_K3S_VERSION` (a k3s release such as `v1.31.4+k3s1`); unset or empty means the
+/// official script and its stable channel.
+fn installer_settings() -> crate::cluster::installer::InstallerConfig {
+    crate::cluster::installer::InstallerConfig {
+        k3s: crate::cluster::installer::K3sSource {
+            install_url: crate::provider::env_nonempty("GPUPROV_K3S_INSTALL_URL"),
+            version: crate::provider::env_nonempty("GPUPROV_K3S_VERSION"),
+        },
+        ..Default::default()
+    }
 }
 
 fn project_key(lineage: &str) -> Result<ProjectKey, Report> {

@@ -405,17 +405,32 @@ pub fn der_to_pem(der: &[u8]) -> String {
     out
 }
 
-/// The real connector: `Direct` connects to the VM's public host on 6443.
-/// `SshTunnel` is opened by the caller's tunnel factory.
-pub struct DirectConnector;
+/// The real connector: `Direct` connects to the VM's public host on 6443; `SshTunnel`
+/// opens an SSH local forward to the VM's 6443 on a free local port for as long as the
+/// returned path lives.
+pub struct AccessConnector {
+    pub key: crate::ssh::ProjectKey,
+}
 
 #[async_trait]
-impl ApiConnector for DirectConnector {
-    async fn open(&self, _vm: &VmRecord, access: &ApiAccess) -> Result<ApiPath, String> {
-        access
-            .server_url()
-            .map(ApiPath::direct)
-            .map_err(|e| e.to_string())
+impl ApiConnector for AccessConnector {
+    async fn open(&self, vm: &VmRecord, access: &ApiAccess) -> Result<ApiPath, String> {
+        match access {
+            ApiAccess::Direct { .. } => access
+                .server_url()
+                .map(ApiPath::direct)
+                .map_err(|e| e.to_string()),
+            ApiAccess::SshTunnel { .. } => {
+                let t =
+                    super::tunnel::Tunnel::open(vm, &self.key, None, super::kubeconfig::API_PORT)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                Ok(ApiPath {
+                    base_url: format!("https://127.0.0.1:{}", t.local_port()),
+                    guard: Some(Box::new(t)),
+                })
+            }
+        }
     }
 }
 

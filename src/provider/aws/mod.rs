@@ -24,7 +24,6 @@
 
 pub mod catalog;
 pub mod errors;
-pub mod userdata;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -165,8 +164,8 @@ impl AwsSettings {
     }
 
     /// GPU instances take minutes to boot and longer to terminate; EC2 throttles
-    /// mutating calls per account, so concurrency stays modest. Kubernetes is not
-    /// declared until the k3s machine lands (the core would otherwise promise it).
+    /// mutating calls per account, so concurrency stays modest. k3s installs at boot
+    /// through cloud-init, and 6443 is opened in the VM's security group.
     pub fn default_capabilities() -> Capabilities {
         Capabilities {
             supported: vec![
@@ -174,6 +173,7 @@ impl AwsSettings {
                 Feature::Firewall,
                 Feature::Spot,
                 Feature::Gpu,
+                Feature::Kubernetes,
             ],
             boot_timeout: Duration::from_secs(900),
             ssh_timeout: Duration::from_secs(600),
@@ -777,8 +777,11 @@ impl CloudProvider for AwsProvider {
                 .tags(tag("Name", &name))
                 .build()
         };
-        let user_data = userdata::render(&spec.ssh_public_key, spec.boot_script.as_ref())
-            .map_err(|m| ProviderError::new(ErrorKind::InvalidRequest, m))?;
+        let user_data = crate::cluster::userdata::render(
+            spec.boot_script.as_ref(),
+            &[spec.ssh_public_key.as_str()],
+        )
+        .map_err(|e| ProviderError::new(ErrorKind::InvalidRequest, e.to_string()))?;
         let mut req = client
             .run_instances()
             .image_id(&p.image)

@@ -327,18 +327,15 @@ fn key_value(k: &str) -> String {
     k.split_whitespace().take(2).collect::<Vec<_>>().join(" ")
 }
 
-/// A boot script as cloud-init user-data: a shell script (cloud-init runs user-data that
-/// starts with `#!` once, at first boot) exporting the env, then the script.
-pub fn render_user_data(b: &BootScript) -> String {
-    let mut out = String::from("#!/bin/bash\nset -euo pipefail\n");
-    for (k, v) in &b.env {
-        out.push_str(&format!("export {k}='{}'\n", v.replace('\'', r"'\''")));
-    }
-    out.push_str(&b.script);
-    if !out.ends_with('\n') {
-        out.push('\n');
-    }
-    out
+/// The boot script as cloud-init `#cloud-config` user-data, rendered once for every
+/// cloud-init cloud by [`crate::cluster::userdata::render`]. The SSH key travels through
+/// the API (a key pair), not the user-data.
+///
+/// Errors: [`ErrorKind::InvalidRequest`] for a boot script that cannot be rendered (an
+/// environment name that is not a shell name).
+pub fn render_user_data(b: &BootScript) -> Result<String, ProviderError> {
+    crate::cluster::userdata::render(Some(b), &[])
+        .map_err(|e| ProviderError::new(ErrorKind::InvalidRequest, format!("boot script: {e}")))
 }
 
 /// A `PricebookModel.value` as a number (the description says number; tolerate a numeric
@@ -623,7 +620,12 @@ impl HyperstackProvider {
     /// The capabilities gpuprov declares for Hyperstack (see [`CloudProvider::capabilities`]).
     pub fn default_capabilities() -> Capabilities {
         Capabilities {
-            supported: vec![Feature::BootScript, Feature::Firewall, Feature::Gpu],
+            supported: vec![
+                Feature::BootScript,
+                Feature::Firewall,
+                Feature::Gpu,
+                Feature::Kubernetes,
+            ],
             boot_timeout: Duration::from_secs(20 * 60),
             ssh_timeout: Duration::from_secs(10 * 60),
             delete_timeout: Duration::from_secs(15 * 60),
@@ -1126,7 +1128,7 @@ impl CloudProvider for HyperstackProvider {
             "security_rules": security_rules(&spec.ports),
         });
         if let Some(b) = &spec.boot_script {
-            body["user_data"] = Value::String(render_user_data(b));
+            body["user_data"] = Value::String(render_user_data(b)?);
         }
         let what = format!(
             "create VM {} in {}",
@@ -1539,9 +1541,15 @@ mod tests {
             script: "echo hi".into(),
             env: [("K".to_string(), "it's".to_string())].into(),
         };
-        let u = render_user_data(&b);
-        assert!(u.starts_with("#!/bin/bash\n"));
-        assert!(u.contains("export K='it'\\''s'\n"), "{u}");
+        let u = render_user_data(&b).unwrap();
+        assert!(u.starts_with("#cloud-config\n"), "{u}");
+        let doc: serde_yaml::Value = serde_yaml::from_str(&u).unwrap();
+        let b64 = doc["write_files"][0]["content"].as_str().unwrap();
+        let script = String::from_utf8(
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(script, b.to_shell().unwrap());
     }
 
     #[test]

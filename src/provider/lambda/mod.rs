@@ -202,18 +202,15 @@ fn key_value(k: &str) -> String {
     k.split_whitespace().take(2).collect::<Vec<_>>().join(" ")
 }
 
-/// A boot script as cloud-init user-data: a shell script (cloud-init runs user-data that
-/// starts with `#!` once, at first boot) exporting the env, then the script.
-pub fn render_user_data(b: &BootScript) -> String {
-    let mut out = String::from("#!/bin/bash\nset -euo pipefail\n");
-    for (k, v) in &b.env {
-        out.push_str(&format!("export {k}='{}'\n", v.replace('\'', r"'\''")));
-    }
-    out.push_str(&b.script);
-    if !out.ends_with('\n') {
-        out.push('\n');
-    }
-    out
+/// The boot script as cloud-init `#cloud-config` user-data, rendered once for every
+/// cloud-init cloud by [`crate::cluster::userdata::render`]. The SSH key travels through
+/// the API (a registered key), not the user-data.
+///
+/// Errors: [`ErrorKind::InvalidRequest`] for a boot script that cannot be rendered (an
+/// environment name that is not a shell name).
+pub fn render_user_data(b: &BootScript) -> Result<String, ProviderError> {
+    crate::cluster::userdata::render(Some(b), &[])
+        .map_err(|e| ProviderError::new(ErrorKind::InvalidRequest, format!("boot script: {e}")))
 }
 
 /// Normalised status of a Lambda `InstanceStatus`; `None` for `terminated` (gone).
@@ -253,7 +250,12 @@ impl LambdaProvider {
     /// The capabilities Lambda's documentation implies (see [`CloudProvider::capabilities`]).
     pub fn default_capabilities() -> Capabilities {
         Capabilities {
-            supported: vec![Feature::BootScript, Feature::Firewall, Feature::Gpu],
+            supported: vec![
+                Feature::BootScript,
+                Feature::Firewall,
+                Feature::Gpu,
+                Feature::Kubernetes,
+            ],
             boot_timeout: Duration::from_secs(20 * 60),
             ssh_timeout: Duration::from_secs(10 * 60),
             delete_timeout: Duration::from_secs(15 * 60),
@@ -687,7 +689,7 @@ impl CloudProvider for LambdaProvider {
             body["image"] = json!({ "family": image });
         }
         if let Some(b) = &spec.boot_script {
-            body["user_data"] = Value::String(render_user_data(b));
+            body["user_data"] = Value::String(render_user_data(b)?);
         }
         let what = format!(
             "launch {} in {}",
@@ -925,15 +927,28 @@ mod tests {
     }
 
     #[test]
-    fn user_data_exports_env_safely() {
+    fn user_data_is_cloud_config_carrying_the_boot_script() {
         let b = BootScript {
             script: "echo hi".into(),
             env: [("K".to_string(), "it's".to_string())].into(),
         };
-        let u = render_user_data(&b);
-        assert!(u.starts_with("#!/bin/bash\n"));
-        assert!(u.contains("export K='it'\\''s'\n"), "{u}");
-        assert!(u.ends_with("echo hi\n"));
+        let u = render_user_data(&b).unwrap();
+        assert!(u.starts_with("#cloud-config\n"), "{u}");
+        let doc: serde_yaml::Value = serde_yaml::from_str(&u).unwrap();
+        let b64 = doc["write_files"][0]["content"].as_str().unwrap();
+        let script = String::from_utf8(
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(script, b.to_shell().unwrap());
+        let bad = BootScript {
+            script: "true".into(),
+            env: [("NOT A NAME".to_string(), "x".to_string())].into(),
+        };
+        assert_eq!(
+            render_user_data(&bad).unwrap_err().kind,
+            ErrorKind::InvalidRequest
+        );
     }
 
     #[test]
