@@ -445,6 +445,9 @@ fn every_command_has_help() {
         "validate",
         "state",
         "force-unlock",
+        "offers",
+        "kubeconfig",
+        "tunnel",
     ] {
         let (code, out, _) = p.run(&[cmd, "--help"]);
         assert_eq!(code, 0, "{cmd}");

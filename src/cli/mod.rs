@@ -324,7 +324,7 @@ async fn preflight(config: &Config, providers: &Providers) -> Result<Preflight, 
                         "vm.{}: kubernetes = true, but none of its clouds can host k3s",
                         vm.name
                     ),
-                    Some("set kubernetes = false, or add a cloud that supports Kubernetes".into()),
+                    Some("set kubernetes = false (or drop --k8s), or add a cloud that supports Kubernetes".into()),
                 )));
             }
             k3s_skipped
