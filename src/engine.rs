@@ -512,6 +512,16 @@ impl Engine {
             && serde_json::from_value::<TeardownState>(prev.state.clone())
                 .map(|s| !matches!(s, TeardownState::Done | TeardownState::Leaked { .. }))
                 .unwrap_or(false);
+        // The cluster's kubeconfig (it holds the client key) goes with the VM.
+        let kubeconfig = (prev.kind == "k3s")
+            .then(|| serde_json::from_value::<K3sState>(prev.state.clone()).ok())
+            .flatten()
+            .and_then(|s| s.kubeconfig().map(|p| p.to_path_buf()))
+            .or_else(|| {
+                self.k3s
+                    .as_ref()
+                    .map(|k| k.kubeconfig_dir.join(format!("{vm_name}.yaml")))
+            });
         let owned = match owned_of(&prev) {
             Ok(o) => o,
             // Never drop a record we cannot read: it may be the only trace of a machine.
@@ -543,10 +553,8 @@ impl Engine {
         match result {
             Ok(TeardownState::Done) => match self.journal.remove(key).await {
                 Ok(()) => {
-                    // The cluster went with the VM: its kubeconfig (client key) goes too.
-                    if let Some(k) = &self.k3s {
-                        let _ =
-                            std::fs::remove_file(k.kubeconfig_dir.join(format!("{vm_name}.yaml")));
+                    if let Some(path) = &kubeconfig {
+                        let _ = std::fs::remove_file(path);
                     }
                     Outcome::Destroyed
                 }

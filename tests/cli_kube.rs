@@ -302,3 +302,41 @@ fn tunnel_to_a_machine_that_does_not_answer_fails_with_a_diagnostic() {
     assert!(err.contains("dev") || err.contains("127.0.0.1"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn destroy_removes_the_kubeconfig_and_the_merged_context() {
+    if std::env::var_os("GPUPROV_SKIP_DOCKER").is_some() {
+        return;
+    }
+    // The recorded container no longer exists: Docker confirms it gone, so destroy
+    // finishes and cleans up after the cluster.
+    let p = Project::new(DOCKER_TOML);
+    let kube = p.with_cluster(AccessRecord::Direct {
+        host: "127.0.0.1".into(),
+    });
+    let (code, _, err) = p.run(&["kubeconfig", "dev", "--merge"]);
+    assert_eq!(code, 0, "{err}");
+    let home_cfg = p.path("home/.kube/config");
+    std::fs::write(
+        &home_cfg,
+        std::fs::read_to_string(&home_cfg)
+            .unwrap()
+            .replace("current-context: gpuprov-dev\n", ""),
+    )
+    .unwrap();
+    let mut kc = Kubeconfig::parse(&std::fs::read_to_string(&home_cfg).unwrap()).unwrap();
+    let other = Kubeconfig::parse(
+        "clusters:\n- name: prod\n  cluster:\n    server: https://prod.example:6443\ncontexts: []\nusers: []\n",
+    )
+    .unwrap();
+    kc.merge(&other, false);
+    std::fs::write(&home_cfg, kc.to_yaml().unwrap()).unwrap();
+
+    let (code, _, err) = p.run(&["destroy", "--auto-approve"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("removed context gpuprov-dev"), "{err}");
+    assert!(!kube.exists(), "gpuprov's copy is deleted");
+    let kc = Kubeconfig::parse(&std::fs::read_to_string(&home_cfg).unwrap()).unwrap();
+    let names: Vec<&str> = kc.clusters.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["prod"], "only gpuprov's entries go");
+}

@@ -83,6 +83,44 @@ fn user_kubeconfig(explicit: Option<&PathBuf>) -> Result<PathBuf, Report> {
         })
 }
 
+/// The line `apply` prints under a machine whose cluster is ready: how to use it.
+pub(super) fn ready_hint(name: &str, r: &crate::state::ResourceRecord) -> Option<String> {
+    if r.machine.kind != "k3s" {
+        return None;
+    }
+    match serde_json::from_value::<K3sState>(r.machine.state.clone()).ok()? {
+        K3sState::Ready {
+            cluster: Some(c), ..
+        } => Some(match c.access {
+            AccessRecord::Direct { .. } => format!(
+                "k3s ready: export KUBECONFIG={} (or `gpuprov kubeconfig {name} --merge`)",
+                c.kubeconfig.display()
+            ),
+            AccessRecord::SshTunnel { .. } => format!(
+                "k3s ready: run `gpuprov tunnel {name}`, then export KUBECONFIG={} (or `gpuprov kubeconfig {name} --merge`)",
+                c.kubeconfig.display()
+            ),
+        }),
+        _ => None,
+    }
+}
+
+/// After `name` is destroyed: removes its cluster, user and context from the user's
+/// default kubeconfig (`$KUBECONFIG`'s first file, else `~/.kube/config`) if
+/// `--merge` put them there. Returns the file when it changed. A file that does not parse
+/// is left alone.
+pub(super) fn forget_cluster(name: &str) -> Option<PathBuf> {
+    let path = user_kubeconfig(None).ok()?;
+    let text = std::fs::read_to_string(&path).ok()?;
+    let mut kc = Kubeconfig::parse(&text).ok()?;
+    if !kc.remove_vm(name) {
+        return None;
+    }
+    let yaml = kc.to_yaml().ok()?;
+    write_private(&path, yaml.as_bytes()).ok()?;
+    Some(path)
+}
+
 pub(super) async fn cmd_kubeconfig(
     project: &Project,
     a: &KubeconfigArgs,

@@ -657,15 +657,32 @@ async fn finish_run(
     let mut interrupted = false;
     for (address, o) in outcomes {
         match o {
-            Outcome::Ready(vm) => errln!(
-                "{address}: ready at {} ({}), ssh with: gpuprov ssh {}",
-                vm.location,
-                vm.ssh,
-                address.trim_start_matches("vm.")
-            ),
+            Outcome::Ready(vm) => {
+                let name = address.trim_start_matches("vm.");
+                errln!(
+                    "{address}: ready at {} ({}), ssh with: gpuprov ssh {name}",
+                    vm.location,
+                    vm.ssh,
+                );
+                if let Some(hint) = state
+                    .resources
+                    .get(address)
+                    .and_then(|r| kube::ready_hint(name, r))
+                {
+                    errln!("  {hint}");
+                }
+            }
             Outcome::Updated => errln!("{address}: updated"),
             Outcome::Unchanged => {}
-            Outcome::Destroyed => {}
+            Outcome::Destroyed => {
+                let name = address.trim_start_matches("vm.");
+                if let Some(path) = kube::forget_cluster(name) {
+                    errln!(
+                        "{address}: removed context gpuprov-{name} from {}",
+                        path.display()
+                    );
+                }
+            }
             Outcome::Failed(why) => {
                 failed = true;
                 errln!("{address}: FAILED: {why}");

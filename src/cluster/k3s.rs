@@ -160,6 +160,17 @@ impl K3sState {
         }
     }
 
+    /// The kubeconfig gpuprov wrote for this VM, once written.
+    pub fn kubeconfig(&self) -> Option<&Path> {
+        match self {
+            K3sState::Validating { kubeconfig, .. } => Some(kubeconfig),
+            K3sState::Ready {
+                cluster: Some(c), ..
+            } => Some(&c.kubeconfig),
+            _ => None,
+        }
+    }
+
     /// The child's leaked end, when the VM's launch leaked.
     pub fn leaked(&self) -> Option<&LaunchState> {
         match self {
