@@ -22,8 +22,12 @@
 //! - [`tunnel`] — an SSH local port forward with the system OpenSSH client, pinned to the
 //!   VM's host key ([`tunnel::Tunnel`]).
 //!
-//! Not here yet: the `K3sMachine` itself, the SSH push, the API/validation steps and the
-//! CLI commands (see ARCHITECTURE.md).
+//! And the machine itself:
+//!
+//! - [`k3s`] — [`k3s::K3sMachine`]: the launch machine as a child, then the boot-install
+//!   check, SSH push, API wait, kubeconfig and validation (design 4.5);
+//! - [`api`] — the Kubernetes API calls validation makes, over the access path the user
+//!   will use.
 
 pub mod api;
 pub mod boot;
