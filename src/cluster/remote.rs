@@ -104,9 +104,15 @@ pub fn as_root(user: &str, command: &str) -> String {
     }
 }
 
-/// The command that runs the installer read from stdin, as root.
+/// The command that runs the installer read from stdin, as root. The script is saved to
+/// a private temporary file first and run with stdin closed, so no command inside it can
+/// read (and swallow) the rest of the script, as it could under a plain `sh -s`.
 pub fn install_command(user: &str) -> String {
-    as_root(user, "sh -s")
+    as_root(
+        user,
+        "sh -c 'umask 077; f=$(mktemp /tmp/gpuprov-install.XXXXXX) || exit 1; \
+         if cat >\"$f\"; then sh \"$f\" </dev/null; rc=$?; else rc=1; fi; rm -f \"$f\"; exit $rc'",
+    )
 }
 
 /// The installer's stdin for the SSH push: the same boot script the boot route runs,
@@ -120,4 +126,41 @@ pub fn installer_stdin(cfg: &InstallerConfig) -> Result<Vec<u8>, BootScriptError
 /// The command that prints the kubeconfig k3s wrote (root-only, mode 0600).
 pub fn read_kubeconfig_command(user: &str) -> String {
     as_root(user, &format!("cat {K3S_KUBECONFIG_PATH}"))
+}
+
+#[cfg(test)]
+mod install_command_tests {
+    use super::install_command;
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    fn run(script: &str) -> (i32, String) {
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(install_command("root"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(script.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    }
+
+    #[test]
+    fn a_command_reading_stdin_cannot_swallow_the_rest_of_the_script() {
+        // Under `sh -s`, `cat` would print the script's remaining lines and they would
+        // never run.
+        assert_eq!(run("cat\necho after\n"), (0, "after\n".into()));
+        assert_eq!(run("echo a\nexit 7\n").0, 7, "the exit status comes back");
+        assert!(install_command("ubuntu").starts_with("sudo -n sh -c '"));
+    }
 }
