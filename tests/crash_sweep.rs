@@ -43,6 +43,11 @@ enum Scenario {
     /// The first SSH login fails locally: the new instance is torn down (compensation),
     /// the launch aborts.
     Compensation,
+    /// Both offers are out of capacity once: the launch ends exhausted.
+    Exhausted,
+    /// As `Compensation`, but the compensating delete is refused once: the launch ends
+    /// leaked, and the destroy resolves it.
+    Leaked,
 }
 
 impl Scenario {
@@ -57,12 +62,31 @@ impl Scenario {
                 ProviderError::new(ErrorKind::Capacity, "no capacity"),
                 1,
             ),
+            Scenario::Exhausted => c
+                .with_fault(
+                    Op::Create,
+                    Some("east"),
+                    ProviderError::new(ErrorKind::Capacity, "no capacity"),
+                    1,
+                )
+                .with_fault(
+                    Op::Create,
+                    Some("west"),
+                    ProviderError::new(ErrorKind::Capacity, "no capacity"),
+                    1,
+                ),
+            Scenario::Leaked => c.with_fault(
+                Op::Delete,
+                None,
+                ProviderError::new(ErrorKind::Failed, "delete refused"),
+                1,
+            ),
             _ => c,
         }
     }
     fn connector(self) -> FakeConnector {
         let c = FakeConnector::default();
-        if let Scenario::Compensation = self {
+        if let Scenario::Compensation | Scenario::Leaked = self {
             c.fail_with(vec![SshError::Local("key file unreadable (test)".into())]);
         }
         c
@@ -72,6 +96,14 @@ impl Scenario {
         match self {
             Scenario::Compensation => {
                 matches!(o, Outcome::Ready(_))
+                    || matches!(o, Outcome::Failed(m) if m.starts_with("aborted"))
+            }
+            Scenario::Exhausted => {
+                matches!(o, Outcome::Ready(_))
+                    || matches!(o, Outcome::Failed(m) if m.starts_with("exhausted"))
+            }
+            Scenario::Leaked => {
+                matches!(o, Outcome::Ready(_) | Outcome::Leaked(_))
                     || matches!(o, Outcome::Failed(m) if m.starts_with("aborted"))
             }
             _ => matches!(o, Outcome::Ready(_)),
@@ -257,7 +289,15 @@ fn crash_and_recover(s: Scenario, point: &str, nth: u32) -> Vec<String> {
             w.cloud.instances()
         ));
     }
-    match w.run(Phase::Destroy, None) {
+    // A teardown the cloud refused ends leaked; the next run resolves it (a scripted
+    // refusal the crashed run never reached is met here).
+    let mut destroyed = w.run(Phase::Destroy, None);
+    if let Some(out) = &destroyed {
+        if out.values().any(|o| matches!(o, Outcome::Leaked(_))) {
+            destroyed = w.run(Phase::Destroy, None);
+        }
+    }
+    match destroyed {
         Some(out) if out.values().all(|o| *o == Outcome::Destroyed) => {}
         other => problems.push(format!("destroy ended {other:?}")),
     }
@@ -284,6 +324,8 @@ fn every_crash_point_recovers_without_duplicates_or_leaks() {
         ("plain", Scenario::Plain),
         ("failover", Scenario::Failover),
         ("compensation", Scenario::Compensation),
+        ("exhausted", Scenario::Exhausted),
+        ("leaked", Scenario::Leaked),
     ];
     let mut failures = Vec::new();
     // Per machine kind: every point name seen, and those whose every occurrence passed.
@@ -295,7 +337,7 @@ fn every_crash_point_recovers_without_duplicates_or_leaks() {
         let trace = clean_trace(s);
         assert!(
             trace.iter().any(|p| p == "provider.after:create"),
-            "{label}: the trace covers a create: {trace:?}"
+            "{label}: the trace covers a create call: {trace:?}"
         );
         let mut seen: BTreeMap<&str, u32> = BTreeMap::new();
         for point in &trace {
