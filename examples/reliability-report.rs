@@ -186,6 +186,11 @@ fn render(rel: &BTreeMap<String, Value>, props: &BTreeMap<String, Value>) -> Str
     let _ = writeln!(s, "| leaks found | {leaks} |");
     let _ = writeln!(s, "| duplicates found | {dups} |");
     let _ = writeln!(s, "| fault-injection runs | {fault_runs} |");
+    let cases = if props.is_empty() {
+        "not run".to_string()
+    } else {
+        cases.to_string()
+    };
     let _ = writeln!(
         s,
         "| bad inputs tried (property cases = fuzz executions) | {cases} |"

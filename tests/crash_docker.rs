@@ -11,6 +11,8 @@
 //!
 //! Needs a running Docker Engine. `GPUPROV_SKIP_DOCKER=1` skips, loudly.
 
+#[path = "support/drive.rs"]
+mod drive;
 #[path = "support/figures.rs"]
 mod figures;
 
@@ -130,12 +132,17 @@ impl Project {
 
 /// Containers carrying VM name `dev` and this lineage (any status), as `docker ps -a`.
 fn docker_ps(lineage: &str) -> Vec<String> {
+    containers_of(lineage, "dev")
+}
+
+/// Containers carrying VM name `vm` and `lineage` (any status), as `docker ps -a`.
+fn containers_of(lineage: &str, vm: &str) -> Vec<String> {
     let out = Command::new("docker")
         .args([
             "ps",
             "-aq",
             "--filter",
-            "label=gpuprov-vm-name=dev",
+            &format!("label=gpuprov-vm-name={vm}"),
             "--filter",
             &format!("label=gpuprov-lineage={lineage}"),
         ])
@@ -322,6 +329,12 @@ fn docker_lock_holder_stale_lock_force_unlock_and_torn_journal_secrets() {
         "names the holder pid: {err}"
     );
     assert!(err.contains("apply"), "names the holder's operation: {err}");
+    let (_, st) = gpuprov::state::StateStore::open(p.state_path())
+        .expect("the refused apply left the state readable");
+    assert_eq!(
+        st.resources["vm.dev"].machine.state["state"], "booting",
+        "and unchanged: the holder's last transition"
+    );
 
     // Read-only commands answer at once, from the state with the live journal replayed.
     for args in [
@@ -426,4 +439,112 @@ fn docker_lock_holder_stale_lock_force_unlock_and_torn_journal_secrets() {
         }),
     );
     assert_eq!(hits, 0);
+}
+
+/// The Docker cloud through the fault wrapper (`provider::faulty`), in process with the
+/// real launch and teardown machines (millisecond retries): 25% of calls
+/// fail before reaching Docker, 15% lose their answer after Docker acted, and the first
+/// successful create's answer is always lost (it must be adopted, never duplicated). The
+/// launch converges with exactly one container; the teardown leaves none. SSH is the fake
+/// connector (the faults are the provider's here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_through_the_fault_wrapper_converges_with_one_container() {
+    use std::sync::Arc;
+
+    use gpuprov::config::{Cloud, VmSpec};
+    use gpuprov::machine::{CancelToken, Executor, MemoryJournal, RetryPolicy};
+    use gpuprov::provider::docker::{DockerProvider, DockerSettings};
+    use gpuprov::provider::fake::FakeConnector;
+    use gpuprov::provider::faulty::Faulty;
+    use gpuprov::vm::{LaunchMachine, LaunchState, Target, TeardownMachine, TeardownState};
+
+    /// Removes what the test may have left, even on panic.
+    struct Guard(&'static str);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let ids = containers_of(drive::LINEAGE, self.0);
+            if !ids.is_empty() {
+                let _ = Command::new("docker")
+                    .args(["rm", "-f"])
+                    .args(&ids)
+                    .output();
+            }
+        }
+    }
+
+    if skip() {
+        return;
+    }
+    ensure_base_image();
+    const VM: &str = "faultwrap";
+    let _guard = Guard(VM);
+    let mut settings = DockerSettings::from_env_and_config(None, None);
+    settings.lineage = drive::LINEAGE.into();
+    let faulty = Arc::new(
+        Faulty::new(Arc::new(DockerProvider::new(settings)), 0.25, 0.15, 42)
+            .losing_first_create_answer(),
+    );
+    let mut vm = VmSpec::new(VM, vec![Cloud::Docker]);
+    vm.regions = vec!["local".into()];
+    let journal = Arc::new(MemoryJournal::new());
+    // A budget of 12 attempts per state, 1-2 ms apart: at these rates a state gives up
+    // only with odds of about 1e-5.
+    let patient = RetryPolicy {
+        max_attempts: 12,
+        ..drive::FAST
+    };
+    let mut m = LaunchMachine::new(
+        vm.clone(),
+        drive::LINEAGE.into(),
+        drive::PUBKEY.into(),
+        drive::providers(faulty.clone()),
+        Arc::new(FakeConnector::default()),
+    );
+    m.retry = patient;
+    m.teardown.retry = patient;
+    let ex = Executor::new(journal.clone(), CancelToken::new());
+    let end = tokio::time::timeout(
+        Duration::from_secs(60),
+        ex.run(&m, "vm.faultwrap", |_| LaunchState::start(None)),
+    )
+    .await
+    .expect("launch must not hang")
+    .unwrap();
+    let LaunchState::Ready { vm: rec } = &end else {
+        panic!("{end:?}\n{:?}", drive::labels(&journal))
+    };
+    assert!(faulty.lost_a_create(), "a create's answer was lost");
+    assert_eq!(
+        containers_of(drive::LINEAGE, VM).len(),
+        1,
+        "exactly one container, the lost create adopted"
+    );
+    let target = Target {
+        location: rec.location.clone(),
+        vm_name: VM.into(),
+        instance_ids: vec![rec.instance_id.clone()],
+    };
+    let mut t = TeardownMachine::new(drive::providers(faulty.clone()));
+    t.retry = patient;
+    let done = tokio::time::timeout(
+        Duration::from_secs(60),
+        ex.run(&t, "vm.faultwrap", |_| TeardownState::Requesting { target }),
+    )
+    .await
+    .expect("teardown must not hang")
+    .unwrap();
+    assert_eq!(done, TeardownState::Done);
+    assert!(containers_of(drive::LINEAGE, VM).is_empty(), "nothing left");
+    let injected = faulty.injected();
+    assert!(injected > 1, "faults were injected: {injected}");
+    figures::write(
+        "faults_docker_wrapper",
+        &serde_json::json!({
+            "fault": "Docker cloud via fault wrapper: 25% of calls fail before, 15% lose their answer, first create answer lost",
+            "runs": 2,
+            "faults_injected": injected,
+            "outcomes": {"ready": 1, "destroyed": 1},
+            "leaks_left": 0, "duplicates": 0,
+        }),
+    );
 }

@@ -241,16 +241,17 @@ fn clean_trace(s: Scenario) -> Vec<String> {
     trace
 }
 
-/// The machine kind a point belongs to, for the figures.
-fn kind_of(point: &str) -> &'static str {
-    if point.contains(":launch:") {
-        "launch"
-    } else if point.contains(":teardown:") {
-        "teardown"
-    } else if point.starts_with("provider.") {
-        "provider calls"
-    } else {
-        "engine (record removal)"
+/// The machine kind a point belongs to, for the figures: the machine of a journal write
+/// (`journal.before:<kind>:<state>`), `provider calls`, the engine's record removal, or
+/// for any other point (for example the k3s layer's) the name up to its first `.` or `:`.
+fn kind_of(point: &str) -> String {
+    let mut parts = point.split(':');
+    let head = parts.next().unwrap_or_default();
+    match (head, parts.next()) {
+        ("journal.before" | "journal.after", Some("remove")) => "engine (record removal)".into(),
+        ("journal.before" | "journal.after", Some(kind)) => kind.into(),
+        ("provider.before" | "provider.after", _) => "provider calls".into(),
+        _ => head.split('.').next().unwrap_or(head).into(),
     }
 }
 
@@ -329,7 +330,7 @@ fn every_crash_point_recovers_without_duplicates_or_leaks() {
     ];
     let mut failures = Vec::new();
     // Per machine kind: every point name seen, and those whose every occurrence passed.
-    let mut total: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    let mut total: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut bad: BTreeSet<String> = BTreeSet::new();
     let (mut runs, mut leaks, mut duplicates) = (0u32, 0u32, 0u32);
     let mut per_scenario = serde_json::Map::new();
