@@ -93,7 +93,10 @@ fn render(rel: &BTreeMap<String, Value>, props: &BTreeMap<String, Value>) -> Str
         }
     }
 
-    let _ = writeln!(s, "\n### Fault injection (FakeProvider)\n");
+    let _ = writeln!(
+        s,
+        "\n### Fault injection (FakeProvider, and Docker through the fault wrapper)\n"
+    );
     let _ = writeln!(s, "| fault | runs | outcomes | leaks left | duplicates |");
     let _ = writeln!(s, "|---|---|---|---|---|");
     let mut fault_runs = 0;
