@@ -111,17 +111,21 @@ mod imp {
             if let Ok(spec) = std::env::var("GPUPROV_CRASH_AT") {
                 let spec = spec.trim();
                 if !spec.is_empty() {
-                    let (name, nth) = match spec.rsplit_once('#') {
-                        Some((n, k)) => (n, k.parse().unwrap_or(1)),
-                        None => (spec, 1),
-                    };
-                    r.armed = Some((name.to_string(), nth.max(1)));
+                    r.armed = Some(parse_spec(spec));
                     r.from_env = true;
                 }
             }
             r.trace_stderr = std::env::var("GPUPROV_CRASH_TRACE").is_ok_and(|v| v == "1");
             refresh_active(&r);
         });
+    }
+
+    /// `name[#n]` → (name, n), n at least 1 (default 1; an unreadable count is 1).
+    pub(super) fn parse_spec(spec: &str) -> (String, u32) {
+        match spec.rsplit_once('#') {
+            Some((n, k)) => (n.to_string(), k.parse::<u32>().unwrap_or(1).max(1)),
+            None => (spec.to_string(), 1),
+        }
     }
 
     /// Notified when the run stops at the armed point.
@@ -235,5 +239,24 @@ mod imp {
         if stop {
             std::future::pending::<()>().await;
         }
+    }
+}
+
+#[cfg(all(test, feature = "crash-points"))]
+mod tests {
+    use super::imp::parse_spec;
+
+    #[test]
+    fn crash_at_spec_takes_an_optional_occurrence() {
+        assert_eq!(
+            parse_spec("provider.after:create"),
+            ("provider.after:create".into(), 1)
+        );
+        assert_eq!(
+            parse_spec("journal.after:launch:booting#3"),
+            ("journal.after:launch:booting".into(), 3)
+        );
+        assert_eq!(parse_spec("x#0"), ("x".into(), 1));
+        assert_eq!(parse_spec("x#junk"), ("x".into(), 1));
     }
 }
