@@ -111,10 +111,13 @@ impl StateJournal {
 
     /// Drops a resource whose teardown the cloud confirmed.
     pub async fn remove(&self, key: &str) -> Result<(), StateError> {
+        crate::crash::point("journal.before:remove").await;
         self.commit(JournalOp::Remove {
             key: key.to_string(),
         })
-        .await
+        .await?;
+        crate::crash::point("journal.after:remove").await;
+        Ok(())
     }
 
     /// The final save of a run: folds the journal into the state file (one atomic

@@ -5,6 +5,9 @@
 //! Needs a running Docker Engine (CI has one). Builds the base image with
 //! `scripts/build-base-image.sh` when it is missing. `GPUPROV_SKIP_DOCKER=1` skips, loudly.
 
+#[path = "support/figures.rs"]
+mod figures;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -473,6 +476,20 @@ async fn no_secret_reaches_state_plan_files_logs_or_output() {
             std::fs::read_to_string(key_dir.join(f)).unwrap(),
         ));
     }
+    let hits: usize = haystacks
+        .iter()
+        .map(|(_, text)| {
+            usize::from(text.contains(&sentinel))
+                + key_lines.iter().filter(|l| text.contains(**l)).count()
+        })
+        .sum();
+    figures::write(
+        "secrets_e2e",
+        &serde_json::json!({
+            "searched": haystacks.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            "sentinel_hits": hits,
+        }),
+    );
     for (name, text) in &haystacks {
         assert!(
             !text.contains(&sentinel),

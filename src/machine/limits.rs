@@ -3,7 +3,9 @@
 //! `create` calls at least `min_create_interval` apart (for example Lambda's launch
 //! endpoint, about one call per 12 s). Every adapter registered in
 //! [`Providers`](crate::provider::Providers) is wrapped in a [`Governed`], so adapters
-//! never wait and no call path can bypass the limits.
+//! never wait and no call path can bypass the limits. Being on every call path, it also
+//! carries the test-only crash points around each side effect (`provider.before:<op>` /
+//! `provider.after:<op>` for prepare, create, delete and cleanup; see [`crate::crash`]).
 
 use std::sync::Arc;
 
@@ -64,8 +66,13 @@ impl CloudProvider for Governed {
         offer: &Offer,
         spec: &InstanceSpec,
     ) -> Result<serde_json::Value, ProviderError> {
-        let _p = self.permit().await?;
-        self.inner.prepare(offer, spec).await
+        crate::crash::point("provider.before:prepare").await;
+        let r = {
+            let _p = self.permit().await?;
+            self.inner.prepare(offer, spec).await
+        };
+        crate::crash::point("provider.after:prepare").await;
+        r
     }
     async fn create(
         &self,
@@ -73,7 +80,7 @@ impl CloudProvider for Governed {
         prepared: &serde_json::Value,
         spec: &InstanceSpec,
     ) -> Result<String, ProviderError> {
-        let _p = {
+        let permit = {
             // Held across both waits, so creates queue up and reach the cloud one
             // interval apart: the permit is taken before the next slot is set, else
             // creates spaced here could bunch up behind a full semaphore.
@@ -85,7 +92,11 @@ impl CloudProvider for Governed {
             *next = Some(Instant::now() + self.caps.min_create_interval);
             p
         };
-        self.inner.create(offer, prepared, spec).await
+        crate::crash::point("provider.before:create").await;
+        let r = self.inner.create(offer, prepared, spec).await;
+        drop(permit);
+        crate::crash::point("provider.after:create").await;
+        r
     }
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
         let _p = self.permit().await?;
@@ -97,11 +108,21 @@ impl CloudProvider for Governed {
         vm_name: &str,
         instance_ids: &[String],
     ) -> Result<(), ProviderError> {
-        let _p = self.permit().await?;
-        self.inner.delete(at, vm_name, instance_ids).await
+        crate::crash::point("provider.before:delete").await;
+        let r = {
+            let _p = self.permit().await?;
+            self.inner.delete(at, vm_name, instance_ids).await
+        };
+        crate::crash::point("provider.after:delete").await;
+        r
     }
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
-        let _p = self.permit().await?;
-        self.inner.cleanup(at, vm_name).await
+        crate::crash::point("provider.before:cleanup").await;
+        let r = {
+            let _p = self.permit().await?;
+            self.inner.cleanup(at, vm_name).await
+        };
+        crate::crash::point("provider.after:cleanup").await;
+        r
     }
 }

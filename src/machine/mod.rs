@@ -369,6 +369,7 @@ impl Executor {
             source: JournalError::Encode(e.to_string()),
         })?;
         let label = m.label(s);
+        crate::crash::state_point("journal.before", M::KIND, &value).await;
         self.journal
             .record(key, M::KIND, &value, &label)
             .await
@@ -376,6 +377,7 @@ impl Executor {
                 key: key.into(),
                 source,
             })?;
+        crate::crash::state_point("journal.after", M::KIND, &value).await;
         self.emit(Progress::Transition {
             key: key.into(),
             kind: M::KIND,

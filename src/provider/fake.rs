@@ -58,6 +58,24 @@ struct Inner {
     vanish_on_boot: bool,
     /// Observes that do not list a new instance yet (eventually consistent list APIs).
     list_lag: u32,
+    /// Seeded random transient faults: probability per call, and the generator.
+    transient_rate: f64,
+    rng: Option<rand::rngs::StdRng>,
+    /// Random transient faults injected so far.
+    transient_injected: u32,
+    /// The most live instances one VM name ever had at once.
+    peak_per_vm: usize,
+}
+
+impl Inner {
+    fn note_peak(&mut self, vm_name: &str) {
+        let live = self
+            .instances
+            .values()
+            .filter(|i| i.vm_name == vm_name)
+            .count();
+        self.peak_per_vm = self.peak_per_vm.max(live);
+    }
 }
 
 /// Marks one call in flight until dropped.
@@ -177,6 +195,30 @@ impl FakeProvider {
         });
     }
 
+    /// Makes every call fail with a transient error with probability `rate` (0..=1),
+    /// drawn from a generator seeded with `seed` so a failing run can be replayed.
+    pub fn with_transient_rate(self, rate: f64, seed: u64) -> Self {
+        use rand::SeedableRng as _;
+        {
+            let mut g = self.lock();
+            g.transient_rate = rate;
+            g.rng = Some(rand::rngs::StdRng::seed_from_u64(seed));
+        }
+        self
+    }
+
+    /// How many random transient faults ([`with_transient_rate`](Self::with_transient_rate))
+    /// were injected so far.
+    pub fn transient_injected(&self) -> u32 {
+        self.lock().transient_injected
+    }
+
+    /// The most live instances any one VM name had at the same time (a duplicate shows
+    /// as 2 or more).
+    pub fn peak_instances_per_vm(&self) -> usize {
+        self.lock().peak_per_vm
+    }
+
     /// Removes every scripted fault.
     pub fn clear_faults(&self) {
         self.lock().faults.clear();
@@ -248,6 +290,7 @@ impl FakeProvider {
                 client_token: String::new(),
             },
         );
+        g.note_peak(vm_name);
         id
     }
 
@@ -266,6 +309,18 @@ impl FakeProvider {
                     f.remaining -= 1;
                 }
                 return Err(f.error.clone());
+            }
+        }
+        if g.transient_rate > 0.0 {
+            use rand::Rng as _;
+            let rate = g.transient_rate;
+            if let Some(rng) = g.rng.as_mut() {
+                if rng.gen_bool(rate.clamp(0.0, 1.0)) {
+                    g.transient_injected += 1;
+                    return Err(ProviderError::transient(format!(
+                        "injected transient fault in {op:?}"
+                    )));
+                }
             }
         }
         Ok(())
@@ -347,6 +402,7 @@ impl CloudProvider for FakeProvider {
                 client_token: spec.client_token.clone(),
             },
         );
+        g.note_peak(&spec.vm_name);
         Ok(id)
     }
 

@@ -10,6 +10,7 @@ pub mod aws;
 pub mod digitalocean;
 pub mod docker;
 pub mod fake;
+pub mod faulty;
 pub mod hyperstack;
 pub mod lambda;
 pub mod runpod;

@@ -1,0 +1,234 @@
+//! Renders the reliability figures the tests wrote into RELIABILITY.md (issue 6).
+//!
+//! ```text
+//! cargo nextest run --locked --no-fail-fast      # the tests write the figures
+//! cargo run --example reliability-report         # renders RELIABILITY.md
+//! ```
+//!
+//! Reads `<target>/reliability/*.json` (crash sweeps, fault runs, secret sweeps) and
+//! `<target>/properties/*.json` (bad-input properties), where `<target>` is
+//! `CARGO_TARGET_DIR` when set, else `./target`; replaces the part of RELIABILITY.md between
+//! the `BEGIN GENERATED` and `END GENERATED` markers. A figure that is missing (its test
+//! did not run) is shown as "not run", never as zero.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+const BEGIN: &str = "<!-- BEGIN GENERATED: cargo run --example reliability-report -->";
+const END: &str = "<!-- END GENERATED -->";
+
+fn read_dir(dir: &Path) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "json") {
+            if let Some(v) = std::fs::read_to_string(&p)
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok())
+            {
+                let name = p.file_stem().unwrap_or_default().to_string_lossy().into();
+                out.insert(name, v);
+            }
+        }
+    }
+    out
+}
+
+fn num(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+fn outcomes(v: &Value) -> String {
+    v.as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default()
+}
+
+fn render(rel: &BTreeMap<String, Value>, props: &BTreeMap<String, Value>) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "### Crash points\n");
+    let _ = writeln!(
+        s,
+        "| cloud | machine | points covered / total | crash runs | leaks found | duplicates found |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|");
+    let (mut leaks, mut dups) = (0, 0);
+    for cloud in ["crash_sweep_fake", "crash_sweep_docker"] {
+        let Some(v) = rel.get(cloud) else {
+            let _ = writeln!(s, "| {cloud} | not run | | | | |");
+            continue;
+        };
+        leaks += num(&v["leaks"]);
+        dups += num(&v["duplicates"]);
+        let mut first = true;
+        for (kind, k) in v["kinds"].as_object().into_iter().flatten() {
+            let (runs, l, d) = if first {
+                (
+                    v["crash_runs"].to_string(),
+                    v["leaks"].to_string(),
+                    v["duplicates"].to_string(),
+                )
+            } else {
+                Default::default()
+            };
+            first = false;
+            let _ = writeln!(
+                s,
+                "| {} | {kind} | {} / {} | {runs} | {l} | {d} |",
+                v["cloud"].as_str().unwrap_or(cloud),
+                k["covered"],
+                k["total"]
+            );
+        }
+    }
+
+    let _ = writeln!(
+        s,
+        "\n### Fault injection (FakeProvider, and Docker through the fault wrapper)\n"
+    );
+    let _ = writeln!(s, "| fault | runs | outcomes | leaks left | duplicates |");
+    let _ = writeln!(s, "|---|---|---|---|---|");
+    let mut fault_runs = 0;
+    for (name, v) in rel.iter().filter(|(n, _)| n.starts_with("faults_")) {
+        fault_runs += num(&v["runs"]);
+        leaks += num(&v["leaks_left"]);
+        dups += num(&v["duplicates"]);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} |",
+            v["fault"].as_str().unwrap_or(name),
+            v["runs"],
+            outcomes(&v["outcomes"]),
+            v["leaks_left"],
+            v["duplicates"]
+        );
+    }
+    if fault_runs == 0 {
+        let _ = writeln!(s, "| not run | | | | |");
+    }
+
+    let _ = writeln!(
+        s,
+        "\n### Bad input (property tests, `tests/properties.rs`)\n"
+    );
+    let _ = writeln!(s, "| property | cases tried | passed | how answered |");
+    let _ = writeln!(s, "|---|---|---|---|");
+    let mut cases = 0;
+    for (name, v) in props {
+        cases += num(&v["cases"]);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} |",
+            v["property"].as_str().unwrap_or(name),
+            v["cases"],
+            v["passed"],
+            outcomes(&v["outcomes"])
+        );
+    }
+    if props.is_empty() {
+        let _ = writeln!(s, "| not run | | | |");
+    }
+
+    let _ = writeln!(s, "\n### Secrets\n");
+    let _ = writeln!(s, "| sweep | places searched | sentinel hits |");
+    let _ = writeln!(s, "|---|---|---|");
+    let mut secret_hits = None;
+    for (name, v) in rel.iter().filter(|(n, _)| n.starts_with("secrets_")) {
+        *secret_hits.get_or_insert(0) += num(&v["sentinel_hits"]);
+        let places = v["searched"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        let _ = writeln!(s, "| {name} | {places} | {} |", v["sentinel_hits"]);
+    }
+    if secret_hits.is_none() {
+        let _ = writeln!(s, "| not run | | |");
+    }
+
+    let _ = writeln!(s, "\n### Summary\n");
+    let _ = writeln!(s, "| figure | value |");
+    let _ = writeln!(s, "|---|---|");
+    let covered = |cloud: &str| {
+        rel.get(cloud)
+            .map(|v| {
+                let (mut c, mut t) = (0, 0);
+                for k in v["kinds"].as_object().into_iter().flatten().map(|(_, k)| k) {
+                    c += num(&k["covered"]);
+                    t += num(&k["total"]);
+                }
+                format!("{c} / {t}")
+            })
+            .unwrap_or_else(|| "not run".into())
+    };
+    let _ = writeln!(
+        s,
+        "| crash points covered (FakeProvider, every point) | {} |",
+        covered("crash_sweep_fake")
+    );
+    let _ = writeln!(
+        s,
+        "| crash points covered (Docker subset, kill -9) | {} |",
+        covered("crash_sweep_docker")
+    );
+    let _ = writeln!(s, "| leaks found | {leaks} |");
+    let _ = writeln!(s, "| duplicates found | {dups} |");
+    let _ = writeln!(s, "| fault-injection runs | {fault_runs} |");
+    let cases = if props.is_empty() {
+        "not run".to_string()
+    } else {
+        cases.to_string()
+    };
+    let _ = writeln!(
+        s,
+        "| bad inputs tried (property cases = fuzz executions) | {cases} |"
+    );
+    let _ = writeln!(
+        s,
+        "| secret hits | {} |",
+        secret_hits.map_or("not run".into(), |h| h.to_string())
+    );
+    s
+}
+
+fn main() {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target"));
+    let rel = read_dir(&target.join("reliability"));
+    let props = read_dir(&target.join("properties"));
+    let body = render(&rel, &props);
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("RELIABILITY.md");
+    let text = std::fs::read_to_string(&doc).unwrap_or_default();
+    let new = match (text.find(BEGIN), text.find(END)) {
+        (Some(b), Some(e)) if b < e => {
+            format!("{}{BEGIN}\n\n{body}\n{}", &text[..b], &text[e..])
+        }
+        _ => format!("{text}\n{BEGIN}\n\n{body}\n{END}\n"),
+    };
+    if let Err(e) = std::fs::write(&doc, new) {
+        eprintln!("cannot write {}: {e}", doc.display());
+        std::process::exit(1);
+    }
+    eprintln!(
+        "RELIABILITY.md updated from {} ({} figure files)",
+        target.display(),
+        rel.len() + props.len()
+    );
+}

@@ -1,0 +1,402 @@
+//! Crash sweep (issue 6) on the FakeProvider: every crash point a clean run passes
+//! (journal writes of the launch and teardown machines, the engine's record removal, and
+//! every provider side effect) is enumerated from a trace of clean runs; then, for each
+//! point and each of its occurrences, a run dies there, and the next runs (a fresh engine,
+//! the state reopened from disk) apply again and destroy. The cloud's own view is checked:
+//! never two live instances for one VM, nothing left, and the state file is JSON that
+//! `StateStore::open` accepts.
+//!
+//! "Dies" means: the armed point pends forever and notifies the test, which drops the
+//! runtime and with it the engine, the journal handle and every task; the fake cloud and
+//! the files on disk survive, as they would a `kill -9`.
+//!
+//! Needs the `crash-points` feature, which the self dev-dependency in Cargo.toml turns on
+//! for every test build (this file does not compile without it).
+
+#[path = "support/figures.rs"]
+mod figures;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpuprov::config::Config;
+use gpuprov::crash;
+use gpuprov::engine::{Engine, Outcome, StateJournal};
+use gpuprov::machine::{CancelToken, Executor};
+use gpuprov::plan;
+use gpuprov::provider::fake::{FakeConnector, FakeProvider, Op};
+use gpuprov::provider::{ErrorKind, ProviderError, Providers};
+use gpuprov::ssh::SshError;
+use gpuprov::state::StateStore;
+
+const ONE_VM: &str = "[defaults]\nclouds = [\"aws\"]\n[vm.dev]\n";
+
+/// A scenario: how its fake cloud and SSH behave, and what a clean apply ends in.
+#[derive(Clone, Copy, Debug)]
+enum Scenario {
+    /// One VM, first offer works.
+    Plain,
+    /// The first offer has no capacity at create: compensation, then the next offer.
+    Failover,
+    /// The first SSH login fails locally: the new instance is torn down (compensation),
+    /// the launch aborts.
+    Compensation,
+    /// Both offers are out of capacity once: the launch ends exhausted.
+    Exhausted,
+    /// As `Compensation`, but the compensating delete is refused once: the launch ends
+    /// leaked, and the destroy resolves it.
+    Leaked,
+}
+
+impl Scenario {
+    fn cloud(self) -> FakeProvider {
+        let c = FakeProvider::new("aws")
+            .with_offer("east", "us-east-1", "p5.48xlarge", 98.0)
+            .with_offer("west", "us-west-2", "p5.48xlarge", 99.0);
+        match self {
+            Scenario::Failover => c.with_fault(
+                Op::Create,
+                Some("east"),
+                ProviderError::new(ErrorKind::Capacity, "no capacity"),
+                1,
+            ),
+            Scenario::Exhausted => c
+                .with_fault(
+                    Op::Create,
+                    Some("east"),
+                    ProviderError::new(ErrorKind::Capacity, "no capacity"),
+                    1,
+                )
+                .with_fault(
+                    Op::Create,
+                    Some("west"),
+                    ProviderError::new(ErrorKind::Capacity, "no capacity"),
+                    1,
+                ),
+            Scenario::Leaked => c.with_fault(
+                Op::Delete,
+                None,
+                ProviderError::new(ErrorKind::Failed, "delete refused"),
+                1,
+            ),
+            _ => c,
+        }
+    }
+    fn connector(self) -> FakeConnector {
+        let c = FakeConnector::default();
+        if let Scenario::Compensation | Scenario::Leaked = self {
+            c.fail_with(vec![SshError::Local("key file unreadable (test)".into())]);
+        }
+        c
+    }
+    /// Whether `o` is an acceptable end of an apply that was not interrupted.
+    fn apply_ok(self, o: &Outcome) -> bool {
+        match self {
+            Scenario::Compensation => {
+                matches!(o, Outcome::Ready(_))
+                    || matches!(o, Outcome::Failed(m) if m.starts_with("aborted"))
+            }
+            Scenario::Exhausted => {
+                matches!(o, Outcome::Ready(_))
+                    || matches!(o, Outcome::Failed(m) if m.starts_with("exhausted"))
+            }
+            Scenario::Leaked => {
+                matches!(o, Outcome::Ready(_) | Outcome::Leaked(_))
+                    || matches!(o, Outcome::Failed(m) if m.starts_with("aborted"))
+            }
+            _ => matches!(o, Outcome::Ready(_)),
+        }
+    }
+}
+
+/// One project: a state file in a temp dir, one fake cloud that outlives every run.
+struct World {
+    dir: tempfile::TempDir,
+    cloud: Arc<FakeProvider>,
+    connector: Arc<FakeConnector>,
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Phase {
+    Apply,
+    Destroy,
+}
+
+impl World {
+    fn new(s: Scenario) -> World {
+        World {
+            dir: tempfile::tempdir().unwrap(),
+            cloud: Arc::new(s.cloud()),
+            connector: Arc::new(s.connector()),
+        }
+    }
+
+    fn state_path(&self) -> PathBuf {
+        self.dir.path().join("gpuprov.state.json")
+    }
+
+    /// A fresh engine on the state as it is on disk (a new process would do the same).
+    fn engine(&self) -> (Engine, Arc<StateJournal>) {
+        let (store, state) = StateStore::open(self.state_path()).unwrap();
+        let lineage = state.lineage.clone();
+        let journal = Arc::new(StateJournal::new(store, state).unwrap());
+        let mut providers = Providers::new();
+        providers.insert(self.cloud.clone());
+        let engine = Engine {
+            providers,
+            connector: self.connector.clone(),
+            journal: journal.clone(),
+            executor: Executor::new(journal.clone(), CancelToken::new()),
+            lineage,
+            ssh_public_key: "ssh-ed25519 AAAAtest".into(),
+            parallelism: 4,
+            retry_until_up: false,
+        };
+        (engine, journal)
+    }
+
+    /// Runs one phase in a runtime of its own. `None`: it died at the armed point (the
+    /// runtime, engine and journal handle are dropped without a final save).
+    fn run(&self, phase: Phase, hit: Option<&crash::Hit>) -> Option<BTreeMap<String, Outcome>> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let out = rt.block_on(async {
+            let (engine, journal) = self.engine();
+            let work = async {
+                match phase {
+                    Phase::Apply => {
+                        let config =
+                            Config::parse(Path::new("gpuprov.toml"), ONE_VM.to_string()).unwrap();
+                        let plan =
+                            plan::compute(&config, &journal.snapshot(), None, &|_| Some(1.0))
+                                .unwrap();
+                        engine.apply(&plan).await
+                    }
+                    Phase::Destroy => {
+                        let addresses: Vec<String> =
+                            journal.snapshot().resources.keys().cloned().collect();
+                        engine.destroy(&addresses).await
+                    }
+                }
+            };
+            let died = async {
+                match hit {
+                    Some(h) => h.wait().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let res = tokio::time::timeout(Duration::from_secs(20), async {
+                tokio::select! {
+                    out = work => Some(out),
+                    () = died => None,
+                }
+            })
+            .await
+            .unwrap_or_else(|_| panic!("{phase:?} hung"));
+            if res.is_some() {
+                journal.save_final().unwrap();
+            }
+            res
+        });
+        drop(rt);
+        out
+    }
+
+    /// Live instances per VM name, as the cloud lists them.
+    fn live(&self) -> BTreeMap<String, usize> {
+        let mut m = BTreeMap::new();
+        for i in self.cloud.instances() {
+            *m.entry(i.vm_name).or_insert(0) += 1;
+        }
+        m
+    }
+
+    /// The state on disk is JSON and the tool accepts it; returns its resource count.
+    fn check_state(&self) -> Result<usize, String> {
+        if let Ok(text) = std::fs::read_to_string(self.state_path()) {
+            serde_json::from_str::<serde_json::Value>(&text)
+                .map_err(|e| format!("state file is not JSON: {e}"))?;
+        }
+        let (_, st) =
+            StateStore::open(self.state_path()).map_err(|e| format!("state refused: {e}"))?;
+        Ok(st.resources.len())
+    }
+}
+
+/// Runs apply then destroy cleanly, tracing every crash point passed.
+fn clean_trace(s: Scenario) -> Vec<String> {
+    crash::disarm();
+    let w = World::new(s);
+    crash::trace_start();
+    let applied = w.run(Phase::Apply, None).expect("clean apply");
+    let destroyed = w.run(Phase::Destroy, None).expect("clean destroy");
+    let trace = crash::trace_take();
+    assert!(s.apply_ok(&applied["vm.dev"]), "{s:?}: {applied:?}");
+    assert_eq!(destroyed["vm.dev"], Outcome::Destroyed, "{s:?}");
+    assert!(w.cloud.instances().is_empty());
+    trace
+}
+
+/// The machine kind a point belongs to, for the figures: the machine of a journal write
+/// (`journal.before:<kind>:<state>`), `provider calls`, the engine's record removal, or
+/// for any other point (for example the k3s layer's) the name up to its first `.` or `:`.
+fn kind_of(point: &str) -> String {
+    let mut parts = point.split(':');
+    let head = parts.next().unwrap_or_default();
+    match (head, parts.next()) {
+        ("journal.before" | "journal.after", Some("remove")) => "engine (record removal)".into(),
+        ("journal.before" | "journal.after", Some(kind)) => kind.into(),
+        ("provider.before" | "provider.after", _) => "provider calls".into(),
+        _ => head.split('.').next().unwrap_or(head).into(),
+    }
+}
+
+/// Crashes at the `nth` hit of `point`, recovers, and returns what went wrong (empty:
+/// nothing).
+fn crash_and_recover(s: Scenario, point: &str, nth: u32) -> Vec<String> {
+    let w = World::new(s);
+    let mut problems = Vec::new();
+    let hit = crash::arm(point, nth);
+    let mut died = w.run(Phase::Apply, Some(&hit)).is_none();
+    if !died {
+        died = w.run(Phase::Destroy, Some(&hit)).is_none();
+    }
+    let at = crash::crashed();
+    crash::disarm();
+    if !died || at.as_deref() != Some(&format!("{point}#{nth}")) {
+        return vec![format!(
+            "never stopped at {point}#{nth} (stopped at {at:?})"
+        )];
+    }
+    if let Err(e) = w.check_state() {
+        problems.push(format!("after the crash: {e}"));
+    }
+    // The next runs: apply again, then destroy.
+    match w.run(Phase::Apply, None) {
+        // Unchanged: the crash came after the machine was recorded up, and it still is.
+        Some(out)
+            if out
+                .get("vm.dev")
+                .is_some_and(|o| s.apply_ok(o) || *o == Outcome::Unchanged) => {}
+        other => problems.push(format!("apply after the crash ended {other:?}")),
+    }
+    if w.live().values().any(|&n| n > 1) {
+        problems.push(format!(
+            "duplicate after re-apply: {:?}",
+            w.cloud.instances()
+        ));
+    }
+    // A teardown the cloud refused ends leaked; the next run resolves it (a scripted
+    // refusal the crashed run never reached is met here).
+    let mut destroyed = w.run(Phase::Destroy, None);
+    if let Some(out) = &destroyed {
+        if out.values().any(|o| matches!(o, Outcome::Leaked(_))) {
+            destroyed = w.run(Phase::Destroy, None);
+        }
+    }
+    match destroyed {
+        Some(out) if out.values().all(|o| *o == Outcome::Destroyed) => {}
+        other => problems.push(format!("destroy ended {other:?}")),
+    }
+    if w.cloud.peak_instances_per_vm() > 1 {
+        problems.push(format!(
+            "duplicate: {} live instances for one VM at once",
+            w.cloud.peak_instances_per_vm()
+        ));
+    }
+    if !w.cloud.instances().is_empty() {
+        problems.push(format!("leaked: {:?}", w.cloud.instances()));
+    }
+    match w.check_state() {
+        Ok(0) => {}
+        Ok(n) => problems.push(format!("{n} resources left in the state")),
+        Err(e) => problems.push(e),
+    }
+    problems
+}
+
+#[test]
+fn every_crash_point_recovers_without_duplicates_or_leaks() {
+    let scenarios = [
+        ("plain", Scenario::Plain),
+        ("failover", Scenario::Failover),
+        ("compensation", Scenario::Compensation),
+        ("exhausted", Scenario::Exhausted),
+        ("leaked", Scenario::Leaked),
+    ];
+    let mut failures = Vec::new();
+    // Per machine kind: every point name seen, and those whose every occurrence passed.
+    let mut total: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut bad: BTreeSet<String> = BTreeSet::new();
+    let (mut runs, mut leaks, mut duplicates) = (0u32, 0u32, 0u32);
+    let mut per_scenario = serde_json::Map::new();
+    for (label, s) in scenarios {
+        let trace = clean_trace(s);
+        assert!(
+            trace.iter().any(|p| p == "provider.after:create"),
+            "{label}: the trace covers a create call: {trace:?}"
+        );
+        let mut seen: BTreeMap<&str, u32> = BTreeMap::new();
+        for point in &trace {
+            let nth = seen.entry(point).or_insert(0);
+            *nth += 1;
+            total
+                .entry(kind_of(point))
+                .or_default()
+                .insert(point.clone());
+            runs += 1;
+            let problems = crash_and_recover(s, point, *nth);
+            leaks += problems.iter().filter(|p| p.starts_with("leaked")).count() as u32;
+            duplicates += problems
+                .iter()
+                .filter(|p| p.starts_with("duplicate"))
+                .count() as u32;
+            if !problems.is_empty() {
+                bad.insert(point.clone());
+                failures.push(format!("{label} {point}#{nth}: {}", problems.join("; ")));
+            }
+        }
+        per_scenario.insert(label.into(), serde_json::json!(trace.len()));
+    }
+    let kinds: serde_json::Map<String, serde_json::Value> = total
+        .iter()
+        .map(|(k, names)| {
+            let covered = names.iter().filter(|n| !bad.contains(*n)).count();
+            (
+                k.to_string(),
+                serde_json::json!({"covered": covered, "total": names.len()}),
+            )
+        })
+        .collect();
+    figures::write(
+        "crash_sweep_fake",
+        &serde_json::json!({
+            "cloud": "fake",
+            "kinds": kinds,
+            "crash_runs": runs,
+            "occurrences_per_scenario": per_scenario,
+            "leaks": leaks,
+            "duplicates": duplicates,
+            "failures": failures,
+        }),
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} crash runs went wrong:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    // The sweep must have covered both machines and the provider side effects.
+    for k in [
+        "launch",
+        "teardown",
+        "provider calls",
+        "engine (record removal)",
+    ] {
+        assert!(total.contains_key(k), "no crash point of {k} was traced");
+    }
+}
