@@ -46,16 +46,22 @@ pub async fn point(name: &str) {
 pub async fn state_point(prefix: &str, kind: &str, state: &serde_json::Value) {
     #[cfg(feature = "crash-points")]
     {
+        // The launch and teardown machines tag their states `state`, the k3s machine
+        // `k3s`; nested machines (a k3s machine's launch, a compensation's teardown)
+        // add their own tag after a `/`.
         let tag = |v: &serde_json::Value| {
             v.get("state")
+                .or_else(|| v.get("k3s"))
                 .and_then(|t| t.as_str())
                 .unwrap_or("unknown")
                 .to_string()
         };
         let mut name = format!("{prefix}:{kind}:{}", tag(state));
-        if let Some(sub) = state.get("teardown") {
+        let mut cur = state;
+        while let Some(sub) = cur.get("launch").or_else(|| cur.get("teardown")) {
             name.push('/');
             name.push_str(&tag(sub));
+            cur = sub;
         }
         imp::point(&name).await;
     }

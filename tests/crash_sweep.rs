@@ -15,26 +15,29 @@
 
 #[path = "support/figures.rs"]
 mod figures;
+#[path = "support/k3s.rs"]
+mod k3s_rig;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use gpuprov::cluster::k3s::K3sTimeouts;
 use gpuprov::config::Config;
 use gpuprov::crash;
-use gpuprov::engine::{Engine, Outcome, StateJournal};
+use gpuprov::engine::{Engine, K3sSetup, Outcome, StateJournal};
 use gpuprov::machine::{CancelToken, Executor};
 use gpuprov::plan;
 use gpuprov::provider::fake::{FakeConnector, FakeProvider, Op};
-use gpuprov::provider::{ErrorKind, ProviderError, Providers};
+use gpuprov::provider::{ErrorKind, Feature, ProviderError, Providers};
 use gpuprov::ssh::SshError;
 use gpuprov::state::StateStore;
 
 const ONE_VM: &str = "[defaults]\nclouds = [\"aws\"]\n[vm.dev]\n";
 
 /// A scenario: how its fake cloud and SSH behave, and what a clean apply ends in.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Scenario {
     /// One VM, first offer works.
     Plain,
@@ -48,6 +51,11 @@ enum Scenario {
     /// As `Compensation`, but the compensating delete is refused once: the launch ends
     /// leaked, and the destroy resolves it.
     Leaked,
+    /// A k3s cluster installed at boot (cloud-init): probe, API wait, kubeconfig,
+    /// validation.
+    K3sBoot,
+    /// A k3s cluster on a cloud without boot scripts: the installer is pushed over SSH.
+    K3sPush,
 }
 
 impl Scenario {
@@ -81,8 +89,17 @@ impl Scenario {
                 ProviderError::new(ErrorKind::Failed, "delete refused"),
                 1,
             ),
+            Scenario::K3sBoot => c.with_capabilities(caps(&[
+                Feature::BootScript,
+                Feature::Kubernetes,
+                Feature::Firewall,
+            ])),
+            Scenario::K3sPush => c.with_capabilities(caps(&[Feature::Kubernetes])),
             _ => c,
         }
+    }
+    fn k3s(self) -> bool {
+        matches!(self, Scenario::K3sBoot | Scenario::K3sPush)
     }
     fn connector(self) -> FakeConnector {
         let c = FakeConnector::default();
@@ -111,11 +128,56 @@ impl Scenario {
     }
 }
 
+fn caps(features: &[Feature]) -> gpuprov::provider::Capabilities {
+    let mut c = FakeProvider::new("aws").capabilities_for_test();
+    c.supported = features.to_vec();
+    c
+}
+
+/// The VM side of a k3s scenario: the scripted node and the API stand-in, which (like
+/// the cloud) outlive every run; the API server runs on a runtime of its own.
+struct K3sWorld {
+    node: Arc<k3s_rig::Node>,
+    connector: Arc<k3s_rig::StandIn>,
+    _api: k3s_rig::ApiServer,
+    _api_rt: tokio::runtime::Runtime,
+}
+
+impl K3sWorld {
+    fn new(s: Scenario) -> K3sWorld {
+        let pki = k3s_rig::Pki::new();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let api = rt.block_on(k3s_rig::ApiServer::start(
+            &pki,
+            &["127.0.0.1", "localhost"],
+            1,
+        ));
+        let node = k3s_rig::Node::new(&pki);
+        if s == Scenario::K3sBoot {
+            node.installed_at_boot();
+        }
+        K3sWorld {
+            connector: Arc::new(k3s_rig::StandIn {
+                port: api.port,
+                opened: Default::default(),
+            }),
+            node,
+            _api: api,
+            _api_rt: rt,
+        }
+    }
+}
+
 /// One project: a state file in a temp dir, one fake cloud that outlives every run.
 struct World {
     dir: tempfile::TempDir,
     cloud: Arc<FakeProvider>,
     connector: Arc<FakeConnector>,
+    k3s: Option<K3sWorld>,
 }
 
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -130,6 +192,7 @@ impl World {
             dir: tempfile::tempdir().unwrap(),
             cloud: Arc::new(s.cloud()),
             connector: Arc::new(s.connector()),
+            k3s: s.k3s().then(|| K3sWorld::new(s)),
         }
     }
 
@@ -153,6 +216,20 @@ impl World {
             ssh_public_key: "ssh-ed25519 AAAAtest".into(),
             parallelism: 4,
             retry_until_up: false,
+            k3s: self.k3s.as_ref().map(|k| K3sSetup {
+                shell: k.node.clone(),
+                api: k.connector.clone(),
+                kubeconfig_dir: self.dir.path().join("kube"),
+                installer: Default::default(),
+                timeouts: K3sTimeouts {
+                    boot_install: Duration::from_secs(5),
+                    probe_interval: Duration::from_millis(2),
+                    install: Duration::from_secs(5),
+                    api: Duration::from_secs(2),
+                    validate: Duration::from_secs(3),
+                    api_poll: Duration::from_millis(2),
+                },
+            }),
         };
         (engine, journal)
     }
@@ -327,6 +404,8 @@ fn every_crash_point_recovers_without_duplicates_or_leaks() {
         ("compensation", Scenario::Compensation),
         ("exhausted", Scenario::Exhausted),
         ("leaked", Scenario::Leaked),
+        ("k3s-boot", Scenario::K3sBoot),
+        ("k3s-push", Scenario::K3sPush),
     ];
     let mut failures = Vec::new();
     // Per machine kind: every point name seen, and those whose every occurrence passed.
@@ -394,6 +473,7 @@ fn every_crash_point_recovers_without_duplicates_or_leaks() {
     for k in [
         "launch",
         "teardown",
+        "k3s",
         "provider calls",
         "engine (record removal)",
     ] {

@@ -71,6 +71,7 @@ impl Setup {
             ssh_public_key: "ssh-ed25519 AAAAtest".into(),
             parallelism: self.parallelism,
             retry_until_up: false,
+            k3s: None,
         };
         (engine, journal)
     }
