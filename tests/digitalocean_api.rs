@@ -1211,9 +1211,6 @@ async fn gpuprov_plan_lists_the_digitalocean_offer_from_the_local_api() {
 fn boot_script_of(user_data: &str) -> String {
     assert!(user_data.starts_with("#cloud-config\n"), "{user_data}");
     let doc: serde_yaml::Value = serde_yaml::from_str(user_data).unwrap();
-    let b64 = doc["write_files"][0]["content"].as_str().unwrap();
-    String::from_utf8(
-        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64).unwrap(),
-    )
-    .unwrap()
+    let content = doc["write_files"][0]["content"].as_str().unwrap();
+    gpuprov::cluster::userdata::decode_gz_b64(content).expect("gzip in base64")
 }

@@ -1327,9 +1327,6 @@ fn the_patched_spec_defects_are_real() {
 fn boot_script_of(user_data: &str) -> String {
     assert!(user_data.starts_with("#cloud-config\n"), "{user_data}");
     let doc: serde_yaml::Value = serde_yaml::from_str(user_data).unwrap();
-    let b64 = doc["write_files"][0]["content"].as_str().unwrap();
-    String::from_utf8(
-        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64).unwrap(),
-    )
-    .unwrap()
+    let content = doc["write_files"][0]["content"].as_str().unwrap();
+    gpuprov::cluster::userdata::decode_gz_b64(content).expect("gzip in base64")
 }

@@ -3,6 +3,11 @@
 //! and writes the boot script's shell form ([`BootScript::to_shell`]) to
 //! [`BOOT_SCRIPT_PATH`], then runs it once from `runcmd`.
 //!
+//! The script travels gzip-compressed (`encoding: gz+b64`, cloud-init docs, `write_files`):
+//! the k3s installer is about 13 KB of shell, and EC2 caps user data at 16 KB before
+//! base64 (EC2 API reference, `RunInstances`, `UserData`); compressed, the document stays
+//! well under [`MAX_USER_DATA_BYTES`].
+//!
 //! `write_files` runs in cloud-init's init stage and `runcmd` in the final stage, so the
 //! file exists before it is run (cloud-init docs, "Module reference": `write_files`,
 //! `runcmd`). cloud-init reports `status: running` until `runcmd` has finished, which the
@@ -14,6 +19,11 @@ use super::boot::{BootScript, BootScriptError};
 
 /// Where the boot script is written on the instance.
 pub const BOOT_SCRIPT_PATH: &str = "/var/lib/gpuprov/boot.sh";
+
+/// The smallest user-data limit among the clouds that take it: EC2's 16 KB ("User data
+/// is limited to 16 KB", EC2 API reference, `RunInstances`); DigitalOcean allows 64 KiB
+/// (`user_data` in its OpenAPI description), Lambda 1 MB (`user_data` in its OpenAPI).
+pub const MAX_USER_DATA_BYTES: usize = 16 * 1024;
 
 /// Where the boot script's output goes on the instance (also in cloud-init's own
 /// `/var/log/cloud-init-output.log`).
@@ -50,12 +60,12 @@ pub fn render(
     }
     if let Some(b) = boot {
         let shell = b.to_shell()?;
-        let b64 = base64::engine::general_purpose::STANDARD.encode(shell);
+        let b64 = base64::engine::general_purpose::STANDARD.encode(gzip(shell.as_bytes()));
         out.push_str("write_files:\n");
         out.push_str(&format!("  - path: {}\n", q(BOOT_SCRIPT_PATH)));
         out.push_str("    owner: \"root:root\"\n    permissions: \"0700\"\n");
         out.push_str(&format!(
-            "    encoding: \"b64\"\n    content: {}\n",
+            "    encoding: \"gz+b64\"\n    content: {}\n",
             q(&b64)
         ));
         out.push_str("runcmd:\n");
@@ -63,6 +73,29 @@ pub fn render(
         out.push_str(&format!("  - [\"/bin/sh\", \"-c\", {}]\n", q(&cmd)));
     }
     Ok(out)
+}
+
+/// `bytes` gzip-compressed (best compression: user data is small and sent once).
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    // Writing to a Vec cannot fail.
+    let _ = e.write_all(bytes);
+    e.finish().unwrap_or_default()
+}
+
+/// The text of a `gz+b64` `write_files` content, for tests and diagnostics: `None` when
+/// it is not base64 of gzip of UTF-8.
+pub fn decode_gz_b64(content: &str) -> Option<String> {
+    use std::io::Read as _;
+    let gz = base64::engine::general_purpose::STANDARD
+        .decode(content.trim())
+        .ok()?;
+    let mut out = String::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_string(&mut out)
+        .ok()?;
+    Some(out)
 }
 
 #[cfg(test)]
@@ -78,12 +111,9 @@ mod tests {
     fn decoded_script(v: &Value) -> String {
         let f = &v["write_files"][0];
         assert_eq!(f["path"].as_str(), Some(BOOT_SCRIPT_PATH));
-        assert_eq!(f["encoding"].as_str(), Some("b64"));
+        assert_eq!(f["encoding"].as_str(), Some("gz+b64"));
         assert_eq!(f["permissions"].as_str(), Some("0700"));
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(f["content"].as_str().unwrap())
-            .unwrap();
-        String::from_utf8(bytes).unwrap()
+        decode_gz_b64(f["content"].as_str().unwrap()).expect("gzip in base64")
     }
 
     #[test]
@@ -171,6 +201,40 @@ mod tests {
         let u = render(Some(&b), &["ssh-ed25519 AAAA k"]).unwrap();
         let v = doc(&u);
         assert_eq!(decoded_script(&v), b.to_shell().unwrap());
+    }
+
+    #[test]
+    fn the_installer_fits_the_smallest_user_data_limit() {
+        // The installer as a GPU VM's boot script carries, with a long SAN list and
+        // every setting set, plus a project key.
+        let cfg = crate::cluster::installer::InstallerConfig {
+            tls_sans: crate::cluster::san::SanList::for_vm(&crate::cluster::san::SanInputs {
+                public_host: Some("ec2-203-0-113-250.us-west-2.compute.amazonaws.com".into()),
+                private_ip: Some("10.0.12.34".parse().unwrap()),
+                extra: vec!["k3s.internal.example.com".into()],
+            })
+            .unwrap(),
+            san_from_metadata: true,
+            gpu: crate::cluster::installer::GpuMode::Required,
+            k3s: crate::cluster::installer::K3sSource {
+                install_url: Some("https://mirror.example.com/k3s/install.sh".into()),
+                version: Some("v1.31.4+k3s1".into()),
+            },
+            device_plugin_image: Some("nvcr.io/nvidia/k8s-device-plugin:v0.17.0".into()),
+            nvidia_repo_url: Some("https://mirror.example.com/nvidia".into()),
+            wait_secs: Some(600),
+        };
+        let b = cfg.boot_script().unwrap();
+        let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuprovTestKeyOnlyAAAAAAAAAAAAAAAAAAAAA gpuprov-0f0e0d0c";
+        let u = render(Some(&b), &[key]).unwrap();
+        assert!(
+            u.len() < MAX_USER_DATA_BYTES / 2,
+            "{} bytes of user data; EC2 takes at most {MAX_USER_DATA_BYTES}",
+            u.len()
+        );
+        // Uncompressed it would not fit: the compression is what makes AWS work.
+        assert!(b.to_shell().unwrap().len() * 4 / 3 > MAX_USER_DATA_BYTES);
+        assert_eq!(decoded_script(&doc(&u)), b.to_shell().unwrap());
     }
 
     #[test]

@@ -782,6 +782,16 @@ impl CloudProvider for AwsProvider {
             &[spec.ssh_public_key.as_str()],
         )
         .map_err(|e| ProviderError::new(ErrorKind::InvalidRequest, e.to_string()))?;
+        if user_data.len() > crate::cluster::userdata::MAX_USER_DATA_BYTES {
+            return Err(ProviderError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "the boot script renders to {} bytes of user data; EC2 takes at most {}",
+                    user_data.len(),
+                    crate::cluster::userdata::MAX_USER_DATA_BYTES
+                ),
+            ));
+        }
         let mut req = client
             .run_instances()
             .image_id(&p.image)

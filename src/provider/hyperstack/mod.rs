@@ -1544,11 +1544,8 @@ mod tests {
         let u = render_user_data(&b).unwrap();
         assert!(u.starts_with("#cloud-config\n"), "{u}");
         let doc: serde_yaml::Value = serde_yaml::from_str(&u).unwrap();
-        let b64 = doc["write_files"][0]["content"].as_str().unwrap();
-        let script = String::from_utf8(
-            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64).unwrap(),
-        )
-        .unwrap();
+        let content = doc["write_files"][0]["content"].as_str().unwrap();
+        let script = crate::cluster::userdata::decode_gz_b64(content).unwrap();
         assert_eq!(script, b.to_shell().unwrap());
     }
 
