@@ -715,7 +715,9 @@ async fn finish_run(
                 added += 1;
                 destroyed += 1;
             }
-            (Outcome::Ready(_), Some(Action::Resume)) | (Outcome::Updated, _) => changed += 1,
+            (Outcome::Ready(_), Some(Action::Resume | Action::Update)) | (Outcome::Updated, _) => {
+                changed += 1
+            }
             (Outcome::Ready(_), _) => added += 1,
             (Outcome::Destroyed, _) => destroyed += 1,
             _ => {}
