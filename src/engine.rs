@@ -515,16 +515,12 @@ impl Engine {
             && serde_json::from_value::<TeardownState>(prev.state.clone())
                 .map(|s| !matches!(s, TeardownState::Done | TeardownState::Leaked { .. }))
                 .unwrap_or(false);
-        // The cluster's kubeconfig (it holds the client key) goes with the VM.
-        let kubeconfig = (prev.kind == "k3s")
-            .then(|| serde_json::from_value::<K3sState>(prev.state.clone()).ok())
-            .flatten()
-            .and_then(|s| s.kubeconfig().map(|p| p.to_path_buf()))
-            .or_else(|| {
-                self.k3s
-                    .as_ref()
-                    .map(|k| k.kubeconfig_dir.join(format!("{vm_name}.yaml")))
-            });
+        // The cluster's kubeconfig (it holds the client key) goes with the VM: the file
+        // gpuprov writes for this name, never a path read from the (editable) state.
+        let kubeconfig = self
+            .k3s
+            .as_ref()
+            .map(|k| k.kubeconfig_dir.join(format!("{vm_name}.yaml")));
         let owned = match owned_of(&prev) {
             Ok(o) => o,
             // Never drop a record we cannot read: it may be the only trace of a machine.

@@ -33,18 +33,23 @@ impl Project {
     }
 
     fn run(&self, args: &[&str]) -> (i32, String, String) {
-        let out = Command::cargo_bin("gpuprov")
-            .unwrap()
-            .current_dir(self.dir.path())
+        self.run_with(args, None)
+    }
+
+    /// As `run`, with `KUBECONFIG` set to `kubeconfig` (unset when `None`).
+    fn run_with(&self, args: &[&str], kubeconfig: Option<&str>) -> (i32, String, String) {
+        let mut c = Command::cargo_bin("gpuprov").unwrap();
+        c.current_dir(self.dir.path())
             .env("GPUPROV_HOME", self.path("home"))
             .env("HOME", self.path("home"))
             .env("NO_COLOR", "1")
             .env_remove("GPUPROV_CONFIG")
             .env_remove("GPUPROV_STATE")
-            .env_remove("KUBECONFIG")
-            .args(args)
-            .output()
-            .unwrap();
+            .env_remove("KUBECONFIG");
+        if let Some(k) = kubeconfig {
+            c.env("KUBECONFIG", k);
+        }
+        let out = c.args(args).output().unwrap();
         (
             out.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -66,9 +71,10 @@ impl Project {
         store.save(&mut st).unwrap();
     }
 
-    /// A k3s record of `vm.dev` that is ready, its kubeconfig written beside the state.
+    /// A k3s record of `vm.dev` that is ready, its kubeconfig where apply writes it
+    /// (`$GPUPROV_HOME/projects/<lineage>/kube/dev.yaml`).
     fn with_cluster(&self, access: AccessRecord) -> PathBuf {
-        let kube = self.path("kube/dev.yaml");
+        let kube = self.path("home/projects/00000000-0000-4000-8000-000000000000/kube/dev.yaml");
         std::fs::create_dir_all(kube.parent().unwrap()).unwrap();
         std::fs::write(&kube, DEV_KUBECONFIG).unwrap();
         let s = K3sState::Ready {
@@ -296,15 +302,20 @@ fn tunnel_to_a_machine_that_does_not_answer_fails_with_a_diagnostic() {
     )
     .unwrap();
     let (code, _, err) = p.run(&["tunnel", "dev", "--port", "0"]);
-    assert_eq!(code, 2, "port 0 is refused by clap: {err}");
+    assert_eq!(code, 1, "port 0 picks a free port, then ssh fails: {err}");
     let (code, _, err) = p.run(&["tunnel", "dev", "--port", "45871"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("dev") || err.contains("127.0.0.1"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
 
+/// `DEV_KUBECONFIG` with another server: the same-named cluster of another project.
+fn foreign() -> String {
+    DEV_KUBECONFIG.replace("https://127.0.0.1:6443", "https://203.0.113.9:6443")
+}
+
 #[test]
-fn destroy_removes_the_kubeconfig_and_the_merged_context() {
+fn destroy_removes_the_kubeconfig_and_only_this_clusters_merged_entries() {
     if std::env::var_os("GPUPROV_SKIP_DOCKER").is_some() {
         return;
     }
@@ -314,29 +325,130 @@ fn destroy_removes_the_kubeconfig_and_the_merged_context() {
     let kube = p.with_cluster(AccessRecord::Direct {
         host: "127.0.0.1".into(),
     });
-    let (code, _, err) = p.run(&["kubeconfig", "dev", "--merge"]);
+    // KUBECONFIG chains two files: ours is merged into the first; the second holds
+    // another project's cluster of the same name, which must survive.
+    let mine = p.path("mine.yaml");
+    let theirs = p.path("theirs.yaml");
+    std::fs::write(&mine, "apiVersion: v1\nkind: Config\nclusters:\n- name: prod\n  cluster:\n    server: https://prod.example:6443\n").unwrap();
+    std::fs::write(&theirs, foreign()).unwrap();
+    let chain = format!("{}:{}", mine.display(), theirs.display());
+    let (code, _, err) = p.run_with(&["kubeconfig", "dev", "--merge"], Some(&chain));
     assert_eq!(code, 0, "{err}");
-    let home_cfg = p.path("home/.kube/config");
-    std::fs::write(
-        &home_cfg,
-        std::fs::read_to_string(&home_cfg)
-            .unwrap()
-            .replace("current-context: gpuprov-dev\n", ""),
-    )
-    .unwrap();
-    let mut kc = Kubeconfig::parse(&std::fs::read_to_string(&home_cfg).unwrap()).unwrap();
-    let other = Kubeconfig::parse(
-        "clusters:\n- name: prod\n  cluster:\n    server: https://prod.example:6443\ncontexts: []\nusers: []\n",
-    )
-    .unwrap();
-    kc.merge(&other, false);
-    std::fs::write(&home_cfg, kc.to_yaml().unwrap()).unwrap();
+    assert!(
+        err.contains(&format!("into {}", mine.display())),
+        "kubectl's choice: the first existing file: {err}"
+    );
 
-    let (code, _, err) = p.run(&["destroy", "--auto-approve"]);
+    let (code, _, err) = p.run_with(&["destroy", "--auto-approve"], Some(&chain));
     assert_eq!(code, 0, "{err}");
-    assert!(err.contains("removed context gpuprov-dev"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "removed context gpuprov-dev from {}",
+            mine.display()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains(&theirs.display().to_string()), "{err}");
     assert!(!kube.exists(), "gpuprov's copy is deleted");
-    let kc = Kubeconfig::parse(&std::fs::read_to_string(&home_cfg).unwrap()).unwrap();
+    let kc = Kubeconfig::parse(&std::fs::read_to_string(&mine).unwrap()).unwrap();
     let names: Vec<&str> = kc.clusters.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["prod"], "only gpuprov's entries go");
+    assert_eq!(
+        std::fs::read_to_string(&theirs).unwrap(),
+        foreign(),
+        "another project's entry stays"
+    );
+}
+
+#[test]
+fn destroying_a_plain_machine_never_touches_kubeconfigs() {
+    if std::env::var_os("GPUPROV_SKIP_DOCKER").is_some() {
+        return;
+    }
+    let p = Project::new(DOCKER_TOML);
+    p.with_record(
+        "launch",
+        serde_json::to_value(LaunchState::Ready { vm: Box::new(vm()) }).unwrap(),
+        "ready c0ffee",
+    );
+    let cfg = p.path("home/.kube/config");
+    std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();
+    std::fs::write(&cfg, DEV_KUBECONFIG).unwrap();
+    let (code, _, err) = p.run(&["destroy", "--auto-approve"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("removed context"), "{err}");
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), DEV_KUBECONFIG);
+}
+
+#[test]
+fn merge_takes_kubectl_files_follows_symlinks_and_refuses_another_clusters_entry() {
+    let p = Project::new(DOCKER_TOML);
+    p.with_cluster(AccessRecord::Direct {
+        host: "127.0.0.1".into(),
+    });
+    // What `kubectl config set-credentials u --token=t --kubeconfig F` writes.
+    let k = p.path("kubectl.yaml");
+    std::fs::write(&k, "apiVersion: v1\nclusters: null\ncontexts: null\ncurrent-context: \"\"\nkind: Config\npreferences: {}\nusers:\n- name: u\n  user:\n    token: t\n").unwrap();
+    let (code, _, err) = p.run(&[
+        "kubeconfig",
+        "dev",
+        "--merge",
+        "--kubeconfig",
+        k.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let kc = Kubeconfig::parse(&std::fs::read_to_string(&k).unwrap()).unwrap();
+    assert_eq!(kc.users.len(), 2, "the token user is kept");
+
+    // A symlinked kubeconfig (dotfile managers): the target changes, the link stays.
+    let real = p.path("dotfiles/kc");
+    std::fs::create_dir_all(real.parent().unwrap()).unwrap();
+    std::fs::write(&real, "").unwrap();
+    let link = p.path("kc.link");
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let (code, _, err) = p.run(&[
+        "kubeconfig",
+        "dev",
+        "--merge",
+        "--kubeconfig",
+        link.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(std::fs::read_to_string(&real)
+        .unwrap()
+        .contains("gpuprov-dev"));
+
+    // Another cluster under the same name: refused, file untouched.
+    let other = p.path("other.yaml");
+    std::fs::write(&other, foreign()).unwrap();
+    let (code, _, err) = p.run(&[
+        "kubeconfig",
+        "dev",
+        "--merge",
+        "--kubeconfig",
+        other.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1);
+    let flat = err.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains("already has a cluster gpuprov-dev with another"),
+        "{err}"
+    );
+    assert!(flat.contains("kubectl config delete-"), "{err}");
+    assert_eq!(std::fs::read_to_string(&other).unwrap(), foreign());
+
+    // --path refuses a kubeconfig that is gone instead of printing a dead path.
+    std::fs::remove_file(
+        p.path("home/projects/00000000-0000-4000-8000-000000000000/kube/dev.yaml"),
+    )
+    .unwrap();
+    let (code, out, err) = p.run(&["kubeconfig", "dev", "--path"]);
+    assert_eq!(code, 1, "{out}");
+    let flat = err.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(flat.contains("No such file"), "{err}");
 }

@@ -105,8 +105,9 @@ pub struct KubeconfigArgs {
 pub struct TunnelArgs {
     /// Machine name as in [vm.NAME]
     pub name: String,
-    /// Local port to listen on (127.0.0.1 only); default: the port in its kubeconfig (6443)
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    /// Local port to listen on (127.0.0.1 only); 0 picks a free one; default: the port in
+    /// its kubeconfig (6443)
+    #[arg(long)]
     pub port: Option<u16>,
 }
 

@@ -568,6 +568,9 @@ struct Run {
     journal: Arc<StateJournal>,
     engine: Engine,
     progress: progress::Renderer,
+    /// The kubeconfigs of the state's clusters as the run started (see
+    /// `kube::forget_cluster`).
+    clusters: BTreeMap<String, crate::cluster::kubeconfig::Kubeconfig>,
 }
 
 fn start_run(
@@ -581,6 +584,7 @@ fn start_run(
 ) -> Result<Run, Report> {
     let lineage = state.lineage.clone();
     let lineage_dir = lineage.clone();
+    let clusters = kube::clusters_of(&state);
     let journal = Arc::new(StateJournal::new(store, state).map_err(Report::new)?);
     let cancel = CancelToken::new();
     spawn_signal_handler(cancel.clone());
@@ -599,7 +603,10 @@ fn start_run(
         k3s: Some(crate::engine::K3sSetup {
             shell: Arc::new(crate::cluster::remote::SshNodeShell::new(key.clone())),
             api: Arc::new(crate::cluster::api::AccessConnector { key: key.clone() }),
-            kubeconfig_dir: project_dir(&lineage_dir).join("kube"),
+            // Absolute: the path is recorded, and a relative GPUPROV_HOME would make it
+            // depend on the directory apply ran in.
+            kubeconfig_dir: std::path::absolute(project_dir(&lineage_dir).join("kube"))
+                .unwrap_or_else(|_| project_dir(&lineage_dir).join("kube")),
             installer: installer_settings(),
             timeouts: Default::default(),
         }),
@@ -608,6 +615,7 @@ fn start_run(
         journal,
         engine,
         progress,
+        clusters,
     })
 }
 
@@ -640,6 +648,7 @@ async fn finish_run(
     verb: &str,
 ) -> Result<ExitCode, Report> {
     let cancelled = run.engine.executor.cancel_token().level() > 0;
+    let clusters = run.clusters;
     drop(run.engine);
     run.progress.finish().await;
     if let Err(e) = run.journal.save_final() {
@@ -676,11 +685,17 @@ async fn finish_run(
             Outcome::Unchanged => {}
             Outcome::Destroyed => {
                 let name = address.trim_start_matches("vm.");
-                if let Some(path) = kube::forget_cluster(name) {
-                    errln!(
-                        "{address}: removed context gpuprov-{name} from {}",
-                        path.display()
-                    );
+                if let Some(ours) = clusters.get(name) {
+                    let (changed, warnings) = kube::forget_cluster(name, ours);
+                    for path in changed {
+                        errln!(
+                            "{address}: removed context gpuprov-{name} from {}",
+                            path.display()
+                        );
+                    }
+                    for w in warnings {
+                        errln!("warning: {w}");
+                    }
                 }
             }
             Outcome::Failed(why) => {

@@ -597,33 +597,45 @@ fn first_line(s: &str) -> String {
 }
 
 /// Writes `bytes` to `path` atomically (temp file, fsync, rename) with mode 0600, in a
-/// directory created with mode 0700: the file holds the cluster's client key.
+/// directory created with mode 0700: the file holds the cluster's client key. A `path`
+/// that is a symlink is followed: the file it points to is replaced, the link is kept
+/// (dotfile managers keep `~/.kube/config` as a link).
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     #[cfg(unix)]
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let path = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(path)?,
+        _ => path.to_path_buf(),
+    };
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut b = std::fs::DirBuilder::new();
     b.recursive(true);
     #[cfg(unix)]
     b.mode(0o700);
     b.create(dir)?;
+    // A fresh name each time, created exclusively: a stale temp file from a killed run is
+    // never reused with its old permissions.
     let tmp = dir.join(format!(
-        ".{}.tmp-{}",
+        ".{}.tmp-{}-{:016x}",
         path.file_name()
             .and_then(|n| n.to_str())
             .unwrap_or("kubeconfig"),
-        std::process::id()
+        std::process::id(),
+        rand::random::<u64>()
     ));
     let mut o = std::fs::OpenOptions::new();
-    o.write(true).create(true).truncate(true);
+    o.write(true).create_new(true);
     #[cfg(unix)]
     o.mode(0o600);
     let mut f = o.open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
+    let written = f.write_all(bytes).and_then(|()| f.sync_all());
     drop(f);
-    std::fs::rename(&tmp, path)
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(())
 }
 
 #[async_trait]

@@ -66,10 +66,16 @@ pub fn entry_name(vm: &str) -> String {
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum KubeconfigError {
     /// Carries the position only: the text may hold a private key.
+    /// `reason` is the parser's message with every quoted value removed (a value may be
+    /// a key); field names stay.
     #[error(
-        "the kubeconfig is not valid YAML of the expected shape (at line {line}, column {column})"
+        "the kubeconfig is not valid YAML of the expected shape (at line {line}, column {column}: {reason})"
     )]
-    Parse { line: usize, column: usize },
+    Parse {
+        line: usize,
+        column: usize,
+        reason: String,
+    },
     #[error("the kubeconfig from k3s has {clusters} clusters, {users} users and {contexts} contexts; expected one of each")]
     NotSingle {
         clusters: usize,
@@ -91,16 +97,46 @@ pub struct Kubeconfig {
     pub api_version: String,
     #[serde(default = "config_kind")]
     pub kind: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub clusters: Vec<NamedCluster>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub contexts: Vec<NamedContext>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub users: Vec<NamedUser>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_context: Option<String>,
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
+}
+
+/// The parser's message without its position (reported apart) and with every
+/// double-quoted or single-quoted value cut out, so no scalar of the file, which may be a
+/// key, reaches an error message.
+fn safe_reason(msg: &str) -> String {
+    let msg = msg.split(" at line ").next().unwrap_or(msg);
+    let mut out = String::new();
+    let mut quote: Option<char> = None;
+    for c in msg.chars() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None if c == '"' || c == '\'' => {
+                quote = Some(c);
+                out.push_str("<value>");
+            }
+            None => out.push(c),
+        }
+    }
+    out.trim().to_string()
+}
+
+/// kubectl writes an empty list as `null` (`clusters: null`); read it as empty.
+fn null_as_empty<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
 }
 
 fn v1() -> String {
@@ -119,6 +155,8 @@ pub struct NamedCluster {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Cluster {
+    /// Empty when absent (kubectl accepts a cluster without one).
+    #[serde(default)]
     pub server: String,
     /// `certificate-authority-data` and anything else, kept verbatim.
     #[serde(flatten)]
@@ -133,7 +171,9 @@ pub struct NamedContext {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Context {
+    #[serde(default)]
     pub cluster: String,
+    #[serde(default)]
     pub user: String,
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
@@ -190,7 +230,11 @@ impl Kubeconfig {
         }
         serde_yaml::from_str(text).map_err(|e| {
             let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-            KubeconfigError::Parse { line, column }
+            KubeconfigError::Parse {
+                line,
+                column,
+                reason: safe_reason(&e.to_string()),
+            }
         })
     }
 
@@ -456,12 +500,34 @@ extensions:
     }
 
     #[test]
+    fn kubectl_written_files_with_null_lists_and_partial_entries_parse() {
+        // What `kubectl config set-credentials u --token=t --kubeconfig F` writes to a new
+        // file, and entries kubectl accepts without a server or user.
+        let k = Kubeconfig::parse(
+            "apiVersion: v1\nclusters: null\ncontexts:\n- context:\n    cluster: c\n  name: n\ncurrent-context: \"\"\nkind: Config\npreferences: {}\nusers:\n- name: u\n  user:\n    token: t\n",
+        )
+        .unwrap();
+        assert!(k.clusters.is_empty());
+        assert_eq!(k.contexts[0].context.user, "");
+        assert_eq!(k.users.len(), 1);
+        let k =
+            Kubeconfig::parse("clusters:\n- name: c\n  cluster: {}\nusers: null\ncontexts: null\n")
+                .unwrap();
+        assert_eq!(k.clusters[0].cluster.server, "");
+        // The reason names the field, never a value.
+        let e = Kubeconfig::parse("clusters: [{name: x, cluster: 7}]\n").unwrap_err();
+        assert!(e.to_string().contains("invalid type"), "{e}");
+    }
+
+    #[test]
     fn errors_never_echo_the_text() {
         let secret = "client-key-data: SECRETSECRET";
         for bad in [
             format!("{secret}\n: : :\n  - ["),
             format!("users: \"{secret}\""),
-            format!("clusters:\n- name: x\n  cluster: {{}}\n{secret}\n"),
+            format!("clusters:\n- name: x\n  cluster: [1]\n{secret}\n"),
+            format!("clusters:\n- name: {secret}\n  cluster: 7\n"),
+            format!("users: [\"{secret}\"]\n"),
         ] {
             let e = Kubeconfig::parse(&bad).unwrap_err();
             assert!(matches!(e, KubeconfigError::Parse { .. }), "{e:?}");
