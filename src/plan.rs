@@ -214,9 +214,7 @@ pub fn recorded(address: &str, r: &ResourceRecord) -> Result<Recorded, String> {
                     owned: None,
                 }),
                 K3sState::Failed { stage, reason, .. } => Recorded::K3sPending {
-                    why: format!(
-                        "k3s failed at {stage}: {reason}; apply re-runs the install on the same VM"
-                    ),
+                    why: format!("k3s failed at {stage}: {reason}; apply resumes on the same VM"),
                 },
                 _ => Recorded::K3sPending {
                     why: format!(

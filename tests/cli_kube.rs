@@ -284,7 +284,7 @@ fn kubeconfig_and_tunnel_refuse_machines_that_are_not_ready_clusters() {
     );
     let (_, out, _) = p.run(&["plan", "--refresh=false", "--no-k8s"]);
     assert!(
-        out.contains("re-runs the install on the same VM") || out.contains("resume"),
+        out.contains("resumes on the same VM") || out.contains("resume"),
         "{out}"
     );
 }

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpuprov::cluster::k3s::K3sTimeouts;
+use gpuprov::cluster::k3s::{K3sState, K3sTimeouts};
 use gpuprov::config::Config;
 use gpuprov::crash;
 use gpuprov::engine::{Engine, K3sSetup, Outcome, StateJournal};
@@ -367,6 +367,29 @@ fn crash_and_recover(s: Scenario, point: &str, nth: u32) -> Vec<String> {
             w.cloud.instances()
         ));
     }
+    // A cluster is whole again: recorded ready with its kubeconfig written.
+    if s.k3s() {
+        let kube = w.dir.path().join("kube/dev.yaml");
+        let ready = StateStore::open(w.state_path())
+            .ok()
+            .and_then(|(_, st)| st.resources.get("vm.dev").cloned())
+            .and_then(|r| serde_json::from_value::<K3sState>(r.machine.state).ok())
+            .is_some_and(|k| {
+                matches!(
+                    k,
+                    K3sState::Ready {
+                        cluster: Some(_),
+                        ..
+                    }
+                )
+            });
+        if !ready || !kube.exists() {
+            problems.push(format!(
+                "cluster not whole after re-apply (recorded ready: {ready}, kubeconfig: {})",
+                kube.exists()
+            ));
+        }
+    }
     // A teardown the cloud refused ends leaked; the next run resolves it (a scripted
     // refusal the crashed run never reached is met here).
     let mut destroyed = w.run(Phase::Destroy, None);
@@ -387,6 +410,9 @@ fn crash_and_recover(s: Scenario, point: &str, nth: u32) -> Vec<String> {
     }
     if !w.cloud.instances().is_empty() {
         problems.push(format!("leaked: {:?}", w.cloud.instances()));
+    }
+    if w.dir.path().join("kube/dev.yaml").exists() {
+        problems.push("the destroyed cluster's kubeconfig (client key) was left".into());
     }
     match w.check_state() {
         Ok(0) => {}

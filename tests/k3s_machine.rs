@@ -119,7 +119,11 @@ impl Rig {
     }
 
     async fn run(&self) -> Result<K3sState, ExecError> {
-        let ex = Executor::new(self.journal.clone(), CancelToken::new());
+        self.run_with(CancelToken::new()).await
+    }
+
+    async fn run_with(&self, cancel: CancelToken) -> Result<K3sState, ExecError> {
+        let ex = Executor::new(self.journal.clone(), cancel);
         let m = self.machine();
         let fut = ex.run(&m, "vm.trainer", |prev| {
             let owned = prev.and_then(|p| gpuprov::engine::owned_of(&p).ok().flatten());
@@ -229,6 +233,24 @@ async fn installed_at_boot_goes_straight_to_the_api_and_writes_a_private_kubecon
     assert_eq!(kc.current_context.as_deref(), Some("gpuprov-trainer"));
     assert_eq!(kc.clusters[0].cluster.server, "https://127.0.0.1:6443");
     assert!(text.contains(KEY_SENTINEL_NOTE));
+    // Validation authenticated with k3s's own key form: SEC1, with a two-certificate chain.
+    let user = serde_json::to_value(&kc.users[0].user).unwrap();
+    let b64 = |f: &str| {
+        use base64::Engine as _;
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(user[f].as_str().unwrap())
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    assert!(b64("client-key-data").starts_with("-----BEGIN EC PRIVATE KEY-----"));
+    assert_eq!(
+        b64("client-certificate-data")
+            .matches("BEGIN CERTIFICATE")
+            .count(),
+        2
+    );
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -551,6 +573,84 @@ async fn a_vm_that_never_comes_up_fails_in_vm_and_a_changed_host_key_stops_k3s()
 }
 
 #[tokio::test]
+async fn a_cancel_once_the_vm_is_up_stops_k3s_keeps_the_vm_and_the_next_apply_finishes() {
+    let r = Rig::new(&[Feature::Kubernetes], COVERS).await;
+    let cancel = CancelToken::new();
+    let c = cancel.clone();
+    // Ctrl-C arrives while the installer runs.
+    *r.node.on_push.lock().unwrap() = Some(Box::new(move || {
+        c.escalate();
+    }));
+    match r.run_with(cancel).await.unwrap() {
+        K3sState::Failed {
+            stage, reason, vm, ..
+        } => {
+            assert_eq!(stage, "awaiting_api");
+            assert_eq!(reason, "cancelled by the user");
+            assert!(vm.is_some());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        r.cloud.instances().len(),
+        1,
+        "the VM is kept, not compensated"
+    );
+    assert_eq!(r.cloud.count(Op::Delete), 0);
+    *r.node.on_push.lock().unwrap() = None;
+    ready_cluster(&r.run().await.unwrap());
+    assert_eq!(r.cloud.count(Op::Create), 1);
+}
+
+#[tokio::test]
+async fn a_cancel_while_the_vm_launches_compensates_as_the_launch_machine_does() {
+    let r = Rig::new(&[Feature::Kubernetes], COVERS).await;
+    let cancel = CancelToken::new();
+    cancel.escalate();
+    match r.run_with(cancel).await.unwrap() {
+        K3sState::Failed {
+            stage, vm, launch, ..
+        } => {
+            assert_eq!(stage, "vm");
+            assert!(vm.is_none());
+            assert!(
+                matches!(
+                    launch.as_deref(),
+                    Some(gpuprov::vm::LaunchState::Aborted { .. })
+                ),
+                "{launch:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(r.cloud.instances().is_empty());
+}
+
+#[tokio::test]
+async fn a_kubeconfig_removed_before_validation_is_fetched_again() {
+    use gpuprov::machine::{Machine, Step, StepCx};
+    let r = Rig::new(&[Feature::Kubernetes], COVERS).await;
+    let end = r.run().await.unwrap();
+    let vm = end.vm().unwrap().clone();
+    let m = r.machine();
+    let s = K3sState::Validating {
+        vm: Box::new(vm),
+        access: AccessRecord::SshTunnel { local_port: 6443 },
+        kubeconfig: r.dir.path().join("kube/gone.yaml"),
+        san_rerun: false,
+    };
+    let cx = StepCx {
+        in_state: Duration::ZERO,
+        attempt: 0,
+        cancelling: false,
+    };
+    assert!(matches!(
+        m.step(&s, &cx).await,
+        Step::Next(K3sState::FetchingKubeconfig { .. })
+    ));
+}
+
+#[tokio::test]
 async fn unreachable_ssh_is_retried_not_fatal() {
     let r = Rig::new(&[Feature::Kubernetes], COVERS).await;
     r.node.st.lock().unwrap().ssh_errors = VecDeque::from(vec![SshError::Unreachable {
@@ -660,7 +760,7 @@ async fn apply_plans_and_destroys_a_cluster_through_the_state_file() {
             .reason
             .as_deref()
             .unwrap()
-            .contains("re-runs the install on the same VM"));
+            .contains("resumes on the same VM"));
     }
 
     // Destroy: the VM and its kubeconfig go.

@@ -968,7 +968,7 @@ async fn cmd_status(project: &Project, refresh: bool) -> Result<ExitCode, Report
         None
     };
     outln!(
-        "{:<20} {:<12} {:<16} {:<16} {:<22} {:>8}  LAST EVENT",
+        "{:<20} {:<24} {:<16} {:<16} {:<22} {:>8}  LAST EVENT",
         "MACHINE",
         "STATE",
         "LOCATION",
@@ -1057,7 +1057,7 @@ async fn cmd_status(project: &Project, refresh: bool) -> Result<ExitCode, Report
             .unwrap_or_default();
         let short_inst: String = inst.chars().take(16).collect();
         outln!(
-            "{:<20} {:<12} {:<16} {:<16} {:<22} {:>8}  {}",
+            "{:<20} {:<24} {:<16} {:<16} {:<22} {:>8}  {}",
             address,
             st,
             loc,

@@ -44,12 +44,18 @@ impl Pki {
             .push(rcgen::DnType::CommonName, "system:admin");
         client.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
         let client_key = rcgen::KeyPair::generate().unwrap();
-        let client_cert_pem = client.signed_by(&client_key, &issuer).unwrap().pem();
+        // As k3s writes them: the client certificate followed by its CA, and the key in
+        // SEC1 form (`EC PRIVATE KEY`), not PKCS#8.
+        let client_cert_pem =
+            client.signed_by(&client_key, &issuer).unwrap().pem() + ca_pem.as_str();
         Pki {
             ca_pem,
             issuer,
             client_cert_pem,
-            client_key_pem: client_key.serialize_pem(),
+            client_key_pem: pem(
+                "EC PRIVATE KEY",
+                &pkcs8_to_sec1(&client_key.serialize_der()),
+            ),
         }
     }
 
@@ -156,6 +162,41 @@ impl ApiServer {
             _task: task,
         }
     }
+}
+
+/// PEM armour around `der`.
+pub fn pem(label: &str, der: &[u8]) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for chunk in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(chunk).unwrap());
+        out.push('\n');
+    }
+    out + &format!("-----END {label}-----\n")
+}
+
+/// The SEC1 `ECPrivateKey` inside a PKCS#8 `PrivateKeyInfo` (RFC 5208: a SEQUENCE of the
+/// version, the algorithm, and the key as an OCTET STRING).
+pub fn pkcs8_to_sec1(der: &[u8]) -> Vec<u8> {
+    fn tlv(b: &[u8]) -> (u8, &[u8], &[u8]) {
+        let (len, hdr) = if b[1] & 0x80 == 0 {
+            (b[1] as usize, 2)
+        } else {
+            let n = (b[1] & 0x7f) as usize;
+            let len = b[2..2 + n]
+                .iter()
+                .fold(0usize, |l, &x| (l << 8) | x as usize);
+            (len, 2 + n)
+        };
+        (b[0], &b[hdr..hdr + len], &b[hdr + len..])
+    }
+    let (_, info, _) = tlv(der);
+    let (_, _, rest) = tlv(info); // version
+    let (_, _, rest) = tlv(rest); // algorithm
+    let (tag, key, _) = tlv(rest);
+    assert_eq!(tag, 0x04, "PKCS#8 private key is an OCTET STRING");
+    key.to_vec()
 }
 
 pub fn pem_der(pem: &str) -> CertificateDer<'static> {
