@@ -5,6 +5,8 @@
 //! controls, and client-certificate authentication, so validation runs its real TLS and
 //! HTTP code.
 
+#[path = "support/figures.rs"]
+mod figures;
 #[path = "support/k3s.rs"]
 mod k3s_rig;
 
@@ -719,10 +721,46 @@ async fn apply_plans_and_destroys_a_cluster_through_the_state_file() {
     assert!(kube.exists());
     let text = std::fs::read_to_string(e.dir.path().join("gpuprov.state.json")).unwrap();
     assert!(text.contains("\"kind\": \"k3s\"") || text.contains("\"kind\":\"k3s\""));
-    assert!(
-        !text.contains(KEY_SENTINEL_NOTE),
-        "no client key in the state"
+    // The cluster's client key (and the field that carries it) is in the kubeconfig
+    // only: not in the state, its backup, the journal, or anything the run returned.
+    let key_body: String = e
+        .rig
+        .pki
+        .client_key_pem
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .collect();
+    let mut searched = vec![
+        ("gpuprov.state.json", text.clone()),
+        ("outcomes", format!("{out:?}")),
+        (
+            "journal labels",
+            e.engine().1.snapshot().resources["vm.trainer"]
+                .machine
+                .label
+                .clone(),
+        ),
+    ];
+    for f in ["gpuprov.state.json.backup", "gpuprov.state.json.journal"] {
+        if let Ok(t) = std::fs::read_to_string(e.dir.path().join(f)) {
+            searched.push((f, t));
+        }
+    }
+    let hits = searched
+        .iter()
+        .filter(|(_, t)| t.contains(&key_body[..40]) || t.contains(KEY_SENTINEL_NOTE))
+        .count();
+    assert!(std::fs::read_to_string(&kube)
+        .unwrap()
+        .contains(KEY_SENTINEL_NOTE));
+    figures::write(
+        "secrets_k3s_client_key",
+        &serde_json::json!({
+            "searched": searched.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            "sentinel_hits": hits,
+        }),
     );
+    assert_eq!(hits, 0, "no client key outside the kubeconfig");
     assert!(
         gpuprov::engine::vm_of(
             "k3s",
