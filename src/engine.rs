@@ -255,6 +255,21 @@ pub fn owned_of(prev: &PrevRecord) -> Result<Option<Owned>, String> {
 
 type Signal = watch::Sender<Option<bool>>;
 
+/// The outcome of a launch that ended leaked, `None` for any other state.
+fn leaked_outcome(s: &LaunchState) -> Option<Outcome> {
+    match s {
+        LaunchState::Leaked {
+            location,
+            instance_ids,
+            reason,
+        } => Some(Outcome::Leaked(format!(
+            "{} at {location}: {reason}",
+            instance_ids.join(",")
+        ))),
+        _ => None,
+    }
+}
+
 impl Engine {
     /// Applies `plan`: destroys first, then every other change in dependency order.
     /// Returns one outcome per address; never panics on a machine failure.
@@ -459,16 +474,9 @@ impl Engine {
                     .await
                 {
                     Ok(K3sState::Ready { vm, .. }) => Outcome::Ready(vm),
-                    Ok(s) => match s.leaked() {
-                        Some(LaunchState::Leaked {
-                            location,
-                            instance_ids,
-                            reason,
-                        }) => Outcome::Leaked(format!(
-                            "{} at {location}: {reason}",
-                            instance_ids.join(",")
-                        )),
-                        _ => Outcome::Failed(crate::machine::Machine::label(&m, &s)),
+                    Ok(s) => match s.leaked().and_then(leaked_outcome) {
+                        Some(o) => o,
+                        None => Outcome::Failed(crate::machine::Machine::label(&m, &s)),
                     },
                     Err(ExecError::Interrupted { label, .. }) => Outcome::Interrupted(label),
                     Err(e) => Outcome::Failed(e.to_string()),
@@ -480,15 +488,8 @@ impl Engine {
                 .await
             {
                 Ok(LaunchState::Ready { vm }) => Outcome::Ready(vm),
-                Ok(LaunchState::Leaked {
-                    location,
-                    instance_ids,
-                    reason,
-                }) => Outcome::Leaked(format!(
-                    "{} at {location}: {reason}",
-                    instance_ids.join(",")
-                )),
-                Ok(s) => Outcome::Failed(crate::machine::Machine::label(&m, &s)),
+                Ok(s) => leaked_outcome(&s)
+                    .unwrap_or_else(|| Outcome::Failed(crate::machine::Machine::label(&m, &s))),
                 Err(ExecError::Interrupted { label, .. }) => Outcome::Interrupted(label),
                 Err(e) => Outcome::Failed(e.to_string()),
             },

@@ -145,6 +145,17 @@ pub struct BootScript {
     pub env: BTreeMap<String, String>,
 }
 
+/// A boot script as cloud-init `#cloud-config` user-data for the REST clouds that take it
+/// (Lambda, DigitalOcean, Hyperstack), rendered by [`crate::cluster::userdata::render`].
+/// Their SSH key travels through the API (a registered key), not the user-data.
+///
+/// Errors: [`ErrorKind::InvalidRequest`] for a boot script that cannot be rendered (an
+/// environment name that is not a shell name).
+pub fn cloud_init_user_data(b: &BootScript) -> Result<String, ProviderError> {
+    crate::cluster::userdata::render(Some(b), &[])
+        .map_err(|e| ProviderError::new(ErrorKind::InvalidRequest, format!("boot script: {e}")))
+}
+
 /// What to create, independent of the offer. Holds no secret: only the project's public
 /// SSH key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -473,5 +484,38 @@ impl Providers {
     }
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.map.keys().map(|s| s.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cloud_init_user_data_carries_the_boot_script() {
+        let b = BootScript {
+            script: "echo hi".into(),
+            env: [("K".to_string(), "it's".to_string())].into(),
+        };
+        let u = cloud_init_user_data(&b).unwrap();
+        assert!(u.starts_with("#cloud-config\n"), "{u}");
+        assert!(
+            !u.contains("ssh_authorized_keys"),
+            "the key goes through the API"
+        );
+        let doc: serde_yaml::Value = serde_yaml::from_str(&u).unwrap();
+        let content = doc["write_files"][0]["content"].as_str().unwrap();
+        assert_eq!(
+            crate::cluster::userdata::decode_gz_b64(content).unwrap(),
+            b.to_shell().unwrap()
+        );
+        let bad = BootScript {
+            script: "true".into(),
+            env: [("NOT A NAME".to_string(), "x".to_string())].into(),
+        };
+        assert_eq!(
+            cloud_init_user_data(&bad).unwrap_err().kind,
+            ErrorKind::InvalidRequest
+        );
     }
 }

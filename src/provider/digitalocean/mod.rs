@@ -62,9 +62,9 @@ use serde_json::{json, Value};
 pub use errors::{classify, ApiError, RateHeaders, Scope};
 
 use super::{
-    BlockScope, BootScript, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
-    InstanceStatus, Location, Observed, Offer, ProviderError, ResourceRequest, SshEndpoint,
-    IDENTITY_LABEL, LINEAGE_LABEL,
+    BlockScope, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus,
+    Location, Observed, Offer, ProviderError, ResourceRequest, SshEndpoint, IDENTITY_LABEL,
+    LINEAGE_LABEL,
 };
 
 /// The cloud name.
@@ -367,17 +367,6 @@ pub fn default_image(gpu_model_raw: Option<&str>, gpu_count: u32) -> &'static st
         Some(_) if gpu_count > 0 => "gpu-h100x1-base",
         _ => DEFAULT_IMAGE,
     }
-}
-
-/// The boot script as cloud-init `#cloud-config` user-data, rendered once for every
-/// cloud-init cloud by [`crate::cluster::userdata::render`]. The SSH key travels through
-/// the API (a registered key), not the user-data.
-///
-/// Errors: [`ErrorKind::InvalidRequest`] for a boot script that cannot be rendered (an
-/// environment name that is not a shell name).
-pub fn render_user_data(b: &BootScript) -> Result<String, ProviderError> {
-    crate::cluster::userdata::render(Some(b), &[])
-        .map_err(|e| ProviderError::new(ErrorKind::InvalidRequest, format!("boot script: {e}")))
 }
 
 /// Normalised status of a droplet `status` (spec enum `new, active, off, archive`):
@@ -1031,7 +1020,7 @@ impl CloudProvider for DigitalOceanProvider {
             "tags": tags,
         });
         if let Some(b) = &spec.boot_script {
-            body["user_data"] = Value::String(render_user_data(b)?);
+            body["user_data"] = Value::String(super::cloud_init_user_data(b)?);
         }
         let what = format!(
             "create {} in {}",
@@ -1368,27 +1357,5 @@ mod tests {
             ..Default::default()
         };
         assert!(!format!("{s:?}").contains("dop_v1_secret_sentinel"));
-    }
-
-    #[test]
-    fn user_data_is_cloud_config_carrying_the_boot_script() {
-        let b = BootScript {
-            script: "echo hi".into(),
-            env: [("K".to_string(), "it's".to_string())].into(),
-        };
-        let u = render_user_data(&b).unwrap();
-        assert!(u.starts_with("#cloud-config\n"), "{u}");
-        let doc: serde_yaml::Value = serde_yaml::from_str(&u).unwrap();
-        let content = doc["write_files"][0]["content"].as_str().unwrap();
-        let script = crate::cluster::userdata::decode_gz_b64(content).unwrap();
-        assert_eq!(script, b.to_shell().unwrap());
-        let bad = BootScript {
-            script: "true".into(),
-            env: [("NOT A NAME".to_string(), "x".to_string())].into(),
-        };
-        assert_eq!(
-            render_user_data(&bad).unwrap_err().kind,
-            ErrorKind::InvalidRequest
-        );
     }
 }

@@ -62,9 +62,8 @@ use serde_json::{json, Value};
 pub use errors::{classify, ApiError};
 
 use super::{
-    BootScript, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus,
-    Location, Observed, Offer, ProviderError, ResourceRequest, SshEndpoint, IDENTITY_LABEL,
-    LINEAGE_LABEL,
+    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location,
+    Observed, Offer, ProviderError, ResourceRequest, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 /// The cloud name.
@@ -325,17 +324,6 @@ pub fn gpu_matches(want: &str, vendor: &str) -> bool {
 /// The OpenSSH key without its comment (`type base64`), for comparing keys by value.
 fn key_value(k: &str) -> String {
     k.split_whitespace().take(2).collect::<Vec<_>>().join(" ")
-}
-
-/// The boot script as cloud-init `#cloud-config` user-data, rendered once for every
-/// cloud-init cloud by [`crate::cluster::userdata::render`]. The SSH key travels through
-/// the API (a key pair), not the user-data.
-///
-/// Errors: [`ErrorKind::InvalidRequest`] for a boot script that cannot be rendered (an
-/// environment name that is not a shell name).
-pub fn render_user_data(b: &BootScript) -> Result<String, ProviderError> {
-    crate::cluster::userdata::render(Some(b), &[])
-        .map_err(|e| ProviderError::new(ErrorKind::InvalidRequest, format!("boot script: {e}")))
 }
 
 /// A `PricebookModel.value` as a number (the description says number; tolerate a numeric
@@ -1128,7 +1116,7 @@ impl CloudProvider for HyperstackProvider {
             "security_rules": security_rules(&spec.ports),
         });
         if let Some(b) = &spec.boot_script {
-            body["user_data"] = Value::String(render_user_data(b)?);
+            body["user_data"] = Value::String(super::cloud_init_user_data(b)?);
         }
         let what = format!(
             "create VM {} in {}",
@@ -1532,21 +1520,11 @@ mod tests {
     }
 
     #[test]
-    fn keys_compare_by_value_and_user_data_exports_env() {
+    fn keys_compare_by_value() {
         assert_eq!(
             key_value("ssh-ed25519 AAAAx me@laptop\n"),
             key_value("ssh-ed25519 AAAAx gpuprov")
         );
-        let b = BootScript {
-            script: "echo hi".into(),
-            env: [("K".to_string(), "it's".to_string())].into(),
-        };
-        let u = render_user_data(&b).unwrap();
-        assert!(u.starts_with("#cloud-config\n"), "{u}");
-        let doc: serde_yaml::Value = serde_yaml::from_str(&u).unwrap();
-        let content = doc["write_files"][0]["content"].as_str().unwrap();
-        let script = crate::cluster::userdata::decode_gz_b64(content).unwrap();
-        assert_eq!(script, b.to_shell().unwrap());
     }
 
     #[test]

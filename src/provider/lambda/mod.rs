@@ -41,9 +41,8 @@ use serde_json::{json, Value};
 pub use errors::{classify, ApiError};
 
 use super::{
-    BootScript, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus,
-    Location, Observed, Offer, ProviderError, ResourceRequest, SshEndpoint, IDENTITY_LABEL,
-    LINEAGE_LABEL,
+    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location,
+    Observed, Offer, ProviderError, ResourceRequest, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 /// The cloud name.
@@ -200,17 +199,6 @@ fn norm(s: &str) -> String {
 /// The OpenSSH key without its comment (`type base64`), for comparing keys by value.
 fn key_value(k: &str) -> String {
     k.split_whitespace().take(2).collect::<Vec<_>>().join(" ")
-}
-
-/// The boot script as cloud-init `#cloud-config` user-data, rendered once for every
-/// cloud-init cloud by [`crate::cluster::userdata::render`]. The SSH key travels through
-/// the API (a registered key), not the user-data.
-///
-/// Errors: [`ErrorKind::InvalidRequest`] for a boot script that cannot be rendered (an
-/// environment name that is not a shell name).
-pub fn render_user_data(b: &BootScript) -> Result<String, ProviderError> {
-    crate::cluster::userdata::render(Some(b), &[])
-        .map_err(|e| ProviderError::new(ErrorKind::InvalidRequest, format!("boot script: {e}")))
 }
 
 /// Normalised status of a Lambda `InstanceStatus`; `None` for `terminated` (gone).
@@ -689,7 +677,7 @@ impl CloudProvider for LambdaProvider {
             body["image"] = json!({ "family": image });
         }
         if let Some(b) = &spec.boot_script {
-            body["user_data"] = Value::String(render_user_data(b)?);
+            body["user_data"] = Value::String(super::cloud_init_user_data(b)?);
         }
         let what = format!(
             "launch {} in {}",
@@ -923,28 +911,6 @@ mod tests {
         assert_ne!(
             key_value("ssh-ed25519 AAAAx"),
             key_value("ssh-ed25519 AAAAy")
-        );
-    }
-
-    #[test]
-    fn user_data_is_cloud_config_carrying_the_boot_script() {
-        let b = BootScript {
-            script: "echo hi".into(),
-            env: [("K".to_string(), "it's".to_string())].into(),
-        };
-        let u = render_user_data(&b).unwrap();
-        assert!(u.starts_with("#cloud-config\n"), "{u}");
-        let doc: serde_yaml::Value = serde_yaml::from_str(&u).unwrap();
-        let content = doc["write_files"][0]["content"].as_str().unwrap();
-        let script = crate::cluster::userdata::decode_gz_b64(content).unwrap();
-        assert_eq!(script, b.to_shell().unwrap());
-        let bad = BootScript {
-            script: "true".into(),
-            env: [("NOT A NAME".to_string(), "x".to_string())].into(),
-        };
-        assert_eq!(
-            render_user_data(&bad).unwrap_err().kind,
-            ErrorKind::InvalidRequest
         );
     }
 
