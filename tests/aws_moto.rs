@@ -763,6 +763,7 @@ async fn full_launch_then_teardown_against_moto() {
         "planning",
         "preparing aws/us-east-1",
         "creating",
+        "creating", // the intent to call create, journalled before the call
         "booting",
         "connecting",
         "ready",

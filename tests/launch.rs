@@ -106,9 +106,14 @@ async fn happy_path_reaches_ready_with_one_create() {
         "{labels:?}"
     );
     assert!(labels[3].starts_with("creating"), "{labels:?}");
-    assert!(labels[4].starts_with("booting"), "{labels:?}");
-    assert!(labels[5].starts_with("connecting"), "{labels:?}");
-    assert!(labels[6].starts_with("ready"), "{labels:?}");
+    // The intent to call create is journalled before the call.
+    assert!(
+        labels[4].starts_with("creating") && labels[4].ends_with("(create sent)"),
+        "{labels:?}"
+    );
+    assert!(labels[5].starts_with("booting"), "{labels:?}");
+    assert!(labels[6].starts_with("connecting"), "{labels:?}");
+    assert!(labels[7].starts_with("ready"), "{labels:?}");
 }
 
 #[tokio::test]
@@ -597,15 +602,106 @@ async fn a_resumed_create_that_lists_nothing_yet_does_not_duplicate() {
     assert!(end.ready().is_some(), "{end:?}");
     assert_eq!(
         r.cloud.count(Op::Create),
-        2,
-        "the resume created again, with the same token"
-    );
-    assert_eq!(
-        r.cloud.instances().len(),
         1,
-        "and got the same instance back"
+        "the resume waited for the cloud to list the instance and adopted it"
     );
+    assert_eq!(r.cloud.instances().len(), 1);
     assert_eq!(end.ready().unwrap().instance_id, r.cloud.instances()[0].id);
+}
+
+/// A cloud that ignores the idempotency token, as Lambda, DigitalOcean, RunPod and
+/// Hyperstack do: every create call starts a new instance.
+struct NoToken(Arc<FakeProvider>);
+
+#[async_trait::async_trait]
+impl CloudProvider for NoToken {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn capabilities(&self) -> gpuprov::provider::Capabilities {
+        self.0.capabilities()
+    }
+    async fn plan(
+        &self,
+        req: &gpuprov::provider::ResourceRequest,
+    ) -> Result<Vec<gpuprov::provider::Offer>, ProviderError> {
+        self.0.plan(req).await
+    }
+    async fn prepare(
+        &self,
+        offer: &gpuprov::provider::Offer,
+        spec: &gpuprov::provider::InstanceSpec,
+    ) -> Result<serde_json::Value, ProviderError> {
+        self.0.prepare(offer, spec).await
+    }
+    async fn create(
+        &self,
+        offer: &gpuprov::provider::Offer,
+        prepared: &serde_json::Value,
+        spec: &gpuprov::provider::InstanceSpec,
+    ) -> Result<String, ProviderError> {
+        let mut spec = spec.clone();
+        spec.client_token = uuid::Uuid::new_v4().to_string();
+        self.0.create(offer, prepared, &spec).await
+    }
+    async fn observe(
+        &self,
+        at: &Location,
+        vm_name: &str,
+    ) -> Result<Vec<gpuprov::provider::Observed>, ProviderError> {
+        self.0.observe(at, vm_name).await
+    }
+    async fn delete(
+        &self,
+        at: &Location,
+        vm_name: &str,
+        instance_ids: &[String],
+    ) -> Result<(), ProviderError> {
+        self.0.delete(at, vm_name, instance_ids).await
+    }
+    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
+        self.0.cleanup(at, vm_name).await
+    }
+}
+
+/// Field report (review): on a cloud that ignores the token, a run resumed after a crash
+/// between create and its journal entry listed the cloud once, saw nothing yet (list
+/// lag), and created a second instance. It must wait for the listing instead.
+#[tokio::test]
+async fn a_resumed_create_on_a_cloud_without_idempotency_waits_for_the_listing() {
+    let r = Run::new(two_regions().with_list_lag(3));
+    let mut providers = Providers::new();
+    providers.insert(Arc::new(NoToken(r.cloud.clone())));
+    let machine = || {
+        let mut m = r.machine();
+        m.providers = providers.clone();
+        m
+    };
+    let run = || async {
+        let ex = Executor::new(r.journal.clone(), CancelToken::new());
+        let m = machine();
+        let fut = ex.run(&m, "vm.trainer", |prev| {
+            let owned = prev
+                .and_then(|p| serde_json::from_value::<LaunchState>(p.state).ok())
+                .and_then(|s| s.owned());
+            LaunchState::start(owned)
+        });
+        tokio::time::timeout(Duration::from_secs(20), fut)
+            .await
+            .expect("no hang")
+    };
+    r.journal.crash_before("booting");
+    run().await.unwrap_err();
+    assert_eq!(r.cloud.instances().len(), 1, "the create reached the cloud");
+    let end = run().await.unwrap();
+    assert!(end.ready().is_some(), "{end:?}");
+    assert_eq!(r.cloud.count(Op::Create), 1, "no second create");
+    assert_eq!(r.cloud.instances().len(), 1);
+    assert!(
+        r.labels().iter().any(|l| l.starts_with("creating")),
+        "{:?}",
+        r.labels()
+    );
 }
 
 /// Field report: Ctrl-C the instant a create call is in flight. The call is not dropped:

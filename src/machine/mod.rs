@@ -13,7 +13,11 @@ pub mod limits;
 
 use std::fmt::Debug;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock, the one the executor sleeps on: time in state and sleeps agree (also
+// under a paused test clock).
+use tokio::time::Instant;
 
 use async_trait::async_trait;
 use serde::de::DeserializeOwned;

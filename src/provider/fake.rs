@@ -112,6 +112,7 @@ impl FakeProvider {
                 poll_interval: Duration::from_millis(1),
                 max_concurrency: 64,
                 min_create_interval: Duration::ZERO,
+                create_list_lag: Duration::from_millis(20),
             },
             inner: Mutex::new(Inner {
                 boot_observes: 1,

@@ -247,6 +247,11 @@ pub struct Capabilities {
     pub max_concurrency: usize,
     /// Minimum spacing between create calls (for example Lambda's launch endpoint).
     pub min_create_interval: Duration,
+    /// How long a created instance may be missing from `observe` (cloud lists are
+    /// eventually consistent). A create whose answer may have been lost (a crash or a
+    /// retry after an error) is sent again only after the instance stayed unlisted this
+    /// long, so clouds without an idempotency token never get a second instance.
+    pub create_list_lag: Duration,
 }
 
 impl Capabilities {
@@ -265,6 +270,7 @@ impl Default for Capabilities {
             poll_interval: Duration::from_secs(5),
             max_concurrency: 8,
             min_create_interval: Duration::ZERO,
+            create_list_lag: Duration::from_secs(20),
         }
     }
 }

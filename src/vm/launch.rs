@@ -120,9 +120,15 @@ pub enum LaunchState {
     Preparing {
         search: Search,
     },
+    /// `sent`: the intent to call `create` was journalled. A run that finds `sent` set
+    /// and did not set it itself (it resumed after a crash, or retries after an error)
+    /// cannot know whether the cloud got the create, so it waits the cloud's
+    /// `create_list_lag` for the instance to be listed before sending another.
     Creating {
         search: Search,
         prepared: serde_json::Value,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        sent: bool,
     },
     Booting {
         search: Search,
@@ -246,6 +252,10 @@ pub struct LaunchMachine {
     pub teardown: TeardownMachine,
     /// Run at first boot on clouds that support it (the k3s installer, design 4.5).
     pub boot_script: Option<crate::provider::BootScript>,
+    /// Client tokens whose create intent this process journalled and has not sent yet:
+    /// only for these may `Creating` call `create` without waiting (see
+    /// [`LaunchState::Creating`]).
+    fresh_creates: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl LaunchMachine {
@@ -267,6 +277,7 @@ impl LaunchMachine {
             exhausted_wait: Duration::from_secs(30),
             vanish_grace: Duration::from_secs(20),
             boot_script: None,
+            fresh_creates: Default::default(),
         }
     }
 
@@ -522,6 +533,9 @@ impl Machine for LaunchMachine {
             }
             LaunchState::Planning { .. } => "planning".into(),
             LaunchState::Preparing { search } => format!("preparing {}", offer(search)),
+            LaunchState::Creating {
+                search, sent: true, ..
+            } => format!("creating {} (create sent)", offer(search)),
             LaunchState::Creating { search, .. } => format!("creating {}", offer(search)),
             LaunchState::Booting {
                 search,
@@ -715,6 +729,7 @@ impl Machine for LaunchMachine {
                 };
                 match p.prepare(offer, &self.instance_spec(search)).await {
                     Ok(prepared) => Step::Next(LaunchState::Creating {
+                        sent: false,
                         search: search.clone(),
                         prepared,
                     }),
@@ -740,7 +755,11 @@ impl Machine for LaunchMachine {
                     }
                 }
             }
-            LaunchState::Creating { search, prepared } => {
+            LaunchState::Creating {
+                search,
+                prepared,
+                sent,
+            } => {
                 let Some(offer) = search.current() else {
                     return Step::Next(LaunchState::Exhausted {
                         search: search.clone(),
@@ -773,12 +792,51 @@ impl Machine for LaunchMachine {
                         ))
                     }
                 }
-                match p.create(offer, prepared, &self.instance_spec(search)).await {
+                // Journal the intent before the side effect; then send at once only if this
+                // process journalled it. Otherwise a create may already be at the cloud
+                // (its answer lost to a crash or an error), and clouds that ignore the
+                // idempotency token would start a second instance: wait for the listing.
+                let spec = self.instance_spec(search);
+                let ours = {
+                    let mut fresh = self.fresh_creates.lock().unwrap_or_else(|e| e.into_inner());
+                    if *sent {
+                        Some(fresh.remove(&spec.client_token))
+                    } else {
+                        fresh.insert(spec.client_token.clone());
+                        None
+                    }
+                };
+                let Some(ours) = ours else {
+                    return Step::Next(LaunchState::Creating {
+                        search: search.clone(),
+                        prepared: prepared.clone(),
+                        sent: true,
+                    });
+                };
+                let caps = p.capabilities();
+                if !ours && cx.in_state < caps.create_list_lag {
+                    return Step::poll(
+                        caps.poll_interval,
+                        "an earlier create may be at the cloud; waiting for it to be listed",
+                    );
+                }
+                match p.create(offer, prepared, &spec).await {
                     Ok(id) => Step::Next(LaunchState::Booting {
                         search: search.clone(),
                         instance_id: id,
                     }),
-                    Err(e) if e.kind == ErrorKind::Transient => retry_step(e),
+                    Err(e) if e.kind == ErrorKind::Transient => {
+                        // A rate limit (`Retry-After`) refused the request before it
+                        // was processed: nothing was created, so the retry may send at
+                        // once. Any other error may have lost a create's answer.
+                        if e.retry_after_secs.is_some() {
+                            self.fresh_creates
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .insert(spec.client_token.clone());
+                        }
+                        retry_step(e)
+                    }
                     Err(e) if e.kind == ErrorKind::Unavailable => {
                         let scope = e.scope_for(offer);
                         Step::Next(LaunchState::NextOffer {

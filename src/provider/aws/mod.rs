@@ -181,6 +181,7 @@ impl AwsSettings {
             poll_interval: Duration::from_secs(10),
             max_concurrency: 8,
             min_create_interval: Duration::ZERO,
+            create_list_lag: Duration::from_secs(20),
         }
     }
 }

@@ -440,6 +440,7 @@ impl DigitalOceanProvider {
             // keep a multi-VM apply well below it at one observe per 10 s per VM.
             max_concurrency: 4,
             min_create_interval: Duration::ZERO,
+            create_list_lag: Duration::from_secs(20),
         }
     }
 

@@ -426,6 +426,7 @@ impl CloudProvider for DockerProvider {
             poll_interval: Duration::from_millis(500),
             max_concurrency: 4,
             min_create_interval: Duration::ZERO,
+            create_list_lag: Duration::from_secs(2),
         }
     }
 

@@ -620,6 +620,7 @@ impl HyperstackProvider {
             poll_interval: Duration::from_secs(10),
             max_concurrency: 4,
             min_create_interval: Duration::ZERO,
+            create_list_lag: Duration::from_secs(20),
         }
     }
 

@@ -250,6 +250,7 @@ impl LambdaProvider {
             poll_interval: Duration::from_secs(10),
             max_concurrency: 1,
             min_create_interval: Duration::from_secs(12),
+            create_list_lag: Duration::from_secs(20),
         }
     }
 

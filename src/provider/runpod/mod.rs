@@ -564,6 +564,7 @@ impl RunpodProvider {
             poll_interval: Duration::from_secs(10),
             max_concurrency: 2,
             min_create_interval: Duration::from_secs(1),
+            create_list_lag: Duration::from_secs(20),
         }
     }
 
