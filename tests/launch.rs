@@ -609,30 +609,42 @@ async fn a_resumed_create_that_lists_nothing_yet_does_not_duplicate() {
     assert_eq!(end.ready().unwrap().instance_id, r.cloud.instances()[0].id);
 }
 
-/// A cloud that ignores the idempotency token, as Lambda, DigitalOcean, RunPod and
-/// Hyperstack do: every create call starts a new instance.
-struct NoToken(Arc<FakeProvider>);
+/// The fake cloud with two behaviours of real ones: it ignores the idempotency token
+/// (`no_token`, as Lambda, DigitalOcean, RunPod and Hyperstack do: every create starts a
+/// new instance), and a `gate` that holds every create call open after the cloud has
+/// acted on it, until the test releases it (its answer is still on the wire).
+struct TestCloud {
+    inner: Arc<FakeProvider>,
+    no_token: bool,
+    gate: Option<Gate>,
+}
+
+#[derive(Clone, Default)]
+struct Gate {
+    entered: Arc<tokio::sync::Notify>,
+    release: Arc<tokio::sync::Notify>,
+}
 
 #[async_trait::async_trait]
-impl CloudProvider for NoToken {
+impl CloudProvider for TestCloud {
     fn name(&self) -> &'static str {
-        self.0.name()
+        self.inner.name()
     }
     fn capabilities(&self) -> gpuprov::provider::Capabilities {
-        self.0.capabilities()
+        self.inner.capabilities()
     }
     async fn plan(
         &self,
         req: &gpuprov::provider::ResourceRequest,
     ) -> Result<Vec<gpuprov::provider::Offer>, ProviderError> {
-        self.0.plan(req).await
+        self.inner.plan(req).await
     }
     async fn prepare(
         &self,
         offer: &gpuprov::provider::Offer,
         spec: &gpuprov::provider::InstanceSpec,
     ) -> Result<serde_json::Value, ProviderError> {
-        self.0.prepare(offer, spec).await
+        self.inner.prepare(offer, spec).await
     }
     async fn create(
         &self,
@@ -641,15 +653,22 @@ impl CloudProvider for NoToken {
         spec: &gpuprov::provider::InstanceSpec,
     ) -> Result<String, ProviderError> {
         let mut spec = spec.clone();
-        spec.client_token = uuid::Uuid::new_v4().to_string();
-        self.0.create(offer, prepared, &spec).await
+        if self.no_token {
+            spec.client_token = uuid::Uuid::new_v4().to_string();
+        }
+        let out = self.inner.create(offer, prepared, &spec).await;
+        if let Some(g) = &self.gate {
+            g.entered.notify_one();
+            g.release.notified().await;
+        }
+        out
     }
     async fn observe(
         &self,
         at: &Location,
         vm_name: &str,
     ) -> Result<Vec<gpuprov::provider::Observed>, ProviderError> {
-        self.0.observe(at, vm_name).await
+        self.inner.observe(at, vm_name).await
     }
     async fn delete(
         &self,
@@ -657,29 +676,27 @@ impl CloudProvider for NoToken {
         vm_name: &str,
         instance_ids: &[String],
     ) -> Result<(), ProviderError> {
-        self.0.delete(at, vm_name, instance_ids).await
+        self.inner.delete(at, vm_name, instance_ids).await
     }
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
-        self.0.cleanup(at, vm_name).await
+        self.inner.cleanup(at, vm_name).await
     }
 }
 
-/// Field report (review): on a cloud that ignores the token, a run resumed after a crash
-/// between create and its journal entry listed the cloud once, saw nothing yet (list
-/// lag), and created a second instance. It must wait for the listing instead.
-#[tokio::test]
-async fn a_resumed_create_on_a_cloud_without_idempotency_waits_for_the_listing() {
-    let r = Run::new(two_regions().with_list_lag(3));
-    let mut providers = Providers::new();
-    providers.insert(Arc::new(NoToken(r.cloud.clone())));
-    let machine = || {
-        let mut m = r.machine();
+impl Run {
+    /// Runs the launch machine against `cloud` instead of the bare fake.
+    async fn launch_on(
+        &self,
+        cloud: Arc<TestCloud>,
+        cancel: CancelToken,
+    ) -> Result<LaunchState, ExecError> {
+        let mut providers = Providers::new();
+        providers.insert(cloud);
+        let mut m = self.machine();
         m.providers = providers.clone();
-        m
-    };
-    let run = || async {
-        let ex = Executor::new(r.journal.clone(), CancelToken::new());
-        let m = machine();
+        m.teardown = TeardownMachine::new(providers);
+        m.teardown.retry = FAST;
+        let ex = Executor::new(self.journal.clone(), cancel);
         let fut = ex.run(&m, "vm.trainer", |prev| {
             let owned = prev
                 .and_then(|p| serde_json::from_value::<LaunchState>(p.state).ok())
@@ -689,43 +706,89 @@ async fn a_resumed_create_on_a_cloud_without_idempotency_waits_for_the_listing()
         tokio::time::timeout(Duration::from_secs(20), fut)
             .await
             .expect("no hang")
-    };
+    }
+}
+
+/// Field report (review): on a cloud that ignores the token, a run resumed after a crash
+/// between create and its journal entry listed the cloud once, saw nothing yet (list
+/// lag), and created a second instance. It must wait for the listing instead.
+#[tokio::test]
+async fn a_resumed_create_on_a_cloud_without_idempotency_waits_for_the_listing() {
+    let r = Run::new(two_regions().with_list_lag(3));
+    let cloud = Arc::new(TestCloud {
+        inner: r.cloud.clone(),
+        no_token: true,
+        gate: None,
+    });
     r.journal.crash_before("booting");
-    run().await.unwrap_err();
+    r.launch_on(cloud.clone(), CancelToken::new())
+        .await
+        .unwrap_err();
     assert_eq!(r.cloud.instances().len(), 1, "the create reached the cloud");
-    let end = run().await.unwrap();
+    let end = r.launch_on(cloud, CancelToken::new()).await.unwrap();
     assert!(end.ready().is_some(), "{end:?}");
     assert_eq!(r.cloud.count(Op::Create), 1, "no second create");
     assert_eq!(r.cloud.instances().len(), 1);
-    assert!(
-        r.labels().iter().any(|l| l.starts_with("creating")),
-        "{:?}",
-        r.labels()
-    );
+}
+
+/// A second Ctrl-C (exit now) while a create call is in flight drops the call: its answer
+/// is lost though the cloud acted on it. The next run must find that instance, not make
+/// another, even on a cloud without an idempotency token.
+#[tokio::test]
+async fn a_hard_cancel_during_create_then_resume_adopts_the_instance() {
+    let r = Arc::new(Run::new(two_regions().with_list_lag(3)));
+    let gate = Gate::default();
+    let cloud = Arc::new(TestCloud {
+        inner: r.cloud.clone(),
+        no_token: true,
+        gate: Some(gate.clone()),
+    });
+    let cancel = CancelToken::new();
+    let task = {
+        let (r, cloud, cancel) = (r.clone(), cloud.clone(), cancel.clone());
+        tokio::spawn(async move { r.launch_on(cloud, cancel).await })
+    };
+    gate.entered.notified().await;
+    cancel.escalate();
+    cancel.escalate();
+    assert!(matches!(
+        task.await.unwrap(),
+        Err(ExecError::Interrupted { .. })
+    ));
+    assert_eq!(r.cloud.instances().len(), 1, "the cloud made it");
+    let resumed = Arc::new(TestCloud {
+        inner: r.cloud.clone(),
+        no_token: true,
+        gate: None,
+    });
+    let end = r.launch_on(resumed, CancelToken::new()).await.unwrap();
+    assert!(end.ready().is_some(), "{end:?}");
+    assert_eq!(r.cloud.count(Op::Create), 1, "adopted, not created again");
+    assert_eq!(end.ready().unwrap().instance_id, r.cloud.instances()[0].id);
 }
 
 /// Field report: Ctrl-C the instant a create call is in flight. The call is not dropped:
 /// when it returns, the instance is recorded and then torn down.
 #[tokio::test]
 async fn cancel_while_a_create_is_in_flight_records_then_tears_down() {
-    let r = Arc::new(Run::new(
-        two_regions().with_latency(Duration::from_millis(150)),
-    ));
+    let r = Arc::new(Run::new(two_regions()));
+    let gate = Gate::default();
+    let cloud = Arc::new(TestCloud {
+        inner: r.cloud.clone(),
+        no_token: false,
+        gate: Some(gate.clone()),
+    });
     let cancel = CancelToken::new();
     let task = {
-        let (r, cancel) = (r.clone(), cancel.clone());
-        tokio::spawn(async move { r.launch_with(cancel).await })
+        let (r, cloud, cancel) = (r.clone(), cloud.clone(), cancel.clone());
+        tokio::spawn(async move { r.launch_on(cloud, cancel).await })
     };
-    // Creating's own observe takes one latency; cancel inside the create call after it.
-    for _ in 0..2000 {
-        if r.labels().last().is_some_and(|l| l.starts_with("creating")) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    // The observe ends at ~150 ms and the create call runs until ~300 ms.
-    tokio::time::sleep(Duration::from_millis(220)).await;
+    // The create call has reached the cloud and not returned: Ctrl-C now.
+    gate.entered.notified().await;
     cancel.escalate();
+    tokio::task::yield_now().await;
+    assert!(!task.is_finished(), "the create call is not abandoned");
+    gate.release.notify_one();
     let end = task.await.unwrap().unwrap();
     assert!(
         matches!(&end, LaunchState::Aborted { owned: None, .. }),
