@@ -13,6 +13,8 @@
 //! Needs the `crash-points` feature, which the self dev-dependency in Cargo.toml turns on
 //! for every test build (this file does not compile without it).
 
+#[path = "support/clouds.rs"]
+mod clouds;
 #[path = "support/figures.rs"]
 mod figures;
 #[path = "support/k3s.rs"]
@@ -56,6 +58,9 @@ enum Scenario {
     K3sBoot,
     /// A k3s cluster on a cloud without boot scripts: the installer is pushed over SSH.
     K3sPush,
+    /// A cloud that ignores the idempotency token and lists new instances late, as
+    /// Lambda, DigitalOcean, RunPod and Hyperstack can.
+    NoTokenListLag,
 }
 
 impl Scenario {
@@ -95,6 +100,7 @@ impl Scenario {
                 Feature::Firewall,
             ])),
             Scenario::K3sPush => c.with_capabilities(caps(&[Feature::Kubernetes])),
+            Scenario::NoTokenListLag => c.with_list_lag(2),
             _ => c,
         }
     }
@@ -176,6 +182,8 @@ impl K3sWorld {
 struct World {
     dir: tempfile::TempDir,
     cloud: Arc<FakeProvider>,
+    /// What the engine talks to: the fake itself, or a wrapper around it.
+    provider: Arc<dyn gpuprov::provider::CloudProvider>,
     connector: Arc<FakeConnector>,
     k3s: Option<K3sWorld>,
 }
@@ -188,9 +196,18 @@ enum Phase {
 
 impl World {
     fn new(s: Scenario) -> World {
+        let cloud = Arc::new(s.cloud());
         World {
             dir: tempfile::tempdir().unwrap(),
-            cloud: Arc::new(s.cloud()),
+            provider: match s {
+                Scenario::NoTokenListLag => Arc::new(clouds::TestCloud {
+                    inner: cloud.clone(),
+                    no_token: true,
+                    gate: None,
+                }),
+                _ => cloud.clone(),
+            },
+            cloud,
             connector: Arc::new(s.connector()),
             k3s: s.k3s().then(|| K3sWorld::new(s)),
         }
@@ -206,7 +223,7 @@ impl World {
         let lineage = state.lineage.clone();
         let journal = Arc::new(StateJournal::new(store, state).unwrap());
         let mut providers = Providers::new();
-        providers.insert(self.cloud.clone());
+        providers.insert(self.provider.clone());
         let engine = Engine {
             providers,
             connector: self.connector.clone(),
@@ -432,6 +449,7 @@ fn every_crash_point_recovers_without_duplicates_or_leaks() {
         ("leaked", Scenario::Leaked),
         ("k3s-boot", Scenario::K3sBoot),
         ("k3s-push", Scenario::K3sPush),
+        ("no-token-list-lag", Scenario::NoTokenListLag),
     ];
     let mut failures = Vec::new();
     // Per machine kind: every point name seen, and those whose every occurrence passed.

@@ -2,9 +2,13 @@
 //! scenario builds a cloud, runs the machine through the real executor and a journal, and
 //! checks the end state, the journal and what the cloud saw.
 
+#[path = "support/clouds.rs"]
+mod clouds;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use clouds::{Gate, TestCloud};
 use gpuprov::config::{Cloud, VmSpec};
 use gpuprov::machine::{CancelToken, ExecError, Executor, MemoryJournal, RetryPolicy};
 use gpuprov::provider::fake::{FakeConnector, FakeProvider, Op};
@@ -607,80 +611,6 @@ async fn a_resumed_create_that_lists_nothing_yet_does_not_duplicate() {
     );
     assert_eq!(r.cloud.instances().len(), 1);
     assert_eq!(end.ready().unwrap().instance_id, r.cloud.instances()[0].id);
-}
-
-/// The fake cloud with two behaviours of real ones: it ignores the idempotency token
-/// (`no_token`, as Lambda, DigitalOcean, RunPod and Hyperstack do: every create starts a
-/// new instance), and a `gate` that holds every create call open after the cloud has
-/// acted on it, until the test releases it (its answer is still on the wire).
-struct TestCloud {
-    inner: Arc<FakeProvider>,
-    no_token: bool,
-    gate: Option<Gate>,
-}
-
-#[derive(Clone, Default)]
-struct Gate {
-    entered: Arc<tokio::sync::Notify>,
-    release: Arc<tokio::sync::Notify>,
-}
-
-#[async_trait::async_trait]
-impl CloudProvider for TestCloud {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-    fn capabilities(&self) -> gpuprov::provider::Capabilities {
-        self.inner.capabilities()
-    }
-    async fn plan(
-        &self,
-        req: &gpuprov::provider::ResourceRequest,
-    ) -> Result<Vec<gpuprov::provider::Offer>, ProviderError> {
-        self.inner.plan(req).await
-    }
-    async fn prepare(
-        &self,
-        offer: &gpuprov::provider::Offer,
-        spec: &gpuprov::provider::InstanceSpec,
-    ) -> Result<serde_json::Value, ProviderError> {
-        self.inner.prepare(offer, spec).await
-    }
-    async fn create(
-        &self,
-        offer: &gpuprov::provider::Offer,
-        prepared: &serde_json::Value,
-        spec: &gpuprov::provider::InstanceSpec,
-    ) -> Result<String, ProviderError> {
-        let mut spec = spec.clone();
-        if self.no_token {
-            spec.client_token = uuid::Uuid::new_v4().to_string();
-        }
-        let out = self.inner.create(offer, prepared, &spec).await;
-        if let Some(g) = &self.gate {
-            g.entered.notify_one();
-            g.release.notified().await;
-        }
-        out
-    }
-    async fn observe(
-        &self,
-        at: &Location,
-        vm_name: &str,
-    ) -> Result<Vec<gpuprov::provider::Observed>, ProviderError> {
-        self.inner.observe(at, vm_name).await
-    }
-    async fn delete(
-        &self,
-        at: &Location,
-        vm_name: &str,
-        instance_ids: &[String],
-    ) -> Result<(), ProviderError> {
-        self.inner.delete(at, vm_name, instance_ids).await
-    }
-    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
-        self.inner.cleanup(at, vm_name).await
-    }
 }
 
 impl Run {
