@@ -20,7 +20,12 @@ use serde_json::Value;
 const BEGIN: &str = "<!-- BEGIN GENERATED: cargo run --example reliability-report -->";
 const END: &str = "<!-- END GENERATED -->";
 
-fn read_dir(dir: &Path) -> BTreeMap<String, Value> {
+/// Figures written more than this long before the newest one are from an earlier run:
+/// they are left out (shown as "not run") rather than passed off as this run's.
+const SAME_RUN: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+
+/// The figures of `dir` with their modification times.
+fn read_dir(dir: &Path) -> BTreeMap<String, (Value, std::time::SystemTime)> {
     let mut out = BTreeMap::new();
     let Ok(entries) = std::fs::read_dir(dir) else {
         return out;
@@ -28,16 +33,52 @@ fn read_dir(dir: &Path) -> BTreeMap<String, Value> {
     for e in entries.flatten() {
         let p = e.path();
         if p.extension().is_some_and(|x| x == "json") {
+            let mtime = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
             if let Some(v) = std::fs::read_to_string(&p)
                 .ok()
                 .and_then(|t| serde_json::from_str(&t).ok())
             {
                 let name = p.file_stem().unwrap_or_default().to_string_lossy().into();
-                out.insert(name, v);
+                out.insert(name, (v, mtime));
             }
         }
     }
     out
+}
+
+/// Keeps the figures of the newest run; returns them and the names left out as stale.
+fn same_run(
+    rel: BTreeMap<String, (Value, std::time::SystemTime)>,
+    props: BTreeMap<String, (Value, std::time::SystemTime)>,
+) -> (
+    BTreeMap<String, Value>,
+    BTreeMap<String, Value>,
+    Vec<String>,
+) {
+    let newest = rel
+        .values()
+        .chain(props.values())
+        .map(|(_, t)| *t)
+        .max()
+        .unwrap_or(std::time::UNIX_EPOCH);
+    let mut stale = Vec::new();
+    let mut keep = |m: BTreeMap<String, (Value, std::time::SystemTime)>| {
+        m.into_iter()
+            .filter_map(|(name, (v, t))| {
+                if newest.duration_since(t).unwrap_or_default() > SAME_RUN {
+                    stale.push(name);
+                    None
+                } else {
+                    Some((name, v))
+                }
+            })
+            .collect::<BTreeMap<_, _>>()
+    };
+    let (rel, props) = (keep(rel), keep(props));
+    (rel, props, stale)
 }
 
 fn num(v: &Value) -> u64 {
@@ -202,9 +243,17 @@ fn main() {
         .filter(|d| !d.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("target"));
-    let rel = read_dir(&target.join("reliability"));
-    let props = read_dir(&target.join("properties"));
-    let body = render(&rel, &props);
+    let (rel, props, stale) = same_run(
+        read_dir(&target.join("reliability")),
+        read_dir(&target.join("properties")),
+    );
+    let mut body = render(&rel, &props);
+    if !stale.is_empty() {
+        body.push_str(&format!(
+            "\nLeft out as stale (written more than 30 minutes before this run's newest figure, so their tests did not run this time): {}.\n",
+            stale.join(", ")
+        ));
+    }
     let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("RELIABILITY.md");
     let text = std::fs::read_to_string(&doc).unwrap_or_default();
     let new = match (text.find(BEGIN), text.find(END)) {

@@ -551,15 +551,17 @@ impl Engine {
             })
             .await;
         match result {
-            Ok(TeardownState::Done) => match self.journal.remove(key).await {
-                Ok(()) => {
-                    if let Some(path) = &kubeconfig {
-                        let _ = std::fs::remove_file(path);
-                    }
-                    Outcome::Destroyed
+            Ok(TeardownState::Done) => {
+                // Before the record goes: a crash in between must not leave the client
+                // key behind with nothing in the state pointing at it.
+                if let Some(path) = &kubeconfig {
+                    let _ = std::fs::remove_file(path);
                 }
-                Err(e) => Outcome::Failed(e.to_string()),
-            },
+                match self.journal.remove(key).await {
+                    Ok(()) => Outcome::Destroyed,
+                    Err(e) => Outcome::Failed(e.to_string()),
+                }
+            }
             Ok(TeardownState::Leaked {
                 location,
                 instance_ids,

@@ -169,6 +169,7 @@ async fn destroy_until_empty(s: &Setup, runs: u32, tally_into: &mut BTreeMap<Str
 async fn transient_errors_at_a_seeded_rate_converge_without_duplicates() {
     let mut outcomes = BTreeMap::new();
     let (mut runs, mut injected) = (0u32, 0u32);
+    let (mut leaks_left, mut duplicates) = (0usize, 0usize);
     for seed in 0..12u64 {
         let s = Setup::new(cloud().with_transient_rate(0.3, seed));
         let out = s.apply(&vms(3)).await;
@@ -191,6 +192,8 @@ async fn transient_errors_at_a_seeded_rate_converge_without_duplicates() {
             "seed {seed}: duplicate"
         );
         injected += s.cloud.transient_injected();
+        leaks_left += s.cloud.instances().len();
+        duplicates += usize::from(s.cloud.peak_instances_per_vm() > 1);
     }
     assert!(injected > 20, "the rate injected faults: {injected}");
     assert!(
@@ -202,7 +205,7 @@ async fn transient_errors_at_a_seeded_rate_converge_without_duplicates() {
         &serde_json::json!({
             "fault": "transient errors, 30% of calls, 12 seeds x 3 VMs",
             "runs": runs, "faults_injected": injected, "outcomes": outcomes,
-            "leaks_left": 0, "duplicates": 0,
+            "leaks_left": leaks_left, "duplicates": duplicates,
         }),
     );
 }
@@ -230,7 +233,8 @@ async fn a_429_with_retry_after_is_waited_out() {
         &serde_json::json!({
             "fault": "429 with Retry-After 7 s on create",
             "runs": 2, "outcomes": outcomes, "waited_virtual_secs": waited.as_secs_f64(),
-            "leaks_left": 0, "duplicates": 0,
+            "leaks_left": s.cloud.instances().len(),
+            "duplicates": usize::from(s.cloud.peak_instances_per_vm() > 1),
         }),
     );
 }
@@ -267,7 +271,8 @@ async fn calls_slower_than_the_boot_deadline_end_exhausted_and_clean() {
         "faults_slow_calls",
         &serde_json::json!({
             "fault": "60 ms calls, 50 ms boot deadline",
-            "runs": 2, "outcomes": outcomes, "leaks_left": 0, "duplicates": 0,
+            "runs": 2, "outcomes": outcomes, "leaks_left": s.cloud.instances().len(),
+            "duplicates": usize::from(s.cloud.peak_instances_per_vm() > 1),
         }),
     );
 }
@@ -325,7 +330,8 @@ async fn a_delete_that_keeps_failing_is_leaked_shown_and_resolved_next_run() {
         "faults_delete_keeps_failing",
         &serde_json::json!({
             "fault": "delete fails until the cloud recovers",
-            "runs": 3, "outcomes": outcomes, "leaks_left": 0, "duplicates": 0,
+            "runs": 3, "outcomes": outcomes, "leaks_left": s.cloud.instances().len(),
+            "duplicates": usize::from(s.cloud.peak_instances_per_vm() > 1),
         }),
     );
 }
@@ -361,7 +367,7 @@ async fn many_vms_in_parallel_never_get_two_instances() {
         "faults_parallel",
         &serde_json::json!({
             "fault": "24 VMs, parallelism 8, list lag 1, 10% transient",
-            "runs": 2, "outcomes": outcomes, "leaks_left": 0,
+            "runs": 2, "outcomes": outcomes, "leaks_left": s.cloud.instances().len(),
             "duplicates": usize::from(s.cloud.peak_instances_per_vm() > 1),
         }),
     );
@@ -410,7 +416,8 @@ async fn an_instance_unreachable_over_ssh_is_never_treated_as_deleted() {
         "faults_ssh_unreachable",
         &serde_json::json!({
             "fault": "SSH unreachable on a machine that was up",
-            "runs": 3, "outcomes": outcomes, "leaks_left": 0, "duplicates": 0,
+            "runs": 3, "outcomes": outcomes, "leaks_left": s.cloud.instances().len(),
+            "duplicates": usize::from(s.cloud.peak_instances_per_vm() > 1),
         }),
     );
 }

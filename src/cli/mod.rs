@@ -829,6 +829,10 @@ async fn cmd_apply(
         }
     };
     if !plan.has_changes() {
+        // A run killed after its last transition may not have written these.
+        if let Err(e) = write_ssh_config(&state) {
+            errln!("warning: cannot write the ssh config: {e}");
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let key = project_key(&state.lineage)?;
