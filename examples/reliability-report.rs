@@ -254,7 +254,13 @@ fn main() {
             stale.join(", ")
         ));
     }
-    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("RELIABILITY.md");
+    // The checkout `cargo run` was started in: with a target directory shared between
+    // clones, a compile-time CARGO_MANIFEST_DIR may name another clone.
+    let doc = std::env::current_dir()
+        .map(|d| d.join("RELIABILITY.md"))
+        .ok()
+        .filter(|d| d.exists())
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("RELIABILITY.md"));
     let text = std::fs::read_to_string(&doc).unwrap_or_default();
     let new = match (text.find(BEGIN), text.find(END)) {
         (Some(b), Some(e)) if b < e => {
@@ -267,7 +273,8 @@ fn main() {
         std::process::exit(1);
     }
     eprintln!(
-        "RELIABILITY.md updated from {} ({} figure files)",
+        "{} updated from {} ({} figure files)",
+        doc.display(),
         target.display(),
         rel.len() + props.len()
     );
