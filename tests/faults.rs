@@ -33,6 +33,11 @@ use gpuprov::provider::{ProviderError, Providers};
 use gpuprov::ssh::SshError;
 use gpuprov::state::StateStore;
 
+/// The bound on one apply or destroy: 30 minutes of the paused test clock, which costs
+/// no real time. Retries back off for seconds each (up to 30 s), and a seeded 30% fault
+/// rate can chain many of them; a hang would never finish at all.
+const VIRTUAL_BOUND: Duration = Duration::from_secs(30 * 60);
+
 struct Setup {
     dir: tempfile::TempDir,
     cloud: Arc<FakeProvider>,
@@ -91,7 +96,9 @@ impl Setup {
                 c.action = plan::Action::Resume;
             }
         }
-        let out = tokio::time::timeout(Duration::from_secs(60), engine.apply(&plan))
+        // The tests run on a paused clock: this bound is virtual time, and generous
+        // because each retry backs off for seconds (a real hang never ends at all).
+        let out = tokio::time::timeout(VIRTUAL_BOUND, engine.apply(&plan))
             .await
             .expect("apply must not hang");
         journal.save_final().unwrap();
@@ -101,7 +108,7 @@ impl Setup {
     async fn destroy(&self) -> Outcomes {
         let (engine, journal) = self.engine();
         let addresses: Vec<String> = journal.snapshot().resources.keys().cloned().collect();
-        let out = tokio::time::timeout(Duration::from_secs(60), engine.destroy(&addresses))
+        let out = tokio::time::timeout(VIRTUAL_BOUND, engine.destroy(&addresses))
             .await
             .expect("destroy must not hang");
         journal.save_final().unwrap();
