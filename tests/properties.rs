@@ -1770,52 +1770,22 @@ fn response() -> impl Strategy<Value = Response> {
         })
 }
 
-/// Hyperstack's capacity phrases (`provider/hyperstack/errors.rs`, private there).
-const HYPERSTACK_CAPACITY: &[&str] = &[
-    "out of stock",
-    "no stock",
-    "not enough stock",
-    "insufficient stock",
-    "stock not available",
-    "stock is not available",
-    "insufficient capacity",
-    "not enough capacity",
-    "no capacity",
-    "capacity not available",
-    "no available host",
-    "no valid host",
-];
-
 /// Whether `body` names capacity in a way `cloud` documents; only then may an error be
 /// classified `Capacity` (issue 4: an unknown error is never taken for capacity).
 fn names_capacity(cloud: &str, status: u16, body: &str) -> bool {
     let lower = body.to_lowercase();
     let any = |ps: &[&str]| ps.iter().any(|p| lower.contains(p));
     match cloud {
-        "lambda" => body.contains(lambda_capacity_code()),
+        "lambda" => body.contains(lambda::INSUFFICIENT_CAPACITY),
         "digitalocean" => {
             status == 422
-                && (any(digitalocean_size_phrases()) || any(digitalocean_region_phrases()))
+                && (any(digitalocean::SIZE_UNAVAILABLE_PHRASES)
+                    || any(digitalocean::REGION_UNAVAILABLE_PHRASES))
         }
-        "hyperstack" => any(HYPERSTACK_CAPACITY),
+        "hyperstack" => any(hyperstack::CAPACITY_PHRASES),
         // RunPod: only a 400 on a pod create (never a plan or observe call).
         _ => false,
     }
-}
-
-fn lambda_capacity_code() -> &'static str {
-    "instance-operations/launch/insufficient-capacity"
-}
-/// DigitalOcean's 422 capacity phrases (`provider/digitalocean/errors.rs`, private there).
-fn digitalocean_size_phrases() -> &'static [&'static str] {
-    &[
-        "size is unavailable",
-        "size is not available",
-        "not available in this region",
-    ]
-}
-fn digitalocean_region_phrases() -> &'static [&'static str] {
-    &["region is not available"]
 }
 
 /// The classifiers themselves, on many more inputs than the HTTP round trip can afford.

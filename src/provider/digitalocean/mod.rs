@@ -59,7 +59,9 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-pub use errors::{classify, ApiError, RateHeaders, Scope};
+pub use errors::{
+    classify, ApiError, RateHeaders, Scope, REGION_UNAVAILABLE_PHRASES, SIZE_UNAVAILABLE_PHRASES,
+};
 
 use super::{
     BlockScope, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus,

@@ -38,7 +38,7 @@ struct Envelope {
 /// Phrases (lowercase) that mean the request hit a rate limit: transient, same offer.
 const RATE_LIMIT: &[&str] = &["rate limit", "too many requests", "throttl"];
 /// Phrases (lowercase) that mean an account or environment quota is exhausted. Checked
-/// before [`CAPACITY`]: "exceeds your GPU limit" is quota even though it names GPUs.
+/// before [`CAPACITY_PHRASES`]: "exceeds your GPU limit" is quota even though it names GPUs.
 const QUOTA: &[&str] = &[
     "quota",
     "limit exceeded",
@@ -50,7 +50,7 @@ const QUOTA: &[&str] = &[
     "gpu limit",
 ];
 /// Phrases (lowercase) that mean the region has no stock of the flavor now.
-const CAPACITY: &[&str] = &[
+pub const CAPACITY_PHRASES: &[&str] = &[
     "out of stock",
     "no stock",
     "not enough stock",
@@ -144,7 +144,7 @@ impl ApiError {
 /// - HTTP 401, 403 → `Credentials`; 402 ("Insufficient balance" in the vendor docs) →
 ///   `Credentials` (the account cannot be used until it is topped up);
 /// - a text naming a quota or limit (see `QUOTA`) → `Quota` (blocks the whole region);
-/// - a text naming stock or capacity (see `CAPACITY`) → `Capacity` (blocks the offer);
+/// - a text naming stock or capacity (see `CAPACITY_PHRASES`) → `Capacity` (blocks the offer);
 /// - HTTP 404 → `InvalidRequest` (callers for which "not found" means success, delete and
 ///   cleanup, test for it first);
 /// - anything else (400, 405, 409 with another text) → `Failed`: an unknown error is never
@@ -159,7 +159,7 @@ pub fn classify(e: &ApiError, what: &str, secret: Option<&str>) -> ProviderError
         Some(401..=403) => ErrorKind::Credentials,
         Some(_) if e.says(RATE_LIMIT) => ErrorKind::Transient,
         Some(_) if e.says(QUOTA) => ErrorKind::Quota,
-        Some(_) if e.says(CAPACITY) => ErrorKind::Capacity,
+        Some(_) if e.says(CAPACITY_PHRASES) => ErrorKind::Capacity,
         Some(404) => ErrorKind::InvalidRequest,
         Some(_) => ErrorKind::Failed,
     };

@@ -59,7 +59,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-pub use errors::{classify, ApiError};
+pub use errors::{classify, ApiError, CAPACITY_PHRASES};
 
 use super::{
     Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location,

@@ -38,7 +38,7 @@ use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-pub use errors::{classify, ApiError};
+pub use errors::{classify, ApiError, INSUFFICIENT_CAPACITY};
 
 use super::{
     Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location,
