@@ -601,9 +601,8 @@ fn first_line(s: &str) -> String {
 /// that is a symlink is followed: the file it points to is replaced, the link is kept
 /// (dotfile managers keep `~/.kube/config` as a link).
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
     #[cfg(unix)]
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::os::unix::fs::DirBuilderExt;
     let path = match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(path)?,
         _ => path.to_path_buf(),
@@ -614,28 +613,7 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     #[cfg(unix)]
     b.mode(0o700);
     b.create(dir)?;
-    // A fresh name each time, created exclusively: a stale temp file from a killed run is
-    // never reused with its old permissions.
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}-{:016x}",
-        path.file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("kubeconfig"),
-        std::process::id(),
-        rand::random::<u64>()
-    ));
-    let mut o = std::fs::OpenOptions::new();
-    o.write(true).create_new(true);
-    #[cfg(unix)]
-    o.mode(0o600);
-    let mut f = o.open(&tmp)?;
-    let written = f.write_all(bytes).and_then(|()| f.sync_all());
-    drop(f);
-    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &path)) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    Ok(())
+    crate::ssh::keys::write_atomic(&path, bytes, 0o600)
 }
 
 #[async_trait]
