@@ -116,6 +116,20 @@ impl CloudProvider for Governed {
         crate::crash::point("provider.after:delete").await;
         r
     }
+    async fn start(
+        &self,
+        at: &Location,
+        vm_name: &str,
+        instance_id: &str,
+    ) -> Result<(), ProviderError> {
+        crate::crash::point("provider.before:start").await;
+        let r = {
+            let _p = self.permit().await?;
+            self.inner.start(at, vm_name, instance_id).await
+        };
+        crate::crash::point("provider.after:start").await;
+        r
+    }
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
         crate::crash::point("provider.before:cleanup").await;
         let r = {

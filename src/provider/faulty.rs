@@ -149,6 +149,16 @@ impl CloudProvider for Faulty {
         let r = self.inner.delete(at, vm_name, instance_ids).await;
         self.after("delete", r)
     }
+    async fn start(
+        &self,
+        at: &Location,
+        vm_name: &str,
+        instance_id: &str,
+    ) -> Result<(), ProviderError> {
+        self.before("start")?;
+        let r = self.inner.start(at, vm_name, instance_id).await;
+        self.after("start", r)
+    }
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
         self.before("cleanup")?;
         let r = self.inner.cleanup(at, vm_name).await;

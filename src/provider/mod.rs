@@ -156,6 +156,26 @@ pub fn cloud_init_user_data(b: &BootScript) -> Result<String, ProviderError> {
         .map_err(|e| ProviderError::new(ErrorKind::InvalidRequest, format!("boot script: {e}")))
 }
 
+/// The name under which an adapter registers the project's SSH public key on clouds that
+/// name keys: `gpuprov-<lineage8>-<fp12>`, where `fp12` is the first 12 hex digits of
+/// the SHA-256 of the key's decoded blob (the digest of `ssh-keygen -l`'s `SHA256:`
+/// fingerprint). A key of the
+/// same lineage but another value (a rotated or foreign key) therefore has another name,
+/// so a cloud that refuses duplicate names never blocks the run and an adapter never uses
+/// a key it merely found by name.
+pub fn project_key_name(lineage: &str, public_key: &str) -> String {
+    use sha2::Digest as _;
+    let short: String = lineage.chars().take(8).collect();
+    let blob = public_key.split_whitespace().nth(1).unwrap_or(public_key);
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(blob)
+        .unwrap_or_else(|_| blob.as_bytes().to_vec());
+    let digest = sha2::Sha256::digest(&bytes);
+    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    format!("gpuprov-{short}-{hex}")
+}
+
 /// What to create, independent of the offer. Holds no secret: only the project's public
 /// SSH key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -229,6 +249,10 @@ pub enum Feature {
     Kubernetes,
     Spot,
     Gpu,
+    /// Can start a stopped instance again ([`CloudProvider::start`]), so a recorded
+    /// machine that was stopped (by the user, the vendor or a spot reclaim that stops) is
+    /// restarted with its disk instead of being replaced.
+    Start,
 }
 
 /// What the core must respect about a cloud (brief: "Capabilities").
@@ -293,6 +317,26 @@ pub enum ErrorKind {
     InvalidRequest,
     /// Missing or rejected credentials: abort.
     Credentials,
+    /// The API endpoint refused the connection (nothing was sent): the whole cloud is
+    /// unreachable. Before anything exists (plan, prepare, create) the core blocks every
+    /// offer of the cloud at once; on calls about something that exists (observe, delete,
+    /// start, cleanup) it retries like `Transient`.
+    Unreachable,
+    /// A side resource is still in use (for example EC2 `DependencyViolation` deleting a
+    /// security group): something still depends on it, so the core observes again (and
+    /// deletes what it finds) before retrying.
+    InUse,
+}
+
+impl ErrorKind {
+    /// Whether a call about something that already exists (observe, delete, start,
+    /// cleanup) is retried in place with backoff for this kind.
+    pub fn retried_in_place(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::Transient | ErrorKind::Unreachable | ErrorKind::InUse
+        )
+    }
 }
 
 /// A set of offers that must not be tried again in this search.
@@ -348,6 +392,9 @@ impl BlockScope {
             ErrorKind::Quota => Some(BlockScope::Region {
                 cloud: offer.location.cloud.clone(),
                 region: offer.location.region.clone(),
+            }),
+            ErrorKind::Unreachable => Some(BlockScope::Cloud {
+                cloud: offer.location.cloud.clone(),
             }),
             _ => None,
         }
@@ -432,7 +479,29 @@ pub trait CloudProvider: Send + Sync {
         instance_ids: &[String],
     ) -> Result<(), ProviderError>;
     /// Deletes per-VM side resources once the instances are gone. Idempotent.
+    /// Errors: `InUse` when a side resource is still attached to something (the core
+    /// observes again before retrying).
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError>;
+    /// Requests that a stopped instance start again (restart before replace). Does not
+    /// wait: `observe` reports it `Pending` and then `Running`. An instance already
+    /// running or starting is success. Only called on clouds declaring
+    /// [`Feature::Start`].
+    ///
+    /// Errors: `Quota` / `Capacity` when the cloud cannot start it now (the core keeps the
+    /// stopped instance and never fails over into a second one); the default is
+    /// `Unavailable` (this cloud cannot start instances).
+    async fn start(
+        &self,
+        at: &Location,
+        vm_name: &str,
+        instance_id: &str,
+    ) -> Result<(), ProviderError> {
+        let _ = (at, vm_name, instance_id);
+        Err(ProviderError::new(
+            ErrorKind::Unavailable,
+            format!("{} cannot start a stopped instance", self.name()),
+        ))
+    }
 }
 
 /// The lineage an adapter was configured with, or an `InvalidRequest` naming `cloud` when
@@ -496,6 +565,17 @@ impl Providers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn project_key_name_depends_on_the_key_value() {
+        let a = project_key_name("0123456789ab", "ssh-ed25519 AAAAone= comment");
+        let b = project_key_name("0123456789ab", "ssh-ed25519 AAAAtwo= comment");
+        let a2 = project_key_name("0123456789ab", "ssh-ed25519 AAAAone= other-comment");
+        assert!(a.starts_with("gpuprov-01234567-"), "{a}");
+        assert_eq!(a.len(), "gpuprov-01234567-".len() + 12);
+        assert_ne!(a, b, "another key value gets another name");
+        assert_eq!(a, a2, "the comment does not change the name");
+    }
 
     #[test]
     fn cloud_init_user_data_carries_the_boot_script() {
