@@ -7,6 +7,7 @@
 //! deadlines, cancellation and compensation.
 
 pub mod aws;
+pub mod cause;
 pub mod digitalocean;
 pub mod docker;
 pub mod fake;

@@ -46,6 +46,19 @@ pub struct Search {
     /// idempotency token so a new round never reuses an old create.
     #[serde(default)]
     pub round: u32,
+    /// Random per planning (8 hex digits), part of every create's idempotency token: a
+    /// machine whose instance is gone (spot interruption, terminated in the console) is
+    /// re-planned with a new nonce, so its replacement never re-sends a token the cloud
+    /// already used (EC2 would answer with the dead instance). Journalled with the search,
+    /// so it is stable across crashes of one attempt. Empty in journals written before it
+    /// existed (their tokens stay as they were).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub nonce: String,
+}
+
+/// A fresh [`Search::nonce`].
+fn new_nonce() -> String {
+    format!("{:08x}", rand::random::<u32>())
 }
 
 impl Search {
@@ -286,16 +299,24 @@ impl LaunchMachine {
     }
 
     /// The instance spec for the current attempt; the client token names the VM, the
-    /// lineage, the planning round and the offer, so a repeated create is recognisable.
+    /// lineage, the planning's nonce, the round and the offer, so a repeated create of one
+    /// attempt is recognisable and no two attempts share a token over the state's life.
     pub fn instance_spec(&self, search: &Search) -> InstanceSpec {
         let short: String = self.lineage.chars().take(8).collect();
         InstanceSpec {
             vm_name: self.vm.name.clone(),
             lineage: self.lineage.clone(),
-            client_token: format!(
-                "gpuprov-{short}-{}-r{}-o{}",
-                self.vm.name, search.round, search.cursor
-            ),
+            client_token: if search.nonce.is_empty() {
+                format!(
+                    "gpuprov-{short}-{}-r{}-o{}",
+                    self.vm.name, search.round, search.cursor
+                )
+            } else {
+                format!(
+                    "gpuprov-{short}-{}-{}-r{}-o{}",
+                    self.vm.name, search.nonce, search.round, search.cursor
+                )
+            },
             image: self.vm.image.clone(),
             disk_gb: self.vm.disk_gb,
             ports: self.vm.ports.clone(),
@@ -433,6 +454,7 @@ impl LaunchMachine {
             search: Search {
                 offers,
                 round,
+                nonce: new_nonce(),
                 ..Search::default()
             },
         })
