@@ -541,11 +541,7 @@ impl Engine {
             .executor
             .run(&m, key, move |_| match owned {
                 Some(o) => TeardownState::Requesting {
-                    target: Target {
-                        location: o.location,
-                        vm_name: name,
-                        instance_ids: o.instance_ids,
-                    },
+                    target: Target::of(o, &name),
                 },
                 None => TeardownState::Done,
             })

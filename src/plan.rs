@@ -308,6 +308,22 @@ pub fn compute(
                         create_attrs(want),
                         offer_price(want),
                     ),
+                    // Restart before replace: a stopped (or starting) machine is started
+                    // again with its disk, never deleted first.
+                    Some(Observation::NotRunning(
+                        st @ (InstanceStatus::Stopped
+                        | InstanceStatus::Stopping
+                        | InstanceStatus::Pending),
+                    )) => change(
+                        Action::Resume,
+                        Some(format!(
+                            "instance {} is {st:?}; apply starts it again (it is kept if it \
+                             cannot be started)",
+                            vm.instance_id
+                        )),
+                        vec![],
+                        price,
+                    ),
                     Some(Observation::NotRunning(st)) => change(
                         Action::Replace,
                         Some(format!(
@@ -332,9 +348,11 @@ pub fn compute(
             Recorded::Launch(
                 s @ (LaunchState::Aborted { .. }
                 | LaunchState::Exhausted { .. }
-                | LaunchState::Leaked { .. }),
+                | LaunchState::Leaked { .. }
+                | LaunchState::Unowned { .. }),
             ) => {
                 let why = match &s {
+                    LaunchState::Unowned { reason, .. } => reason.clone(),
                     LaunchState::Leaked {
                         instance_ids,
                         location,

@@ -583,7 +583,7 @@ impl Env {
         );
         m.retry = FAST;
         m.teardown.retry = FAST;
-        m.vanish_grace = Duration::from_secs(2);
+        m.vanish_grace = Some(Duration::from_secs(2));
         m.exhausted_wait = Duration::from_millis(5);
         m
     }
@@ -611,11 +611,7 @@ impl Env {
         let mut m = TeardownMachine::new(self.providers());
         m.retry = FAST;
         let ex = Executor::new(Arc::new(MemoryJournal::new()), CancelToken::new());
-        let target = Target {
-            location,
-            vm_name: VM.into(),
-            instance_ids: ids,
-        };
+        let target = Target::new(location, VM, ids);
         tokio::time::timeout(
             Duration::from_secs(60),
             ex.run(&m, "vm.trainer", |_| TeardownState::Requesting { target }),

@@ -524,11 +524,7 @@ async fn docker_through_the_fault_wrapper_converges_with_one_container() {
         1,
         "exactly one container, the lost create adopted"
     );
-    let target = Target {
-        location: rec.location.clone(),
-        vm_name: VM.into(),
-        instance_ids: vec![rec.instance_id.clone()],
-    };
+    let target = Target::new(rec.location.clone(), VM, vec![rec.instance_id.clone()]);
     let mut t = TeardownMachine::new(drive::providers(faulty.clone()));
     t.retry = patient;
     let done = tokio::time::timeout(

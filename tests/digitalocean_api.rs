@@ -647,11 +647,11 @@ async fn full_launch_then_teardown_against_the_spec() {
 
     // Teardown: delete the droplet, see it gone, delete the firewall.
     let end = r
-        .teardown(Target {
-            location: vm.location.clone(),
-            vm_name: "trainer".into(),
-            instance_ids: vec![vm.instance_id.clone()],
-        })
+        .teardown(Target::new(
+            vm.location.clone(),
+            "trainer",
+            vec![vm.instance_id.clone()],
+        ))
         .await;
     assert_eq!(end, TeardownState::Done);
     let path = format!("/v2/droplets/{}", vm.instance_id);

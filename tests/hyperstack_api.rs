@@ -645,11 +645,7 @@ async fn full_launch_then_teardown_against_the_spec() {
     // Teardown: delete, wait until gone, nothing else to clean up.
     let end = r
         .teardown_with(
-            Target {
-                location: vm.location.clone(),
-                vm_name: "trainer".into(),
-                instance_ids: vec![vm.instance_id.clone()],
-            },
+            Target::new(vm.location.clone(), "trainer", vec![vm.instance_id.clone()]),
             Arc::new(MemoryJournal::new()),
         )
         .await;
@@ -765,11 +761,7 @@ async fn hyperstack_delete_refusal_during_creation() {
     let journal = Arc::new(MemoryJournal::new());
     let end = r
         .teardown_with(
-            Target {
-                location: loc("CANADA-1"),
-                vm_name: "trainer".into(),
-                instance_ids: vec![id.clone()],
-            },
+            Target::new(loc("CANADA-1"), "trainer", vec![id.clone()]),
             journal.clone(),
         )
         .await;
@@ -985,11 +977,7 @@ async fn deleting_an_unknown_vm_succeeds() {
     let r = Run::new(h100_world()).await;
     let end = r
         .teardown_with(
-            Target {
-                location: loc("CANADA-1"),
-                vm_name: "trainer".into(),
-                instance_ids: vec!["424242".into()],
-            },
+            Target::new(loc("CANADA-1"), "trainer", vec!["424242".into()]),
             Arc::new(MemoryJournal::new()),
         )
         .await;

@@ -107,7 +107,7 @@ impl Rig {
         );
         launch.retry = FAST;
         launch.teardown.retry = FAST;
-        launch.vanish_grace = Duration::from_millis(20);
+        launch.vanish_grace = Some(Duration::from_millis(20));
         let mut m = K3sMachine::new(
             launch,
             self.node.clone(),

@@ -475,11 +475,11 @@ async fn full_launch_then_teardown_against_the_spec() {
 
     // Teardown: terminate, wait until gone, delete the ruleset.
     let end = r
-        .teardown(Target {
-            location: vm.location.clone(),
-            vm_name: "trainer".into(),
-            instance_ids: vec![vm.instance_id.clone()],
-        })
+        .teardown(Target::new(
+            vm.location.clone(),
+            "trainer",
+            vec![vm.instance_id.clone()],
+        ))
         .await;
     assert_eq!(end, TeardownState::Done);
     let t = r.cloud.server.requests_to("POST", TERMINATE);

@@ -53,7 +53,7 @@ impl Run {
         );
         m.retry = FAST;
         m.teardown.retry = FAST;
-        m.vanish_grace = Duration::from_millis(20);
+        m.vanish_grace = Some(Duration::from_millis(20));
         m.exhausted_wait = Duration::from_millis(5);
         m
     }
@@ -248,16 +248,10 @@ async fn invalid_request_on_create_aborts_after_compensation() {
 
 #[tokio::test]
 async fn failed_teardown_is_leaked_and_the_next_run_resolves_it() {
-    // Boot fails (the instance reports Failed), and delete keeps failing.
+    // Boot fails (the instance this run created reports Failed), and delete keeps failing.
     let r = Run::new(FakeProvider::new("aws").with_offer("only", "us-east-1", "p5.48xlarge", 98.0));
-    let loc = Location {
-        cloud: "aws".into(),
-        region: "us-east-1".into(),
-        zone: None,
-    };
-    let id = r
-        .cloud
-        .insert_instance("trainer", loc, InstanceStatus::Failed("hardware".into()));
+    r.cloud.fail_boots(Some("hardware"));
+    let id = "aws-i-1".to_string();
     r.cloud.fault(
         Op::Delete,
         None,
@@ -284,6 +278,7 @@ async fn failed_teardown_is_leaked_and_the_next_run_resolves_it() {
 
     // The cloud recovers; the next run first removes the leaked instance, then launches.
     r.cloud.clear_faults();
+    r.cloud.fail_boots(None);
     let end = r.launch().await.unwrap();
     assert!(end.ready().is_some(), "{end:?}");
     let live = r.cloud.instances();
@@ -541,11 +536,7 @@ async fn teardown_machine_deletes_what_the_record_and_the_cloud_know() {
     m.retry = FAST;
     let j = Arc::new(MemoryJournal::new());
     let ex = Executor::new(j, CancelToken::new());
-    let target = Target {
-        location: loc,
-        vm_name: "trainer".into(),
-        instance_ids: vec![known],
-    };
+    let target = Target::new(loc, "trainer", vec![known]);
     let end = ex
         .run(&m, "vm.trainer", |_| TeardownState::Requesting { target })
         .await
@@ -578,11 +569,7 @@ async fn teardown_with_an_unreachable_api_is_leaked_never_done() {
     let mut m = TeardownMachine::new(providers);
     m.retry = FAST;
     let ex = Executor::new(Arc::new(MemoryJournal::new()), CancelToken::new());
-    let target = Target {
-        location: loc,
-        vm_name: "trainer".into(),
-        instance_ids: vec!["i-1".into()],
-    };
+    let target = Target::new(loc, "trainer", vec!["i-1".into()]);
     let end = ex
         .run(&m, "vm.trainer", |_| TeardownState::Requesting { target })
         .await
@@ -736,4 +723,481 @@ async fn cancel_while_a_create_is_in_flight_records_then_tears_down() {
     assert!(booting < compensating, "{labels:?}");
     assert_eq!(r.cloud.count(Op::Create), 1);
     assert!(r.cloud.instances().is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 12: ownership, restart before replace, tokens, side resources, consistency,
+// failures a user can act on.
+
+fn here(region: &str) -> Location {
+    Location {
+        cloud: "aws".into(),
+        region: region.into(),
+        zone: None,
+    }
+}
+
+fn refused() -> SshError {
+    SshError::AuthRejected {
+        endpoint: "127.0.0.1:22".into(),
+        msg: "publickey".into(),
+    }
+}
+
+/// A fake cloud that can start stopped instances.
+fn startable(cloud: FakeProvider) -> FakeProvider {
+    let mut caps = cloud.capabilities_for_test();
+    caps.supported.push(gpuprov::provider::Feature::Start);
+    cloud.with_capabilities(caps)
+}
+
+#[tokio::test]
+async fn a_stopped_instance_found_by_identity_is_left_untouched() {
+    let r = Run::new(two_regions());
+    let theirs = r
+        .cloud
+        .insert_instance("trainer", here("us-east-1"), InstanceStatus::Stopped);
+    let end = r.launch().await.unwrap();
+    let LaunchState::Unowned {
+        instance_ids,
+        reason,
+        ..
+    } = &end
+    else {
+        panic!("expected Unowned, got {end:?}");
+    };
+    assert_eq!(instance_ids, &[theirs.clone()]);
+    assert!(reason.contains("not created by gpuprov"), "{reason}");
+    assert!(reason.contains("gpuprov destroy"), "{reason}");
+    assert_eq!(r.cloud.count(Op::Delete), 0, "never deleted");
+    assert_eq!(r.cloud.count(Op::Create), 0, "never duplicated");
+    assert_eq!(r.cloud.instances().len(), 1);
+    let owned = end.owned().expect("visible to destroy");
+    assert!(owned.adopted);
+
+    // The next apply looks again and still leaves it alone.
+    let again = r.launch().await.unwrap();
+    assert!(matches!(again, LaunchState::Unowned { .. }), "{again:?}");
+    assert_eq!(r.cloud.count(Op::Delete), 0);
+
+    // `destroy` removes it deliberately.
+    let td = TeardownMachine::new({
+        let mut p = Providers::new();
+        p.insert(r.cloud.clone());
+        p
+    });
+    let ex = Executor::new(Arc::new(MemoryJournal::new()), CancelToken::new());
+    let gone = ex
+        .run(&td, "vm.trainer", |_| TeardownState::Requesting {
+            target: Target::of(owned, "trainer"),
+        })
+        .await
+        .unwrap();
+    assert_eq!(gone, TeardownState::Done);
+    assert!(r.cloud.instances().is_empty());
+}
+
+#[tokio::test]
+async fn a_found_instance_that_refuses_the_key_ends_at_once_and_is_not_deleted() {
+    let r = Run::new(two_regions());
+    let theirs = r
+        .cloud
+        .insert_instance("trainer", here("us-east-1"), InstanceStatus::Running);
+    r.connector
+        .fail_with((0..1000).map(|_| refused()).collect());
+    let end = r.launch().await.unwrap();
+    let LaunchState::Unowned { reason, .. } = &end else {
+        panic!("expected Unowned, got {end:?}");
+    };
+    assert!(reason.contains("key refused"), "{reason}");
+    assert_eq!(r.cloud.count(Op::Delete), 0);
+    assert_eq!(r.cloud.count(Op::Create), 0);
+    assert_eq!(r.cloud.instances()[0].id, theirs);
+    let connects = r
+        .labels()
+        .iter()
+        .filter(|l| l.starts_with("connecting"))
+        .count();
+    assert_eq!(connects, 1, "no silent retries: {:?}", r.labels());
+}
+
+#[tokio::test]
+async fn a_found_instance_that_runs_and_accepts_the_key_is_adopted() {
+    let r = Run::new(two_regions());
+    let theirs = r
+        .cloud
+        .insert_instance("trainer", here("us-east-1"), InstanceStatus::Running);
+    let end = r.launch().await.unwrap();
+    assert_eq!(end.ready().expect("ready").instance_id, theirs);
+    assert_eq!(r.cloud.count(Op::Create), 0);
+}
+
+#[tokio::test]
+async fn cancelling_while_an_adopted_instance_boots_leaves_it() {
+    let r = Run::new(two_regions());
+    let m = r.machine();
+    use gpuprov::machine::Machine as _;
+    let booting = LaunchState::Booting {
+        search: gpuprov::vm::Search {
+            offers: vec![],
+            ..Default::default()
+        },
+        instance_id: "theirs".into(),
+        adopted: true,
+        kept: None,
+    };
+    // Without an offer there is no location; with one, the result is Unowned.
+    let with_offer = match booting {
+        LaunchState::Booting {
+            instance_id,
+            adopted,
+            kept,
+            ..
+        } => LaunchState::Booting {
+            search: gpuprov::vm::Search {
+                offers: r
+                    .cloud
+                    .plan(&r.vm.request())
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .take(1)
+                    .collect(),
+                ..Default::default()
+            },
+            instance_id,
+            adopted,
+            kept,
+        },
+        other => other,
+    };
+    let after = m.on_cancel(&with_offer).expect("maps");
+    assert!(matches!(after, LaunchState::Unowned { .. }), "{after:?}");
+}
+
+#[tokio::test]
+async fn a_stopped_recorded_machine_is_started_not_replaced() {
+    let r = Run::new(startable(two_regions()));
+    let first = r.launch().await.unwrap();
+    let id = first.ready().expect("ready").instance_id.clone();
+    r.cloud.stop_instance(&id);
+    let end = r.launch().await.unwrap();
+    assert_eq!(
+        end.ready().expect("ready again").instance_id,
+        id,
+        "same disk"
+    );
+    assert_eq!(r.cloud.count(Op::Start), 1);
+    assert_eq!(r.cloud.count(Op::Create), 1, "no replacement");
+    assert_eq!(r.cloud.count(Op::Delete), 0);
+}
+
+#[tokio::test]
+async fn a_restart_refused_for_quota_keeps_the_machine_and_creates_nothing() {
+    let r = Run::new(startable(two_regions()));
+    let id = r
+        .launch()
+        .await
+        .unwrap()
+        .ready()
+        .unwrap()
+        .instance_id
+        .clone();
+    r.cloud.stop_instance(&id);
+    r.cloud.fault(
+        Op::Start,
+        None,
+        err(ErrorKind::Quota, "VcpuLimitExceeded"),
+        u32::MAX,
+    );
+    let end = r.launch().await.unwrap();
+    let LaunchState::Aborted { reason, owned } = &end else {
+        panic!("expected Aborted, got {end:?}");
+    };
+    assert!(reason.contains("no replacement"), "{reason}");
+    assert_eq!(
+        owned
+            .as_ref()
+            .and_then(|o| o.vm.as_ref())
+            .unwrap()
+            .instance_id,
+        id
+    );
+    assert_eq!(
+        r.cloud.count(Op::Create),
+        1,
+        "never fails over into a second"
+    );
+    assert_eq!(r.cloud.count(Op::Delete), 0);
+    assert_eq!(r.cloud.instances()[0].status, InstanceStatus::Stopped);
+    // Once the quota frees up, the next apply starts it.
+    r.cloud.clear_faults();
+    let end = r.launch().await.unwrap();
+    assert_eq!(end.ready().expect("ready").instance_id, id);
+}
+
+#[tokio::test]
+async fn a_stopped_machine_on_a_cloud_that_cannot_start_is_kept() {
+    let r = Run::new(two_regions());
+    let id = r
+        .launch()
+        .await
+        .unwrap()
+        .ready()
+        .unwrap()
+        .instance_id
+        .clone();
+    r.cloud.stop_instance(&id);
+    let end = r.launch().await.unwrap();
+    let LaunchState::Aborted { reason, owned } = &end else {
+        panic!("expected Aborted, got {end:?}");
+    };
+    assert!(reason.contains("cannot start"), "{reason}");
+    assert!(owned.as_ref().and_then(|o| o.vm.as_ref()).is_some());
+    assert_eq!(r.cloud.count(Op::Delete), 0);
+    assert_eq!(r.cloud.count(Op::Create), 1);
+}
+
+#[tokio::test]
+async fn a_replacement_never_resends_a_token_the_cloud_used() {
+    let r = Run::new(two_regions().with_remembered_tokens());
+    let first = r.launch().await.unwrap();
+    let id = first.ready().expect("ready").instance_id.clone();
+    r.cloud.terminate_instance(&id);
+    let end = r.launch().await.unwrap();
+    let vm = end.ready().expect("replaced");
+    assert_ne!(vm.instance_id, id);
+    assert_eq!(r.cloud.count(Op::Create), 2);
+}
+
+#[tokio::test]
+async fn side_resources_of_an_abandoned_offer_are_cleaned_up() {
+    let r = Run::new(two_regions().with_fault(
+        Op::Prepare,
+        Some("east-a"),
+        err(ErrorKind::Failed, "authorizing the security group failed"),
+        u32::MAX,
+    ));
+    r.cloud.fault(
+        Op::Prepare,
+        Some("east-b"),
+        err(ErrorKind::Failed, "authorizing the security group failed"),
+        u32::MAX,
+    );
+    let end = r.launch().await.unwrap();
+    assert_eq!(end.ready().expect("ready").offer.id, "west-a");
+    assert_eq!(
+        r.cloud.side_resources(),
+        [("trainer".to_string(), "aws/us-west-2".to_string())],
+        "only the region in use keeps its security group"
+    );
+    // east-a → east-b stays in the region (its group is reused), east-b → west-a leaves.
+    assert_eq!(r.cloud.count(Op::Cleanup), 1, "{:?}", r.cloud.calls());
+}
+
+#[tokio::test]
+async fn an_exhausted_search_leaves_no_side_resource() {
+    let r = Run::new(two_regions().with_fault(
+        Op::Create,
+        None,
+        err(ErrorKind::Capacity, "InsufficientInstanceCapacity"),
+        u32::MAX,
+    ));
+    let end = r.launch().await.unwrap();
+    assert!(matches!(end, LaunchState::Exhausted { .. }), "{end:?}");
+    assert!(
+        r.cloud.side_resources().is_empty(),
+        "{:?}",
+        r.cloud.side_resources()
+    );
+    assert!(end.owned().is_none());
+}
+
+#[tokio::test]
+async fn cancelling_during_prepare_cleans_up_its_side_resources() {
+    let r = Run::new(two_regions());
+    let m = r.machine();
+    use gpuprov::machine::Machine as _;
+    let offers = r.cloud.plan(&r.vm.request()).await.unwrap();
+    let preparing = LaunchState::Preparing {
+        search: gpuprov::vm::Search {
+            offers,
+            ..Default::default()
+        },
+    };
+    assert!(preparing.owned().is_some(), "destroy sees the region");
+    let after = m.on_cancel(&preparing).expect("maps");
+    assert!(
+        matches!(after, LaunchState::Compensating { .. }),
+        "{after:?}"
+    );
+}
+
+#[tokio::test]
+async fn destroy_after_an_interrupted_create_waits_for_the_listing() {
+    // The instance exists but is invisible to list and delete for a few calls.
+    let cloud = Arc::new(two_regions().with_list_lag(5).with_delete_lag());
+    let offers = cloud
+        .plan(&VmSpec::new("trainer", vec![Cloud::Aws]).request())
+        .await
+        .unwrap();
+    let creating = LaunchState::Creating {
+        search: gpuprov::vm::Search {
+            offers: offers.clone(),
+            ..Default::default()
+        },
+        prepared: serde_json::json!({}),
+        sent: true,
+    };
+    let spec = gpuprov::provider::InstanceSpec {
+        vm_name: "trainer".into(),
+        lineage: "0f0e0d0c-lineage".into(),
+        client_token: "t".into(),
+        image: None,
+        disk_gb: None,
+        ports: vec![],
+        ssh_public_key: "ssh-ed25519 AAAAtest".into(),
+        boot_script: None,
+    };
+    cloud
+        .create(&offers[0], &serde_json::json!({}), &spec)
+        .await
+        .unwrap();
+    let owned = creating.owned().unwrap();
+    assert!(owned.unsettled);
+    let mut p = Providers::new();
+    p.insert(cloud.clone());
+    let mut td = TeardownMachine::new(p);
+    td.retry = FAST;
+    let ex = Executor::new(Arc::new(MemoryJournal::new()), CancelToken::new());
+    let end = ex
+        .run(&td, "vm.trainer", |_| TeardownState::Requesting {
+            target: Target::of(owned, "trainer"),
+        })
+        .await
+        .unwrap();
+    assert_eq!(end, TeardownState::Done);
+    assert!(
+        cloud.instances().is_empty(),
+        "found once listed, and deleted"
+    );
+}
+
+#[tokio::test]
+async fn a_side_resource_in_use_makes_teardown_look_again() {
+    let cloud = Arc::new(two_regions().with_list_lag(3).with_dependency_errors());
+    let offers = cloud
+        .plan(&VmSpec::new("trainer", vec![Cloud::Aws]).request())
+        .await
+        .unwrap();
+    let spec = gpuprov::provider::InstanceSpec {
+        vm_name: "trainer".into(),
+        lineage: "0f0e0d0c-lineage".into(),
+        client_token: "t".into(),
+        image: None,
+        disk_gb: None,
+        ports: vec![],
+        ssh_public_key: "ssh-ed25519 AAAAtest".into(),
+        boot_script: None,
+    };
+    cloud.prepare(&offers[0], &spec).await.unwrap();
+    cloud
+        .create(&offers[0], &serde_json::json!({}), &spec)
+        .await
+        .unwrap();
+    let mut p = Providers::new();
+    p.insert(cloud.clone());
+    let mut td = TeardownMachine::new(p);
+    td.retry = RetryPolicy {
+        max_attempts: 10,
+        ..FAST
+    };
+    let ex = Executor::new(Arc::new(MemoryJournal::new()), CancelToken::new());
+    let end = ex
+        .run(&td, "vm.trainer", |_| TeardownState::Requesting {
+            target: Target::new(here("us-east-1"), "trainer", vec![]),
+        })
+        .await
+        .unwrap();
+    assert_eq!(end, TeardownState::Done);
+    assert!(cloud.instances().is_empty());
+    assert!(cloud.side_resources().is_empty());
+}
+
+#[tokio::test]
+async fn the_vanish_grace_follows_the_clouds_listing_lag() {
+    let cloud = two_regions().with_list_lag(40);
+    let mut caps = cloud.capabilities_for_test();
+    caps.create_list_lag = Duration::from_secs(5);
+    let r = Run::new(cloud.with_capabilities(caps));
+    let mut m = r.machine();
+    m.vanish_grace = None;
+    let ex = Executor::new(r.journal.clone(), CancelToken::new());
+    let end = ex
+        .run(&m, "vm.trainer", |_| LaunchState::start(None))
+        .await
+        .unwrap();
+    assert!(end.ready().is_some(), "{end:?}");
+    assert_eq!(r.cloud.count(Op::Create), 1);
+}
+
+#[tokio::test]
+async fn a_refused_key_on_a_new_instance_ends_after_the_short_grace() {
+    let r = Run::new(two_regions());
+    r.connector
+        .fail_with((0..100_000).map(|_| refused()).collect());
+    let mut m = r.machine();
+    m.auth_refused_grace = Duration::from_millis(30);
+    let ex = Executor::new(r.journal.clone(), CancelToken::new());
+    let end = ex
+        .run(&m, "vm.trainer", |_| LaunchState::start(None))
+        .await
+        .unwrap();
+    // Ended by the refusal, not by the (2 s) ssh timeout.
+    let LaunchState::Exhausted { search } = &end else {
+        panic!("expected Exhausted, got {end:?}");
+    };
+    assert!(
+        search
+            .history
+            .iter()
+            .all(|a| a.outcome.contains("key refused")),
+        "{:?}",
+        search.history
+    );
+    assert!(r.cloud.instances().is_empty(), "ours are compensated");
+}
+
+#[tokio::test]
+async fn an_endpoint_that_refuses_connections_blocks_its_cloud_once() {
+    let aws = Arc::new(two_regions().with_fault(
+        Op::Prepare,
+        None,
+        err(ErrorKind::Unreachable, "connection refused"),
+        u32::MAX,
+    ));
+    let lambda =
+        Arc::new(FakeProvider::new("lambda").with_offer("l-1", "us-tx-1", "gpu_1x_h100", 2.5));
+    let mut providers = Providers::new();
+    providers.insert(aws.clone());
+    providers.insert(lambda.clone());
+    let mut m = LaunchMachine::new(
+        VmSpec::new("trainer", vec![Cloud::Aws, Cloud::Lambda]),
+        "0f0e0d0c-lineage".into(),
+        "ssh-ed25519 AAAAtest gpuprov".into(),
+        providers,
+        Arc::new(FakeConnector::default()),
+    );
+    m.retry = FAST;
+    let ex = Executor::new(Arc::new(MemoryJournal::new()), CancelToken::new());
+    let end = ex
+        .run(&m, "vm.trainer", |_| LaunchState::start(None))
+        .await
+        .unwrap();
+    assert_eq!(end.ready().expect("ready").offer.id, "l-1");
+    assert_eq!(
+        aws.count(Op::Prepare),
+        1,
+        "one refusal blocks every aws region"
+    );
 }

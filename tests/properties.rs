@@ -1534,6 +1534,8 @@ fn lived_state(lineage: &str) -> Value {
             ..Search::default()
         },
         instance_id: "c0ffee".into(),
+        adopted: false,
+        kept: None,
     };
     let leaked = LaunchState::Leaked {
         location: docker.clone(),
@@ -1545,11 +1547,7 @@ fn lived_state(lineage: &str) -> Value {
         owned: None,
     };
     let tearing = TeardownState::AwaitingGone {
-        target: Target {
-            location: docker,
-            vm_name: "old".into(),
-            instance_ids: vec!["beef".into()],
-        },
+        target: Target::new(docker, "old", vec!["beef".into()]),
     };
     json!({
         "version": 1, "serial": 5, "lineage": lineage, "gpuprov_version": "0.1.0",

@@ -615,11 +615,11 @@ async fn full_launch_then_teardown_against_the_spec() {
 
     // Teardown: DELETE the pod, wait until it is gone; nothing else to clean.
     let end = r
-        .teardown(Target {
-            location: vm.location.clone(),
-            vm_name: "trainer".into(),
-            instance_ids: vec![vm.instance_id.clone()],
-        })
+        .teardown(Target::new(
+            vm.location.clone(),
+            "trainer",
+            vec![vm.instance_id.clone()],
+        ))
         .await;
     assert_eq!(end, TeardownState::Done);
     let path = format!("{PODS}/{}", vm.instance_id);

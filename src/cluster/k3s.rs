@@ -153,9 +153,8 @@ impl K3sState {
                 ..
             } => l.owned(),
             other => other.vm().map(|vm| Owned {
-                location: vm.location.clone(),
-                instance_ids: vec![vm.instance_id.clone()],
                 vm: Some(Box::new(vm.clone())),
+                ..Owned::at(vm.location.clone(), vec![vm.instance_id.clone()])
             }),
         }
     }

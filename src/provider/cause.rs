@@ -75,7 +75,10 @@ mod tests {
         let long = "x".repeat(500);
         let c = http_cause(500, Some("text/plain"), &long);
         assert!(c.ends_with('…') && c.chars().count() < 200, "{c}");
-        assert_eq!(http_cause(404, None, "not found\nmore"), "HTTP 404: not found");
+        assert_eq!(
+            http_cause(404, None, "not found\nmore"),
+            "HTTP 404: not found"
+        );
     }
 
     #[tokio::test]

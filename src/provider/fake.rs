@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    Capabilities, CloudProvider, InstanceSpec, InstanceStatus, Location, Observed, Offer,
-    ProviderError, ResourceRequest, SshEndpoint,
+    Capabilities, CloudProvider, ErrorKind, InstanceSpec, InstanceStatus, Location, Observed,
+    Offer, ProviderError, ResourceRequest, SshEndpoint,
 };
 
 /// A provider primitive, for scripting faults and counting calls.
@@ -22,6 +22,7 @@ pub enum Op {
     Observe,
     Delete,
     Cleanup,
+    Start,
 }
 
 /// An instance as the fake cloud holds it.
@@ -65,6 +66,20 @@ struct Inner {
     transient_injected: u32,
     /// The most live instances one VM name ever had at once.
     peak_per_vm: usize,
+    /// Idempotency tokens of deleted instances, answered with the dead id as EC2 does
+    /// ([`FakeProvider::with_remembered_tokens`]).
+    remember_tokens: bool,
+    dead_tokens: BTreeMap<String, String>,
+    /// Per-VM side resources that `prepare` made, by (vm name, cloud/region), removed by
+    /// `cleanup` ([`FakeProvider::side_resources`]).
+    side: std::collections::BTreeSet<(String, String)>,
+    /// A delete of an instance not listed yet is answered "not found" (success) without
+    /// deleting it ([`FakeProvider::with_delete_lag`]).
+    delete_lag: bool,
+    /// `cleanup` fails with `InUse` while an instance of the VM exists in the region.
+    dependency_errors: bool,
+    /// Booting instances turn `Failed(reason)` instead of `Running`.
+    boot_failure: Option<String>,
 }
 
 impl Inner {
@@ -238,6 +253,57 @@ impl FakeProvider {
         self
     }
 
+    /// Remembers the idempotency token of every deleted instance and answers a create
+    /// that re-sends one with the dead instance's id, as EC2 does (moto does not).
+    pub fn with_remembered_tokens(self) -> Self {
+        self.lock().remember_tokens = true;
+        self
+    }
+
+    /// Ids invisible to delete while they are invisible to observe: a delete of an
+    /// instance not listed yet answers "not found" (success) and deletes nothing.
+    pub fn with_delete_lag(self) -> Self {
+        self.lock().delete_lag = true;
+        self
+    }
+
+    /// `cleanup` answers `InUse` while any instance of the VM exists in the region (a
+    /// security group still attached), listed or not.
+    pub fn with_dependency_errors(self) -> Self {
+        self.lock().dependency_errors = true;
+        self
+    }
+
+    /// The per-VM side resources `prepare` created and `cleanup` has not removed, as
+    /// `(vm name, "cloud/region")`.
+    pub fn side_resources(&self) -> Vec<(String, String)> {
+        self.lock().side.iter().cloned().collect()
+    }
+
+    /// From now on, instances that finish booting report `Failed(reason)` instead of
+    /// `Running` (`None`: they boot normally again).
+    pub fn fail_boots(&self, reason: Option<&str>) {
+        self.lock().boot_failure = reason.map(str::to_string);
+    }
+
+    /// Stops instance `id` (as a user, the vendor or a spot reclaim that stops would).
+    pub fn stop_instance(&self, id: &str) {
+        if let Some(i) = self.lock().instances.get_mut(id) {
+            i.status = InstanceStatus::Stopped;
+        }
+    }
+
+    /// Removes instance `id` outside gpuprov (terminated in the console, spot
+    /// interruption); its token is remembered like any deleted instance's.
+    pub fn terminate_instance(&self, id: &str) {
+        let mut g = self.lock();
+        if let Some(i) = g.instances.remove(id) {
+            if g.remember_tokens && !i.client_token.is_empty() {
+                g.dead_tokens.insert(i.client_token, i.id);
+            }
+        }
+    }
+
     /// Instances disappear on their first observe (a cloud that reclaims them).
     pub fn with_vanish_on_boot(self) -> Self {
         self.lock().vanish_on_boot = true;
@@ -356,12 +422,20 @@ impl CloudProvider for FakeProvider {
     ) -> Result<serde_json::Value, ProviderError> {
         let _call = self.round_trip().await;
         let mut g = self.lock();
-        self.check(
+        let checked = self.check(
             &mut g,
             Op::Prepare,
             &offer.id,
             format!("{} {}", spec.vm_name, offer.id),
-        )?;
+        );
+        // The side resource exists before anything but "not offered here" can fail (a
+        // prepare that fails after creating a security group); `Unavailable` means,
+        // by contract, that nothing was created.
+        if !matches!(&checked, Err(e) if e.kind == ErrorKind::Unavailable) {
+            g.side
+                .insert((spec.vm_name.clone(), region_key(&offer.location)));
+        }
+        checked?;
         Ok(serde_json::json!({ "offer": offer.id }))
     }
 
@@ -379,7 +453,11 @@ impl CloudProvider for FakeProvider {
             &offer.id,
             format!("{} {}", spec.vm_name, offer.id),
         )?;
-        // Idempotency token: a repeated create returns the existing instance.
+        // Idempotency token: a repeated create returns the existing instance, or (EC2)
+        // the dead one that used it.
+        if let Some(dead) = g.dead_tokens.get(&spec.client_token) {
+            return Ok(dead.clone());
+        }
         if let Some(i) = g
             .instances
             .values()
@@ -412,6 +490,7 @@ impl CloudProvider for FakeProvider {
         let mut g = self.lock();
         self.check(&mut g, Op::Observe, &at.region, format!("{vm_name} {at}"))?;
         let vanish = g.vanish_on_boot;
+        let boot_failure = g.boot_failure.clone();
         let mut out = Vec::new();
         let mut gone = Vec::new();
         for i in g.instances.values_mut() {
@@ -428,7 +507,10 @@ impl CloudProvider for FakeProvider {
                     continue;
                 }
                 if i.observes_to_boot <= 1 {
-                    i.status = InstanceStatus::Running;
+                    i.status = match &boot_failure {
+                        Some(r) => InstanceStatus::Failed(r.clone()),
+                        None => InstanceStatus::Running,
+                    };
                 } else {
                     i.observes_to_boot -= 1;
                 }
@@ -465,7 +547,14 @@ impl CloudProvider for FakeProvider {
             format!("{vm_name} {}", instance_ids.join(",")),
         )?;
         for id in instance_ids {
-            g.instances.remove(id);
+            if g.delete_lag && g.instances.get(id).is_some_and(|i| i.unlisted_for > 0) {
+                continue;
+            }
+            if let Some(i) = g.instances.remove(id) {
+                if g.remember_tokens && !i.client_token.is_empty() {
+                    g.dead_tokens.insert(i.client_token, i.id);
+                }
+            }
         }
         Ok(())
     }
@@ -473,8 +562,54 @@ impl CloudProvider for FakeProvider {
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
         let _call = self.round_trip().await;
         let mut g = self.lock();
-        self.check(&mut g, Op::Cleanup, &at.region, vm_name.to_string())
+        self.check(&mut g, Op::Cleanup, &at.region, vm_name.to_string())?;
+        if g.dependency_errors
+            && g.instances
+                .values()
+                .any(|i| i.vm_name == vm_name && region_key(&i.location) == region_key(at))
+        {
+            return Err(ProviderError::new(
+                ErrorKind::InUse,
+                format!("side resource of {vm_name} is still in use"),
+            ));
+        }
+        g.side.remove(&(vm_name.to_string(), region_key(at)));
+        Ok(())
     }
+
+    async fn start(
+        &self,
+        at: &Location,
+        vm_name: &str,
+        instance_id: &str,
+    ) -> Result<(), ProviderError> {
+        let _call = self.round_trip().await;
+        let mut g = self.lock();
+        self.check(
+            &mut g,
+            Op::Start,
+            &at.region,
+            format!("{vm_name} {instance_id}"),
+        )?;
+        let boot = g.boot_observes;
+        match g.instances.get_mut(instance_id) {
+            Some(i) if i.status == InstanceStatus::Stopped => {
+                i.status = InstanceStatus::Pending;
+                i.observes_to_boot = boot;
+                Ok(())
+            }
+            Some(_) => Ok(()),
+            None => Err(ProviderError::new(
+                ErrorKind::Failed,
+                format!("instance {instance_id} not found"),
+            )),
+        }
+    }
+}
+
+/// `cloud/region`, the scope of per-VM side resources (zones share them).
+fn region_key(l: &Location) -> String {
+    format!("{}/{}", l.cloud, l.region)
 }
 
 /// A scripted SSH connector: answers with a fixed host key, after failing a chosen number

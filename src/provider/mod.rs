@@ -310,7 +310,9 @@ pub enum ErrorKind {
     Capacity,
     /// Out of quota: compensate, block the whole region, next offer.
     Quota,
-    /// Not offered here: block the offer, next offer, nothing to compensate.
+    /// Not offered here: block the offer, next offer, nothing to compensate. An adapter
+    /// returns it only before it created anything (from `prepare`: before any side
+    /// resource), since the core then cleans up nothing.
     Unavailable,
     /// The attempt failed: compensate, block the offer, next offer.
     Failed,

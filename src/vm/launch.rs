@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::VmSpec;
 use crate::machine::{Machine, RetryPolicy, Step, StepCx};
 use crate::provider::{
-    BlockScope, CloudProvider, ErrorKind, InstanceSpec, InstanceStatus, Location, Offer,
+    BlockScope, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location, Offer,
     ProviderError, Providers, SshEndpoint,
 };
 use crate::ssh::{Connector, HostKey, SshError};
@@ -69,6 +69,14 @@ impl Search {
 
     fn is_blocked(&self, o: &Offer) -> bool {
         self.blocked.iter().any(|b| b.covers(o))
+    }
+
+    /// The next offer after the cursor that no block covers.
+    fn next_unblocked(&self) -> Option<&Offer> {
+        self.offers
+            .iter()
+            .skip(self.cursor + 1)
+            .find(|o| !self.is_blocked(o))
     }
 
     /// Records the outcome of the current offer and blocks `scope`.
@@ -143,9 +151,18 @@ pub enum LaunchState {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         sent: bool,
     },
+    /// Waits for the instance to run with an SSH endpoint.
     Booting {
         search: Search,
         instance_id: String,
+        /// Found by identity, not created by this run: a failure or a Ctrl-C leaves it
+        /// untouched ([`LaunchState::Unowned`]) instead of deleting it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        adopted: bool,
+        /// The recorded machine being restarted (or still starting): a failure keeps it,
+        /// with its disk, instead of deleting it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kept: Option<Box<VmRecord>>,
     },
     Connecting {
         search: Search,
@@ -155,6 +172,16 @@ pub enum LaunchState {
         /// failure leaves it running instead of deleting it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pinned: Option<HostKey>,
+        /// Found by identity, not created by this run (see `Booting`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        adopted: bool,
+    },
+    /// Restart before replace: the recorded machine `vm` is stopped and the cloud can
+    /// start it. A start that fails (quota, capacity, anything) keeps it and never fails
+    /// over into a second instance of the same machine.
+    Starting {
+        search: Search,
+        vm: Box<VmRecord>,
     },
     Ready {
         vm: Box<VmRecord>,
@@ -186,6 +213,16 @@ pub enum LaunchState {
         instance_ids: Vec<String>,
         reason: String,
     },
+    /// Terminal: an instance carrying this machine's identity that gpuprov did not create
+    /// (a stopped machine, one launched by a colleague with another key, one left from an
+    /// older run) could not be taken over, and was left untouched. The next apply looks at
+    /// it again (and adopts it once it runs and accepts the project key); only an explicit
+    /// `gpuprov destroy` deletes it.
+    Unowned {
+        location: Location,
+        instance_ids: Vec<String>,
+        reason: String,
+    },
 }
 
 impl LaunchState {
@@ -196,45 +233,63 @@ impl LaunchState {
 
     /// The cloud resources this state may own (a create may have happened from
     /// `Creating` on).
+    /// The cloud resources this state may own: side resources from `Preparing` on, an
+    /// instance from `Creating` on (a create may have happened), marked `adopted` when
+    /// gpuprov did not create it and `unsettled` when it may not be listed yet.
     pub fn owned(&self) -> Option<Owned> {
-        let at = |s: &Search, ids: Vec<String>| {
-            s.current().map(|o| Owned {
-                location: o.location.clone(),
-                instance_ids: ids,
-                vm: None,
-            })
+        let at =
+            |s: &Search, ids: Vec<String>| s.current().map(|o| Owned::at(o.location.clone(), ids));
+        let kept = |vm: &VmRecord| Owned {
+            vm: Some(Box::new(vm.clone())),
+            ..Owned::at(vm.location.clone(), vec![vm.instance_id.clone()])
         };
         match self {
             LaunchState::Reconciling { previous } => previous.clone(),
             LaunchState::Planning { .. }
-            | LaunchState::Preparing { .. }
             | LaunchState::NextOffer { .. }
             | LaunchState::Exhausted { .. } => None,
-            LaunchState::Creating { search, .. } => at(search, vec![]),
+            // Prepare may have created side resources (security group, firewall) there.
+            LaunchState::Preparing { search } => at(search, vec![]),
+            LaunchState::Creating { search, sent, .. } => at(search, vec![]).map(|o| Owned {
+                unsettled: *sent,
+                ..o
+            }),
+            LaunchState::Booting { kept: Some(vm), .. } => Some(kept(vm)),
+            LaunchState::Starting { vm, .. } => Some(kept(vm)),
             LaunchState::Booting {
                 search,
                 instance_id,
-            }
-            | LaunchState::Connecting {
+                adopted,
+                ..
+            } => at(search, vec![instance_id.clone()]).map(|o| Owned {
+                adopted: *adopted,
+                unsettled: !*adopted,
+                ..o
+            }),
+            LaunchState::Connecting {
                 search,
                 instance_id,
+                adopted,
                 ..
-            } => at(search, vec![instance_id.clone()]),
-            LaunchState::Ready { vm } => Some(Owned {
-                location: vm.location.clone(),
-                instance_ids: vec![vm.instance_id.clone()],
-                vm: Some(vm.clone()),
+            } => at(search, vec![instance_id.clone()]).map(|o| Owned {
+                adopted: *adopted,
+                ..o
             }),
+            LaunchState::Ready { vm } => Some(kept(vm)),
             LaunchState::Compensating { teardown, .. } => teardown.owned(),
             LaunchState::Aborted { owned, .. } => owned.clone(),
             LaunchState::Leaked {
                 location,
                 instance_ids,
                 ..
+            } => Some(Owned::at(location.clone(), instance_ids.clone())),
+            LaunchState::Unowned {
+                location,
+                instance_ids,
+                ..
             } => Some(Owned {
-                location: location.clone(),
-                instance_ids: instance_ids.clone(),
-                vm: None,
+                adopted: true,
+                ..Owned::at(location.clone(), instance_ids.clone())
             }),
         }
     }
@@ -260,8 +315,13 @@ pub struct LaunchMachine {
     /// Wait between `--retry-until-up` rounds (design: 30 s).
     pub exhausted_wait: Duration,
     /// How long an instance that `create` returned may be missing from `observe` before
-    /// it counts as vanished (clouds list new instances with a lag).
-    pub vanish_grace: Duration,
+    /// it counts as vanished (clouds list new instances with a lag); `None`: the cloud's
+    /// declared `create_list_lag` (its documented consistency window).
+    pub vanish_grace: Option<Duration>,
+    /// How long SSH may refuse the project key on an instance this run created before the
+    /// wait ends with "key refused" (cloud-init may still be writing `authorized_keys`).
+    /// An instance gpuprov did not create, or one that was up before, ends at once.
+    pub auth_refused_grace: Duration,
     pub teardown: TeardownMachine,
     /// Run at first boot on clouds that support it (the k3s installer, design 4.5).
     pub boot_script: Option<crate::provider::BootScript>,
@@ -288,7 +348,8 @@ impl LaunchMachine {
             connector,
             retry: RetryPolicy::default(),
             exhausted_wait: Duration::from_secs(30),
-            vanish_grace: Duration::from_secs(20),
+            vanish_grace: None,
+            auth_refused_grace: Duration::from_secs(30),
             boot_script: None,
             fresh_creates: Default::default(),
         }
@@ -325,21 +386,33 @@ impl LaunchMachine {
         }
     }
 
+    /// Tears down what the current attempt may own (`ids`, anything listed with the
+    /// identity there, and the side resources), then goes on as `after` says. `settle`:
+    /// a create may not be listed yet (see [`Target::settle`]). Side resources are kept
+    /// when the next offer is in the same cloud and region (it reuses them).
     fn compensate(
         &self,
         search: Search,
         ids: Vec<String>,
+        settle: bool,
         reason: String,
         after: AfterCompensation,
     ) -> LaunchState {
         let location = search.current().map(|o| o.location.clone());
+        let same_region_next = matches!(after, AfterCompensation::NextOffer)
+            && match (search.current(), search.next_unblocked()) {
+                (Some(a), Some(b)) => {
+                    a.location.cloud == b.location.cloud && a.location.region == b.location.region
+                }
+                _ => false,
+            };
         match location {
             Some(location) => LaunchState::Compensating {
                 teardown: TeardownState::Requesting {
                     target: Target {
-                        location,
-                        vm_name: self.vm.name.clone(),
-                        instance_ids: ids,
+                        settle,
+                        keep_side_resources: same_region_next,
+                        ..Target::new(location, &self.vm.name, ids)
                     },
                 },
                 search,
@@ -359,6 +432,7 @@ impl LaunchMachine {
         &self,
         search: Search,
         ids: Vec<String>,
+        settle: bool,
         e: &ProviderError,
         stage: &str,
     ) -> LaunchState {
@@ -371,6 +445,7 @@ impl LaunchMachine {
                 self.compensate(
                     search,
                     ids,
+                    settle,
                     reason.clone(),
                     AfterCompensation::Abort { reason },
                 )
@@ -378,9 +453,45 @@ impl LaunchMachine {
             _ => self.compensate(
                 search,
                 ids,
+                settle,
                 format!("{stage}: {}", e.msg),
                 AfterCompensation::NextOffer,
             ),
+        }
+    }
+
+    /// Leaves an instance gpuprov did not create untouched, saying why and what to do.
+    fn unowned(&self, search: &Search, instance_id: &str, why: &str) -> LaunchState {
+        match search.current() {
+            Some(o) => LaunchState::Unowned {
+                location: o.location.clone(),
+                instance_ids: vec![instance_id.to_string()],
+                reason: format!(
+                    "instance {instance_id} at {} carries this machine's identity but was not \
+                     created by gpuprov; {why}; it was left untouched (apply takes it over once \
+                     it runs and accepts the project key; `gpuprov destroy` deletes it)",
+                    o.location
+                ),
+            },
+            None => LaunchState::Aborted {
+                reason: why.to_string(),
+                owned: None,
+            },
+        }
+    }
+
+    /// Stops with the recorded machine `vm` kept (with its disk), never replaced.
+    fn keep(&self, vm: &VmRecord, why: String) -> LaunchState {
+        LaunchState::Aborted {
+            reason: format!(
+                "{why}; instance {} at {} was kept (apply tries again; `gpuprov destroy` \
+                 removes it)",
+                vm.instance_id, vm.location
+            ),
+            owned: Some(Owned {
+                vm: Some(Box::new(vm.clone())),
+                ..Owned::at(vm.location.clone(), vec![vm.instance_id.clone()])
+            }),
         }
     }
 
@@ -460,7 +571,7 @@ impl LaunchMachine {
         })
     }
 
-    async fn reconcile(&self, previous: &Option<Owned>) -> Step<LaunchState> {
+    async fn reconcile(&self, previous: &Option<Owned>, cx: &StepCx) -> Step<LaunchState> {
         let Some(prev) = previous else {
             return Step::Next(LaunchState::Planning { round: 0 });
         };
@@ -471,15 +582,14 @@ impl LaunchMachine {
                 reason: format!("no adapter for cloud '{}' in this run", prev.location.cloud),
             });
         };
+        if prev.adopted {
+            return self.reconcile_adopted(p.as_ref(), prev).await;
+        }
         let stale = || {
             let search = Search::default();
             LaunchState::Compensating {
                 teardown: TeardownState::Requesting {
-                    target: Target {
-                        location: prev.location.clone(),
-                        vm_name: self.vm.name.clone(),
-                        instance_ids: prev.instance_ids.clone(),
-                    },
+                    target: Target::of(prev.clone(), &self.vm.name),
                 },
                 search,
                 reason: "removing what an earlier run left behind".into(),
@@ -492,7 +602,7 @@ impl LaunchMachine {
         // It was up: reuse it when the cloud still runs it at the same place.
         let seen = match p.observe(&vm.location, &self.vm.name).await {
             Ok(v) => v,
-            Err(e) if e.kind == ErrorKind::Transient => return retry_step(e),
+            Err(e) if e.kind.retried_in_place() => return retry_step(e),
             Err(e) => {
                 return Step::Next(LaunchState::Aborted {
                     reason: e.msg,
@@ -504,6 +614,7 @@ impl LaunchMachine {
             offers: vec![vm.offer.clone()],
             ..Search::default()
         };
+        let caps = p.capabilities();
         match seen.iter().find(|o| o.instance_id == vm.instance_id) {
             Some(o) if o.status == InstanceStatus::Running => {
                 let endpoint = o.ssh.clone().unwrap_or_else(|| vm.ssh.clone());
@@ -512,16 +623,111 @@ impl LaunchMachine {
                     instance_id: vm.instance_id.clone(),
                     endpoint,
                     pinned: Some(vm.host_key.clone()),
+                    adopted: false,
                 })
             }
             Some(o) if o.status == InstanceStatus::Pending => Step::Next(LaunchState::Booting {
                 search,
                 instance_id: vm.instance_id.clone(),
+                adopted: false,
+                kept: Some(vm.clone()),
             }),
-            // Stopped, failing or going away: replace it.
+            // Restart before replace: a stopped machine keeps its disk.
+            Some(o) if o.status == InstanceStatus::Stopping => {
+                if cx.in_state > caps.delete_timeout {
+                    return Step::Next(self.keep(
+                        vm,
+                        format!(
+                            "instance {} is still stopping after {}s",
+                            vm.instance_id,
+                            caps.delete_timeout.as_secs()
+                        ),
+                    ));
+                }
+                Step::poll(
+                    caps.poll_interval,
+                    format!("{} is stopping; waiting to start it again", vm.instance_id),
+                )
+            }
+            Some(o) if o.status == InstanceStatus::Stopped => {
+                if caps.supports(Feature::Start) {
+                    Step::Next(LaunchState::Starting {
+                        search,
+                        vm: vm.clone(),
+                    })
+                } else {
+                    Step::Next(self.keep(
+                        vm,
+                        format!(
+                            "instance {} is stopped and {} cannot start instances through its \
+                             API: start it yourself and apply again",
+                            vm.instance_id, vm.location.cloud
+                        ),
+                    ))
+                }
+            }
+            // Failing or going away: replace it.
             Some(_) => Step::Next(stale()),
-            None if seen.is_empty() => Step::Next(LaunchState::Planning { round: 0 }),
-            None => Step::Next(stale()),
+            // Gone. Anything else listed with the identity is not this record's: the
+            // create path adopts it instead of deleting it.
+            None => Step::Next(LaunchState::Planning { round: 0 }),
+        }
+    }
+
+    /// The next apply after [`LaunchState::Unowned`]: take the instance over once it runs,
+    /// otherwise leave it untouched again; never delete it.
+    async fn reconcile_adopted(&self, p: &dyn CloudProvider, prev: &Owned) -> Step<LaunchState> {
+        let seen = match p.observe(&prev.location, &self.vm.name).await {
+            Ok(v) => v,
+            Err(e) if e.kind.retried_in_place() => return retry_step(e),
+            Err(e) => {
+                return Step::Next(LaunchState::Aborted {
+                    reason: e.msg,
+                    owned: Some(prev.clone()),
+                })
+            }
+        };
+        let Some(o) = seen
+            .iter()
+            .find(|o| prev.instance_ids.contains(&o.instance_id))
+        else {
+            // Gone (deleted outside gpuprov): plan afresh.
+            return Step::Next(LaunchState::Planning { round: 0 });
+        };
+        // The search the instance was adopted in is not journalled with the record: one
+        // stand-in offer at its location keeps the attempt states well-formed.
+        let search = Search {
+            offers: vec![Offer {
+                id: format!("adopted/{}", o.instance_id),
+                location: prev.location.clone(),
+                instance_type: String::new(),
+                gpu: None,
+                gpu_count: 0,
+                spot: false,
+                price_per_hour: 0.0,
+                detail: serde_json::Value::Null,
+            }],
+            ..Search::default()
+        };
+        match (&o.status, &o.ssh) {
+            (InstanceStatus::Running, Some(ep)) => Step::Next(LaunchState::Connecting {
+                search,
+                instance_id: o.instance_id.clone(),
+                endpoint: ep.clone(),
+                pinned: None,
+                adopted: true,
+            }),
+            (InstanceStatus::Pending | InstanceStatus::Running, _) => {
+                Step::Next(LaunchState::Booting {
+                    search,
+                    instance_id: o.instance_id.clone(),
+                    adopted: true,
+                    kept: None,
+                })
+            }
+            (status, _) => {
+                Step::Next(self.unowned(&search, &o.instance_id, &format!("it is {status:?}")))
+            }
         }
     }
 }
@@ -535,7 +741,8 @@ impl Machine for LaunchMachine {
         match s {
             LaunchState::Ready { .. }
             | LaunchState::Aborted { .. }
-            | LaunchState::Leaked { .. } => true,
+            | LaunchState::Leaked { .. }
+            | LaunchState::Unowned { .. } => true,
             LaunchState::Exhausted { .. } => !self.vm.retry_until_up,
             _ => false,
         }
@@ -560,9 +767,27 @@ impl Machine for LaunchMachine {
             } => format!("creating {} (create sent)", offer(search)),
             LaunchState::Creating { search, .. } => format!("creating {}", offer(search)),
             LaunchState::Booting {
+                instance_id,
+                kept: Some(vm),
+                ..
+            } => format!("starting {instance_id} at {} (restart)", vm.location),
+            LaunchState::Booting {
                 search,
                 instance_id,
-            } => format!("booting {instance_id} at {}", offer(search)),
+                adopted,
+                ..
+            } => format!(
+                "booting {instance_id} at {}{}",
+                offer(search),
+                if *adopted {
+                    " (found, not created by gpuprov)"
+                } else {
+                    ""
+                }
+            ),
+            LaunchState::Starting { vm, .. } => {
+                format!("starting stopped {} at {}", vm.instance_id, vm.location)
+            }
             LaunchState::Connecting { endpoint, .. } => format!("connecting ssh {endpoint}"),
             LaunchState::Ready { vm } => {
                 format!("ready {} at {} ({})", vm.instance_id, vm.location, vm.ssh)
@@ -582,6 +807,7 @@ impl Machine for LaunchMachine {
             } => {
                 format!("leaked {} at {location}: {reason}", instance_ids.join(","))
             }
+            LaunchState::Unowned { reason, .. } => format!("unowned: {reason}"),
         }
     }
 
@@ -609,28 +835,57 @@ impl Machine for LaunchMachine {
                 reason: e.msg,
                 owned: None,
             },
+            // Prepare may have created side resources before failing: clean them up.
             LaunchState::Preparing { search } => {
-                let scope = search.current().and_then(|o| e.scope_for(o));
-                LaunchState::NextOffer {
-                    search: search.clone().record(
-                        format!("prepare: {}", e.msg),
-                        Some(e.kind),
-                        scope,
-                    ),
-                }
+                self.on_offer_error(search.clone(), vec![], false, &e, "prepare")
             }
-            LaunchState::Creating { search, .. } => {
-                self.on_offer_error(search.clone(), vec![], &e, "create")
+            LaunchState::Creating { search, sent, .. } => {
+                self.on_offer_error(search.clone(), vec![], *sent, &e, "create")
+            }
+            LaunchState::Starting { vm, .. } | LaunchState::Booting { kept: Some(vm), .. } => {
+                self.keep(vm, format!("could not start it: {}", e.msg))
             }
             LaunchState::Booting {
                 search,
                 instance_id,
-            } => self.on_offer_error(search.clone(), vec![instance_id.clone()], &e, "boot"),
+                adopted: true,
+                ..
+            }
+            | LaunchState::Connecting {
+                search,
+                instance_id,
+                adopted: true,
+                ..
+            } => self.unowned(search, instance_id, &e.msg),
+            LaunchState::Booting {
+                search,
+                instance_id,
+                ..
+            } => self.on_offer_error(search.clone(), vec![instance_id.clone()], true, &e, "boot"),
+            LaunchState::Connecting {
+                search,
+                instance_id,
+                endpoint,
+                pinned: Some(key),
+                ..
+            } => match self.record_for(search, instance_id, endpoint, key.clone()) {
+                Some(vm) => self.keep(&vm, e.msg),
+                None => LaunchState::Aborted {
+                    reason: e.msg,
+                    owned: None,
+                },
+            },
             LaunchState::Connecting {
                 search,
                 instance_id,
                 ..
-            } => self.on_offer_error(search.clone(), vec![instance_id.clone()], &e, "connect"),
+            } => self.on_offer_error(
+                search.clone(),
+                vec![instance_id.clone()],
+                false,
+                &e,
+                "connect",
+            ),
             LaunchState::Compensating { teardown, .. } => {
                 let owned = teardown.owned();
                 match owned {
@@ -657,46 +912,77 @@ impl Machine for LaunchMachine {
                 owned: previous.clone(),
             }),
             LaunchState::Planning { .. }
-            | LaunchState::Preparing { .. }
             | LaunchState::NextOffer { .. }
             | LaunchState::Exhausted { .. } => Some(LaunchState::Aborted {
                 reason,
                 owned: None,
             }),
+            // Side resources prepare may have made go with the run.
+            LaunchState::Preparing { search } => Some(self.compensate(
+                search.clone(),
+                vec![],
+                false,
+                reason.clone(),
+                AfterCompensation::Abort { reason },
+            )),
+            LaunchState::Starting { vm, .. } | LaunchState::Booting { kept: Some(vm), .. } => {
+                Some(self.keep(vm, reason))
+            }
+            LaunchState::Booting {
+                search,
+                instance_id,
+                adopted: true,
+                ..
+            }
+            | LaunchState::Connecting {
+                search,
+                instance_id,
+                adopted: true,
+                ..
+            } => Some(self.unowned(search, instance_id, "the apply was cancelled")),
             LaunchState::Connecting {
                 search,
                 instance_id,
                 endpoint,
                 pinned: Some(key),
+                ..
             } => {
                 // A machine that was up before this run stays up.
                 let vm = self.record_for(search, instance_id, endpoint, key.clone());
                 Some(LaunchState::Aborted {
                     reason,
                     owned: search.current().map(|o| Owned {
-                        location: o.location.clone(),
-                        instance_ids: vec![instance_id.clone()],
                         vm: vm.map(Box::new),
+                        ..Owned::at(o.location.clone(), vec![instance_id.clone()])
                     }),
                 })
             }
-            LaunchState::Creating { search, .. } => Some(self.compensate(
+            LaunchState::Creating { search, sent, .. } => Some(self.compensate(
                 search.clone(),
                 vec![],
+                *sent,
                 reason.clone(),
                 AfterCompensation::Abort { reason },
             )),
             LaunchState::Booting {
                 search,
                 instance_id,
-            }
-            | LaunchState::Connecting {
+                ..
+            } => Some(self.compensate(
+                search.clone(),
+                vec![instance_id.clone()],
+                true,
+                reason.clone(),
+                AfterCompensation::Abort { reason },
+            )),
+            LaunchState::Connecting {
                 search,
                 instance_id,
                 ..
             } => Some(self.compensate(
                 search.clone(),
                 vec![instance_id.clone()],
+                false,
                 reason.clone(),
                 AfterCompensation::Abort { reason },
             )),
@@ -706,7 +992,7 @@ impl Machine for LaunchMachine {
 
     async fn step(&self, s: &LaunchState, cx: &StepCx) -> Step<LaunchState> {
         match s {
-            LaunchState::Reconciling { previous } => self.reconcile(previous).await,
+            LaunchState::Reconciling { previous } => self.reconcile(previous, cx).await,
             LaunchState::Planning { round } => self.plan(*round).await,
             LaunchState::NextOffer { search } => {
                 let mut search = search.clone();
@@ -756,16 +1042,17 @@ impl Machine for LaunchMachine {
                         prepared,
                     }),
                     Err(e) if e.kind == ErrorKind::Transient => retry_step(e),
-                    Err(e)
-                        if matches!(e.kind, ErrorKind::InvalidRequest | ErrorKind::Credentials) =>
-                    {
+                    // Rejected credentials created nothing (and would fail the cleanup).
+                    Err(e) if e.kind == ErrorKind::Credentials => {
                         Step::Next(LaunchState::Aborted {
                             reason: format!("prepare failed ({:?}): {}", e.kind, e.msg),
                             owned: None,
                         })
                     }
-                    // Nothing billable exists yet: block and move on.
-                    Err(e) => {
+                    // Not offered here (by contract nothing was created), or the endpoint
+                    // refused the connection (nothing was sent; the default scope blocks
+                    // every region of the cloud at once): block and move on.
+                    Err(e) if matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Unreachable) => {
                         let scope = e.scope_for(offer);
                         Step::Next(LaunchState::NextOffer {
                             search: search.clone().record(
@@ -775,6 +1062,16 @@ impl Machine for LaunchMachine {
                             ),
                         })
                     }
+                    // Prepare may have created side resources (a security group, a
+                    // firewall) before failing: they are cleaned up before the next offer
+                    // (or kept for it when it is in the same region).
+                    Err(e) => Step::Next(self.on_offer_error(
+                        search.clone(),
+                        vec![],
+                        false,
+                        &e,
+                        "prepare",
+                    )),
                 }
             }
             LaunchState::Creating {
@@ -793,22 +1090,49 @@ impl Machine for LaunchMachine {
                         owned: None,
                     });
                 };
+                let spec = self.instance_spec(search);
+                // Journalled by this process and not sent yet: nothing listed now can be
+                // this attempt's instance.
+                let unsent_here = *sent
+                    && self
+                        .fresh_creates
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .contains(&spec.client_token);
                 // Observe first: after a crash between create and its journal entry the
-                // instance exists and must be adopted, not duplicated.
+                // instance exists and must be adopted, not duplicated. One listed before
+                // any create was sent is not this run's: it is never torn down by it.
                 match p.observe(&offer.location, &self.vm.name).await {
                     Ok(seen) => {
-                        if let Some(o) = seen.into_iter().next() {
+                        let found = seen
+                            .iter()
+                            .find(|o| o.status == InstanceStatus::Running)
+                            .or(seen.first());
+                        if let Some(o) = found {
                             return Step::Next(LaunchState::Booting {
                                 search: search.clone(),
-                                instance_id: o.instance_id,
+                                instance_id: o.instance_id.clone(),
+                                adopted: !*sent || unsent_here,
+                                kept: None,
                             });
                         }
                     }
-                    Err(e) if e.kind == ErrorKind::Transient => return retry_step(e),
+                    Err(e) if e.kind == ErrorKind::Unreachable && (!*sent || unsent_here) => {
+                        let scope = e.scope_for(offer);
+                        return Step::Next(LaunchState::NextOffer {
+                            search: search.clone().record(
+                                format!("observe: {}", e.msg),
+                                Some(e.kind),
+                                scope,
+                            ),
+                        });
+                    }
+                    Err(e) if e.kind.retried_in_place() => return retry_step(e),
                     Err(e) => {
                         return Step::Next(self.on_offer_error(
                             search.clone(),
                             vec![],
+                            *sent,
                             &e,
                             "observe",
                         ))
@@ -818,7 +1142,6 @@ impl Machine for LaunchMachine {
                 // process journalled it. Otherwise a create may already be at the cloud
                 // (its answer lost to a crash or an error), and clouds that ignore the
                 // idempotency token would start a second instance: wait for the listing.
-                let spec = self.instance_spec(search);
                 let ours = {
                     let mut fresh = self.fresh_creates.lock().unwrap_or_else(|e| e.into_inner());
                     if *sent {
@@ -846,19 +1169,33 @@ impl Machine for LaunchMachine {
                     Ok(id) => Step::Next(LaunchState::Booting {
                         search: search.clone(),
                         instance_id: id,
+                        adopted: false,
+                        kept: None,
                     }),
-                    Err(e) if e.kind == ErrorKind::Transient => {
-                        // A rate limit (`Retry-After`) refused the request before it
-                        // was processed: nothing was created, so the retry may send at
-                        // once. Any other error may have lost a create's answer.
-                        if e.retry_after_secs.is_some() {
-                            self.fresh_creates
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .insert(spec.client_token.clone());
+                    // Refused before it was processed (a rate limit's `Retry-After`, or a
+                    // connection the endpoint refused): nothing was created, so a retry
+                    // may send at once. Any other error may have lost a create's answer.
+                    Err(e)
+                        if e.kind == ErrorKind::Transient && e.retry_after_secs.is_some()
+                            || e.kind == ErrorKind::Unreachable =>
+                    {
+                        self.fresh_creates
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(spec.client_token.clone());
+                        if e.kind == ErrorKind::Unreachable {
+                            let scope = e.scope_for(offer);
+                            return Step::Next(LaunchState::NextOffer {
+                                search: search.clone().record(
+                                    format!("create: {}", e.msg),
+                                    Some(e.kind),
+                                    scope,
+                                ),
+                            });
                         }
                         retry_step(e)
                     }
+                    Err(e) if e.kind == ErrorKind::Transient => retry_step(e),
                     Err(e) if e.kind == ErrorKind::Unavailable => {
                         let scope = e.scope_for(offer);
                         Step::Next(LaunchState::NextOffer {
@@ -869,12 +1206,39 @@ impl Machine for LaunchMachine {
                             ),
                         })
                     }
-                    Err(e) => Step::Next(self.on_offer_error(search.clone(), vec![], &e, "create")),
+                    Err(e) => {
+                        Step::Next(self.on_offer_error(search.clone(), vec![], false, &e, "create"))
+                    }
+                }
+            }
+            LaunchState::Starting { search, vm } => {
+                let Some(p) = self.provider(&vm.location.cloud) else {
+                    return Step::Next(self.keep(vm, "no adapter for its cloud".into()));
+                };
+                match p.start(&vm.location, &self.vm.name, &vm.instance_id).await {
+                    Ok(()) => Step::Next(LaunchState::Booting {
+                        search: search.clone(),
+                        instance_id: vm.instance_id.clone(),
+                        adopted: false,
+                        kept: Some(vm.clone()),
+                    }),
+                    Err(e) if e.kind.retried_in_place() => retry_step(e),
+                    // Never fail over into a second instance of a machine that exists.
+                    Err(e) => Step::Next(self.keep(
+                        vm,
+                        format!(
+                            "could not start stopped instance {} ({:?}): {}; no replacement \
+                             was created",
+                            vm.instance_id, e.kind, e.msg
+                        ),
+                    )),
                 }
             }
             LaunchState::Booting {
                 search,
                 instance_id,
+                adopted,
+                kept,
             } => {
                 let Some(offer) = search.current() else {
                     return Step::Next(LaunchState::Aborted {
@@ -891,17 +1255,26 @@ impl Machine for LaunchMachine {
                 };
                 let caps = p.capabilities();
                 let ids = vec![instance_id.clone()];
+                // Only what this run created is compensated; the rest is kept or left.
+                let fail = |e: ProviderError, stage: &str| {
+                    Step::Next(match (kept, adopted) {
+                        (Some(vm), _) => self.keep(vm, format!("{stage}: {}", e.msg)),
+                        (None, true) => self.unowned(search, instance_id, &e.msg),
+                        (None, false) => {
+                            self.on_offer_error(search.clone(), ids.clone(), true, &e, stage)
+                        }
+                    })
+                };
                 let seen = match p.observe(&offer.location, &self.vm.name).await {
                     Ok(v) => v,
-                    Err(e) if e.kind == ErrorKind::Transient => return retry_step(e),
-                    Err(e) => {
-                        return Step::Next(self.on_offer_error(search.clone(), ids, &e, "observe"))
-                    }
+                    Err(e) if e.kind.retried_in_place() => return retry_step(e),
+                    Err(e) => return fail(e, "observe"),
                 };
-                let fail = |msg: String| {
-                    let e = ProviderError::new(ErrorKind::Failed, msg);
-                    Step::Next(self.on_offer_error(search.clone(), ids.clone(), &e, "boot"))
-                };
+                let failed = |msg: String| fail(ProviderError::new(ErrorKind::Failed, msg), "boot");
+                let grace = self
+                    .vanish_grace
+                    .unwrap_or(caps.create_list_lag)
+                    .max(caps.poll_interval);
                 match seen.iter().find(|o| &o.instance_id == instance_id) {
                     Some(o) => match (&o.status, &o.ssh) {
                         (InstanceStatus::Running, Some(ep)) => {
@@ -909,17 +1282,21 @@ impl Machine for LaunchMachine {
                                 search: search.clone(),
                                 instance_id: instance_id.clone(),
                                 endpoint: ep.clone(),
-                                pinned: None,
+                                pinned: kept.as_ref().map(|vm| vm.host_key.clone()),
+                                adopted: *adopted,
                             })
                         }
-                        (InstanceStatus::Failed(r), _) => fail(format!("instance failed: {r}")),
+                        (InstanceStatus::Failed(r), _) => failed(format!("instance failed: {r}")),
+                        (InstanceStatus::Stopped | InstanceStatus::Stopping, _) if *adopted => {
+                            failed(format!("it is {:?}", o.status))
+                        }
                         (
                             InstanceStatus::Stopped
                             | InstanceStatus::Stopping
                             | InstanceStatus::Terminating,
                             _,
-                        ) => fail(format!("instance stopped while booting ({:?})", o.status)),
-                        _ if cx.in_state > caps.boot_timeout => fail(format!(
+                        ) => failed(format!("instance stopped while booting ({:?})", o.status)),
+                        _ if cx.in_state > caps.boot_timeout => failed(format!(
                             "not running with an SSH endpoint after {}s",
                             caps.boot_timeout.as_secs()
                         )),
@@ -927,9 +1304,15 @@ impl Machine for LaunchMachine {
                             Step::poll(caps.poll_interval, format!("{instance_id} is {status:?}"))
                         }
                     },
+                    // Gone, and not by our hand: plan afresh (a new nonce, a new token).
+                    None if (*adopted || kept.is_some()) && cx.in_state > grace => {
+                        Step::Next(LaunchState::Planning {
+                            round: search.round,
+                        })
+                    }
                     // Clouds list a new instance with a lag: only a lasting absence counts.
-                    None if cx.in_state > self.vanish_grace.max(caps.poll_interval) => {
-                        fail(format!("instance {instance_id} vanished while booting"))
+                    None if cx.in_state > grace => {
+                        failed(format!("instance {instance_id} vanished while booting"))
                     }
                     None => Step::poll(caps.poll_interval, format!("{instance_id} not listed yet")),
                 }
@@ -939,6 +1322,7 @@ impl Machine for LaunchMachine {
                 instance_id,
                 endpoint,
                 pinned,
+                adopted,
             } => {
                 let Some(offer) = search.current() else {
                     return Step::Next(LaunchState::Aborted {
@@ -952,11 +1336,29 @@ impl Machine for LaunchMachine {
                     .unwrap_or_default();
                 let user = endpoint.user.clone().unwrap_or_else(|| "root".into());
                 let owned_vm = |key: HostKey| Owned {
-                    location: offer.location.clone(),
-                    instance_ids: vec![instance_id.clone()],
                     vm: self
                         .record_for(search, instance_id, endpoint, key)
                         .map(Box::new),
+                    ..Owned::at(offer.location.clone(), vec![instance_id.clone()])
+                };
+                // A machine that was up, or one gpuprov did not create, is never deleted
+                // because SSH fails; one this run created is compensated.
+                let give_up = |msg: String| match (pinned, adopted) {
+                    (Some(k), _) => Step::Next(LaunchState::Aborted {
+                        reason: format!("{msg}; left running (`gpuprov destroy` removes it)"),
+                        owned: Some(owned_vm(k.clone())),
+                    }),
+                    (None, true) => Step::Next(self.unowned(search, instance_id, &msg)),
+                    (None, false) => {
+                        let pe = ProviderError::new(ErrorKind::Failed, msg);
+                        Step::Next(self.on_offer_error(
+                            search.clone(),
+                            vec![instance_id.clone()],
+                            false,
+                            &pe,
+                            "connect",
+                        ))
+                    }
                 };
                 match self.connector.login(endpoint, &user, pinned.as_ref()).await {
                     Ok(key) => match self.record_for(search, instance_id, endpoint, key) {
@@ -972,43 +1374,35 @@ impl Machine for LaunchMachine {
                     }),
                     Err(e @ SshError::Local(_)) => {
                         let reason = e.to_string();
-                        match pinned {
-                            Some(k) => Step::Next(LaunchState::Aborted {
+                        match (pinned, adopted) {
+                            (Some(k), _) => Step::Next(LaunchState::Aborted {
                                 reason,
                                 owned: Some(owned_vm(k.clone())),
                             }),
-                            None => Step::Next(self.compensate(
+                            (None, true) => Step::Next(self.unowned(search, instance_id, &reason)),
+                            (None, false) => Step::Next(self.compensate(
                                 search.clone(),
                                 vec![instance_id.clone()],
+                                false,
                                 reason.clone(),
                                 AfterCompensation::Abort { reason },
                             )),
                         }
                     }
-                    Err(e) if cx.in_state > caps.ssh_timeout => {
-                        let msg = format!(
-                            "ssh not reachable after {}s: {e}",
-                            caps.ssh_timeout.as_secs()
-                        );
-                        match pinned {
-                            // Never delete a machine that was up just because SSH is down.
-                            Some(k) => Step::Next(LaunchState::Aborted {
-                                reason: format!(
-                                    "{msg}; left running (`gpuprov destroy` removes it)"
-                                ),
-                                owned: Some(owned_vm(k.clone())),
-                            }),
-                            None => {
-                                let pe = ProviderError::new(ErrorKind::Failed, msg);
-                                Step::Next(self.on_offer_error(
-                                    search.clone(),
-                                    vec![instance_id.clone()],
-                                    &pe,
-                                    "connect",
-                                ))
-                            }
-                        }
+                    // A refused key is permanent for that key: at once on a machine this
+                    // run did not just create, after a short grace on one it did
+                    // (cloud-init may still be writing `authorized_keys`).
+                    Err(e @ SshError::AuthRejected { .. })
+                        if pinned.is_some()
+                            || *adopted
+                            || cx.in_state > self.auth_refused_grace.min(caps.ssh_timeout) =>
+                    {
+                        give_up(format!("key refused: {e}"))
                     }
+                    Err(e) if cx.in_state > caps.ssh_timeout => give_up(format!(
+                        "ssh not reachable after {}s: {e}",
+                        caps.ssh_timeout.as_secs()
+                    )),
                     Err(e) => Step::poll(caps.poll_interval, e.to_string()),
                 }
             }
@@ -1050,7 +1444,8 @@ impl Machine for LaunchMachine {
             },
             LaunchState::Ready { .. }
             | LaunchState::Aborted { .. }
-            | LaunchState::Leaked { .. } => Step::Next(s.clone()),
+            | LaunchState::Leaked { .. }
+            | LaunchState::Unowned { .. } => Step::Next(s.clone()),
         }
     }
 }

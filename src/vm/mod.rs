@@ -26,7 +26,8 @@ pub struct VmRecord {
 }
 
 /// Cloud resources a record may own: where, which instances, and the machine if it was
-/// up. `instance_ids` may be empty when a create may have happened but returned no id.
+/// up. `instance_ids` may be empty when a create may have happened but returned no id, or
+/// when only side resources (security group, firewall) may exist there.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Owned {
     pub location: Location,
@@ -34,4 +35,26 @@ pub struct Owned {
     pub instance_ids: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vm: Option<Box<VmRecord>>,
+    /// The instances were found by identity, not created by gpuprov (a stopped machine,
+    /// a colleague's, one from an older run): an apply never tears them down; only an
+    /// explicit `destroy` does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopted: bool,
+    /// A create may be at the cloud without being listed yet: a teardown trusts an empty
+    /// listing only after the cloud's `create_list_lag`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unsettled: bool,
+}
+
+impl Owned {
+    /// Owns `instance_ids` at `location`, created by gpuprov and listed.
+    pub fn at(location: Location, instance_ids: Vec<String>) -> Owned {
+        Owned {
+            location,
+            instance_ids,
+            vm: None,
+            adopted: false,
+            unsettled: false,
+        }
+    }
 }

@@ -23,6 +23,36 @@ pub struct Target {
     pub vm_name: String,
     #[serde(default)]
     pub instance_ids: Vec<String>,
+    /// A create may be at the cloud but not listed yet (an interrupted or just-answered
+    /// create): an empty listing, or a delete answered "not found", is trusted only once
+    /// the cloud's `create_list_lag` has passed in `AwaitingGone`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub settle: bool,
+    /// Leave the per-VM side resources (security group, firewall) in place: the launch
+    /// machine's next offer is in the same cloud and region and reuses them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_side_resources: bool,
+}
+
+impl Target {
+    /// Tears down `instance_ids` of `vm_name` at `location` and its side resources.
+    pub fn new(location: Location, vm_name: &str, instance_ids: Vec<String>) -> Target {
+        Target {
+            location,
+            vm_name: vm_name.to_string(),
+            instance_ids,
+            settle: false,
+            keep_side_resources: false,
+        }
+    }
+
+    /// What a record's [`Owned`] says to tear down.
+    pub fn of(owned: Owned, vm_name: &str) -> Target {
+        Target {
+            settle: owned.unsettled,
+            ..Target::new(owned.location, vm_name, owned.instance_ids)
+        }
+    }
 }
 
 /// The teardown machine's journalled state.
@@ -55,19 +85,14 @@ impl TeardownState {
             TeardownState::Requesting { target }
             | TeardownState::AwaitingGone { target }
             | TeardownState::CleaningUp { target } => Some(Owned {
-                location: target.location.clone(),
-                instance_ids: target.instance_ids.clone(),
-                vm: None,
+                unsettled: target.settle,
+                ..Owned::at(target.location.clone(), target.instance_ids.clone())
             }),
             TeardownState::Leaked {
                 location,
                 instance_ids,
                 ..
-            } => Some(Owned {
-                location: location.clone(),
-                instance_ids: instance_ids.clone(),
-                vm: None,
-            }),
+            } => Some(Owned::at(location.clone(), instance_ids.clone())),
             TeardownState::Done => None,
         }
     }
@@ -94,6 +119,16 @@ impl TeardownMachine {
         self.providers.get(&loc.cloud).ok_or_else(|| {
             format!("no adapter for cloud '{}' is available in this run, so its resources cannot be removed", loc.cloud)
         })
+    }
+
+    /// Once the instances are gone: clean up the side resources unless the next offer
+    /// reuses them.
+    fn after_gone(target: Target) -> TeardownState {
+        if target.keep_side_resources {
+            TeardownState::Done
+        } else {
+            TeardownState::CleaningUp { target }
+        }
     }
 
     fn leaked(target: &Target, reason: String) -> TeardownState {
@@ -172,7 +207,7 @@ impl Machine for TeardownMachine {
                 // Observe first: a crash may have left instances the record never heard of.
                 let seen = match p.observe(&target.location, &target.vm_name).await {
                     Ok(v) => v,
-                    Err(e) if e.kind == ErrorKind::Transient => return retry_step(e),
+                    Err(e) if e.kind.retried_in_place() => return retry_step(e),
                     Err(e) => return Step::Next(Self::leaked(target, e.msg)),
                 };
                 let ids = union(
@@ -184,14 +219,20 @@ impl Machine for TeardownMachine {
                     ..target.clone()
                 };
                 if target.instance_ids.is_empty() {
-                    return Step::Next(TeardownState::CleaningUp { target });
+                    // Nothing listed yet may still be a create the listing has not caught
+                    // up with: wait for it in AwaitingGone.
+                    return Step::Next(if target.settle {
+                        TeardownState::AwaitingGone { target }
+                    } else {
+                        Self::after_gone(target)
+                    });
                 }
                 match p
                     .delete(&target.location, &target.vm_name, &target.instance_ids)
                     .await
                 {
                     Ok(()) => Step::Next(TeardownState::AwaitingGone { target }),
-                    Err(e) if e.kind == ErrorKind::Transient => retry_step(e),
+                    Err(e) if e.kind.retried_in_place() => retry_step(e),
                     Err(e) => Step::Next(Self::leaked(&target, e.msg)),
                 }
             }
@@ -203,13 +244,19 @@ impl Machine for TeardownMachine {
                 let caps = p.capabilities();
                 let seen = match p.observe(&target.location, &target.vm_name).await {
                     Ok(v) => v,
-                    Err(e) if e.kind == ErrorKind::Transient => return retry_step(e),
+                    Err(e) if e.kind.retried_in_place() => return retry_step(e),
                     Err(e) => return Step::Next(Self::leaked(target, e.msg)),
                 };
                 if seen.is_empty() {
-                    return Step::Next(TeardownState::CleaningUp {
-                        target: target.clone(),
-                    });
+                    // An instance created moments ago may be invisible to both the delete
+                    // ("not found") and the listing: only a lasting absence counts.
+                    if target.settle && cx.in_state < caps.create_list_lag {
+                        return Step::poll(
+                            caps.poll_interval,
+                            "a create may not be listed yet; waiting before trusting an empty list",
+                        );
+                    }
+                    return Step::Next(Self::after_gone(target.clone()));
                 }
                 if let Some(new) = seen
                     .iter()
@@ -247,7 +294,25 @@ impl Machine for TeardownMachine {
                 };
                 match p.cleanup(&target.location, &target.vm_name).await {
                     Ok(()) => Step::Next(TeardownState::Done),
-                    Err(e) if e.kind == ErrorKind::Transient => retry_step(e),
+                    // Something still uses a side resource: evidence of an instance the
+                    // listing did not show. Look again and delete it, else retry (budgeted).
+                    Err(e) if e.kind == ErrorKind::InUse => {
+                        match p.observe(&target.location, &target.vm_name).await {
+                            Ok(seen) if !seen.is_empty() => Step::Next(TeardownState::Requesting {
+                                target: Target {
+                                    instance_ids: union(
+                                        &target.instance_ids,
+                                        seen.into_iter().map(|o| o.instance_id),
+                                    ),
+                                    ..target.clone()
+                                },
+                            }),
+                            Ok(_) => retry_step(e),
+                            Err(oe) if oe.kind.retried_in_place() => retry_step(oe),
+                            Err(oe) => Step::Next(Self::leaked(target, oe.msg)),
+                        }
+                    }
+                    Err(e) if e.kind.retried_in_place() => retry_step(e),
                     Err(e) => {
                         Step::Next(Self::leaked(target, format!("cleanup failed: {}", e.msg)))
                     }

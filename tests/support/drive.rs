@@ -48,7 +48,7 @@ pub async fn launch(
     );
     m.retry = FAST;
     m.teardown.retry = FAST;
-    m.vanish_grace = Duration::from_millis(200);
+    m.vanish_grace = Some(Duration::from_millis(200));
     m.exhausted_wait = Duration::from_millis(5);
     let ex = Executor::new(journal, CancelToken::new());
     let key = format!("vm.{}", vm.name);

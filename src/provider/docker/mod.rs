@@ -36,8 +36,8 @@ use errors::{classify_at, is_conflict, is_not_found};
 pub use image::{sshd_image_tag, MANAGED_LABEL, SSHD_REPOSITORY};
 
 use super::{
-    Capabilities, CloudProvider, ErrorKind, InstanceSpec, InstanceStatus, Location, Observed,
-    Offer, ProviderError, ResourceRequest, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
+    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location,
+    Observed, Offer, ProviderError, ResourceRequest, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 /// The base image used when config does not name one.
@@ -415,11 +415,12 @@ impl CloudProvider for DockerProvider {
             .map(crate::plan::redact_url)
     }
 
-    /// No optional feature (no GPU, spot, boot script, firewall or Kubernetes); short
-    /// timeouts because a container starts in about a second.
+    /// Only [`Feature::Start`] (`docker start` restarts a stopped container with its
+    /// filesystem); no GPU, spot, boot script, firewall or Kubernetes. Short timeouts
+    /// because a container starts in about a second.
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            supported: vec![],
+            supported: vec![Feature::Start],
             boot_timeout: Duration::from_secs(60),
             ssh_timeout: Duration::from_secs(60),
             delete_timeout: Duration::from_secs(60),
@@ -628,6 +629,34 @@ impl CloudProvider for DockerProvider {
             });
         }
         Ok(out)
+    }
+
+    /// Starts a stopped container (`POST /containers/{id}/start`; 304 "already started"
+    /// is success, as bollard reports it). A container that no longer exists is `Failed`.
+    async fn start(
+        &self,
+        at: &Location,
+        _vm_name: &str,
+        instance_id: &str,
+    ) -> Result<(), ProviderError> {
+        if !is_local(at) {
+            return Err(ProviderError::new(
+                ErrorKind::InvalidRequest,
+                format!("the docker test cloud has no location {at}"),
+            ));
+        }
+        let docker = self.docker().await?;
+        match docker
+            .start_container(instance_id, None::<StartContainerOptions>)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Err(ProviderError::new(
+                ErrorKind::Failed,
+                format!("container {instance_id} no longer exists"),
+            )),
+            Err(e) => Err(self.err(e)),
+        }
     }
 
     /// Force-removes each container with its anonymous volumes (`DELETE
