@@ -61,6 +61,16 @@ enum Scenario {
     /// A cloud that ignores the idempotency token and lists new instances late, as
     /// Lambda, DigitalOcean, RunPod and Hyperstack can.
     NoTokenListLag,
+    /// A stopped instance carrying the machine's identity exists before the first
+    /// apply (not in the state): apply leaves it untouched (`unowned`); only destroy
+    /// deletes it.
+    PreExisting,
+    /// The recorded machine was stopped and its restart is refused (quota): apply keeps
+    /// it and creates nothing; only destroy deletes it.
+    RestartRefused,
+    /// The first offer's prepare fails after creating its side resource: it is cleaned
+    /// up before the next offer (another region) is tried.
+    SideAbandoned,
 }
 
 impl Scenario {
@@ -101,8 +111,19 @@ impl Scenario {
             ])),
             Scenario::K3sPush => c.with_capabilities(caps(&[Feature::Kubernetes])),
             Scenario::NoTokenListLag => c.with_list_lag(2),
+            Scenario::RestartRefused => c.with_capabilities(caps(&[Feature::Start])),
+            Scenario::SideAbandoned => c.with_fault(
+                Op::Prepare,
+                Some("east"),
+                ProviderError::new(ErrorKind::Failed, "authorizing the security group failed"),
+                1,
+            ),
             _ => c,
         }
+    }
+    /// Whether the scenario starts with an instance that apply must never delete.
+    fn has_kept_instance(self) -> bool {
+        matches!(self, Scenario::PreExisting | Scenario::RestartRefused)
     }
     fn k3s(self) -> bool {
         matches!(self, Scenario::K3sBoot | Scenario::K3sPush)
@@ -128,6 +149,15 @@ impl Scenario {
             Scenario::Leaked => {
                 matches!(o, Outcome::Ready(_) | Outcome::Leaked(_))
                     || matches!(o, Outcome::Failed(m) if m.starts_with("aborted"))
+            }
+            // Ready once a destroy (deliberately) removed the pre-existing instance.
+            Scenario::PreExisting => {
+                matches!(o, Outcome::Ready(_))
+                    || matches!(o, Outcome::Failed(m) if m.starts_with("unowned"))
+            }
+            Scenario::RestartRefused => {
+                matches!(o, Outcome::Ready(_))
+                    || matches!(o, Outcome::Failed(m) if m.starts_with("aborted") && m.contains("no replacement"))
             }
             _ => matches!(o, Outcome::Ready(_)),
         }
@@ -186,6 +216,10 @@ struct World {
     provider: Arc<dyn gpuprov::provider::CloudProvider>,
     connector: Arc<FakeConnector>,
     k3s: Option<K3sWorld>,
+    /// The instance apply must never delete ([`Scenario::has_kept_instance`]).
+    kept: Option<String>,
+    /// Apply plans with refresh (asks the cloud), as `gpuprov apply` does by default.
+    refresh: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -197,6 +231,41 @@ enum Phase {
 impl World {
     fn new(s: Scenario) -> World {
         let cloud = Arc::new(s.cloud());
+        let mut w = World::bare(s, cloud);
+        match s {
+            Scenario::PreExisting => {
+                let at = gpuprov::provider::Location {
+                    cloud: "aws".into(),
+                    region: "us-east-1".into(),
+                    zone: None,
+                };
+                w.kept = Some(w.cloud.insert_instance(
+                    "dev",
+                    at,
+                    gpuprov::provider::InstanceStatus::Stopped,
+                ));
+            }
+            Scenario::RestartRefused => {
+                // Set up before any crash point is armed or traced: the machine is up,
+                // then stopped, and its restart is refused from now on.
+                let out = w.run(Phase::Apply, None).expect("setup apply");
+                assert!(matches!(out["vm.dev"], Outcome::Ready(_)), "{out:?}");
+                let id = w.cloud.instances()[0].id.clone();
+                w.cloud.stop_instance(&id);
+                w.cloud.fault(
+                    Op::Start,
+                    None,
+                    ProviderError::new(ErrorKind::Quota, "VcpuLimitExceeded"),
+                    u32::MAX,
+                );
+                w.kept = Some(id);
+            }
+            _ => {}
+        }
+        w
+    }
+
+    fn bare(s: Scenario, cloud: Arc<FakeProvider>) -> World {
         World {
             dir: tempfile::tempdir().unwrap(),
             provider: match s {
@@ -210,7 +279,16 @@ impl World {
             cloud,
             connector: Arc::new(s.connector()),
             k3s: s.k3s().then(|| K3sWorld::new(s)),
+            kept: None,
+            refresh: s == Scenario::RestartRefused,
         }
+    }
+
+    /// Whether the instance apply must never delete is still there.
+    fn kept_alive(&self) -> bool {
+        self.kept
+            .as_ref()
+            .is_none_or(|id| self.cloud.instances().iter().any(|i| &i.id == id))
     }
 
     fn state_path(&self) -> PathBuf {
@@ -265,8 +343,13 @@ impl World {
                     Phase::Apply => {
                         let config =
                             Config::parse(Path::new("gpuprov.toml"), ONE_VM.to_string()).unwrap();
+                        let snapshot = journal.snapshot();
+                        let observed = match self.refresh {
+                            true => Some(plan::refresh(&snapshot, &engine.providers).await.unwrap()),
+                            false => None,
+                        };
                         let plan =
-                            plan::compute(&config, &journal.snapshot(), None, &|_| Some(1.0))
+                            plan::compute(&config, &snapshot, observed.as_ref(), &|_| Some(1.0))
                                 .unwrap();
                         engine.apply(&plan).await
                     }
@@ -332,6 +415,7 @@ fn clean_trace(s: Scenario) -> Vec<String> {
     assert!(s.apply_ok(&applied["vm.dev"]), "{s:?}: {applied:?}");
     assert_eq!(destroyed["vm.dev"], Outcome::Destroyed, "{s:?}");
     assert!(w.cloud.instances().is_empty());
+    assert!(w.cloud.side_resources().is_empty(), "{s:?}");
     trace
 }
 
@@ -356,6 +440,10 @@ fn crash_and_recover(s: Scenario, point: &str, nth: u32) -> Vec<String> {
     let mut problems = Vec::new();
     let hit = crash::arm(point, nth);
     let mut died = w.run(Phase::Apply, Some(&hit)).is_none();
+    let died_in_apply = died;
+    if !w.kept_alive() {
+        problems.push("pre-existing destroyed by the crashed apply".into());
+    }
     if !died {
         died = w.run(Phase::Destroy, Some(&hit)).is_none();
     }
@@ -383,6 +471,10 @@ fn crash_and_recover(s: Scenario, point: &str, nth: u32) -> Vec<String> {
             "duplicate after re-apply: {:?}",
             w.cloud.instances()
         ));
+    }
+    // A destroy that ran (before its crash) may have removed it deliberately.
+    if died_in_apply && !w.kept_alive() {
+        problems.push("pre-existing destroyed by the apply after the crash".into());
     }
     // A cluster is whole again: recorded ready with its kubeconfig written.
     if s.k3s() {
@@ -428,6 +520,12 @@ fn crash_and_recover(s: Scenario, point: &str, nth: u32) -> Vec<String> {
     if !w.cloud.instances().is_empty() {
         problems.push(format!("leaked: {:?}", w.cloud.instances()));
     }
+    if !w.cloud.side_resources().is_empty() {
+        problems.push(format!(
+            "leaked side resources: {:?}",
+            w.cloud.side_resources()
+        ));
+    }
     if w.dir.path().join("kube/dev.yaml").exists() {
         problems.push("the destroyed cluster's kubeconfig (client key) was left".into());
     }
@@ -450,17 +548,20 @@ fn every_crash_point_recovers_without_duplicates_or_leaks() {
         ("k3s-boot", Scenario::K3sBoot),
         ("k3s-push", Scenario::K3sPush),
         ("no-token-list-lag", Scenario::NoTokenListLag),
+        ("pre-existing", Scenario::PreExisting),
+        ("restart-refused", Scenario::RestartRefused),
+        ("side-abandoned", Scenario::SideAbandoned),
     ];
     let mut failures = Vec::new();
     // Per machine kind: every point name seen, and those whose every occurrence passed.
     let mut total: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut bad: BTreeSet<String> = BTreeSet::new();
-    let (mut runs, mut leaks, mut duplicates) = (0u32, 0u32, 0u32);
+    let (mut runs, mut leaks, mut duplicates, mut kept_destroyed) = (0u32, 0u32, 0u32, 0u32);
     let mut per_scenario = serde_json::Map::new();
     for (label, s) in scenarios {
         let trace = clean_trace(s);
         assert!(
-            trace.iter().any(|p| p == "provider.after:create"),
+            s.has_kept_instance() || trace.iter().any(|p| p == "provider.after:create"),
             "{label}: the trace covers a create call: {trace:?}"
         );
         let mut seen: BTreeMap<&str, u32> = BTreeMap::new();
@@ -477,6 +578,10 @@ fn every_crash_point_recovers_without_duplicates_or_leaks() {
             duplicates += problems
                 .iter()
                 .filter(|p| p.starts_with("duplicate"))
+                .count() as u32;
+            kept_destroyed += problems
+                .iter()
+                .filter(|p| p.starts_with("pre-existing destroyed"))
                 .count() as u32;
             if !problems.is_empty() {
                 bad.insert(point.clone());
@@ -504,6 +609,7 @@ fn every_crash_point_recovers_without_duplicates_or_leaks() {
             "occurrences_per_scenario": per_scenario,
             "leaks": leaks,
             "duplicates": duplicates,
+            "pre_existing_destroyed": kept_destroyed,
             "failures": failures,
         }),
     );

@@ -501,3 +501,87 @@ async fn no_secret_reaches_state_plan_files_logs_or_output() {
     }
     assert_eq!(leftovers(&lineage).await, (0, 0, 0));
 }
+
+/// Issue 12 on the real Docker cloud: a stopped recorded machine is started again (same
+/// container, same disk) instead of replaced; a container carrying the machine's identity
+/// that the state does not own is never deleted by apply — not when it refuses the project
+/// key, not when it is stopped — and `destroy` removes it deliberately.
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_restart_before_replace_and_found_machines_are_left_untouched() {
+    if skip() {
+        return;
+    }
+    ensure_base_image();
+    let p = Project::new();
+    let docker = Docker::connect_with_defaults().unwrap();
+    let out = p.run(&["apply", "--auto-approve"]);
+    assert!(out.status.success(), "apply failed");
+    let lineage = p.lineage();
+    let ids = containers(&lineage).await;
+    assert_eq!(ids.len(), 1);
+    let id = ids[0].clone();
+    // Something on the machine's disk that a replacement would not have.
+    let out = p.run(&["ssh", "dev", "--", "echo kept > /root/marker"]);
+    assert!(out.status.success());
+
+    // 1. Stopped outside gpuprov: plan says it starts it, apply starts the same container.
+    docker
+        .stop_container(&id, None::<bollard::query_parameters::StopContainerOptions>)
+        .await
+        .unwrap();
+    let out = p.run(&["plan"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.contains("apply starts it again"), "{text}");
+    let out = p.run(&["apply", "--auto-approve"]);
+    assert!(out.status.success(), "restart failed");
+    assert_eq!(containers(&lineage).await, vec![id.clone()], "not replaced");
+    let out = p.run(&["ssh", "dev", "--", "cat /root/marker"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "kept");
+
+    // 2. The state forgets the machine (restored from an old copy, say) while the
+    // container runs with another key: apply finds it by identity, is refused, and
+    // leaves it running.
+    let mut state = p.state();
+    state["resources"].as_object_mut().unwrap().remove("vm.dev");
+    std::fs::write(p.state_path(), serde_json::to_vec_pretty(&state).unwrap()).unwrap();
+    let out = std::process::Command::new("docker")
+        .args([
+            "exec",
+            &id,
+            "sh",
+            "-c",
+            "echo 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIColleagueKeyNotOursAtAllxxxxxxxxxxxxxxxxx colleague' > /root/.ssh/authorized_keys",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let out = p.run(&["apply", "--auto-approve"]);
+    assert!(!out.status.success(), "a machine it cannot log in to is not up");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("not created by gpuprov"), "{text}");
+    assert!(text.contains("key refused"), "{text}");
+    assert_eq!(containers(&lineage).await, vec![id.clone()], "left untouched");
+    let out = p.run(&["status"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("unowned"),
+        "status shows it"
+    );
+
+    // 3. Stopped and unknown to the state: still never deleted by apply.
+    docker
+        .stop_container(&id, None::<bollard::query_parameters::StopContainerOptions>)
+        .await
+        .unwrap();
+    let out = p.run(&["apply", "--auto-approve"]);
+    assert!(!out.status.success());
+    assert_eq!(containers(&lineage).await, vec![id.clone()], "left untouched");
+
+    // 4. destroy removes it deliberately.
+    let out = p.run(&["destroy", "--auto-approve"]);
+    assert!(out.status.success());
+    assert!(containers(&lineage).await.is_empty());
+}
