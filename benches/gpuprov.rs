@@ -7,6 +7,7 @@
 //! cargo bench --bench gpuprov                 # everything (a few minutes)
 //! cargo bench --bench gpuprov -- --quick      # smaller sizes, fewer repeats
 //! cargo bench --bench gpuprov -- --json PATH  # where the JSON goes
+//! cargo bench --bench gpuprov -- --only actionable  # figure 6 alone, as JSON
 //! ```
 //!
 //! 1. plan latency: `gpuprov plan --refresh=false` on N-VM configs with matching state,
@@ -20,7 +21,11 @@
 //! 4. failover latency: from a Capacity error on offer k to the create on offer k+1;
 //! 5. CLI cold start: `--version`, `status --refresh=false` on a 100-VM state, `plan` on
 //!    a 1-VM config; beside them `sky` (SkyPilot) when installed (`GPUPROV_BENCH_SKY` or
-//!    `sky` on PATH).
+//!    `sky` on PATH);
+//! 6. failures a user can act on (issue 12): the time an apply spends on an SSH key the
+//!    machine refuses and on a cloud endpoint that refuses connections, before and after
+//!    the fix, on tokio's paused clock (virtual seconds of the real executor with the
+//!    default retry policy and timeouts; no real waiting, so the figure is exact).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -44,10 +49,13 @@ use serde_json::{json, Value};
 struct Opts {
     quick: bool,
     json: PathBuf,
+    /// `--only actionable`: just figure 6 (printed as JSON, the report file untouched).
+    only_actionable: bool,
 }
 
 fn opts() -> Opts {
     let mut quick = false;
+    let mut only_actionable = false;
     let mut json = PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/target/gpuprov-bench.json"
@@ -56,11 +64,16 @@ fn opts() -> Opts {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--quick" => quick = true,
+            "--only" => only_actionable = args.next().as_deref() == Some("actionable"),
             "--json" => json = args.next().map(PathBuf::from).expect("--json PATH"),
             _ => {} // cargo passes --bench
         }
     }
-    Opts { quick, json }
+    Opts {
+        quick,
+        json,
+        only_actionable,
+    }
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {
@@ -478,6 +491,131 @@ fn bench_failover(rt: &tokio::runtime::Runtime, o: &Opts) -> Value {
     json!({"runs": reps, "median_ms": median(gaps.clone()), "max_ms": gaps.iter().cloned().fold(0.0, f64::max)})
 }
 
+// ---- 6. failures a user can act on -----------------------------------------------------
+
+/// Virtual seconds a launch of one machine takes to end on a paused clock.
+fn virtual_launch_secs(
+    providers: Providers,
+    clouds: Vec<gpuprov::config::Cloud>,
+    connector: Arc<FakeConnector>,
+    tune: impl FnOnce(&mut gpuprov::vm::LaunchMachine),
+) -> (f64, LaunchState) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let mut m = gpuprov::vm::LaunchMachine::new(
+            gpuprov::config::VmSpec::new("trainer", clouds),
+            "0f0e0d0c-1111-4222-8333-444455556666".into(),
+            "ssh-ed25519 AAAAbench gpuprov".into(),
+            providers,
+            connector,
+        );
+        tune(&mut m);
+        let journal = Arc::new(gpuprov::machine::MemoryJournal::new());
+        let ex = Executor::new(journal, CancelToken::new());
+        let start = tokio::time::Instant::now();
+        let end = ex
+            .run(&m, "vm.trainer", |_| LaunchState::start(None))
+            .await
+            .unwrap();
+        (start.elapsed().as_secs_f64(), end)
+    })
+}
+
+/// A fake cloud with the contract's default timings (SSH timeout 300 s, polls of 5 s).
+fn realistic(name: &'static str) -> FakeProvider {
+    let c = FakeProvider::new(name);
+    let caps = Capabilities {
+        supported: vec![],
+        ..Capabilities::default()
+    };
+    c.with_capabilities(caps)
+}
+
+fn bench_actionable() -> Value {
+    let refused = || {
+        let c = Arc::new(FakeConnector::default());
+        c.fail_with(
+            (0..10_000)
+                .map(|_| gpuprov::ssh::SshError::AuthRejected {
+                    endpoint: "127.0.0.1:22".into(),
+                    msg: "publickey".into(),
+                })
+                .collect(),
+        );
+        c
+    };
+    let one_offer = || {
+        let c = Arc::new(realistic("aws").with_offer("east", "us-east-1", "p5.48xlarge", 55.04));
+        let mut p = Providers::new();
+        p.insert(c);
+        p
+    };
+    let aws = vec![gpuprov::config::Cloud::Aws];
+    // Before: a refused key was retried like an unreachable host until the SSH timeout.
+    let (key_before, _) = virtual_launch_secs(one_offer(), aws.clone(), refused(), |m| {
+        m.auth_refused_grace = Capabilities::default().ssh_timeout;
+    });
+    let (key_after, _) = virtual_launch_secs(one_offer(), aws.clone(), refused(), |_| {});
+    // A machine gpuprov did not create (found by identity): at once, and left alone.
+    let found = Arc::new(realistic("aws").with_offer("east", "us-east-1", "p5.48xlarge", 55.04));
+    found.insert_instance(
+        "trainer",
+        Location {
+            cloud: "aws".into(),
+            region: "us-east-1".into(),
+            zone: None,
+        },
+        gpuprov::provider::InstanceStatus::Running,
+    );
+    let mut p = Providers::new();
+    p.insert(found);
+    let (key_found, _) = virtual_launch_secs(p, aws.clone(), refused(), |_| {});
+
+    // An endpoint that refuses connections, four regions, and a second cloud that works.
+    let unreachable = |kind: ErrorKind| {
+        let a = Arc::new(
+            realistic("aws")
+                .with_offer("r1", "us-east-1", "p5.48xlarge", 55.04)
+                .with_offer("r2", "us-east-2", "p5.48xlarge", 55.04)
+                .with_offer("r3", "us-west-2", "p5.48xlarge", 55.04)
+                .with_offer("r4", "eu-west-1", "p5.48xlarge", 55.04)
+                .with_fault(
+                    Op::Prepare,
+                    None,
+                    ProviderError::new(kind, "connection refused"),
+                    u32::MAX,
+                ),
+        );
+        let l = Arc::new(realistic("lambda").with_offer("l1", "us-tx-1", "gpu_1x_h100", 2.49));
+        let mut p = Providers::new();
+        p.insert(a.clone());
+        p.insert(l);
+        (p, a)
+    };
+    let both = vec![gpuprov::config::Cloud::Aws, gpuprov::config::Cloud::Lambda];
+    // Before: a refused connection was a transient error, retried per region.
+    let (p, a) = unreachable(ErrorKind::Transient);
+    let (ep_before, end) = virtual_launch_secs(p, both.clone(), Arc::new(FakeConnector::default()), |_| {});
+    assert!(end.ready().is_some());
+    let before_calls = a.count(Op::Prepare);
+    let (p, a) = unreachable(ErrorKind::Unreachable);
+    let (ep_after, end) = virtual_launch_secs(p, both, Arc::new(FakeConnector::default()), |_| {});
+    assert!(end.ready().is_some());
+    json!({
+        "refused_key_before_s": key_before,
+        "refused_key_after_s": key_after,
+        "refused_key_found_instance_s": key_found,
+        "unreachable_before_s": ep_before,
+        "unreachable_before_prepare_calls": before_calls,
+        "unreachable_after_s": ep_after,
+        "unreachable_after_prepare_calls": a.count(Op::Prepare),
+    })
+}
+
 // ---- 5. CLI cold start -------------------------------------------------------------
 
 fn find_sky() -> Option<PathBuf> {
@@ -555,22 +693,28 @@ fn bench_cold_start(o: &Opts) -> Value {
 
 fn main() {
     let o = opts();
+    if o.only_actionable {
+        println!("{}", serde_json::to_string_pretty(&bench_actionable()).unwrap());
+        return;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     let mut report = BTreeMap::new();
-    eprintln!("1/5 plan latency …");
+    eprintln!("1/6 plan latency …");
     report.insert("plan", json!(bench_plan(&o)));
-    eprintln!("2/5 journal cost …");
+    eprintln!("2/6 journal cost …");
     report.insert("journal", json!(bench_journal(&rt, &o)));
-    eprintln!("3/5 apply concurrency …");
+    eprintln!("3/6 apply concurrency …");
     report.insert("apply", bench_apply(&rt, &o));
-    eprintln!("4/5 failover latency …");
+    eprintln!("4/6 failover latency …");
     report.insert("failover", bench_failover(&rt, &o));
-    eprintln!("5/5 CLI cold start …");
+    eprintln!("5/6 CLI cold start …");
     report.insert("cold_start", bench_cold_start(&o));
+    eprintln!("6/6 failures a user can act on …");
+    report.insert("actionable", bench_actionable());
     report.insert(
         "machine",
         json!({
@@ -695,4 +839,22 @@ fn print_table(r: &Value) {
         }
         None => println!("   sky: not installed (pip install skypilot, or set GPUPROV_BENCH_SKY)"),
     }
+    let x = &r["actionable"];
+    println!("\n6. failures a user can act on (virtual seconds on a paused clock, default retry policy and timeouts)");
+    println!(
+        "   SSH key refused, new instance:      before {:>6} s, after {:>6} s",
+        f(&x["refused_key_before_s"]),
+        f(&x["refused_key_after_s"])
+    );
+    println!(
+        "   SSH key refused, found instance:    after {:>6} s (left untouched)",
+        f(&x["refused_key_found_instance_s"])
+    );
+    println!(
+        "   endpoint refuses connections (4 regions, then another cloud): before {:>6} s ({} prepare calls), after {:>6} s ({} call)",
+        f(&x["unreachable_before_s"]),
+        x["unreachable_before_prepare_calls"],
+        f(&x["unreachable_after_s"]),
+        x["unreachable_after_prepare_calls"]
+    );
 }
