@@ -295,7 +295,7 @@ pub async fn resolve_credentials(
             ErrorKind::Credentials,
             format!(
                 "no usable AWS credentials: {}; {CREDENTIAL_SOURCES}",
-                aws_sdk_ec2::error::DisplayErrorContext(&e)
+                errors::display_chain(&e)
             ),
         )),
         Err(_) => Err(ProviderError::new(
@@ -1211,6 +1211,11 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Credentials);
         assert!(e.msg.contains("AWS_ACCESS_KEY_ID") && e.msg.contains("~/.aws/config"));
+        assert!(
+            e.msg.contains("no providers in chain provided credentials") && !e.msg.contains('{'),
+            "the chain's text, never its Debug: {}",
+            e.msg
+        );
         let started = std::time::Instant::now();
         let e = resolve_credentials(
             Some(SharedCredentialsProvider::new(Hangs)),
