@@ -6,7 +6,11 @@
 //!   `publicIpAddress`) to a distinct `127.0.0.x`, so nothing ever dials the public-looking
 //!   addresses moto hands out; a [`LoopbackOnly`] connector guard double-checks it;
 //! - injects EC2's real XML error body for chosen calls (`InsufficientInstanceCapacity`
-//!   with HTTP 500, `VcpuLimitExceeded`, ...), so the SDK's own parsing is exercised.
+//!   with HTTP 500, `VcpuLimitExceeded`, ...), so the SDK's own parsing is exercised;
+//! - remembers every `ClientToken` a `RunInstances` succeeded with, and answers a
+//!   `RunInstances` that sends one again with that first reservation, as EC2 does (even
+//!   after the instance terminated; moto forgets tokens, so without this a test could not
+//!   see a replacement that re-sends a used token get the dead instance back).
 //!
 //! moto must be installed (`pip install 'moto[server]'`); without it the tests fail with
 //! that hint, unless `GPUPROV_SKIP_AWS=1`. The classification tests need no moto: the
@@ -141,6 +145,8 @@ struct Fault {
     times: u32,
     /// A canned body to answer with instead of the error XML.
     body: Option<&'static str>,
+    /// The answer's `Content-Type` (`None`: EC2's `text/xml;charset=UTF-8`).
+    content_type: Option<&'static str>,
 }
 
 /// One request the proxy saw: action, region, instance type, and whether a fault
@@ -153,6 +159,9 @@ struct Seen {
     faulted: Option<String>,
     /// The form body as sent (URL-encoded).
     body: String,
+    /// A `RunInstances` answered from the token memory (the first reservation of a
+    /// `ClientToken` sent again) instead of being forwarded.
+    replayed: Option<String>,
 }
 
 #[derive(Default)]
@@ -162,6 +171,37 @@ struct ProxyState {
     ips: HashMap<String, String>,
     /// Public addresses that ever reached a client (must all be loopback).
     handed_out: Vec<String>,
+    /// Every `ClientToken` a forwarded `RunInstances` succeeded with → (instance id, the
+    /// answer's body), kept after the instance terminates, as EC2 keeps them.
+    tokens: HashMap<String, (String, Vec<u8>)>,
+    /// Remember tokens by their pre-nonce shape (`gpuprov-<lineage8>-<vm>-r<round>-o<n>`,
+    /// the per-planning nonce dropped), as the cloud would have seen them before the
+    /// engine added it: the negative control for the replacement test.
+    legacy_tokens: bool,
+}
+
+/// `token` without the engine's per-planning nonce: `gpuprov-<l8>-<vm>-<8 hex>-r<n>-o<m>`
+/// → `gpuprov-<l8>-<vm>-r<n>-o<m>` (unchanged when it has no such segment).
+fn without_nonce(token: &str) -> String {
+    let Some(i) = token.rfind("-r") else {
+        return token.to_string();
+    };
+    let (head, tail) = token.split_at(i);
+    match head.rsplit_once('-') {
+        Some((before, nonce))
+            if nonce.len() == 8 && nonce.chars().all(|c| c.is_ascii_hexdigit()) =>
+        {
+            format!("{before}{tail}")
+        }
+        _ => token.to_string(),
+    }
+}
+
+/// The first `<instanceId>` of an EC2 answer.
+fn first_instance_id(body: &str) -> Option<String> {
+    let start = body.find("<instanceId>")? + "<instanceId>".len();
+    let end = body[start..].find('<')?;
+    Some(body[start..start + end].trim().to_string())
 }
 
 #[derive(Clone)]
@@ -335,8 +375,12 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
 }
 
 async fn respond(s: &mut TcpStream, status: u16, body: &[u8]) {
+    respond_as(s, status, "text/xml;charset=UTF-8", body).await
+}
+
+async fn respond_as(s: &mut TcpStream, status: u16, content_type: &str, body: &[u8]) {
     let head = format!(
-        "HTTP/1.1 {status} X\r\nContent-Type: text/xml;charset=UTF-8\r\nContent-Length: {}\r\n\
+        "HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
          Connection: close\r\n\r\n",
         body.len()
     );
@@ -366,7 +410,17 @@ impl Proxy {
                     let action = form_value(&text, "Action").unwrap_or_default();
                     let region = region_of(&head);
                     let itype = form_value(&text, "InstanceType");
-                    let fault = {
+                    let token = (action == "RunInstances")
+                        .then(|| form_value(&text, "ClientToken"))
+                        .flatten()
+                        .map(|t| {
+                            if st.lock().unwrap().legacy_tokens {
+                                without_nonce(&t)
+                            } else {
+                                t
+                            }
+                        });
+                    let (fault, remembered) = {
                         let mut g = st.lock().unwrap();
                         let hit = g.faults.iter_mut().find(|f| {
                             f.times > 0
@@ -378,21 +432,33 @@ impl Proxy {
                             f.times -= 1;
                             f.clone()
                         });
+                        // EC2 answers a ClientToken it has seen with that first
+                        // reservation, whether or not the instance still exists.
+                        let remembered = match (&fault, &token) {
+                            (None, Some(t)) => g.tokens.get(t).cloned(),
+                            _ => None,
+                        };
                         g.seen.push(Seen {
                             action: action.clone(),
                             region: region.clone(),
                             instance_type: itype.clone(),
                             faulted: fault.as_ref().map(|f| f.code.to_string()),
                             body: text.clone(),
+                            replayed: remembered.as_ref().map(|r| r.0.clone()),
                         });
-                        fault
+                        (fault, remembered)
                     };
                     if let Some(f) = fault {
                         let body = match f.body {
                             Some(b) => b.to_string(),
                             None => ec2_error_xml(f.code, f.message),
                         };
-                        respond(&mut sock, f.status, body.as_bytes()).await;
+                        let ct = f.content_type.unwrap_or("text/xml;charset=UTF-8");
+                        respond_as(&mut sock, f.status, ct, body.as_bytes()).await;
+                        return;
+                    }
+                    if let Some((_, first)) = remembered {
+                        respond(&mut sock, 200, &first).await;
                         return;
                     }
                     let Some(up) = upstream else {
@@ -410,6 +476,14 @@ impl Proxy {
                                 let mut g = st.lock().unwrap();
                                 rewrite_ips(&String::from_utf8_lossy(&rbody), &mut g)
                             };
+                            if let (200, Some(t), Some(id)) =
+                                (status, &token, first_instance_id(&rewritten))
+                            {
+                                st.lock()
+                                    .unwrap()
+                                    .tokens
+                                    .insert(t.clone(), (id, rewritten.as_bytes().to_vec()));
+                            }
                             respond(&mut sock, status, rewritten.as_bytes()).await;
                         }
                         Err(e) => {
@@ -487,6 +561,7 @@ fn fault(action: &'static str, status: u16, code: &'static str) -> Fault {
         message: "injected by the test proxy",
         times: 1,
         body: None,
+        content_type: None,
     }
 }
 
@@ -548,10 +623,22 @@ struct Env {
 
 impl Env {
     async fn start(gpu: &str, gpu_count: u32, regions: &[&str]) -> Env {
+        Env::start_with(gpu, gpu_count, regions, |_| {}).await
+    }
+
+    /// [`Env::start`] with the adapter's settings adjusted by `tweak`.
+    async fn start_with(
+        gpu: &str,
+        gpu_count: u32,
+        regions: &[&str],
+        tweak: impl FnOnce(&mut AwsSettings),
+    ) -> Env {
         let moto = Moto::start();
         let moto_url = moto.url();
         let proxy = Proxy::start(Some(moto.port)).await;
-        let aws = Arc::new(AwsProvider::new(settings(proxy.url())));
+        let mut s = settings(proxy.url());
+        tweak(&mut s);
+        let aws = Arc::new(AwsProvider::new(s));
         let mut vm = VmSpec::new(VM, vec![Cloud::Aws]);
         vm.gpu = Some(gpu.into());
         vm.gpu_count = gpu_count;
@@ -736,7 +823,8 @@ async fn full_launch_then_teardown_against_moto() {
     let env = Env::start("H100", 8, &["us-east-1", "us-west-2"]).await;
     let end = env.launch().await.expect("launch runs");
     let vm = ready_or_panic(&end);
-    assert_eq!(vm.offer.id, "aws/us-east-1/p5.48xlarge");
+    assert_eq!(vm.offer.id, "aws/us-east-1/p5.48xlarge/us-east-1a");
+    assert_eq!(vm.offer.location.zone.as_deref(), Some("us-east-1a"));
     assert!(
         vm.ssh.host.starts_with("127.0.0."),
         "endpoint was rewritten to loopback: {}",
@@ -880,27 +968,29 @@ async fn insufficient_capacity_fails_over_to_the_next_offer() {
     if skip() {
         return;
     }
-    // A100 in us-east-1: p4d.24xlarge first (cheaper), then p4de.24xlarge.
+    // A100 in us-east-1: p4d.24xlarge first (cheaper) in each of its zones (moto, like
+    // EC2, offers it in us-east-1a..d), then p4de.24xlarge (offered in us-east-1b, c).
     let env = Env::start("A100", 8, &["us-east-1", "us-west-2"]).await;
     env.proxy.fault(Fault {
         instance_type: Some("p4d.24xlarge"),
         region: Some("us-east-1"),
         message: "We currently do not have sufficient p4d.24xlarge capacity in the \
-                  Availability Zone you requested (us-east-1a).",
+                  Availability Zone you requested.",
+        times: 4,
         ..fault("RunInstances", 500, "InsufficientInstanceCapacity")
     });
     let end = env.launch().await.expect("launch runs");
     let vm = ready_or_panic(&end);
     assert_eq!(
-        vm.offer.id, "aws/us-east-1/p4de.24xlarge",
-        "capacity blocks the offer only"
+        vm.offer.id, "aws/us-east-1/p4de.24xlarge/us-east-1b",
+        "capacity blocks the zone's offer only; every zone of p4d first"
     );
     let run = env.proxy.seen("RunInstances");
-    assert_eq!(run.len(), 2, "HTTP 500 by code: no SDK retry: {run:?}");
-    assert_eq!(
-        run[0].faulted.as_deref(),
-        Some("InsufficientInstanceCapacity")
-    );
+    assert_eq!(run.len(), 5, "HTTP 500 by code: no SDK retry: {run:?}");
+    for r in &run[..4] {
+        assert_eq!(r.faulted.as_deref(), Some("InsufficientInstanceCapacity"));
+        assert_eq!(r.instance_type.as_deref(), Some("p4d.24xlarge"));
+    }
     assert!(env
         .labels()
         .iter()
@@ -927,7 +1017,7 @@ async fn vcpu_limit_blocks_the_whole_region() {
     });
     let end = env.launch().await.expect("launch runs");
     let vm = ready_or_panic(&end);
-    assert_eq!(vm.offer.id, "aws/us-west-2/p4d.24xlarge");
+    assert_eq!(vm.offer.id, "aws/us-west-2/p4d.24xlarge/us-west-2a");
     let run = env.proxy.seen("RunInstances");
     let where_: Vec<(String, Option<String>)> = run
         .iter()
@@ -939,7 +1029,7 @@ async fn vcpu_limit_blocks_the_whole_region() {
             ("us-east-1".to_string(), Some("p4d.24xlarge".to_string())),
             ("us-west-2".to_string(), Some("p4d.24xlarge".to_string())),
         ],
-        "p4de in us-east-1 (same region) was never tried"
+        "neither another zone nor p4de in us-east-1 (same region) was tried"
     );
     env.assert_nothing_unknown(&end, &["us-east-1", "us-west-2"])
         .await;
@@ -1122,7 +1212,7 @@ async fn every_table_row_is_classified_from_the_real_error_body() {
     }
 
     // Reads: not-found on terminate and delete-group is success; DependencyViolation
-    // on the security group is Transient.
+    // on the security group is InUse (something still uses it: observe again).
     let at = o.location.clone();
     proxy.fault(fault(
         "TerminateInstances",
@@ -1144,10 +1234,18 @@ async fn every_table_row_is_classified_from_the_real_error_body() {
         ..fault("DescribeSecurityGroups", 200, "")
     };
     proxy.fault(groups);
-    proxy.fault(fault("DeleteSecurityGroup", 400, "DependencyViolation"));
+    proxy.fault(Fault {
+        message: "resource sg-0123456789abcdef0 has a dependent object",
+        ..fault("DeleteSecurityGroup", 400, "DependencyViolation")
+    });
     let e = aws.cleanup(&at, VM).await.unwrap_err();
-    assert_eq!(e.kind, Transient, "{e:?}");
-    assert!(e.msg.contains("DependencyViolation"), "{}", e.msg);
+    assert_eq!(e.kind, InUse, "{e:?}");
+    assert_eq!(
+        e.msg,
+        "DeleteSecurityGroup: DependencyViolation (HTTP 400): resource sg-0123456789abcdef0 \
+         has a dependent object",
+        "a short cause: call, code, status, EC2's message"
+    );
     proxy.fault(fault("DeleteSecurityGroup", 400, "InvalidGroup.NotFound"));
     aws.cleanup(&at, VM)
         .await
@@ -1209,7 +1307,7 @@ async fn cli_apply_against_moto_with_a_closed_ssh_port_leaves_nothing() {
     std::fs::write(
         &config,
         "[defaults]\nclouds = [\"aws\"]\nkubernetes = false\n\n[vm.trainer]\ngpu = \"H100\"\n\
-         gpu_count = 8\nregions = [\"us-east-1\"]\n",
+         gpu_count = 8\nregions = [\"us-east-1\"]\nzones = [\"us-east-1a\"]\n",
     )
     .unwrap();
     let run = |args: Vec<&'static str>| {
@@ -1250,6 +1348,7 @@ async fn cli_apply_against_moto_with_a_closed_ssh_port_leaves_nothing() {
     );
     assert!(!out.status.success(), "apply must fail: {text}");
     assert!(text.contains("ssh not reachable"), "{text}");
+    // `zones` restricts the offers to us-east-1a: one attempt.
     assert_eq!(env.proxy.seen("RunInstances").len(), 1, "{text}");
     assert_eq!(
         env.sweep("us-east-1").await,
@@ -1414,20 +1513,27 @@ async fn create_sends_token_tags_user_data_and_spot_options() {
     env.vm.ports = vec![8888];
     let end = env.launch().await.expect("launch runs");
     let vm = ready_or_panic(&end);
-    assert_eq!(vm.offer.id, "aws/us-west-2/g6.xlarge");
+    assert_eq!(vm.offer.id, "aws/us-west-2/g6.xlarge/us-west-2a");
     let run = env.proxy.seen("RunInstances");
     assert_eq!(run.len(), 1);
     let body = &run[0].body;
+    // gpuprov-<lineage8>-<vm>-<nonce: 8 hex>-r<round>-o<cursor>
+    let token = form_value(body, "ClientToken").expect("a ClientToken");
+    let nonce = token
+        .strip_prefix("gpuprov-5f0c2a7e-trainer-")
+        .and_then(|t| t.strip_suffix("-r0-o0"))
+        .unwrap_or_else(|| panic!("token shape: {token}"));
+    assert!(
+        nonce.len() == 8 && nonce.chars().all(|c| c.is_ascii_hexdigit()),
+        "the planning's nonce: {token}"
+    );
+    assert!(token.len() <= 64, "fits EC2's limit: {token}");
     let has = |k: &str, v: &str| {
         body.split('&').any(|kv| {
             kv.split_once('=')
                 .is_some_and(|(a, b)| a.ends_with(k) && b == v)
         })
     };
-    assert!(
-        has("ClientToken", "gpuprov-5f0c2a7e-trainer-r0-o0"),
-        "{body}"
-    );
     assert!(has("InstanceMarketOptions.MarketType", "spot"), "{body}");
     assert!(has("Ebs.VolumeSize", "200"), "{body}");
     assert!(has("MinCount", "1") && has("MaxCount", "1"), "{body}");
@@ -1495,4 +1601,548 @@ async fn a_type_no_zone_offers_is_unavailable_for_the_region() {
     unknown.instance_type = "p99.huge".into();
     let e = env.aws.prepare(&unknown, &spec()).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unavailable, "{e:?}");
+}
+
+#[tokio::test]
+async fn a_zone_that_does_not_offer_the_type_blocks_only_its_offer() {
+    if skip() {
+        return;
+    }
+    // moto (like EC2) offers p4de.24xlarge in us-east-1b and us-east-1c only.
+    let env = Env::start("A100", 8, &["us-east-1"]).await;
+    let mut o = offer("us-east-1", "p4de.24xlarge");
+    o.location.zone = Some("us-east-1a".into());
+    o.id = format!("{}/us-east-1a", o.id);
+    let e = env.aws.prepare(&o, &spec()).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e:?}");
+    assert_eq!(
+        e.scope_for(&o),
+        Some(BlockScope::Offer { id: o.id.clone() })
+    );
+    assert!(e.msg.contains("us-east-1b, us-east-1c"), "{}", e.msg);
+    assert_eq!(env.sweep("us-east-1").await, (vec![], vec![]));
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 12: zones, eventual consistency, start, actionable errors, remembered tokens
+
+/// The subnet id → zone map of moto's default VPC in `region`.
+async fn subnet_zones(env: &Env, region: &str) -> HashMap<String, String> {
+    env.direct(region)
+        .describe_subnets()
+        .send()
+        .await
+        .expect("DescribeSubnets")
+        .subnets()
+        .iter()
+        .filter_map(|s| {
+            Some((
+                s.subnet_id()?.to_string(),
+                s.availability_zone()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// Capacity is per (type, zone): after `InsufficientInstanceCapacity` in us-west-2a the
+/// next attempt is the same (cheaper) type in us-west-2b, with its own ClientToken, and
+/// EC2's message naming the zones with capacity is kept in the journal.
+#[tokio::test]
+async fn capacity_in_one_zone_tries_the_next_zone_before_a_pricier_type() {
+    if skip() {
+        return;
+    }
+    let env = Env::start("A100", 8, &["us-west-2"]).await;
+    env.proxy.fault(Fault {
+        instance_type: Some("p4d.24xlarge"),
+        region: Some("us-west-2"),
+        message: "We currently do not have sufficient p4d.24xlarge capacity in the \
+                  Availability Zone you requested (us-west-2a). Our system will be working on \
+                  provisioning additional capacity. You can currently get p4d.24xlarge \
+                  capacity by not specifying an Availability Zone in your request or \
+                  choosing us-west-2b, us-west-2c.",
+        ..fault("RunInstances", 500, "InsufficientInstanceCapacity")
+    });
+    let end = env.launch().await.expect("launch runs");
+    let vm = ready_or_panic(&end);
+    assert_eq!(vm.offer.id, "aws/us-west-2/p4d.24xlarge/us-west-2b");
+    let run = env.proxy.seen("RunInstances");
+    assert_eq!(run.len(), 2, "{run:?}");
+    assert!(run
+        .iter()
+        .all(|r| r.instance_type.as_deref() == Some("p4d.24xlarge")));
+    let zones = subnet_zones(&env, "us-west-2").await;
+    let zone_of = |r: &Seen| {
+        let subnet = form_value(&r.body, "SubnetId").expect("one subnet per attempt");
+        zones.get(&subnet).cloned().unwrap_or_default()
+    };
+    assert_eq!(zone_of(&run[0]), "us-west-2a");
+    assert_eq!(zone_of(&run[1]), "us-west-2b");
+    let token = |r: &Seen| form_value(&r.body, "ClientToken").unwrap();
+    assert_ne!(
+        token(&run[0]),
+        token(&run[1]),
+        "each zone attempt its own token"
+    );
+    // The instance really is in us-west-2b.
+    let d = env
+        .direct("us-west-2")
+        .describe_instances()
+        .instance_ids(&vm.instance_id)
+        .send()
+        .await
+        .unwrap();
+    let placed = d.reservations()[0].instances()[0]
+        .placement()
+        .and_then(|p| p.availability_zone())
+        .map(str::to_string);
+    assert_eq!(placed.as_deref(), Some("us-west-2b"));
+    assert!(
+        env.labels()
+            .iter()
+            .any(|l| l.contains("InsufficientInstanceCapacity")
+                && l.contains("choosing us-west-2b, us-west-2c")),
+        "the capacity message is kept: {:?}",
+        env.labels()
+    );
+    // One security group per (machine, region): never a second one alongside.
+    let creates = env.proxy.seen("CreateSecurityGroup").len();
+    let deletes = env.proxy.seen("DeleteSecurityGroup").len();
+    assert_eq!(
+        creates,
+        1 + deletes,
+        "a group is only recreated after its deletion"
+    );
+    let (ids, groups) = env.sweep("us-west-2").await;
+    assert_eq!((ids.len(), groups.len()), (1, 1));
+    // Observe at the zone location sees the instance; delete/cleanup there work
+    // region-wide.
+    let seen = env.aws.observe(&vm.location, VM).await.unwrap();
+    assert_eq!(seen.len(), 1);
+    let mut other_zone = vm.location.clone();
+    other_zone.zone = Some("us-west-2c".into());
+    assert_eq!(env.aws.observe(&other_zone, VM).await.unwrap().len(), 1);
+    let done = env
+        .teardown(vm.location.clone(), vec![vm.instance_id.clone()])
+        .await;
+    assert_eq!(done, TeardownState::Done);
+    assert_eq!(env.sweep("us-west-2").await, (vec![], vec![]));
+}
+
+/// prepare for a second zone of the same region finds and reuses the group the first
+/// zone's prepare created (the core keeps it across a zone-to-zone failover).
+#[tokio::test]
+async fn prepare_in_another_zone_reuses_the_security_group() {
+    if skip() {
+        return;
+    }
+    let env = Env::start("H100", 8, &["us-west-2"]).await;
+    let zoned = |z: &str| {
+        let mut o = offer("us-west-2", "p5.48xlarge");
+        o.location.zone = Some(z.into());
+        o.id = format!("{}/{z}", o.id);
+        o
+    };
+    let a = env
+        .aws
+        .prepare(&zoned("us-west-2a"), &spec())
+        .await
+        .unwrap();
+    let b = env
+        .aws
+        .prepare(&zoned("us-west-2b"), &spec())
+        .await
+        .unwrap();
+    assert_eq!(a["security_group"], b["security_group"]);
+    assert_eq!(env.proxy.seen("CreateSecurityGroup").len(), 1);
+    let zones = subnet_zones(&env, "us-west-2").await;
+    for (p, z) in [(&a, "us-west-2a"), (&b, "us-west-2b")] {
+        let subnets = p["subnets"].as_array().unwrap();
+        assert_eq!(subnets.len(), 1, "only the offer's zone: {p}");
+        assert_eq!(subnets[0]["zone"], z);
+        assert_eq!(zones[subnets[0]["id"].as_str().unwrap()], z);
+    }
+    let at = zoned("us-west-2a").location;
+    env.aws.cleanup(&at, VM).await.unwrap();
+    assert_eq!(env.sweep("us-west-2").await, (vec![], vec![]));
+}
+
+/// A group created a moment ago that the next calls do not see yet
+/// (`InvalidGroup.NotFound` on AuthorizeSecurityGroupIngress, then on RunInstances) is
+/// lag: retried in place, the first offer comes up, nothing is compensated.
+#[tokio::test]
+async fn a_security_group_not_visible_yet_is_retried_not_failed_over() {
+    if skip() {
+        return;
+    }
+    let env = Env::start_with("H100", 8, &["us-east-1"], |s| {
+        s.capabilities.create_list_lag = Duration::from_millis(300);
+    })
+    .await;
+    env.proxy.fault(Fault {
+        message: "The security group 'sg-0123' does not exist",
+        times: 2,
+        ..fault(
+            "AuthorizeSecurityGroupIngress",
+            400,
+            "InvalidGroup.NotFound",
+        )
+    });
+    env.proxy.fault(Fault {
+        message: "The security group 'sg-0123' does not exist in VPC 'vpc-1'",
+        ..fault("RunInstances", 400, "InvalidGroup.NotFound")
+    });
+    let end = env.launch().await.expect("launch runs");
+    let vm = ready_or_panic(&end);
+    assert_eq!(vm.offer.id, "aws/us-east-1/p5.48xlarge/us-east-1a");
+    assert!(
+        !env.labels().iter().any(|l| l.contains("compensating")),
+        "{:?}",
+        env.labels()
+    );
+    assert_eq!(env.proxy.seen("AuthorizeSecurityGroupIngress").len(), 3);
+    assert_eq!(env.proxy.seen("RunInstances").len(), 2);
+    let (ids, groups) = env.sweep("us-east-1").await;
+    assert_eq!((ids.len(), groups.len()), (1, 1));
+    let done = env
+        .teardown(vm.location.clone(), vec![vm.instance_id.clone()])
+        .await;
+    assert_eq!(done, TeardownState::Done);
+}
+
+/// `start`: a stopped instance (observed `Stopped`) is started with one StartInstances
+/// and observed `Pending`/`Running` after; starting a running one sends nothing; the
+/// cloud's capacity and quota refusals keep their kinds.
+#[tokio::test]
+async fn start_restarts_a_stopped_instance() {
+    if skip() {
+        return;
+    }
+    let env = Env::start("H100", 8, &["us-east-1"]).await;
+    assert!(env
+        .aws
+        .capabilities()
+        .supported
+        .contains(&gpuprov::provider::Feature::Start));
+    let end = env.launch().await.expect("launch runs");
+    let vm = ready_or_panic(&end).clone();
+    let at = vm.location.clone();
+    let stop = || async {
+        env.direct("us-east-1")
+            .stop_instances()
+            .instance_ids(&vm.instance_id)
+            .send()
+            .await
+            .expect("StopInstances");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut statuses = Vec::new();
+        loop {
+            let seen = env.aws.observe(&at, VM).await.unwrap();
+            assert_eq!(seen.len(), 1, "a stopped instance is still listed");
+            statuses.push(seen[0].status.clone());
+            if seen[0].status == gpuprov::provider::InstanceStatus::Stopped {
+                assert!(seen[0].ssh.is_none());
+                return statuses;
+            }
+            assert!(Instant::now() < deadline, "never stopped: {statuses:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let statuses = stop().await;
+    assert!(statuses.iter().all(|s| matches!(
+        s,
+        gpuprov::provider::InstanceStatus::Stopping | gpuprov::provider::InstanceStatus::Stopped
+    )));
+
+    env.aws
+        .start(&at, VM, &vm.instance_id)
+        .await
+        .expect("start");
+    assert_eq!(env.proxy.seen("StartInstances").len(), 1);
+    let seen = env.aws.observe(&at, VM).await.unwrap();
+    assert!(
+        matches!(
+            seen[0].status,
+            gpuprov::provider::InstanceStatus::Pending | gpuprov::provider::InstanceStatus::Running
+        ),
+        "{seen:?}"
+    );
+    // Already running (or pending): success, nothing sent.
+    env.aws.start(&at, VM, &vm.instance_id).await.unwrap();
+    assert_eq!(env.proxy.seen("StartInstances").len(), 1);
+
+    // The cloud cannot start it now: Capacity / Quota, by the table.
+    stop().await;
+    env.proxy.fault(Fault {
+        message: "Insufficient capacity.",
+        ..fault("StartInstances", 500, "InsufficientInstanceCapacity")
+    });
+    let e = env.aws.start(&at, VM, &vm.instance_id).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Capacity, "{e:?}");
+    assert_eq!(
+        env.proxy.seen("StartInstances").len(),
+        2,
+        "HTTP 500 by code: no SDK retry, the core decides"
+    );
+    env.proxy
+        .fault(fault("StartInstances", 400, "VcpuLimitExceeded"));
+    let e = env.aws.start(&at, VM, &vm.instance_id).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Quota, "{e:?}");
+    // A terminated instance cannot be started.
+    env.aws
+        .delete(&at, VM, std::slice::from_ref(&vm.instance_id))
+        .await
+        .unwrap();
+    let e = env.aws.start(&at, VM, &vm.instance_id).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Failed, "{e:?}");
+    let done = env
+        .teardown(vm.location.clone(), vec![vm.instance_id.clone()])
+        .await;
+    assert_eq!(done, TeardownState::Done);
+}
+
+/// An endpoint that refuses connections is `Unreachable` (the core blocks the cloud),
+/// quickly, with a one-line cause naming the endpoint; a launch over two regions ends
+/// after one attempt instead of one retry budget per region.
+#[tokio::test]
+async fn a_refused_endpoint_is_unreachable_at_once() {
+    let closed = free_port();
+    let url = format!("http://127.0.0.1:{closed}");
+    let aws = AwsProvider::new(settings(url.clone()));
+    let o = offer("us-east-1", "p5.48xlarge");
+    let started = Instant::now();
+    let e = aws.prepare(&o, &spec()).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unreachable, "{e:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        e.scope_for(&o),
+        Some(BlockScope::Cloud {
+            cloud: "aws".into()
+        })
+    );
+    assert!(
+        e.msg.contains("refused") && e.msg.contains(&url),
+        "{}",
+        e.msg
+    );
+    assert!(
+        !e.msg.contains('\n') && e.msg.len() < 300,
+        "short: {}",
+        e.msg
+    );
+    assert!(!e.msg.contains("DispatchFailure"), "no Debug: {}", e.msg);
+
+    // The whole launch machine, over two regions.
+    let mut vm = VmSpec::new(VM, vec![Cloud::Aws]);
+    vm.gpu = Some("H100".into());
+    vm.gpu_count = 8;
+    vm.regions = vec!["us-east-1".into(), "us-west-2".into()];
+    vm.kubernetes = false;
+    let mut providers = Providers::new();
+    providers.insert(Arc::new(AwsProvider::new(settings(url))));
+    let mut m = LaunchMachine::new(
+        vm,
+        LINEAGE.into(),
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuprovTestKeyOnly gpuprov-test".into(),
+        providers,
+        Arc::new(LoopbackOnly(FakeConnector::default())),
+    );
+    m.retry = FAST;
+    m.teardown.retry = FAST;
+    m.exhausted_wait = Duration::from_millis(5);
+    let journal = Arc::new(MemoryJournal::new());
+    let ex = Executor::new(journal.clone(), CancelToken::new());
+    let started = Instant::now();
+    let end = tokio::time::timeout(
+        Duration::from_secs(60),
+        ex.run(&m, "vm.trainer", |_| LaunchState::start(None)),
+    )
+    .await
+    .expect("no hang")
+    .expect("runs");
+    assert!(matches!(end, LaunchState::Exhausted { .. }), "{end:?}");
+    let preparing = journal
+        .history()
+        .into_iter()
+        .filter(|(_, l)| l.starts_with("preparing"))
+        .count();
+    assert_eq!(
+        preparing,
+        1,
+        "one attempt blocks the cloud: {:?}",
+        journal.history()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// An answer that is not EC2's XML (a proxy's HTML error page) becomes one line: the
+/// status, the content type and the page's first readable line.
+#[tokio::test]
+async fn a_non_ec2_answer_is_a_short_cause() {
+    let proxy = Proxy::start(None).await;
+    let aws = AwsProvider::new(settings(proxy.url()));
+    proxy.fault(Fault {
+        body: Some(
+            "<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>\n<body>\
+             <h1>502 Bad Gateway</h1><p>nginx</p></body></html>",
+        ),
+        content_type: Some("text/html; charset=utf-8"),
+        times: 10,
+        ..fault("DescribeInstances", 502, "")
+    });
+    let at = offer("us-east-1", "p5.48xlarge").location;
+    let e = aws.observe(&at, VM).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Transient, "{e:?}");
+    assert!(
+        e.msg
+            .starts_with("DescribeInstances: HTTP 502 (text/html): 502 Bad Gateway"),
+        "{}",
+        e.msg
+    );
+    assert!(!e.msg.contains('<') && !e.msg.contains('\n'), "{}", e.msg);
+}
+
+/// `AWS_PROFILE` naming a profile neither shared file defines: a `Credentials` error
+/// naming the profile and both files, before any request.
+#[tokio::test]
+async fn a_missing_profile_is_named() {
+    let proxy = Proxy::start(None).await;
+    let mut s = settings(proxy.url());
+    s.credentials = None;
+    s.profile = Some("gpuprov-test-no-such-profile".into());
+    let aws = AwsProvider::new(s);
+    let e = aws
+        .prepare(&offer("us-east-1", "p5.48xlarge"), &spec())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Credentials, "{e:?}");
+    assert!(
+        e.msg.contains("`gpuprov-test-no-such-profile`"),
+        "{}",
+        e.msg
+    );
+    let (config, credentials) = gpuprov::provider::aws::shared_files();
+    assert!(
+        e.msg.contains(&config.display().to_string())
+            && e.msg.contains(&credentials.display().to_string()),
+        "{}",
+        e.msg
+    );
+    assert!(proxy.state.lock().unwrap().seen.is_empty(), "nothing sent");
+}
+
+/// Terminates `id` straight at moto (outside gpuprov) and waits until moto lists it
+/// terminated.
+async fn terminate_outside(env: &Env, region: &str, id: &str) {
+    let c = env.direct(region);
+    c.terminate_instances()
+        .instance_ids(id)
+        .send()
+        .await
+        .expect("TerminateInstances");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let d = c
+            .describe_instances()
+            .instance_ids(id)
+            .send()
+            .await
+            .unwrap();
+        let state = d
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .find_map(|i| i.state().and_then(|s| s.name()).cloned());
+        if state == Some(aws_sdk_ec2::types::InstanceStateName::Terminated) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{id} never terminated: {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A machine whose instance was terminated outside gpuprov is replaced by a re-apply:
+/// the replacement's ClientToken is new (the planning's nonce), so the proxy, which
+/// remembers tokens as EC2 does, forwards it and a new instance comes up at the first
+/// offer. (With the pre-nonce token the re-apply gets the dead instance back: see the
+/// next test.)
+#[tokio::test]
+async fn an_instance_terminated_outside_is_replaced_by_a_reapply() {
+    if skip() {
+        return;
+    }
+    let env = Env::start("H100", 8, &["us-east-1"]).await;
+    let first = env.launch().await.expect("launch runs");
+    let old = ready_or_panic(&first).clone();
+    terminate_outside(&env, "us-east-1", &old.instance_id).await;
+
+    let again = env.launch().await.expect("re-apply runs");
+    let new = ready_or_panic(&again);
+    assert_ne!(new.instance_id, old.instance_id, "a new instance");
+    assert_eq!(new.offer.id, old.offer.id, "at the first offer again");
+    let run = env.proxy.seen("RunInstances");
+    assert_eq!(run.len(), 2, "{run:?}");
+    assert!(
+        run.iter().all(|r| r.replayed.is_none()),
+        "no token was re-sent: {run:?}"
+    );
+    let tokens: Vec<String> = run
+        .iter()
+        .map(|r| form_value(&r.body, "ClientToken").unwrap())
+        .collect();
+    assert_ne!(tokens[0], tokens[1]);
+    let (ids, _) = env.sweep("us-east-1").await;
+    assert_eq!(ids, vec![new.instance_id.clone()]);
+    let done = env
+        .teardown(new.location.clone(), vec![new.instance_id.clone()])
+        .await;
+    assert_eq!(done, TeardownState::Done);
+}
+
+/// The negative control for the test above: with tokens compared in their pre-nonce
+/// shape (`...-r0-o0`, what the engine sent before the nonce), the re-apply's first
+/// create gets the dead instance's reservation back, as EC2 answers a reused token, and
+/// cannot come up at its first offer.
+#[tokio::test]
+async fn without_the_nonce_a_reused_token_answers_the_dead_instance() {
+    if skip() {
+        return;
+    }
+    let env = Env::start("H100", 8, &["us-east-1"]).await;
+    env.proxy.state.lock().unwrap().legacy_tokens = true;
+    assert_eq!(
+        without_nonce("gpuprov-5f0c2a7e-trainer-0a1b2c3d-r0-o0"),
+        "gpuprov-5f0c2a7e-trainer-r0-o0"
+    );
+    let first = env.launch().await.expect("launch runs");
+    let old = ready_or_panic(&first).clone();
+    terminate_outside(&env, "us-east-1", &old.instance_id).await;
+
+    let again = env.launch().await.expect("re-apply runs");
+    let run = env.proxy.seen("RunInstances");
+    assert_eq!(
+        run[1].replayed.as_deref(),
+        Some(old.instance_id.as_str()),
+        "the re-sent token got the dead instance: {run:?}"
+    );
+    if let Some(vm) = again.ready() {
+        assert_ne!(vm.offer.id, old.offer.id, "not at the first offer");
+    }
+    let (ids, _) = env.sweep("us-east-1").await;
+    if let Some(o) = again.owned() {
+        env.teardown(o.location.clone(), o.instance_ids.clone())
+            .await;
+    }
+    assert!(ids.len() <= 1, "{ids:?}");
 }

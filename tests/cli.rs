@@ -555,9 +555,18 @@ fn plan_lists_the_ordered_offers_with_prices() {
         lines[0].contains("1. aws/us-east-1/p5.48xlarge") && lines[0].contains('$'),
         "{lines:?}"
     );
+    // One offer per zone: every zone of us-east-1 before us-west-2.
+    let west = lines
+        .iter()
+        .position(|l| l.contains(". aws/us-west-2/"))
+        .unwrap_or_else(|| panic!("us-west-2 planned: {lines:?}"));
     assert!(
-        lines[1].contains("2. aws/us-west-2/"),
+        west > 1 && lines[..west].iter().all(|l| l.contains(". aws/us-east-1/")),
         "regions in the order the config lists them: {lines:?}"
+    );
+    assert!(
+        lines[1].contains("2. aws/us-east-1/p5.48xlarge/us-east-1b"),
+        "{lines:?}"
     );
     let (_, json, _) = p.run(&["plan", "--refresh=false", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
@@ -567,7 +576,10 @@ fn plan_lists_the_ordered_offers_with_prices() {
         .iter()
         .find(|c| c["vm"] == "trainer")
         .unwrap();
-    assert_eq!(trainer["offers"][0]["id"], "aws/us-east-1/p5.48xlarge");
+    assert_eq!(
+        trainer["offers"][0]["id"],
+        "aws/us-east-1/p5.48xlarge/us-east-1a"
+    );
     assert_eq!(
         trainer["price_per_hour"], trainer["offers"][0]["price_per_hour"],
         "priced by the first offer tried"

@@ -648,18 +648,30 @@ const TRAINER: &[(&str, f64)] = &[
 
 /// The inference box's offers: Lambda and Hyperstack sell no L40S; RunPod cheapest first
 /// (community $0.79, then secure $0.86 by data centre); DigitalOcean $1.57 in atl1 and
-/// tor1; AWS g6e.xlarge ($1.861) in its default regions (g6e.2xlarge, $2.242, is above the
-/// $2 cap).
+/// tor1; AWS g6e.xlarge ($1.861) in each zone of its default regions (g6e.2xlarge,
+/// $2.242, is above the $2 cap).
 const INFERENCE: &[(&str, f64)] = &[
     ("runpod/CA-MTL-1/community/NVIDIA L40S", 0.79),
     ("runpod/EU-RO-1/secure/NVIDIA L40S", 0.86),
     ("runpod/US-TX-3/secure/NVIDIA L40S", 0.86),
     ("digitalocean/atl1/gpu-l40sx1-48gb", 1.57),
     ("digitalocean/tor1/gpu-l40sx1-48gb", 1.57),
-    ("aws/us-east-1/g6e.xlarge", 1.861),
-    ("aws/us-west-2/g6e.xlarge", 1.861),
-    ("aws/us-east-2/g6e.xlarge", 1.861),
-    ("aws/eu-west-1/g6e.xlarge", 1.861),
+    ("aws/us-east-1/g6e.xlarge/us-east-1a", 1.861),
+    ("aws/us-east-1/g6e.xlarge/us-east-1b", 1.861),
+    ("aws/us-east-1/g6e.xlarge/us-east-1c", 1.861),
+    ("aws/us-east-1/g6e.xlarge/us-east-1d", 1.861),
+    ("aws/us-east-1/g6e.xlarge/us-east-1e", 1.861),
+    ("aws/us-east-1/g6e.xlarge/us-east-1f", 1.861),
+    ("aws/us-west-2/g6e.xlarge/us-west-2a", 1.861),
+    ("aws/us-west-2/g6e.xlarge/us-west-2b", 1.861),
+    ("aws/us-west-2/g6e.xlarge/us-west-2c", 1.861),
+    ("aws/us-west-2/g6e.xlarge/us-west-2d", 1.861),
+    ("aws/us-east-2/g6e.xlarge/us-east-2a", 1.861),
+    ("aws/us-east-2/g6e.xlarge/us-east-2b", 1.861),
+    ("aws/us-east-2/g6e.xlarge/us-east-2c", 1.861),
+    ("aws/eu-west-1/g6e.xlarge/eu-west-1a", 1.861),
+    ("aws/eu-west-1/g6e.xlarge/eu-west-1b", 1.861),
+    ("aws/eu-west-1/g6e.xlarge/eu-west-1c", 1.861),
 ];
 
 fn cred_env() -> Vec<(&'static str, &'static str)> {
@@ -695,7 +707,8 @@ async fn the_multi_cloud_example_plans_offers_from_every_cloud_with_stock() {
     let last = stdout.find(TRAINER[6].0).expect("last trainer offer shown");
     assert!(first < last, "{stdout}");
     assert!(stdout.contains("$23.92/h"), "{stdout}");
-    assert!(stdout.contains("… and 1 more (see --json)"), "{stdout}");
+    // 5 offers from RunPod and DigitalOcean, 16 from AWS (one per zone): 8 shown.
+    assert!(stdout.contains("… and 13 more (see --json)"), "{stdout}");
     assert!(!stdout.contains("H100 NVL"), "above the cap: {stdout}");
 
     // JSON plan with --detailed-exitcode (2: changes) and a saved plan file.
@@ -794,7 +807,10 @@ async fn the_multi_cloud_example_plans_offers_from_every_cloud_with_stock() {
     assert!(close(price_of("lambda/us-east-1/gpu_1x_h100_pcie"), 2.49));
     assert!(close(price_of("hyperstack/CANADA-1/n3-H100x1"), 1.9));
     assert!(close(price_of("digitalocean/nyc2/gpu-h100x1-80gb"), 3.39));
-    assert!(close(price_of("aws/us-east-1/p5.48xlarge"), 55.04));
+    assert!(close(
+        price_of("aws/us-east-1/p5.48xlarge/us-east-1a"),
+        55.04
+    ));
     assert!(list
         .iter()
         .all(|(i, _)| !i.contains("gpu-h100x8-640gb") && !i.starts_with("hyperstack/NORWAY-1")));

@@ -161,12 +161,47 @@ pub fn offer_id(region: &str, instance_type: &str) -> String {
     format!("aws/{region}/{instance_type}")
 }
 
+/// The offer id of `instance_type` in one `zone` of `region`:
+/// `aws/<region>/<type>/<zone>` (the region-level id plus the zone, so the region and type
+/// stay a prefix).
+pub fn zone_offer_id(region: &str, instance_type: &str, zone: &str) -> String {
+    format!("aws/{region}/{instance_type}/{zone}")
+}
+
+/// The zone letters `plan` proposes in a region where they differ from `a`, `b`, `c`:
+/// the Availability Zones AWS lists per region
+/// (<https://docs.aws.amazon.com/global-infrastructure/latest/regions/aws-availability-zones.html>,
+/// as of 2025). Zone *names* are mapped per account in the older regions, so this is a
+/// superset of candidates, not a promise: `prepare` checks the account's own
+/// `DescribeInstanceTypeOfferings` and answers `Unavailable` for that one offer when its
+/// zone does not offer the type (for the type in the whole region when no zone does).
+pub const ZONE_LETTERS: &[(&str, &str)] = &[
+    ("us-east-1", "abcdef"),
+    ("us-west-2", "abcd"),
+    ("ap-northeast-1", "acd"),
+    ("ap-northeast-2", "abcd"),
+    ("ca-central-1", "abd"),
+];
+
+/// The candidate zones of `region`, in name order (see [`ZONE_LETTERS`]).
+pub fn zones_of(region: &str) -> Vec<String> {
+    let letters = ZONE_LETTERS
+        .iter()
+        .find(|(r, _)| *r == region)
+        .map(|(_, l)| *l)
+        .unwrap_or("abc");
+    letters.chars().map(|c| format!("{region}{c}")).collect()
+}
+
 /// The ordered offers for `req`: the regions in the order the machine lists them (else
 /// [`DEFAULT_REGIONS`]), and within a region the matching types cheapest first. A type
 /// matches when it carries the asked GPU model and at least `gpu_count` GPUs (the
 /// smallest such type comes first because it is the cheapest), and its price is within
-/// `max_price_per_hour`. Requested zones travel in the offer's `detail` (`prepare`
-/// restricts subnets to them).
+/// `max_price_per_hour`. Within a (region, type) there is one offer per zone (EC2 capacity
+/// is per type and zone), in zone order, so every zone of a region is tried before a
+/// larger, pricier type: region (ask order) → type (cheapest first) → zone. Requested
+/// zones (`zones`) restrict the zones of the regions they belong to (a zone belongs to
+/// the region its name starts with); a region none of them belongs to keeps all its zones.
 ///
 /// Errors (`InvalidRequest`): no GPU asked (the catalog lists GPU types only), a GPU
 /// model the ladder does not know, or no type within the count and price.
@@ -218,31 +253,50 @@ pub fn plan(req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
         }
         ours
     };
-    let detail = if req.zones.is_empty() {
-        serde_json::Value::Null
-    } else {
-        serde_json::json!({ "zones": req.zones })
-    };
     let mut offers = Vec::new();
     for region in &regions {
+        let asked: Vec<String> = req
+            .zones
+            .iter()
+            .filter(|z| zone_in_region(z, region))
+            .cloned()
+            .collect();
+        let mut zones = if asked.is_empty() {
+            zones_of(region)
+        } else {
+            asked
+        };
+        zones.sort();
+        zones.dedup();
         for g in &types {
-            offers.push(Offer {
-                id: offer_id(region, g.instance_type),
-                location: Location {
-                    cloud: super::CLOUD.to_string(),
-                    region: region.clone(),
-                    zone: None,
-                },
-                instance_type: g.instance_type.to_string(),
-                gpu: Some(g.gpu.to_string()),
-                gpu_count: g.gpus,
-                spot: req.spot,
-                price_per_hour: g.price_per_hour,
-                detail: detail.clone(),
-            });
+            for zone in &zones {
+                offers.push(Offer {
+                    id: zone_offer_id(region, g.instance_type, zone),
+                    location: Location {
+                        cloud: super::CLOUD.to_string(),
+                        region: region.clone(),
+                        zone: Some(zone.clone()),
+                    },
+                    instance_type: g.instance_type.to_string(),
+                    gpu: Some(g.gpu.to_string()),
+                    gpu_count: g.gpus,
+                    spot: req.spot,
+                    price_per_hour: g.price_per_hour,
+                    detail: serde_json::Value::Null,
+                });
+            }
         }
     }
     Ok(offers)
+}
+
+/// Whether `zone` names a zone of `region`: the region name followed by one lowercase
+/// letter (`us-east-1a`; not `us-east-11a`).
+pub fn zone_in_region(zone: &str, region: &str) -> bool {
+    zone.strip_prefix(region).is_some_and(|rest| {
+        let mut c = rest.chars();
+        matches!((c.next(), c.next()), (Some(l), None) if l.is_ascii_lowercase())
+    })
 }
 
 #[cfg(test)]
@@ -289,7 +343,8 @@ mod tests {
             &["CANADA-1", "us-south-1", "us-west-2", "us-east-1x"],
         ))
         .unwrap();
-        let regions: Vec<&str> = o.iter().map(|o| o.location.region.as_str()).collect();
+        let mut regions: Vec<&str> = o.iter().map(|o| o.location.region.as_str()).collect();
+        regions.dedup();
         assert_eq!(regions, ["us-west-2"]);
         let e = plan(&req(Some("H100"), 8, &["CANADA-1"])).unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidRequest);
@@ -300,30 +355,70 @@ mod tests {
     fn regions_in_user_order_then_price() {
         let offers = plan(&req(Some("a100"), 8, &["us-west-2", "us-east-1"])).unwrap();
         let ids: Vec<&str> = offers.iter().map(|o| o.id.as_str()).collect();
+        let mut want = Vec::new();
+        for (region, zones) in [("us-west-2", "abcd"), ("us-east-1", "abcdef")] {
+            for t in ["p4d.24xlarge", "p4de.24xlarge"] {
+                for z in zones.chars() {
+                    want.push(format!("aws/{region}/{t}/{region}{z}"));
+                }
+            }
+        }
+        assert_eq!(ids, want, "region, then type (cheapest first), then zone");
+        for o in &offers {
+            let zone = o
+                .location
+                .zone
+                .as_deref()
+                .expect("every offer names its zone");
+            assert!(zone_in_region(zone, &o.location.region), "{o:?}");
+            assert!(o.id.ends_with(zone), "{o:?}");
+        }
+        let only80 = plan(&req(Some("A100-80GB"), 1, &["us-east-1"])).unwrap();
+        assert_eq!(only80.len(), 6);
+        assert!(only80.iter().all(|o| o.instance_type == "p4de.24xlarge"));
+    }
+
+    #[test]
+    fn requested_zones_restrict_their_own_region_only() {
+        let mut r = req(Some("H100"), 8, &["us-east-1", "us-west-2"]);
+        r.zones = vec![
+            "us-east-1c".into(),
+            "us-east-1a".into(),
+            "eu-west-9z".into(),
+        ];
+        let ids: Vec<String> = plan(&r).unwrap().into_iter().map(|o| o.id).collect();
         assert_eq!(
             ids,
             [
-                "aws/us-west-2/p4d.24xlarge",
-                "aws/us-west-2/p4de.24xlarge",
-                "aws/us-east-1/p4d.24xlarge",
-                "aws/us-east-1/p4de.24xlarge"
+                "aws/us-east-1/p5.48xlarge/us-east-1a",
+                "aws/us-east-1/p5.48xlarge/us-east-1c",
+                "aws/us-west-2/p5.48xlarge/us-west-2a",
+                "aws/us-west-2/p5.48xlarge/us-west-2b",
+                "aws/us-west-2/p5.48xlarge/us-west-2c",
+                "aws/us-west-2/p5.48xlarge/us-west-2d",
             ]
         );
-        let only80 = plan(&req(Some("A100-80GB"), 1, &["us-east-1"])).unwrap();
-        assert_eq!(only80.len(), 1);
-        assert_eq!(only80[0].instance_type, "p4de.24xlarge");
+        assert!(zone_in_region("us-east-1a", "us-east-1"));
+        assert!(!zone_in_region("us-east-11a", "us-east-1"));
+        assert!(!zone_in_region("us-west-2-lax-1a", "us-west-2"));
     }
 
     #[test]
     fn count_and_price_filter() {
         let t4 = plan(&req(Some("T4"), 4, &["us-east-1"])).unwrap();
-        let types: Vec<&str> = t4.iter().map(|o| o.instance_type.as_str()).collect();
+        let mut types: Vec<&str> = t4.iter().map(|o| o.instance_type.as_str()).collect();
+        types.dedup();
         assert_eq!(types, ["g4dn.12xlarge", "g4dn.metal"]);
         let mut r = req(Some("T4"), 1, &[]);
         r.max_price_per_hour = Some(0.6);
         let cheap = plan(&r).unwrap();
         assert!(cheap.iter().all(|o| o.instance_type == "g4dn.xlarge"));
-        assert_eq!(cheap.len(), DEFAULT_REGIONS.len());
+        let zones: usize = DEFAULT_REGIONS.iter().map(|r| zones_of(r).len()).sum();
+        assert_eq!(
+            cheap.len(),
+            zones,
+            "one offer per zone of each default region"
+        );
     }
 
     #[test]

@@ -1,20 +1,26 @@
 //! The AWS EC2 adapter (issue 3), on `aws-sdk-ec2` with `aws-config` for credentials.
 //!
 //! Mapping onto the contract (design 5):
-//! - `plan`: the static GPU → instance-type ladder × regions ([`catalog`]); no network.
+//! - `plan`: the static GPU → instance-type ladder × regions × zones ([`catalog`]); no
+//!   network. EC2 capacity is per (type, zone), so there is one offer per zone, and every
+//!   zone of a region comes before the next, pricier type.
 //! - `prepare`: `DescribeInstanceTypes` + `DescribeInstanceTypeOfferings` (the zones that
-//!   offer the type; none → `Unavailable` for the type in the region), the image
-//!   (`image` from config, else the newest AWS Deep Learning Ubuntu AMI, else the newest
-//!   Canonical Ubuntu 22.04), the default VPC's subnets in zone order, and a per-VM
-//!   security group `gpuprov-<vm>-<lineage8>` (22 plus `ports`) tagged with the identity.
-//!   Idempotent: everything is looked up before it is created.
+//!   offer the type; none → `Unavailable` for the type in the region; not the offer's
+//!   zone → `Unavailable` for that offer), the image (`image` from config, else the newest
+//!   AWS Deep Learning Ubuntu AMI, else the newest Canonical Ubuntu 22.04), the default
+//!   VPC's subnet in the offer's zone, and a per-VM security group
+//!   `gpuprov-<vm>-<lineage8>` (22 plus `ports`) tagged with the identity. Idempotent:
+//!   everything is looked up before it is created, so the one group per (machine,
+//!   region) is found and reused when the core fails over from zone to zone.
 //! - `create`: one `RunInstances` (the SDK's retries off: the core decides) with
 //!   `ClientToken` from the spec, in the first subnet (see [`CloudProvider::create`] below
 //!   for why one), identity tags on the instance and its volumes, cloud-init user-data
 //!   with the project key, spot through instance market options.
-//! - `observe`: `DescribeInstances` by the identity and lineage tags.
+//! - `observe`: `DescribeInstances` by the identity and lineage tags, region-wide (a
+//!   location's zone is ignored: the identity is per region).
 //! - `delete` / `cleanup`: `TerminateInstances` (unknown id = success) / the security
-//!   group (`DependencyViolation` while the instance terminates = `Transient`).
+//!   group (`DependencyViolation` while the instance terminates = `InUse`).
+//! - `start`: `StartInstances` for a stopped instance ([`Feature::Start`]).
 //!
 //! Credentials come from the standard AWS chain (environment, profiles incl. SSO and
 //! `credential_process`, web identity, ECS, instance metadata), resolved once with a
@@ -108,6 +114,10 @@ pub struct AwsSettings {
     pub capabilities: Capabilities,
     /// Deadline for resolving credentials through the chain.
     pub credentials_timeout: Duration,
+    /// The shared-config profile to use (`AWS_PROFILE`); `None` = the SDK's default.
+    /// A named profile that neither shared file defines is a `Credentials` error naming
+    /// it and the files looked at, before anything is sent.
+    pub profile: Option<String>,
 }
 
 impl Default for AwsSettings {
@@ -118,6 +128,7 @@ impl Default for AwsSettings {
             credentials: None,
             capabilities: AwsSettings::default_capabilities(),
             credentials_timeout: CREDENTIALS_TIMEOUT,
+            profile: None,
         }
     }
 }
@@ -138,6 +149,7 @@ impl AwsSettings {
             endpoint: env("AWS_ENDPOINT_URL_EC2")
                 .or_else(|| env("AWS_ENDPOINT_URL"))
                 .or(endpoint.filter(|s| !s.trim().is_empty())),
+            profile: env("AWS_PROFILE").map(|p| p.trim().to_string()),
             ..AwsSettings::default()
         };
         let duration = |k: &str| {
@@ -174,6 +186,7 @@ impl AwsSettings {
                 Feature::Spot,
                 Feature::Gpu,
                 Feature::Kubernetes,
+                Feature::Start,
             ],
             boot_timeout: Duration::from_secs(900),
             ssh_timeout: Duration::from_secs(600),
@@ -192,7 +205,9 @@ pub struct Prepared {
     pub image: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root_device: Option<String>,
-    /// Default-VPC subnets in zones that offer the type, in zone order.
+    /// The default-VPC subnet of the offer's zone (of every zone offering the type, in
+    /// zone order, for an offer without a zone, as journalled by older versions); create
+    /// uses the first.
     pub subnets: Vec<PreparedSubnet>,
     pub security_group: String,
     pub vpc: String,
@@ -280,7 +295,7 @@ pub async fn resolve_credentials(
             ErrorKind::Credentials,
             format!(
                 "no usable AWS credentials: {}; {CREDENTIAL_SOURCES}",
-                aws_sdk_ec2::error::DisplayErrorContext(&e)
+                errors::display_chain(&e)
             ),
         )),
         Err(_) => Err(ProviderError::new(
@@ -291,6 +306,60 @@ pub async fn resolve_credentials(
             ),
         )),
     }
+}
+
+/// The shared config and credentials files the SDK reads: `AWS_CONFIG_FILE` /
+/// `AWS_SHARED_CREDENTIALS_FILE`, else `~/.aws/config` / `~/.aws/credentials`.
+pub fn shared_files() -> (std::path::PathBuf, std::path::PathBuf) {
+    let home = dirs::home_dir().unwrap_or_default();
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from)
+    };
+    (
+        env("AWS_CONFIG_FILE").unwrap_or_else(|| home.join(".aws").join("config")),
+        env("AWS_SHARED_CREDENTIALS_FILE").unwrap_or_else(|| home.join(".aws").join("credentials")),
+    )
+}
+
+/// Whether the shared files define `profile`: a `[profile NAME]` (or `[NAME]`) section in
+/// `config`, or a `[NAME]` section in `credentials`. A file that does not exist defines
+/// nothing. `None` when one does; else the `Credentials` error naming the profile and
+/// both files.
+pub fn missing_profile(
+    profile: &str,
+    config: &std::path::Path,
+    credentials: &std::path::Path,
+) -> Option<ProviderError> {
+    let sections = |path: &std::path::Path| -> Vec<String> {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let l = l.trim();
+                let inner = l.strip_prefix('[')?.strip_suffix(']')?;
+                Some(inner.split_whitespace().collect::<Vec<_>>().join(" "))
+            })
+            .collect()
+    };
+    let in_config = sections(config)
+        .iter()
+        .any(|s| *s == format!("profile {profile}") || s == profile);
+    let in_credentials = sections(credentials).iter().any(|s| s == profile);
+    if in_config || in_credentials {
+        return None;
+    }
+    Some(ProviderError::new(
+        ErrorKind::Credentials,
+        format!(
+            "AWS profile `{profile}` (AWS_PROFILE) is not defined: looked for `[profile \
+             {profile}]` in {} and `[{profile}]` in {}; add it (`aws configure --profile \
+             {profile}`) or unset AWS_PROFILE",
+            config.display(),
+            credentials.display()
+        ),
+    ))
 }
 
 impl AwsProvider {
@@ -346,6 +415,9 @@ impl AwsProvider {
                             .operation_attempt_timeout(Duration::from_secs(90))
                             .build(),
                     );
+                if let (None, Some(p)) = (&self.settings.credentials, &self.settings.profile) {
+                    loader = loader.profile_name(p);
+                }
                 if let Some(c) = &self.settings.credentials {
                     loader = loader.credentials_provider(Credentials::new(
                         c.access_key_id.clone(),
@@ -365,11 +437,18 @@ impl AwsProvider {
     /// opaque signing failure.
     async fn check_credentials(&self, sdk: &SdkConfig) -> Result<(), ProviderError> {
         self.credentials_ok
-            .get_or_try_init(|| {
+            .get_or_try_init(|| async {
+                if let (None, Some(p)) = (&self.settings.credentials, &self.settings.profile) {
+                    let (config, credentials) = shared_files();
+                    if let Some(e) = missing_profile(p, &config, &credentials) {
+                        return Err(e);
+                    }
+                }
                 resolve_credentials(
                     sdk.credentials_provider(),
                     self.settings.credentials_timeout,
                 )
+                .await
             })
             .await
             .map(|_| ())
@@ -679,6 +758,21 @@ impl CloudProvider for AwsProvider {
                 ),
             ));
         }
+        // A zone offer: only its zone. Not offered there → only this offer is blocked
+        // (the core goes on with the other zones).
+        if let Some(zone) = offer.location.zone.as_deref() {
+            if !zones.iter().any(|z| z == zone) {
+                return Err(ProviderError::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "{zone} does not offer {} (zones of {region} that do: {})",
+                        offer.instance_type,
+                        zones.join(", ")
+                    ),
+                ));
+            }
+            zones = vec![zone.to_string()];
+        }
 
         let (image, root_device) = self.resolve_image(&client, offer, spec).await?;
 
@@ -705,6 +799,15 @@ impl CloudProvider for AwsProvider {
             .collect();
         subnets.sort_by(|a, b| a.0.zone.cmp(&b.0.zone));
         let Some(vpc) = subnets.first().map(|s| s.1.clone()) else {
+            if let Some(zone) = offer.location.zone.as_deref() {
+                return Err(ProviderError::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "{zone} has no default-VPC subnet; create one \
+                         (`aws ec2 create-default-subnet --availability-zone {zone}`)"
+                    ),
+                ));
+            }
             return Err(ProviderError::new(
                 ErrorKind::Unavailable,
                 format!(
@@ -741,13 +844,17 @@ impl CloudProvider for AwsProvider {
         })
     }
 
-    /// One `RunInstances` in the first prepared subnet, with the SDK's retries off.
+    /// One `RunInstances` in the first prepared subnet (the offer's zone), with the SDK's
+    /// retries off.
     ///
     /// One subnet per attempt, by choice: a `RunInstances` call takes one subnet, and a
     /// second call in another zone would need a second `ClientToken` (the same token
     /// with other parameters is `IdempotentParameterMismatch`), which breaks the "one
-    /// create attempt, recognisable after a crash" rule. The zones are in the prepared
-    /// data so a zone-level failover can be added without changing its format.
+    /// create attempt, recognisable after a crash" rule. Zone failover is therefore the
+    /// core's: each zone is its own offer (see [`catalog::plan`]), so each zone attempt
+    /// has its own cursor and with it its own `ClientToken`, and
+    /// `InsufficientInstanceCapacity` blocks only that zone's offer. EC2's capacity
+    /// message (which names the zones that have capacity) is kept in the error.
     ///
     /// Errors per the classification table ([`errors::classify_code`]).
     async fn create(
@@ -906,8 +1013,8 @@ impl CloudProvider for AwsProvider {
         Ok(out)
     }
 
-    /// `TerminateInstances`, one id per call so one unknown id cannot fail the others;
-    /// `InvalidInstanceID.NotFound` is success. Does not wait.
+    /// `TerminateInstances` in `at.region`, one id per call so one unknown id cannot fail
+    /// the others; `InvalidInstanceID.NotFound` is success. Does not wait.
     async fn delete(
         &self,
         at: &Location,
@@ -928,8 +1035,10 @@ impl CloudProvider for AwsProvider {
         Ok(())
     }
 
-    /// Deletes the VM's security groups (by name and both tags). Not found is success;
-    /// `DependencyViolation` (an instance still terminating holds it) is `Transient`.
+    /// Deletes the VM's security groups (by name and both tags) in `at.region` (a zone in
+    /// `at` is ignored: the group is per region). Not found is success;
+    /// `DependencyViolation` (an instance still terminating holds it) is `InUse`, per the
+    /// table: the core observes again before retrying.
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
         let lineage = self.require_lineage()?.to_string();
         if at.cloud != CLOUD {
@@ -953,6 +1062,67 @@ impl CloudProvider for AwsProvider {
                 Err(e) => return Err(self.err("DeleteSecurityGroup", &at.region, &e, None)),
             }
         }
+        Ok(())
+    }
+
+    /// Starts a stopped instance: `DescribeInstances` by id first, then `StartInstances`
+    /// only when it is `stopped` (the SDK's retries off, as for create: the core decides,
+    /// and `InsufficientInstanceCapacity` arrives as HTTP 500). Already `pending` or
+    /// `running` is success (nothing is
+    /// sent); `stopping` is `Transient` (it can be started once stopped); terminated,
+    /// shutting down or unknown is `Failed` (there is nothing to start). `StartInstances`
+    /// errors per the table: `InsufficientInstanceCapacity` → `Capacity`, the account
+    /// limits → `Quota`, `IncorrectInstanceState` (raced with a stop) → `Transient`.
+    async fn start(
+        &self,
+        at: &Location,
+        _vm_name: &str,
+        instance_id: &str,
+    ) -> Result<(), ProviderError> {
+        let client = self.client(&at.region).await?;
+        let state = match client
+            .describe_instances()
+            .instance_ids(instance_id)
+            .send()
+            .await
+        {
+            Ok(out) => out
+                .reservations()
+                .iter()
+                .flat_map(|r| r.instances())
+                .find(|i| i.instance_id() == Some(instance_id))
+                .and_then(|i| i.state().and_then(|s| s.name()).cloned()),
+            Err(e) if errors::is_not_found(e.code()) => None,
+            Err(e) => return Err(self.err("DescribeInstances", &at.region, &e, None)),
+        };
+        match state {
+            Some(InstanceStateName::Pending | InstanceStateName::Running) => return Ok(()),
+            Some(InstanceStateName::Stopping) => {
+                return Err(ProviderError::transient(format!(
+                    "{instance_id} is still stopping; it can be started once stopped"
+                )))
+            }
+            Some(InstanceStateName::Stopped) => {}
+            other => {
+                return Err(ProviderError::new(
+                    ErrorKind::Failed,
+                    format!(
+                        "{instance_id} cannot be started: it is {}",
+                        other.as_ref().map(|s| s.as_str()).unwrap_or("gone")
+                    ),
+                ))
+            }
+        }
+        client
+            .start_instances()
+            .instance_ids(instance_id)
+            .customize()
+            .config_override(
+                aws_sdk_ec2::config::Config::builder().retry_config(RetryConfig::disabled()),
+            )
+            .send()
+            .await
+            .map_err(|e| self.err("StartInstances", &at.region, &e, None))?;
         Ok(())
     }
 }
@@ -1041,6 +1211,11 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Credentials);
         assert!(e.msg.contains("AWS_ACCESS_KEY_ID") && e.msg.contains("~/.aws/config"));
+        assert!(
+            e.msg.contains("no providers in chain provided credentials") && !e.msg.contains('{'),
+            "the chain's text, never its Debug: {}",
+            e.msg
+        );
         let started = std::time::Instant::now();
         let e = resolve_credentials(
             Some(SharedCredentialsProvider::new(Hangs)),
@@ -1063,5 +1238,61 @@ mod tests {
             AwsProvider::security_group_name("gpu1", "0123456789abcdef"),
             "gpuprov-gpu1-01234567"
         );
+    }
+
+    #[test]
+    fn a_missing_profile_is_named_with_the_files_looked_at() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config");
+        let credentials = dir.path().join("credentials");
+        // Neither file exists.
+        let e = missing_profile("prod", &config, &credentials).expect("missing");
+        assert_eq!(e.kind, ErrorKind::Credentials);
+        assert!(e.msg.contains("`prod`"), "{}", e.msg);
+        assert!(
+            e.msg.contains(&config.display().to_string())
+                && e.msg.contains(&credentials.display().to_string()),
+            "{}",
+            e.msg
+        );
+        std::fs::write(&config, "[default]\nregion = us-east-1\n[profile dev]\n").unwrap();
+        std::fs::write(&credentials, "[ci]\naws_access_key_id = x\n").unwrap();
+        assert!(missing_profile("prod", &config, &credentials).is_some());
+        assert!(missing_profile("dev", &config, &credentials).is_none());
+        assert!(missing_profile("ci", &config, &credentials).is_none());
+        assert!(missing_profile("default", &config, &credentials).is_none());
+        std::fs::write(&config, "[profile   prod ]\n").unwrap();
+        assert!(missing_profile("prod", &config, &credentials).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_missing_profile_stops_before_any_request() {
+        let aws = AwsProvider::new(AwsSettings {
+            lineage: "5f0c2a7e-1b2d".into(),
+            profile: Some("gpuprov-no-such-profile-4e1f".into()),
+            // Never dialled: the profile check comes first.
+            endpoint: Some("http://127.0.0.1:9".into()),
+            ..AwsSettings::default()
+        });
+        let at = Location {
+            cloud: CLOUD.into(),
+            region: "us-east-1".into(),
+            zone: None,
+        };
+        let e = aws.observe(&at, "trainer").await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Credentials, "{e:?}");
+        assert!(
+            e.msg.contains("`gpuprov-no-such-profile-4e1f`"),
+            "{}",
+            e.msg
+        );
+        assert!(e.msg.contains("config") && e.msg.contains("credentials"));
+    }
+
+    #[test]
+    fn start_is_declared() {
+        assert!(AwsSettings::default_capabilities()
+            .supported
+            .contains(&Feature::Start));
     }
 }
