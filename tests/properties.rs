@@ -1801,7 +1801,7 @@ fn error_classifiers_never_take_unknown_errors_for_capacity() {
                 (
                     "lambda",
                     lambda::classify(
-                        &lambda::ApiError::from_response(r.status, &r.body, ra),
+                        &lambda::ApiError::from_response(r.status, None, &r.body, ra),
                         "x",
                         Some("k"),
                     ),
