@@ -43,8 +43,10 @@ struct World {
     tags: BTreeSet<String>,
     firewalls: Vec<Value>,
     droplets: Vec<Value>,
-    /// Droplet actions taken: (droplet id, type).
-    actions: Vec<(i64, String)>,
+    /// Droplet actions taken (spec `action` objects, `resource_id` = droplet id).
+    actions: Vec<Value>,
+    /// Ids of in-progress actions a listing already showed.
+    listed_in_progress: BTreeSet<i64>,
     /// Per (method, path): error responses served before the normal behaviour.
     faults: BTreeMap<(String, String), VecDeque<Canned>>,
     next: i64,
@@ -68,6 +70,7 @@ impl Default for World {
             firewalls: vec![],
             droplets: vec![],
             actions: vec![],
+            listed_in_progress: BTreeSet::new(),
             faults: BTreeMap::new(),
             next: 448_543_583,
             page_cap: 200,
@@ -255,6 +258,26 @@ impl World {
             .collect();
         let out = self.page(req, "droplets", &listed);
         let ids: Vec<Value> = listed.iter().map(|d| d["id"].clone()).collect();
+        for a in &mut self.actions {
+            if ids.contains(&a["resource_id"]) && a["status"] == "in-progress" {
+                // Listed once while in progress; completed by the next listing.
+                if self
+                    .listed_in_progress
+                    .insert(a["id"].as_i64().unwrap_or_default())
+                {
+                    continue;
+                }
+                a["status"] = json!("completed");
+                a["completed_at"] = json!("2026-11-30T20:00:05Z");
+                if let Some(d) = self
+                    .droplets
+                    .iter_mut()
+                    .find(|d| d["id"] == a["resource_id"])
+                {
+                    d["status"] = json!("active");
+                }
+            }
+        }
         for (n, d) in self.droplets.iter_mut().enumerate() {
             if ids.contains(&d["id"]) && d["status"] == "new" {
                 d["status"] = json!("active");
@@ -313,13 +336,21 @@ impl World {
         }
     }
 
-    /// `POST /v2/droplets/{id}/actions`: `power_off` turns the droplet `off`, `power_on`
-    /// turns an `off` one `active` (this fake completes actions at once). Powering on a
-    /// droplet that is not `off` is refused with 422 (the text is this fake's; the
-    /// vendor's is not documented).
+    /// `POST /v2/droplets/{id}/actions`: `power_off` turns the droplet `off` at once;
+    /// `power_on` of an `off` droplet starts an `in-progress` action and the droplet stays
+    /// `off` for one more listing, and the listing after it completes it (then `active`),
+    /// as on DigitalOcean,
+    /// where the droplet turns `active` only when the action completes. A second action
+    /// while one is in progress is refused ("Droplet already has a pending event."), and
+    /// so is powering on a droplet that is not `off` (the text of that one is this
+    /// fake's; the vendor's is not documented).
     fn action(&mut self, path: &str, body: &Value) -> Canned {
         let id = Self::droplet_id(path);
         let ty = body["type"].as_str().unwrap_or_default().to_string();
+        let pending = self
+            .actions
+            .iter()
+            .any(|a| a["resource_id"] == id && a["status"] == "in-progress");
         let Some(d) = self.droplets.iter_mut().find(|d| d["id"] == id) else {
             return Canned::status(
                 404,
@@ -329,38 +360,46 @@ impl World {
                 ),
             );
         };
-        match (ty.as_str(), d["status"].as_str()) {
-            ("power_off", _) => d["status"] = json!("off"),
-            ("power_on", Some("off")) => d["status"] = json!("active"),
-            ("power_on", _) => {
-                return Canned::status(
-                    422,
-                    err_body("unprocessable_entity", "Droplet is already powered on."),
-                )
-            }
-            _ => {
-                return Canned::status(
-                    422,
-                    err_body("unprocessable_entity", "this fake knows no such action"),
-                )
-            }
+        let refuse = |m: &str| Canned::status(422, err_body("unprocessable_entity", m));
+        if pending {
+            return refuse("Droplet already has a pending event.");
         }
+        let status = match (ty.as_str(), d["status"].as_str()) {
+            ("power_off", _) => {
+                d["status"] = json!("off");
+                "completed"
+            }
+            ("power_on", Some("off")) => "in-progress",
+            ("power_on", _) => return refuse("Droplet is already powered on."),
+            _ => return refuse("this fake knows no such action"),
+        };
         let region = d["region"].clone();
-        self.actions.push((id, ty.clone()));
-        Canned::status(
-            201,
-            json!({"action": {
-                "id": 36_804_636 + self.actions.len() as i64,
-                "status": "in-progress",
-                "type": ty,
-                "started_at": "2026-11-30T20:00:00Z",
-                "completed_at": null,
-                "resource_id": id,
-                "resource_type": "droplet",
-                "region": region,
-                "region_slug": region["slug"]
-            }}),
-        )
+        let a = json!({
+            "id": 36_804_636 + self.actions.len() as i64,
+            "status": status,
+            "type": ty,
+            "started_at": "2026-11-30T20:00:00Z",
+            "completed_at": if status == "completed" { json!("2026-11-30T20:00:05Z") } else { Value::Null },
+            "resource_id": id,
+            "resource_type": "droplet",
+            "region": region,
+            "region_slug": region["slug"]
+        });
+        self.actions.push(a.clone());
+        Canned::status(201, json!({ "action": a }))
+    }
+
+    /// `GET /v2/droplets/{id}/actions`, newest first.
+    fn list_actions(&self, req: &Seen) -> Canned {
+        let id = Self::droplet_id(&req.path);
+        let mine: Vec<Value> = self
+            .actions
+            .iter()
+            .rev()
+            .filter(|a| a["resource_id"] == id)
+            .cloned()
+            .collect();
+        self.page(req, "actions", &mine)
     }
 
     /// `DELETE /v2/tags/{name}`: deleting a tag untags whatever carries it.
@@ -582,6 +621,8 @@ impl Cloud2 {
         route!("DELETE", "^/v2/droplets/[^/]+$", |w, r| w
             .delete_droplet(&r.path));
         route!("GET", "^/v2/droplets/[^/]+$", |w, r| w.get_droplet(&r.path));
+        route!("GET", "^/v2/droplets/[^/]+/actions$", |w, r| w
+            .list_actions(r));
         route!("POST", "^/v2/droplets/[^/]+/actions$", |w, r| {
             let b = r.body.clone().unwrap_or_default();
             w.action(&r.path, &b)
@@ -1540,24 +1581,31 @@ async fn a_stopped_droplet_is_started_and_observed_running() {
     );
 
     p.start(&at, "trainer", &id).await.unwrap();
-    let posts = cloud
-        .server
-        .requests_to("POST", &format!("/v2/droplets/{n}/actions"));
+    let actions = format!("/v2/droplets/{n}/actions");
+    let posts = cloud.server.requests_to("POST", &actions);
     assert_eq!(posts.len(), 1);
     assert_eq!(posts[0].body, Some(json!({"type": "power_on"})));
+    // The droplet stays `off` while the action is in progress; a start then (the core
+    // seeing it still Stopped) is success: the refused second action ("pending event")
+    // is answered by the power_on in progress.
     let seen = p.observe(&at, "trainer").await.unwrap();
+    assert_eq!(seen[0].status, InstanceStatus::Stopped);
+    p.start(&at, "trainer", &id).await.unwrap();
+    assert_eq!(cloud.server.requests_to("POST", &actions).len(), 2);
+    // Running once the action completes (the next listing in this fake).
+    let mut seen = p.observe(&at, "trainer").await.unwrap();
+    for _ in 0..3 {
+        if seen[0].status == InstanceStatus::Running {
+            break;
+        }
+        seen = p.observe(&at, "trainer").await.unwrap();
+    }
     assert_eq!(seen[0].status, InstanceStatus::Running);
     assert!(seen[0].ssh.is_some());
 
-    // Already running: success, no second action.
+    // Already running: success, no further action.
     p.start(&at, "trainer", &id).await.unwrap();
-    assert_eq!(
-        cloud
-            .server
-            .requests_to("POST", &format!("/v2/droplets/{n}/actions"))
-            .len(),
-        1
-    );
+    assert_eq!(cloud.server.requests_to("POST", &actions).len(), 2);
     // Gone: nothing to start.
     p.delete(&at, "trainer", std::slice::from_ref(&id))
         .await

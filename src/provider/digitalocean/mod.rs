@@ -298,6 +298,15 @@ struct Firewall {
     name: String,
 }
 
+/// Spec `action`.
+#[derive(Debug, Clone, Deserialize)]
+struct Action {
+    #[serde(default, rename = "type")]
+    kind: String,
+    #[serde(default)]
+    status: String,
+}
+
 /// Spec `droplet`.
 #[derive(Debug, Clone, Deserialize)]
 struct Droplet {
@@ -1167,7 +1176,9 @@ impl CloudProvider for DigitalOceanProvider {
     /// Powers a stopped droplet on: `GET /v2/droplets/{id}`, and when it is `off`,
     /// `POST /v2/droplets/{id}/actions` with `{"type": "power_on"}` (answered 201 with the
     /// `in-progress` action; the droplet turns `active` when it completes). A droplet
-    /// already `new` or `active` is success without an action. A droplet that no longer
+    /// already `new` or `active` is success without an action, and so is one whose
+    /// power_on is still in progress (the repeated action is refused with 422; the
+    /// droplet's actions, `GET /v2/droplets/{id}/actions`, show the one in progress). A droplet that no longer
     /// exists (404), or one `archive`d, is `Failed`: there is nothing to start.
     async fn start(
         &self,
@@ -1203,12 +1214,34 @@ impl CloudProvider for DigitalOceanProvider {
             }
         }
         let body = json!({ "type": "power_on" });
+        let actions = format!("{path}/actions");
         match self
-            .call_raw(Method::POST, &format!("{path}/actions"), &[], Some(&body))
+            .call_raw(Method::POST, &actions, &[], Some(&body))
             .await?
         {
             Ok(_) => Ok(()),
             Err(e) if e.is_not_found() => Err(gone("it no longer exists")),
+            // The droplet stays `off` until its power_on completes, so a start repeated
+            // meanwhile is refused ("Droplet already has a pending event."): success when
+            // a power_on is in progress.
+            Err(e) if e.status == Some(422) => {
+                let listed: Vec<Action> = self
+                    .list_all(
+                        &actions,
+                        "actions",
+                        &[],
+                        &format!("list actions of droplet {n}"),
+                    )
+                    .await?;
+                if listed
+                    .iter()
+                    .any(|a| a.kind == "power_on" && a.status == "in-progress")
+                {
+                    Ok(())
+                } else {
+                    Err(self.classify_at(&e, &what, Some(&at.region)))
+                }
+            }
             Err(e) => Err(self.classify_at(&e, &what, Some(&at.region))),
         }
     }
