@@ -20,8 +20,8 @@ use gpuprov::machine::{ExecError, MemoryJournal};
 use gpuprov::provider::digitalocean::{DigitalOceanProvider, DigitalOceanSettings, Token};
 use gpuprov::provider::fake::FakeConnector;
 use gpuprov::provider::{
-    BootScript, Capabilities, CloudProvider, ErrorKind, InstanceSpec, InstanceStatus, Location,
-    ResourceRequest,
+    project_key_name, BootScript, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
+    InstanceStatus, Location, ResourceRequest,
 };
 use gpuprov::vm::{LaunchState, Target, TeardownState};
 use serde_json::{json, Value};
@@ -43,6 +43,10 @@ struct World {
     tags: BTreeSet<String>,
     firewalls: Vec<Value>,
     droplets: Vec<Value>,
+    /// Droplet actions taken (spec `action` objects, `resource_id` = droplet id).
+    actions: Vec<Value>,
+    /// Ids of in-progress actions a listing already showed.
+    listed_in_progress: BTreeSet<i64>,
     /// Per (method, path): error responses served before the normal behaviour.
     faults: BTreeMap<(String, String), VecDeque<Canned>>,
     next: i64,
@@ -65,6 +69,8 @@ impl Default for World {
             tags: BTreeSet::new(),
             firewalls: vec![],
             droplets: vec![],
+            actions: vec![],
+            listed_in_progress: BTreeSet::new(),
             faults: BTreeMap::new(),
             next: 448_543_583,
             page_cap: 200,
@@ -252,6 +258,26 @@ impl World {
             .collect();
         let out = self.page(req, "droplets", &listed);
         let ids: Vec<Value> = listed.iter().map(|d| d["id"].clone()).collect();
+        for a in &mut self.actions {
+            if ids.contains(&a["resource_id"]) && a["status"] == "in-progress" {
+                // Listed once while in progress; completed by the next listing.
+                if self
+                    .listed_in_progress
+                    .insert(a["id"].as_i64().unwrap_or_default())
+                {
+                    continue;
+                }
+                a["status"] = json!("completed");
+                a["completed_at"] = json!("2026-11-30T20:00:05Z");
+                if let Some(d) = self
+                    .droplets
+                    .iter_mut()
+                    .find(|d| d["id"] == a["resource_id"])
+                {
+                    d["status"] = json!("active");
+                }
+            }
+        }
         for (n, d) in self.droplets.iter_mut().enumerate() {
             if ids.contains(&d["id"]) && d["status"] == "new" {
                 d["status"] = json!("active");
@@ -284,6 +310,116 @@ impl World {
         } else {
             Canned::empty(204)
         }
+    }
+
+    fn droplet_id(path: &str) -> i64 {
+        path.trim_start_matches("/v2/droplets/")
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .parse()
+            .unwrap_or(0)
+    }
+
+    /// `GET /v2/droplets/{id}`.
+    fn get_droplet(&self, path: &str) -> Canned {
+        let id = Self::droplet_id(path);
+        match self.droplets.iter().find(|d| d["id"] == id) {
+            Some(d) => Canned::ok(json!({ "droplet": d })),
+            None => Canned::status(
+                404,
+                err_body(
+                    "not_found",
+                    "The resource you were accessing could not be found.",
+                ),
+            ),
+        }
+    }
+
+    /// `POST /v2/droplets/{id}/actions`: `power_off` turns the droplet `off` at once;
+    /// `power_on` of an `off` droplet starts an `in-progress` action and the droplet stays
+    /// `off` for one more listing, and the listing after it completes it (then `active`),
+    /// as on DigitalOcean,
+    /// where the droplet turns `active` only when the action completes. A second action
+    /// while one is in progress is refused ("Droplet already has a pending event."), and
+    /// so is powering on a droplet that is not `off` (the text of that one is this
+    /// fake's; the vendor's is not documented).
+    fn action(&mut self, path: &str, body: &Value) -> Canned {
+        let id = Self::droplet_id(path);
+        let ty = body["type"].as_str().unwrap_or_default().to_string();
+        let pending = self
+            .actions
+            .iter()
+            .any(|a| a["resource_id"] == id && a["status"] == "in-progress");
+        let Some(d) = self.droplets.iter_mut().find(|d| d["id"] == id) else {
+            return Canned::status(
+                404,
+                err_body(
+                    "not_found",
+                    "The resource you were accessing could not be found.",
+                ),
+            );
+        };
+        let refuse = |m: &str| Canned::status(422, err_body("unprocessable_entity", m));
+        if pending {
+            return refuse("Droplet already has a pending event.");
+        }
+        let status = match (ty.as_str(), d["status"].as_str()) {
+            ("power_off", _) => {
+                d["status"] = json!("off");
+                "completed"
+            }
+            ("power_on", Some("off")) => "in-progress",
+            ("power_on", _) => return refuse("Droplet is already powered on."),
+            _ => return refuse("this fake knows no such action"),
+        };
+        let region = d["region"].clone();
+        let a = json!({
+            "id": 36_804_636 + self.actions.len() as i64,
+            "status": status,
+            "type": ty,
+            "started_at": "2026-11-30T20:00:00Z",
+            "completed_at": if status == "completed" { json!("2026-11-30T20:00:05Z") } else { Value::Null },
+            "resource_id": id,
+            "resource_type": "droplet",
+            "region": region,
+            "region_slug": region["slug"]
+        });
+        self.actions.push(a.clone());
+        Canned::status(201, json!({ "action": a }))
+    }
+
+    /// `GET /v2/droplets/{id}/actions`, newest first.
+    fn list_actions(&self, req: &Seen) -> Canned {
+        let id = Self::droplet_id(&req.path);
+        let mine: Vec<Value> = self
+            .actions
+            .iter()
+            .rev()
+            .filter(|a| a["resource_id"] == id)
+            .cloned()
+            .collect();
+        self.page(req, "actions", &mine)
+    }
+
+    /// `DELETE /v2/tags/{name}`: deleting a tag untags whatever carries it.
+    fn delete_tag(&mut self, path: &str) -> Canned {
+        let name = path.trim_start_matches("/v2/tags/").to_string();
+        if !self.tags.remove(&name) {
+            return Canned::status(
+                404,
+                err_body(
+                    "not_found",
+                    "The resource you were accessing could not be found.",
+                ),
+            );
+        }
+        for d in &mut self.droplets {
+            if let Some(t) = d["tags"].as_array_mut() {
+                t.retain(|x| x != name.as_str());
+            }
+        }
+        Canned::empty(204)
     }
 
     fn create_firewall(&mut self, body: &Value) -> Canned {
@@ -372,6 +508,37 @@ fn droplet_json(id: i64, body: &Value, size: &Value, region: &str) -> Value {
     d
 }
 
+/// The gpuprov subset with `DELETE /v2/tags/{tag_id}` added: the subset lacks it, but the
+/// adapter removes the per-VM firewall tag it created. Copied from the whole-API bundle
+/// (`DigitalOcean-public.v2.bundled.yaml`, operation `tags_delete`: 204, 401, 404, 429,
+/// 500, default); its path parameter is the tag name.
+fn spec_with_tag_delete() -> spec::Spec {
+    spec::digitalocean().patch(|doc| {
+        assert!(
+            doc["paths"].get("/v2/tags/{tag_id}").is_none(),
+            "the subset has tags_delete now: drop this patch"
+        );
+        doc["paths"]["/v2/tags/{tag_id}"] = json!({
+            "parameters": [{
+                "name": "tag_id", "in": "path", "required": true,
+                "schema": {"type": "string", "pattern": "^[a-zA-Z0-9_\\-\\:]+$", "maxLength": 255}
+            }],
+            "delete": {
+                "operationId": "tags_delete",
+                "responses": {
+                    "204": {"$ref": "#/components/responses/no_content"},
+                    "401": {"$ref": "#/components/responses/unauthorized"},
+                    "404": {"$ref": "#/components/responses/not_found"},
+                    "429": {"$ref": "#/components/responses/too_many_requests"},
+                    "500": {"$ref": "#/components/responses/server_error"},
+                    "default": {"$ref": "#/components/responses/unexpected_error"}
+                },
+                "security": [{"bearer_auth": ["tag:delete"]}]
+            }
+        });
+    })
+}
+
 struct Cloud2 {
     server: SpecServer,
     world: Arc<Mutex<World>>,
@@ -379,7 +546,7 @@ struct Cloud2 {
 
 impl Cloud2 {
     async fn start(world: World) -> Cloud2 {
-        let server = SpecServer::start(Arc::new(spec::digitalocean())).await;
+        let server = SpecServer::start(Arc::new(spec_with_tag_delete())).await;
         let world = Arc::new(Mutex::new(world));
         macro_rules! route {
             ($method:expr, $re:expr, |$w:ident, $req:ident| $body:expr) => {{
@@ -402,6 +569,25 @@ impl Cloud2 {
             .page(r, "ssh_keys", &w.keys));
         route!("POST", "^/v2/account/keys$", |w, r| {
             let b = r.body.clone().unwrap_or_default();
+            // DigitalOcean refuses a second key of the same value (names may repeat).
+            let value = |k: &Value| {
+                k["public_key"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .take(2)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            if w.keys.iter().any(|k| value(k) == value(&b)) {
+                return Canned::status(
+                    422,
+                    err_body(
+                        "unprocessable_entity",
+                        "SSH Key is already in use on your account",
+                    ),
+                );
+            }
             let k = json!({
                 "id": 512_190 + w.keys.len() as i64,
                 "fingerprint": "3b:16:bf:e4:8b:00:8b:b8:59:8c:a9:d3:f0:19:45:fa",
@@ -434,6 +620,14 @@ impl Cloud2 {
         });
         route!("DELETE", "^/v2/droplets/[^/]+$", |w, r| w
             .delete_droplet(&r.path));
+        route!("GET", "^/v2/droplets/[^/]+$", |w, r| w.get_droplet(&r.path));
+        route!("GET", "^/v2/droplets/[^/]+/actions$", |w, r| w
+            .list_actions(r));
+        route!("POST", "^/v2/droplets/[^/]+/actions$", |w, r| {
+            let b = r.body.clone().unwrap_or_default();
+            w.action(&r.path, &b)
+        });
+        route!("DELETE", "^/v2/tags/[^/]+$", |w, r| w.delete_tag(&r.path));
         Cloud2 { server, world }
     }
 
@@ -595,13 +789,16 @@ async fn full_launch_then_teardown_against_the_spec() {
     assert!(vm.ssh.host.starts_with("127.0.0."), "{}", vm.ssh.host);
     assert_eq!(r.connector.logins(), 1);
 
-    // prepare: the key was unknown, so it was registered under gpuprov-<lineage8>.
+    // prepare: the key was unknown, so it was registered under the name derived from its
+    // fingerprint, gpuprov-<lineage8>-<fp12>.
     let keys = r.cloud.server.requests_to("POST", "/v2/account/keys");
     assert_eq!(keys.len(), 1);
     let kb = keys[0].body.clone().unwrap();
+    let key_name = project_key_name(LINEAGE, PUBKEY);
+    assert!(key_name.starts_with("gpuprov-0f0e0d0c-"), "{key_name}");
     assert_eq!(
         (kb["name"].clone(), kb["public_key"].clone()),
-        (json!("gpuprov-0f0e0d0c"), json!(PUBKEY))
+        (json!(key_name), json!(PUBKEY))
     );
     // prepare: the firewall tag first (a firewall may only name existing tags), then a
     // per-VM firewall on that tag with 22 and the asked port in, everything out.
@@ -663,6 +860,17 @@ async fn full_launch_then_teardown_against_the_spec() {
     assert_eq!(fw_id.len(), 1);
     assert!(r.cloud.world.lock().unwrap().firewalls.is_empty());
     assert!(r.cloud.world.lock().unwrap().droplets.is_empty());
+    // ... and its tag (issue 12 item 4: the per-VM tag is owned too). The identity and
+    // lineage tags are shared with other VMs and projects and stay.
+    assert_eq!(
+        r.cloud
+            .server
+            .requests_to("DELETE", &format!("/v2/tags/{fw_tag}"))
+            .len(),
+        1
+    );
+    let tags = r.cloud.world.lock().unwrap().tags.clone();
+    assert!(!tags.contains(fw_tag), "{tags:?}");
     assert!(r
         .provider
         .observe(&vm.location, "trainer")
@@ -1213,4 +1421,227 @@ fn boot_script_of(user_data: &str) -> String {
     let doc: serde_yaml::Value = serde_yaml::from_str(user_data).unwrap();
     let content = doc["write_files"][0]["content"].as_str().unwrap();
     gpuprov::cluster::userdata::decode_gz_b64(content).expect("gzip in base64")
+}
+
+/// Issue 12 item 6: keys named like the project key but holding another value (one under
+/// the old `gpuprov-<lineage8>` name, one under the derived name itself) are never used and
+/// do not stop the run: ours is registered under the derived name (DigitalOcean refuses
+/// duplicate values, not names) and the droplet is created with it.
+#[tokio::test]
+async fn keys_named_like_ours_with_another_value_are_never_used() {
+    let derived = project_key_name(LINEAGE, PUBKEY);
+    let mut world = h100_world();
+    world.keys = vec![
+        json!({"id": 7, "fingerprint": "aa", "public_key": "ssh-ed25519 AAAAC3NzaForeignOldName x", "name": "gpuprov-0f0e0d0c"}),
+        json!({"id": 8, "fingerprint": "bb", "public_key": "ssh-ed25519 AAAAC3NzaForeignDerived y", "name": derived}),
+    ];
+    let r = Run::new(world).await;
+    let end = r.launch().await.unwrap();
+    assert!(end.ready().is_some(), "{end:?} {:?}", r.labels());
+    let posts = r.cloud.server.requests_to("POST", "/v2/account/keys");
+    assert_eq!(posts.len(), 1, "registered once");
+    let kb = posts[0].body.clone().unwrap();
+    assert_eq!(
+        (kb["name"].clone(), kb["public_key"].clone()),
+        (json!(derived), json!(PUBKEY))
+    );
+    let ours = r.cloud.world.lock().unwrap().keys[2]["id"].clone();
+    assert_eq!(r.cloud.creates()[0]["ssh_keys"], json!([ours]));
+    r.cloud.server.verify();
+}
+
+/// A registration refused because the key is already on the account (422 "SSH Key is
+/// already in use on your account": registered meanwhile, or the listing lagged) is not a
+/// failure: the keys are listed again and ours is found by value.
+#[tokio::test]
+async fn a_key_already_in_use_is_found_by_value_after_the_refusal() {
+    let mut world = h100_world();
+    world.keys = vec![json!({
+        "id": 42, "fingerprint": "cc", "name": "my-laptop",
+        "public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuprovTestKeyOnly me@laptop"
+    })];
+    let cloud = Cloud2::start(world).await;
+    // The first listing lags and does not show the key yet.
+    cloud.world.lock().unwrap().fault(
+        "GET",
+        "/v2/account/keys",
+        Canned::ok(json!({"ssh_keys": [], "links": {}, "meta": {"total": 0}})),
+    );
+    let p = cloud.provider();
+    let offer = p
+        .plan(&ask(Some("H100"), 1, &["tor1"]))
+        .await
+        .unwrap()
+        .remove(0);
+    let prepared = p.prepare(&offer, &instance_spec()).await.unwrap();
+    assert_eq!(prepared["ssh_key_id"], 42);
+    assert_eq!(cloud.world.lock().unwrap().keys.len(), 1);
+    cloud.server.verify();
+}
+
+/// A provider for an endpoint that is not the spec server.
+fn provider_at(endpoint: String) -> DigitalOceanProvider {
+    DigitalOceanProvider::new(DigitalOceanSettings {
+        endpoint: Some(endpoint),
+        token: Some(Token::new(SENTINEL)),
+        token_source: "test".into(),
+        lineage: LINEAGE.into(),
+    })
+}
+
+/// Issue 12 item 7: a proxy in front of the API answering 502 with its own HTML page (not
+/// DigitalOcean's `error` object, so not the spec server) gives one short line naming the
+/// status and the content type, never the page.
+#[tokio::test]
+async fn an_html_error_page_is_one_short_line() {
+    let proxy = wiremock::MockServer::start().await;
+    let page = format!(
+        "<!DOCTYPE html>\n<html>\n<head><title>502 Bad Gateway</title></head>\n<body>\n<center><h1>502 Bad Gateway</h1></center>\n{}<hr><center>cloudflare</center>\n</body>\n</html>\n",
+        "<!-- a padding comment to make the page long -->\n".repeat(40)
+    );
+    wiremock::Mock::given(wiremock::matchers::any())
+        .respond_with(
+            wiremock::ResponseTemplate::new(502)
+                .set_body_raw(page.clone(), "text/html; charset=utf-8"),
+        )
+        .mount(&proxy)
+        .await;
+    let p = provider_at(proxy.uri());
+    let e = p.observe(&loc("tor1"), "trainer").await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Transient, "{e}");
+    assert!(!e.msg.contains('\n'), "one line: {}", e.msg);
+    assert!(
+        e.msg.contains("HTTP 502") && e.msg.contains("text/html"),
+        "{}",
+        e.msg
+    );
+    assert!(e.msg.contains("502 Bad Gateway"), "{}", e.msg);
+    assert!(!e.msg.contains('<'), "no markup: {}", e.msg);
+    assert!(e.msg.len() < 200, "short: {}", e.msg);
+}
+
+/// Issue 12 item 7: an endpoint that refuses connections is `Unreachable` at once (the
+/// core then blocks the whole cloud); the adapter does not retry, and the message names
+/// the endpoint without the token.
+#[tokio::test]
+async fn a_refused_connection_is_unreachable_at_once() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    let p = provider_at(format!("http://127.0.0.1:{port}"));
+    let started = Instant::now();
+    let e = p.plan(&ask(Some("H100"), 1, &["tor1"])).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unreachable, "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(e.msg.contains(&format!("127.0.0.1:{port}")), "{}", e.msg);
+    assert!(!e.msg.contains(SENTINEL), "{}", e.msg);
+    assert_eq!(
+        p.observe(&loc("tor1"), "trainer").await.unwrap_err().kind,
+        ErrorKind::Unreachable
+    );
+}
+
+/// Issue 12 item 2: DigitalOcean can power a droplet on, so it declares `Feature::Start`.
+/// A droplet that is `off` is observed `Stopped`; `start` powers it on
+/// (`POST /v2/droplets/{id}/actions` `{"type": "power_on"}`) and it is observed `Running`;
+/// starting it again while it runs is success without another action.
+#[tokio::test]
+async fn a_stopped_droplet_is_started_and_observed_running() {
+    let cloud = Cloud2::start(h100_world()).await;
+    let p = cloud.provider();
+    assert!(p.capabilities().supports(Feature::Start));
+    let offer = p
+        .plan(&ask(Some("H100"), 1, &["tor1"]))
+        .await
+        .unwrap()
+        .remove(0);
+    let spec = instance_spec();
+    let prepared = p.prepare(&offer, &spec).await.unwrap();
+    let id = p.create(&offer, &prepared, &spec).await.unwrap();
+    let at = loc("tor1");
+    p.observe(&at, "trainer").await.unwrap(); // new → active in the fake
+    let seen = p.observe(&at, "trainer").await.unwrap();
+    assert_eq!(seen[0].status, InstanceStatus::Running);
+
+    // Stopped by the user (or the vendor).
+    let n: i64 = id.parse().unwrap();
+    cloud.world.lock().unwrap().action(
+        &format!("/v2/droplets/{n}/actions"),
+        &json!({"type": "power_off"}),
+    );
+    let seen = p.observe(&at, "trainer").await.unwrap();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        (seen[0].instance_id.as_str(), &seen[0].status),
+        (id.as_str(), &InstanceStatus::Stopped)
+    );
+
+    p.start(&at, "trainer", &id).await.unwrap();
+    let actions = format!("/v2/droplets/{n}/actions");
+    let posts = cloud.server.requests_to("POST", &actions);
+    assert_eq!(posts.len(), 1);
+    assert_eq!(posts[0].body, Some(json!({"type": "power_on"})));
+    // The droplet stays `off` while the action is in progress; a start then (the core
+    // seeing it still Stopped) is success: the refused second action ("pending event")
+    // is answered by the power_on in progress.
+    let seen = p.observe(&at, "trainer").await.unwrap();
+    assert_eq!(seen[0].status, InstanceStatus::Stopped);
+    p.start(&at, "trainer", &id).await.unwrap();
+    assert_eq!(cloud.server.requests_to("POST", &actions).len(), 2);
+    // Running once the action completes (the next listing in this fake).
+    let mut seen = p.observe(&at, "trainer").await.unwrap();
+    for _ in 0..3 {
+        if seen[0].status == InstanceStatus::Running {
+            break;
+        }
+        seen = p.observe(&at, "trainer").await.unwrap();
+    }
+    assert_eq!(seen[0].status, InstanceStatus::Running);
+    assert!(seen[0].ssh.is_some());
+
+    // Already running: success, no further action.
+    p.start(&at, "trainer", &id).await.unwrap();
+    assert_eq!(cloud.server.requests_to("POST", &actions).len(), 2);
+    // Gone: nothing to start.
+    p.delete(&at, "trainer", std::slice::from_ref(&id))
+        .await
+        .unwrap();
+    assert_eq!(
+        p.start(&at, "trainer", &id).await.unwrap_err().kind,
+        ErrorKind::Failed
+    );
+    cloud.server.verify();
+}
+
+/// Issue 12 item 4: what `prepare` created for a VM (the firewall and its tag) is removed
+/// by `cleanup`, also when the offer is abandoned before any droplet exists; a cleanup
+/// again finds nothing and succeeds.
+#[tokio::test]
+async fn cleanup_removes_the_firewall_and_its_tag_of_an_abandoned_prepare() {
+    let cloud = Cloud2::start(h100_world()).await;
+    let p = cloud.provider();
+    let offer = p
+        .plan(&ask(Some("H100"), 1, &["tor1"]))
+        .await
+        .unwrap()
+        .remove(0);
+    p.prepare(&offer, &instance_spec()).await.unwrap();
+    let fw_tag = "gpuprov-trainer-0f0e0d0c-tor1";
+    assert!(cloud.world.lock().unwrap().tags.contains(fw_tag));
+    p.cleanup(&loc("tor1"), "trainer").await.unwrap();
+    {
+        let w = cloud.world.lock().unwrap();
+        assert!(w.firewalls.is_empty(), "{:?}", w.firewalls);
+        assert!(
+            !w.tags.iter().any(|t| t.starts_with("gpuprov-trainer-")),
+            "{:?}",
+            w.tags
+        );
+    }
+    p.cleanup(&loc("tor1"), "trainer").await.unwrap();
+    cloud.server.verify();
 }

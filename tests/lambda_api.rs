@@ -19,7 +19,8 @@ use gpuprov::machine::{ExecError, MemoryJournal};
 use gpuprov::provider::fake::FakeConnector;
 use gpuprov::provider::lambda::{ApiKey, LambdaProvider, LambdaSettings};
 use gpuprov::provider::{
-    Capabilities, CloudProvider, ErrorKind, InstanceStatus, Location, ResourceRequest,
+    project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
+    InstanceStatus, Location, ResourceRequest,
 };
 use gpuprov::vm::{LaunchState, Target, TeardownState};
 use serde_json::{json, Value};
@@ -179,6 +180,11 @@ impl World {
         }
         if let Some(f) = body.get("firewall_rulesets") {
             inst["firewall_rulesets"] = f.clone();
+            for fw in f.as_array().cloned().unwrap_or_default() {
+                if let Some(rs) = self.rulesets.iter_mut().find(|r| r["id"] == fw["id"]) {
+                    rs["instance_ids"].as_array_mut().unwrap().push(json!(id));
+                }
+            }
         }
         self.instances.push(inst);
         Canned::ok(json!({"data": {"instance_ids": [id]}}))
@@ -199,6 +205,19 @@ impl World {
             }
         }
         Canned::ok(out)
+    }
+
+    /// Whether an instance that is not terminated uses ruleset `id`.
+    fn ruleset_in_use(&self, id: &str) -> bool {
+        self.rulesets
+            .iter()
+            .filter(|r| r["id"] == id)
+            .flat_map(|r| r["instance_ids"].as_array().cloned().unwrap_or_default())
+            .any(|i| {
+                self.instances
+                    .iter()
+                    .any(|x| x["id"] == i && x["status"] != "terminated")
+            })
     }
 
     fn terminate(&mut self, body: &Value) -> Canned {
@@ -263,6 +282,14 @@ impl Cloud2 {
         ));
         route!("POST", "^/api/v1/ssh-keys$", |w, r| {
             let b = r.body.clone().unwrap_or_default();
+            // Lambda refuses a second key of the same name (400 `global/invalid-parameters`,
+            // "Key name must be unique", as field reports quote it).
+            if w.keys.iter().any(|k| k["name"] == b["name"]) {
+                return Canned::status(
+                    400,
+                    json!({"error": {"code": "global/invalid-parameters", "message": "Key name must be unique."}}),
+                );
+            }
             let k = json!({"id": format!("key{}", w.keys.len()), "name": b["name"], "public_key": b["public_key"]});
             w.keys.push(k.clone());
             Canned::ok(json!({"data": k}))
@@ -285,6 +312,18 @@ impl Cloud2 {
         });
         route!("DELETE", "^/api/v1/firewall-rulesets/[^/]+$", |w, r| {
             let id = r.path.rsplit('/').next().unwrap_or_default().to_string();
+            // A ruleset an instance that is not terminated still uses is refused
+            // (`ApiErrorFirewallRulesetInUse`).
+            if w.ruleset_in_use(&id) {
+                return Canned::status(
+                    400,
+                    json!({"error": {
+                        "code": "firewall-rulesets/firewall-ruleset-in-use",
+                        "message": "Firewall ruleset is in use by one or more instances.",
+                        "suggestion": "Terminate all instances that are using the ruleset before deleting it."
+                    }}),
+                );
+            }
             let before = w.rulesets.len();
             w.rulesets.retain(|f| f["id"] != id.as_str());
             if w.rulesets.len() == before {
@@ -426,11 +465,14 @@ async fn full_launch_then_teardown_against_the_spec() {
     assert!(vm.ssh.host.starts_with("127.0.0."), "{}", vm.ssh.host);
     assert_eq!(r.connector.logins(), 1);
 
-    // prepare: the key was unknown, so it was registered (by value, under gpuprov-<lineage8>).
+    // prepare: the key was unknown, so it was registered under the name derived from its
+    // fingerprint, gpuprov-<lineage8>-<fp12>.
     let keys = r.cloud.server.requests_to("POST", "/api/v1/ssh-keys");
     assert_eq!(keys.len(), 1);
     let kb = keys[0].body.clone().unwrap();
-    assert_eq!(kb["name"], "gpuprov-0f0e0d0c");
+    let key_name = project_key_name(LINEAGE, PUBKEY);
+    assert!(key_name.starts_with("gpuprov-0f0e0d0c-"), "{key_name}");
+    assert_eq!(kb["name"], key_name.as_str());
     assert_eq!(kb["public_key"], PUBKEY);
     // prepare: a per-VM ruleset with 22 and the asked port.
     let fw = r
@@ -455,7 +497,7 @@ async fn full_launch_then_teardown_against_the_spec() {
     let lb = &launches[0];
     assert_eq!(lb["region_name"], "us-east-1");
     assert_eq!(lb["instance_type_name"], "gpu_8x_h100_sxm5");
-    assert_eq!(lb["ssh_key_names"], json!(["gpuprov-0f0e0d0c"]));
+    assert_eq!(lb["ssh_key_names"], json!([key_name]));
     assert_eq!(lb["name"], "gpuprov-trainer-0f0e0d0c");
     assert_eq!(lb["firewall_rulesets"], json!([{"id": "fw1"}]));
     assert_eq!(tag(lb, "gpuprov-vm-name").as_deref(), Some("trainer"));
@@ -1038,6 +1080,227 @@ async fn gpuprov_offers_lists_lambda_offers_from_the_local_api() {
     );
     assert!(!stdout.contains(SENTINEL) && !stderr.contains(SENTINEL));
     assert!(cloud.launches().is_empty(), "offers creates nothing");
+    cloud.server.verify();
+}
+
+/// Issue 12 item 6: keys named like the project key but holding another value (one under
+/// the old `gpuprov-<lineage8>` name, one under the derived name itself) are never used
+/// and do not stop the run: Lambda refuses a second key of the same name, so ours is
+/// registered under the next free derived name and the launch carries it.
+#[tokio::test]
+async fn keys_named_like_ours_with_another_value_are_never_used() {
+    let derived = project_key_name(LINEAGE, PUBKEY);
+    let mut world = h100_world();
+    world.keys = vec![
+        json!({"id": "k1", "name": "gpuprov-0f0e0d0c", "public_key": "ssh-ed25519 AAAAC3NzaForeignOldName x"}),
+        json!({"id": "k2", "name": derived, "public_key": "ssh-ed25519 AAAAC3NzaForeignDerived y"}),
+    ];
+    let r = Run::new(world).await;
+    let end = r.launch().await.unwrap();
+    assert!(end.ready().is_some(), "{end:?} {:?}", r.labels());
+    let ours = format!("{derived}-2");
+    let posts = r.cloud.server.requests_to("POST", "/api/v1/ssh-keys");
+    assert_eq!(posts.len(), 1, "registered once");
+    let kb = posts[0].body.clone().unwrap();
+    assert_eq!(
+        (kb["name"].clone(), kb["public_key"].clone()),
+        (json!(ours), json!(PUBKEY))
+    );
+    assert_eq!(r.cloud.launches()[0]["ssh_key_names"], json!([ours]));
+    // The foreign keys are untouched.
+    let w = r.cloud.world.lock().unwrap();
+    assert_eq!(w.keys.len(), 3);
+    assert_eq!(
+        w.keys[0]["public_key"],
+        "ssh-ed25519 AAAAC3NzaForeignOldName x"
+    );
+    assert_eq!(
+        w.keys[1]["public_key"],
+        "ssh-ed25519 AAAAC3NzaForeignDerived y"
+    );
+    drop(w);
+    r.cloud.server.verify();
+}
+
+/// A key name taken between the listing and the registration (400 "Key name must be
+/// unique") is not a failure: the keys are listed again and the next free name is used.
+#[tokio::test]
+async fn a_key_name_taken_meanwhile_is_registered_under_the_next_name() {
+    let derived = project_key_name(LINEAGE, PUBKEY);
+    let cloud = Cloud2::start(h100_world()).await;
+    cloud.world.lock().unwrap().fault(
+        "POST",
+        "/api/v1/ssh-keys",
+        Canned::status(
+            400,
+            json!({"error": {"code": "global/invalid-parameters", "message": "Key name must be unique."}}),
+        ),
+    );
+    // What the refusal means: someone registered that name meanwhile.
+    cloud.world.lock().unwrap().keys.push(
+        json!({"id": "k9", "name": derived, "public_key": "ssh-ed25519 AAAAC3NzaMeanwhile z"}),
+    );
+    let p = cloud.provider();
+    let offer = p.plan(&ask_h100(&["us-east-1"])).await.unwrap().remove(0);
+    let prepared = p
+        .prepare(&offer, &spec_for("trainer", vec![]))
+        .await
+        .unwrap();
+    assert_eq!(prepared["ssh_key_name"], format!("{derived}-2"));
+    assert_eq!(
+        cloud.server.requests_to("POST", "/api/v1/ssh-keys").len(),
+        2
+    );
+    cloud.server.verify();
+}
+
+fn ask_h100(regions: &[&str]) -> ResourceRequest {
+    ResourceRequest {
+        vm_name: "trainer".into(),
+        regions: regions.iter().map(|r| r.to_string()).collect(),
+        zones: vec![],
+        gpu: Some("H100".into()),
+        gpu_count: 8,
+        spot: false,
+        max_price_per_hour: None,
+    }
+}
+
+fn spec_for(vm: &str, ports: Vec<u16>) -> InstanceSpec {
+    InstanceSpec {
+        vm_name: vm.into(),
+        lineage: LINEAGE.into(),
+        client_token: "t".into(),
+        image: None,
+        disk_gb: None,
+        ports,
+        ssh_public_key: PUBKEY.into(),
+        boot_script: None,
+    }
+}
+
+/// A provider for an endpoint that is not the spec server.
+fn provider_at(endpoint: String) -> LambdaProvider {
+    LambdaProvider::new(LambdaSettings {
+        endpoint: Some(endpoint),
+        api_key: Some(ApiKey::new(SENTINEL)),
+        lineage: LINEAGE.into(),
+    })
+}
+
+/// Issue 12 item 7: a proxy in front of the API answering 502 with its own HTML page (not
+/// Lambda's envelope, so not the spec server) gives one short line naming the status and
+/// the content type, never the page.
+#[tokio::test]
+async fn an_html_error_page_is_one_short_line() {
+    let proxy = wiremock::MockServer::start().await;
+    let page = format!(
+        "<!DOCTYPE html>\n<html>\n<head><title>502 Bad Gateway</title></head>\n<body>\n<center><h1>502 Bad Gateway</h1></center>\n{}<hr><center>nginx</center>\n</body>\n</html>\n",
+        "<!-- a padding comment to make the page long -->\n".repeat(40)
+    );
+    wiremock::Mock::given(wiremock::matchers::any())
+        .respond_with(
+            wiremock::ResponseTemplate::new(502)
+                .set_body_raw(page.clone(), "text/html; charset=utf-8"),
+        )
+        .mount(&proxy)
+        .await;
+    let p = provider_at(proxy.uri());
+    let at = Location {
+        cloud: "lambda".into(),
+        region: "us-east-1".into(),
+        zone: None,
+    };
+    let e = p.observe(&at, "trainer").await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Transient, "{e}");
+    assert!(!e.msg.contains('\n'), "one line: {}", e.msg);
+    assert!(
+        e.msg.contains("HTTP 502") && e.msg.contains("text/html"),
+        "{}",
+        e.msg
+    );
+    assert!(e.msg.contains("502 Bad Gateway"), "{}", e.msg);
+    assert!(!e.msg.contains('<'), "no markup: {}", e.msg);
+    assert!(e.msg.len() < 200, "short: {}", e.msg);
+}
+
+/// Issue 12 item 7: an endpoint that refuses connections is `Unreachable` at once (the
+/// core then blocks the whole cloud); the adapter does not retry, and the message names
+/// the endpoint without the key.
+#[tokio::test]
+async fn a_refused_connection_is_unreachable_at_once() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    let p = provider_at(format!("http://127.0.0.1:{port}"));
+    let started = Instant::now();
+    let e = p.plan(&ask_h100(&["us-east-1"])).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unreachable, "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(e.msg.contains(&format!("127.0.0.1:{port}")), "{}", e.msg);
+    assert!(!e.msg.contains(SENTINEL), "{}", e.msg);
+    let at = Location {
+        cloud: "lambda".into(),
+        region: "us-east-1".into(),
+        zone: None,
+    };
+    assert_eq!(
+        p.observe(&at, "trainer").await.unwrap_err().kind,
+        ErrorKind::Unreachable
+    );
+}
+
+/// Issue 12 items 4 and 5: the per-VM ruleset is the VM's side resource. While an instance
+/// still uses it, Lambda refuses its deletion (`firewall-ruleset-in-use`): that is `InUse`
+/// (the core observes again), not a failure; once the instance is terminated, cleanup
+/// removes it and nothing of the VM is left on the spec server.
+#[tokio::test]
+async fn the_ruleset_is_in_use_until_the_instance_is_gone_then_removed() {
+    let cloud = Cloud2::start(h100_world()).await;
+    let p = cloud.provider();
+    assert!(
+        !p.capabilities().supports(Feature::Start),
+        "Lambda has no stopped state: no start"
+    );
+    let offer = p.plan(&ask_h100(&["us-east-1"])).await.unwrap().remove(0);
+    let spec = spec_for("trainer", vec![8080]);
+    let prepared = p.prepare(&offer, &spec).await.unwrap();
+    let id = p.create(&offer, &prepared, &spec).await.unwrap();
+    let at = offer.location.clone();
+    assert_eq!(p.observe(&at, "trainer").await.unwrap().len(), 1);
+    let e = p.cleanup(&at, "trainer").await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InUse, "{e}");
+    assert!(e.msg.contains("firewall-ruleset-in-use"), "{}", e.msg);
+    assert_eq!(cloud.world.lock().unwrap().rulesets.len(), 1, "kept");
+
+    p.delete(&at, "trainer", std::slice::from_ref(&id))
+        .await
+        .unwrap();
+    // Terminating, then gone.
+    for _ in 0..3 {
+        if p.observe(&at, "trainer").await.unwrap().is_empty() {
+            break;
+        }
+    }
+    assert!(p.observe(&at, "trainer").await.unwrap().is_empty());
+    p.cleanup(&at, "trainer").await.unwrap();
+    {
+        let w = cloud.world.lock().unwrap();
+        assert!(
+            w.rulesets.iter().all(|r| !r["name"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("gpuprov-trainer-")),
+            "{:?}",
+            w.rulesets
+        );
+    }
+    // A delete of the id again (eventual consistency: unknown = success).
+    p.delete(&at, "trainer", &[id]).await.unwrap();
     cloud.server.verify();
 }
 

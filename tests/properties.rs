@@ -1799,7 +1799,7 @@ fn error_classifiers_never_take_unknown_errors_for_capacity() {
                 (
                     "lambda",
                     lambda::classify(
-                        &lambda::ApiError::from_response(r.status, &r.body, ra),
+                        &lambda::ApiError::from_response(r.status, None, &r.body, ra),
                         "x",
                         Some("k"),
                     ),
@@ -1819,7 +1819,7 @@ fn error_classifiers_never_take_unknown_errors_for_capacity() {
                 reset_epoch: r.rate.as_deref().and_then(|v| v.parse().ok()),
             };
             let (d, _) = digitalocean::classify(
-                &digitalocean::ApiError::from_response(r.status, &r.body, rate, now),
+                &digitalocean::ApiError::from_response(r.status, None, &r.body, rate, now),
                 "x",
                 Some("k"),
             );

@@ -37,11 +37,15 @@ pub struct ApiError {
     pub status: Option<u16>,
     /// `error.id`, when the body was the documented error object.
     pub id: Option<String>,
-    /// `error.message`, or a transport description / the start of an unexpected body.
+    /// `error.message`; for a body that is not the error object, a short cause
+    /// ([`crate::provider::cause::http_cause`]); or a transport description.
     pub message: String,
     /// Seconds to wait before the next call: `retry-after` (sent on burst-limit 429s), else
     /// on a 429 `ratelimit-reset` (Unix epoch seconds) minus now.
     pub retry_after_secs: Option<u64>,
+    /// No response: the endpoint refused the connection (or its name did not resolve),
+    /// [`crate::provider::cause::is_refused`].
+    pub refused: bool,
 }
 
 #[derive(Deserialize)]
@@ -66,9 +70,17 @@ pub struct RateHeaders {
 const MAX_RESET_WAIT_SECS: u64 = 3600;
 
 impl ApiError {
-    /// An error from an HTTP response: status, raw body, rate-limit headers and the current
-    /// Unix time in seconds (to turn `ratelimit-reset` into a delay).
-    pub fn from_response(status: u16, body: &str, rate: RateHeaders, now_epoch: u64) -> ApiError {
+    /// An error from an HTTP response: status, `Content-Type`, raw body, rate-limit headers
+    /// and the current Unix time in seconds (to turn `ratelimit-reset` into a delay). A
+    /// body that is not the error object (an HTML page from a proxy, plain text) is reduced
+    /// to one short line naming the status and content type, never kept whole.
+    pub fn from_response(
+        status: u16,
+        content_type: Option<&str>,
+        body: &str,
+        rate: RateHeaders,
+        now_epoch: u64,
+    ) -> ApiError {
         let retry_after_secs = if status == 429 {
             rate.retry_after.or_else(|| {
                 rate.reset_epoch
@@ -88,17 +100,14 @@ impl ApiError {
                 id: Some(e.id),
                 message: e.message.trim().to_string(),
                 retry_after_secs,
+                refused: false,
             },
             Err(_) => ApiError {
                 status: Some(status),
                 id: None,
-                message: body
-                    .chars()
-                    .take(200)
-                    .collect::<String>()
-                    .trim()
-                    .to_string(),
+                message: crate::provider::cause::http_cause(status, content_type, body),
                 retry_after_secs,
+                refused: false,
             },
         }
     }
@@ -127,7 +136,9 @@ pub enum Scope {
 /// `create gpu-h100x1-80gb in tor1`) and starts the message. Returns the error and the
 /// scope to block.
 ///
-/// - no response (connection refused, timeout) → `Transient`;
+/// - no response because the endpoint refused the connection → `Unreachable` (the core
+///   blocks the whole cloud at once);
+/// - no response otherwise (timeout, reset) → `Transient`;
 /// - HTTP 429 → `Transient` with the hinted delay (never failover);
 /// - 5xx → `Transient`;
 /// - 401 / 403 → `Credentials`;
@@ -143,6 +154,7 @@ pub enum Scope {
 pub fn classify(e: &ApiError, what: &str, secret: Option<&str>) -> (ProviderError, Scope) {
     let mut scope = Scope::Default;
     let kind = match e.status {
+        None if e.refused => ErrorKind::Unreachable,
         None => ErrorKind::Transient,
         Some(429) => ErrorKind::Transient,
         Some(s) if s >= 500 => ErrorKind::Transient,
@@ -159,7 +171,8 @@ pub fn classify(e: &ApiError, what: &str, secret: Option<&str>) -> (ProviderErro
     let mut msg = match (e.status, e.id.as_deref()) {
         (Some(s), Some(id)) => format!("digitalocean {what}: {id} (HTTP {s}): {}", e.message),
         (Some(s), None) if e.message.is_empty() => format!("digitalocean {what}: HTTP {s}"),
-        (Some(s), None) => format!("digitalocean {what}: HTTP {s}: {}", e.message),
+        // `message` is already the short cause, starting with the status.
+        (Some(_), None) => format!("digitalocean {what}: {}", e.message),
         (None, _) => format!("digitalocean {what}: {}", e.message),
     };
     if kind == ErrorKind::Credentials {
@@ -189,12 +202,15 @@ pub fn classify(e: &ApiError, what: &str, secret: Option<&str>) -> (ProviderErro
 mod tests {
     use super::*;
 
+    const JSON: Option<&str> = Some("application/json");
+
     fn body(id: &str, message: &str) -> String {
         serde_json::json!({"id": id, "message": message, "request_id": "4d9d8375"}).to_string()
     }
 
     fn classified(status: u16, id: &str, message: &str) -> (ErrorKind, Scope) {
-        let e = ApiError::from_response(status, &body(id, message), RateHeaders::default(), 0);
+        let e =
+            ApiError::from_response(status, JSON, &body(id, message), RateHeaders::default(), 0);
         let (p, s) = classify(&e, "x", None);
         (p.kind, s)
     }
@@ -266,13 +282,42 @@ mod tests {
         let transport = ApiError {
             status: None,
             id: None,
-            message: "connection refused".into(),
+            message: "operation timed out".into(),
             retry_after_secs: None,
+            refused: false,
         };
         assert_eq!(classify(&transport, "x", None).0.kind, ErrorKind::Transient);
-        let html = ApiError::from_response(502, "<html>", RateHeaders::default(), 0);
+        let refused = ApiError {
+            message: "connection refused".into(),
+            refused: true,
+            ..transport
+        };
+        assert_eq!(classify(&refused, "x", None).0.kind, ErrorKind::Unreachable);
+        let html =
+            ApiError::from_response(502, Some("text/html"), "<html>", RateHeaders::default(), 0);
         assert_eq!(classify(&html, "x", None).0.kind, ErrorKind::Transient);
-        assert!(ApiError::from_response(404, "", RateHeaders::default(), 0).is_not_found());
+        assert!(ApiError::from_response(404, None, "", RateHeaders::default(), 0).is_not_found());
+    }
+
+    #[test]
+    fn a_page_that_is_not_the_error_object_becomes_one_short_line() {
+        let page = format!(
+            "<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>\n<body>{}</body></html>",
+            "<p>cloudflare</p>".repeat(200)
+        );
+        let e = ApiError::from_response(
+            502,
+            Some("text/html; charset=UTF-8"),
+            &page,
+            RateHeaders::default(),
+            0,
+        );
+        let (p, _) = classify(&e, "list sizes", None);
+        assert_eq!(p.kind, ErrorKind::Transient);
+        assert_eq!(
+            p.msg,
+            "digitalocean list sizes: HTTP 502 (text/html): 502 Bad Gateway"
+        );
     }
 
     #[test]
@@ -285,7 +330,7 @@ mod tests {
             reset_epoch: Some(1_000_100),
         };
         let p = classify(
-            &ApiError::from_response(429, &b, rate, 1_000_000),
+            &ApiError::from_response(429, JSON, &b, rate, 1_000_000),
             "x",
             None,
         )
@@ -301,7 +346,7 @@ mod tests {
             reset_epoch: Some(1_000_042),
         };
         let p = classify(
-            &ApiError::from_response(429, &b, rate, 1_000_000),
+            &ApiError::from_response(429, JSON, &b, rate, 1_000_000),
             "x",
             None,
         )
@@ -314,14 +359,14 @@ mod tests {
             reset_epoch: Some(5),
         };
         let p = classify(
-            &ApiError::from_response(429, &b, rate, 1_000_000),
+            &ApiError::from_response(429, JSON, &b, rate, 1_000_000),
             "x",
             None,
         )
         .0;
         assert_eq!(p.retry_after_secs, Some(1));
         let p = classify(
-            &ApiError::from_response(429, &b, RateHeaders::default(), 0),
+            &ApiError::from_response(429, JSON, &b, RateHeaders::default(), 0),
             "x",
             None,
         )
@@ -333,6 +378,7 @@ mod tests {
     fn the_secret_never_reaches_the_message() {
         let e = ApiError::from_response(
             401,
+            JSON,
             &body("unauthorized", "token dop_v1_sentinel is invalid"),
             RateHeaders::default(),
             0,

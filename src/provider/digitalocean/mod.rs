@@ -9,7 +9,9 @@
 //!   `price_hourly` USD. Id `digitalocean/<region>/<size>`. DigitalOcean has no spot market.
 //! - `prepare`: re-checks the size in the region (gone → `Unavailable`) and that its disk
 //!   covers `disk_gb`; finds the project key among `GET /v2/account/keys` by its public key
-//!   *value* (else registers it as `gpuprov-<lineage8>`); creates the per-VM firewall tag
+//!   *value* (else registers it under [`super::project_key_name`],
+//!   `gpuprov-<lineage8>-<fp12>`; a key merely named like ours is never used); creates the
+//!   per-VM firewall tag
 //!   (`POST /v2/tags`: a firewall may only name tags that exist, spec
 //!   `existing_tags_array`) and finds or creates the per-VM cloud firewall
 //!   `gpuprov-<vm>-<lineage8>-<region>` applied to that tag (inbound TCP 22 and the VM's
@@ -25,7 +27,14 @@
 //!   `GET /v2/droplets?tag_name=gpuprov-vm-name:<vm>` for non-GPU droplets; both are then
 //!   filtered by region slug (exact) and both identity tags.
 //! - `delete`: `DELETE /v2/droplets/{id}` (404 = already gone); `cleanup` deletes the
-//!   per-VM firewall (404 = already gone). The firewall tag and the project key stay.
+//!   per-VM firewall, then its tag (`DELETE /v2/tags/{name}`; 404 = already gone). The
+//!   project key stays. DigitalOcean documents no "still in use" answer for either
+//!   (deleting a tag untags whatever carries it), so `cleanup` never reports `InUse`.
+//! - `start`: `POST /v2/droplets/{id}/actions` `{"type": "power_on"}` for a droplet that
+//!   is `off` (`Feature::Start`); one already `new` or `active` is left alone.
+//!
+//! Errors: a body that is not the `error` object (a proxy's HTML page) is shown as one
+//! short line (`provider::cause::http_cause`); a refused connection is `Unreachable`.
 //!
 //! Image: GPU sizes get DigitalOcean's "AI/ML Ready" image (NVIDIA drivers and CUDA
 //! preinstalled): `gpu-h100x1-base` (the spec's `gpu_droplets` example droplet runs it,
@@ -289,6 +298,15 @@ struct Firewall {
     name: String,
 }
 
+/// Spec `action`.
+#[derive(Debug, Clone, Deserialize)]
+struct Action {
+    #[serde(default, rename = "type")]
+    kind: String,
+    #[serde(default)]
+    status: String,
+}
+
 /// Spec `droplet`.
 #[derive(Debug, Clone, Deserialize)]
 struct Droplet {
@@ -433,6 +451,7 @@ impl DigitalOceanProvider {
                 Feature::Firewall,
                 Feature::Gpu,
                 Feature::Kubernetes,
+                Feature::Start,
             ],
             boot_timeout: Duration::from_secs(20 * 60),
             ssh_timeout: Duration::from_secs(10 * 60),
@@ -473,12 +492,6 @@ impl DigitalOceanProvider {
     /// The lineage tag: `gpuprov-lineage:<lineage>`.
     pub fn lineage_tag(lineage: &str) -> String {
         format!("{LINEAGE_LABEL}:{lineage}")
-    }
-
-    /// The name the project key is registered under: `gpuprov-<lineage8>`.
-    pub fn key_name(lineage: &str) -> String {
-        let short: String = lineage.chars().take(8).collect();
-        format!("gpuprov-{short}")
     }
 
     fn base(&self) -> &str {
@@ -550,6 +563,7 @@ impl DigitalOceanProvider {
         let transport = |e: reqwest::Error| ApiError {
             status: None,
             id: None,
+            refused: super::cause::is_refused(&e),
             message: format!("{} ({})", e.without_url(), crate::plan::redact_url(&url)),
             retry_after_secs: None,
         };
@@ -569,6 +583,11 @@ impl DigitalOceanProvider {
             remaining: header("ratelimit-remaining"),
             reset_epoch: header("ratelimit-reset"),
         };
+        let content_type = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let text = match resp.text().await {
             Ok(t) => t,
             Err(e) => return Ok(Err(transport(e))),
@@ -576,6 +595,7 @@ impl DigitalOceanProvider {
         if !(200..300).contains(&status) {
             return Ok(Err(ApiError::from_response(
                 status,
+                content_type.as_deref(),
                 &text,
                 rate,
                 now_epoch(),
@@ -654,8 +674,14 @@ impl DigitalOceanProvider {
             .await
     }
 
-    /// The id of the registered key whose value is `public_key`, registering it as
-    /// [`Self::key_name`] when there is none.
+    /// The id of the registered key whose value is `public_key` (compared without the
+    /// comment), registering it when there is none under [`super::project_key_name`]
+    /// (`gpuprov-<lineage8>-<fp12>`). A key is never taken for its name: one registered
+    /// under the old `gpuprov-<lineage8>` or the derived name with another value is left
+    /// alone (DigitalOcean does not refuse a second key of the same name). DigitalOcean
+    /// refuses a second key of the same *value* (HTTP 422 "SSH Key is already in use on
+    /// your account"): then the key was registered meanwhile (or the listing lagged), so
+    /// the keys are listed once more and the key found by value is used.
     async fn ensure_key(&self, public_key: &str, lineage: &str) -> Result<i64, ProviderError> {
         let want = key_value(public_key);
         if want.is_empty() {
@@ -664,31 +690,44 @@ impl DigitalOceanProvider {
                 "the project's SSH public key is empty",
             ));
         }
-        let keys: Vec<SshKey> = self
-            .list_all("/v2/account/keys", "ssh_keys", &[], "list SSH keys")
-            .await?;
-        if let Some(k) = keys.iter().find(|k| key_value(&k.public_key) == want) {
-            return Ok(k.id);
+        if let Some(id) = self.key_by_value(&want).await? {
+            return Ok(id);
         }
-        let name = Self::key_name(lineage);
+        let name = super::project_key_name(lineage, public_key);
         let body = json!({ "name": name, "public_key": public_key.trim() });
-        let v = self
-            .call(
-                Method::POST,
-                "/v2/account/keys",
-                &[],
-                Some(&body),
-                &format!("register SSH key {name}"),
-            )
-            .await?;
+        let what = format!("register SSH key {name}");
+        let v = match self
+            .call_raw(Method::POST, "/v2/account/keys", &[], Some(&body))
+            .await?
+        {
+            Ok(v) => v,
+            Err(e) if e.status == Some(422) && e.message.to_lowercase().contains("in use") => {
+                return match self.key_by_value(&want).await? {
+                    Some(id) => Ok(id),
+                    None => Err(self.classify(&e, &what)),
+                };
+            }
+            Err(e) => return Err(self.classify(&e, &what)),
+        };
         v.pointer("/ssh_key/id")
             .and_then(Value::as_i64)
             .ok_or_else(|| {
                 ProviderError::new(
                     ErrorKind::Failed,
-                    format!("digitalocean register SSH key {name}: no id in the response"),
+                    format!("digitalocean {what}: no id in the response"),
                 )
             })
+    }
+
+    /// The id of the registered key whose value (without comment) is `want`.
+    async fn key_by_value(&self, want: &str) -> Result<Option<i64>, ProviderError> {
+        let keys: Vec<SshKey> = self
+            .list_all("/v2/account/keys", "ssh_keys", &[], "list SSH keys")
+            .await?;
+        Ok(keys
+            .iter()
+            .find(|k| key_value(&k.public_key) == want)
+            .map(|k| k.id))
     }
 
     /// Creates tag `name` (`POST /v2/tags`); a tag that already exists is success.
@@ -1105,9 +1144,8 @@ impl CloudProvider for DigitalOceanProvider {
         Ok(())
     }
 
-    /// Deletes the VM's firewall of `at.region`, if any (404 = already gone). The firewall
-    /// tag and the project key stay: tags cost nothing and the key is shared by the
-    /// project's VMs.
+    /// Deletes the VM's firewall of `at.region`, if any, then its tag (404 = already gone,
+    /// for both). The project key stays: it is shared by the project's VMs.
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
         let lineage = self.require_lineage()?;
         if at.cloud != CLOUD {
@@ -1127,7 +1165,85 @@ impl CloudProvider for DigitalOceanProvider {
                 Err(e) => return Err(self.classify(&e, &format!("delete firewall {name}"))),
             }
         }
-        Ok(())
+        let path = format!("/v2/tags/{name}");
+        match self.call_raw(Method::DELETE, &path, &[], None).await? {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(self.classify(&e, &format!("delete tag {name}"))),
+        }
+    }
+
+    /// Powers a stopped droplet on: `GET /v2/droplets/{id}`, and when it is `off`,
+    /// `POST /v2/droplets/{id}/actions` with `{"type": "power_on"}` (answered 201 with the
+    /// `in-progress` action; the droplet turns `active` when it completes). A droplet
+    /// already `new` or `active` is success without an action, and so is one whose
+    /// power_on is still in progress (the repeated action is refused with 422; the
+    /// droplet's actions, `GET /v2/droplets/{id}/actions`, show the one in progress). A droplet that no longer
+    /// exists (404), or one `archive`d, is `Failed`: there is nothing to start.
+    async fn start(
+        &self,
+        at: &Location,
+        _vm_name: &str,
+        instance_id: &str,
+    ) -> Result<(), ProviderError> {
+        let gone = |why: &str| {
+            ProviderError::new(
+                ErrorKind::Failed,
+                format!("digitalocean start droplet {instance_id}: {why}"),
+            )
+        };
+        let Ok(n) = instance_id.trim().parse::<u64>() else {
+            return Err(gone("not a droplet id"));
+        };
+        let what = format!("start droplet {n}");
+        let path = format!("/v2/droplets/{n}");
+        let v = match self.call_raw(Method::GET, &path, &[], None).await? {
+            Ok(v) => v,
+            Err(e) if e.is_not_found() => return Err(gone("it no longer exists")),
+            Err(e) => return Err(self.classify(&e, &what)),
+        };
+        match v.pointer("/droplet/status").and_then(Value::as_str) {
+            Some("new" | "active") => return Ok(()),
+            Some("off") => {}
+            Some(other) => return Err(gone(&format!("its status is `{other}`"))),
+            None => {
+                return Err(ProviderError::new(
+                    ErrorKind::Failed,
+                    format!("digitalocean {what}: no droplet status in the response"),
+                ))
+            }
+        }
+        let body = json!({ "type": "power_on" });
+        let actions = format!("{path}/actions");
+        match self
+            .call_raw(Method::POST, &actions, &[], Some(&body))
+            .await?
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Err(gone("it no longer exists")),
+            // The droplet stays `off` until its power_on completes, so a start repeated
+            // meanwhile is refused ("Droplet already has a pending event."): success when
+            // a power_on is in progress.
+            Err(e) if e.status == Some(422) => {
+                let listed: Vec<Action> = self
+                    .list_all(
+                        &actions,
+                        "actions",
+                        &[],
+                        &format!("list actions of droplet {n}"),
+                    )
+                    .await?;
+                if listed
+                    .iter()
+                    .any(|a| a.kind == "power_on" && a.status == "in-progress")
+                {
+                    Ok(())
+                } else {
+                    Err(self.classify_at(&e, &what, Some(&at.region)))
+                }
+            }
+            Err(e) => Err(self.classify_at(&e, &what, Some(&at.region))),
+        }
     }
 }
 

@@ -23,7 +23,8 @@ pub const INVALID_ADDRESS: &str = "global/invalid-address";
 pub const INVALID_PARAMETERS: &str = "global/invalid-parameters";
 /// An object named in the request does not exist (HTTP 400/404).
 pub const OBJECT_DOES_NOT_EXIST: &str = "global/object-does-not-exist";
-/// A firewall ruleset still attached to an instance (HTTP 400 on delete).
+/// A firewall ruleset still attached to an instance (HTTP 400 on delete,
+/// `ApiErrorFirewallRulesetInUse`).
 pub const RULESET_IN_USE: &str = "firewall-rulesets/firewall-ruleset-in-use";
 /// Prefix of errors from Lambda's upstream providers (outages, unavailability).
 pub const PROVIDER_PREFIX: &str = "provider/";
@@ -35,10 +36,14 @@ pub struct ApiError {
     pub status: Option<u16>,
     /// `error.code` of the envelope, when the body was one.
     pub code: Option<String>,
-    /// `error.message` (and `suggestion`), or a transport description.
+    /// `error.message` (and `suggestion`); for a body that is not the envelope, a short
+    /// cause ([`crate::provider::cause::http_cause`]); or a transport description.
     pub message: String,
     /// `Retry-After` in seconds, when the server sent one as a number.
     pub retry_after_secs: Option<u64>,
+    /// No response: the endpoint refused the connection (or its name did not resolve),
+    /// [`crate::provider::cause::is_refused`].
+    pub refused: bool,
 }
 
 #[derive(Deserialize)]
@@ -56,8 +61,16 @@ struct EnvelopeError {
 }
 
 impl ApiError {
-    /// An error from an HTTP response: status, raw body and the `Retry-After` header value.
-    pub fn from_response(status: u16, body: &str, retry_after: Option<&str>) -> ApiError {
+    /// An error from an HTTP response: status, `Content-Type`, raw body and the
+    /// `Retry-After` header value. A body that is not Lambda's envelope (an HTML page from
+    /// a proxy, plain text) is reduced to one short line naming the status and content
+    /// type, never kept whole.
+    pub fn from_response(
+        status: u16,
+        content_type: Option<&str>,
+        body: &str,
+        retry_after: Option<&str>,
+    ) -> ApiError {
         let retry_after_secs = retry_after.and_then(|v| v.trim().parse::<u64>().ok());
         match serde_json::from_str::<Envelope>(body) {
             Ok(Envelope { error }) => {
@@ -70,18 +83,15 @@ impl ApiError {
                     code: Some(error.code),
                     message,
                     retry_after_secs,
+                    refused: false,
                 }
             }
             Err(_) => ApiError {
                 status: Some(status),
                 code: None,
-                message: body
-                    .chars()
-                    .take(200)
-                    .collect::<String>()
-                    .trim()
-                    .to_string(),
+                message: crate::provider::cause::http_cause(status, content_type, body),
                 retry_after_secs,
+                refused: false,
             },
         }
     }
@@ -102,7 +112,9 @@ impl ApiError {
 /// Maps a Lambda error onto the provider contract's kinds. `what` names the call (for
 /// example `launch gpu_8x_h100_sxm5 in us-east-1`) and starts the message.
 ///
-/// - no response (connection refused, timeout) → `Transient`;
+/// - no response because the endpoint refused the connection → `Unreachable` (the core
+///   blocks the whole cloud at once);
+/// - no response otherwise (timeout, reset) → `Transient`;
 /// - HTTP 429 → `Transient` with `retry_after_secs` from `Retry-After` (never failover);
 /// - `provider/*` codes, `global/internal-error` and any 5xx → `Transient`;
 /// - `instance-operations/launch/insufficient-capacity` → `Capacity` (blocks the offer);
@@ -112,14 +124,15 @@ impl ApiError {
 /// - `global/invalid-parameters`, `global/object-does-not-exist`,
 ///   `instance-operations/launch/file-system-in-wrong-region` → `InvalidRequest` (callers
 ///   for which "does not exist" means success, delete and cleanup, test for it first);
-/// - `firewall-rulesets/firewall-ruleset-in-use` → `Transient` (the instance is still
-///   being terminated);
+/// - `firewall-rulesets/firewall-ruleset-in-use` → `InUse` (an instance still uses the
+///   ruleset: the core observes again before retrying);
 /// - anything else → `Failed`: an unknown error is never taken for capacity.
 ///
 /// `secret` (the API key) is scrubbed from the message, in case a server ever echoes it.
 pub fn classify(e: &ApiError, what: &str, secret: Option<&str>) -> ProviderError {
     let code = e.code.as_deref().unwrap_or_default();
     let kind = match (e.status, code) {
+        (None, _) if e.refused => ErrorKind::Unreachable,
         (None, _) => ErrorKind::Transient,
         (Some(429), _) => ErrorKind::Transient,
         (_, c) if c.starts_with(PROVIDER_PREFIX) || c == "global/internal-error" => {
@@ -134,7 +147,7 @@ pub fn classify(e: &ApiError, what: &str, secret: Option<&str>) -> ProviderError
             | OBJECT_DOES_NOT_EXIST
             | "instance-operations/launch/file-system-in-wrong-region",
         ) => ErrorKind::InvalidRequest,
-        (_, RULESET_IN_USE) => ErrorKind::Transient,
+        (_, RULESET_IN_USE) => ErrorKind::InUse,
         (Some(s), _) if s >= 500 => ErrorKind::Transient,
         (Some(401 | 403), "") => ErrorKind::Credentials,
         _ => ErrorKind::Failed,
@@ -142,7 +155,8 @@ pub fn classify(e: &ApiError, what: &str, secret: Option<&str>) -> ProviderError
     let mut msg = match (e.status, e.code.as_deref()) {
         (Some(s), Some(c)) => format!("lambda {what}: {c} (HTTP {s}): {}", e.message),
         (Some(s), None) if e.message.is_empty() => format!("lambda {what}: HTTP {s}"),
-        (Some(s), None) => format!("lambda {what}: HTTP {s}: {}", e.message),
+        // `message` is already the short cause, starting with the status.
+        (Some(_), None) => format!("lambda {what}: {}", e.message),
         (None, _) => format!("lambda {what}: {}", e.message),
     };
     if kind == ErrorKind::Credentials {
@@ -167,6 +181,8 @@ pub fn classify(e: &ApiError, what: &str, secret: Option<&str>) -> ProviderError
 mod tests {
     use super::*;
 
+    const JSON: Option<&str> = Some("application/json");
+
     /// Error bodies in the spec's own shapes (`ApiError*` schemas of 1.8.3).
     fn body(code: &str, message: &str, suggestion: Option<&str>) -> String {
         let mut e = serde_json::json!({"code": code, "message": message});
@@ -178,7 +194,7 @@ mod tests {
 
     fn kind(status: u16, code: &str) -> ErrorKind {
         classify(
-            &ApiError::from_response(status, &body(code, "m", None), None),
+            &ApiError::from_response(status, JSON, &body(code, "m", None), None),
             "x",
             None,
         )
@@ -207,7 +223,7 @@ mod tests {
         );
         assert_eq!(kind(400, "provider/quota-whatever"), ErrorKind::Transient);
         assert_eq!(kind(500, "global/internal-error"), ErrorKind::Transient);
-        assert_eq!(kind(400, RULESET_IN_USE), ErrorKind::Transient);
+        assert_eq!(kind(400, RULESET_IN_USE), ErrorKind::InUse);
     }
 
     #[test]
@@ -217,6 +233,7 @@ mod tests {
         // The message says "capacity" but the code does not: not capacity.
         let e = ApiError::from_response(
             400,
+            JSON,
             &body("global/something-new", "Not enough capacity", None),
             None,
         );
@@ -227,6 +244,7 @@ mod tests {
     fn quota_message_keeps_the_suggestion() {
         let e = ApiError::from_response(
             400,
+            JSON,
             &body(
                 QUOTA_EXCEEDED,
                 "Quota exceeded.",
@@ -242,37 +260,72 @@ mod tests {
 
     #[test]
     fn rate_limit_is_transient_with_retry_after() {
-        let e = ApiError::from_response(429, &body("global/rate-limited", "slow", None), Some("7"));
+        let e = ApiError::from_response(
+            429,
+            JSON,
+            &body("global/rate-limited", "slow", None),
+            Some("7"),
+        );
         let p = classify(&e, "launch", None);
         assert_eq!(p.kind, ErrorKind::Transient);
         assert_eq!(p.retry_after_secs, Some(7));
         // Without the header or with an HTTP date: no hint, still transient.
-        let e = ApiError::from_response(429, "", Some("Wed, 21 Oct 2026 07:28:00 GMT"));
+        let e = ApiError::from_response(429, None, "", Some("Wed, 21 Oct 2026 07:28:00 GMT"));
         let p = classify(&e, "launch", None);
         assert_eq!((p.kind, p.retry_after_secs), (ErrorKind::Transient, None));
     }
 
     #[test]
     fn statuses_without_an_envelope() {
-        let k = |s: u16| classify(&ApiError::from_response(s, "<html>", None), "x", None).kind;
+        let k = |s: u16| {
+            classify(
+                &ApiError::from_response(s, Some("text/html"), "<html>", None),
+                "x",
+                None,
+            )
+            .kind
+        };
         assert_eq!(k(502), ErrorKind::Transient);
         assert_eq!(k(401), ErrorKind::Credentials);
         assert_eq!(k(403), ErrorKind::Credentials);
         assert_eq!(k(400), ErrorKind::Failed);
-        assert!(ApiError::from_response(404, "", None).is_not_found());
+        assert!(ApiError::from_response(404, None, "", None).is_not_found());
         let transport = ApiError {
             status: None,
             code: None,
-            message: "connection refused".into(),
+            message: "operation timed out".into(),
             retry_after_secs: None,
+            refused: false,
         };
         assert_eq!(classify(&transport, "x", None).kind, ErrorKind::Transient);
+        let refused = ApiError {
+            message: "connection refused".into(),
+            refused: true,
+            ..transport
+        };
+        assert_eq!(classify(&refused, "x", None).kind, ErrorKind::Unreachable);
+    }
+
+    #[test]
+    fn a_page_that_is_not_the_envelope_becomes_one_short_line() {
+        let page = format!(
+            "<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>\n<body>{}</body></html>",
+            "<p>cloudflare</p>".repeat(200)
+        );
+        let e = ApiError::from_response(502, Some("text/html; charset=UTF-8"), &page, None);
+        let p = classify(&e, "list instances", None);
+        assert_eq!(p.kind, ErrorKind::Transient);
+        assert_eq!(
+            p.msg,
+            "lambda list instances: HTTP 502 (text/html): 502 Bad Gateway"
+        );
     }
 
     #[test]
     fn the_secret_never_reaches_the_message() {
         let e = ApiError::from_response(
             401,
+            JSON,
             &body(INVALID_API_KEY, "key secret_sentinel_123 is invalid", None),
             None,
         );

@@ -7,15 +7,24 @@
 //!   `regions_with_capacity_available`), id `lambda/<region>/<type>`, price
 //!   `price_cents_per_hour / 100` USD. Lambda has no spot market.
 //! - `prepare`: re-checks capacity; finds the project key among `GET /api/v1/ssh-keys` by
-//!   its public key *value* (type and base64, ignoring the comment), else registers it as
-//!   `gpuprov-<lineage8>`; when the VM asks for ports, finds or creates the firewall ruleset
-//!   `gpuprov-<vm>-<lineage8>` in the region (TCP 22 and the ports, from anywhere).
+//!   its public key *value* (type and base64, ignoring the comment), else registers it
+//!   under [`super::project_key_name`] (`gpuprov-<lineage8>-<fp12>`, the key's fingerprint
+//!   in it; a key merely named like ours is never used); when the VM asks for ports, finds
+//!   or creates the firewall ruleset `gpuprov-<vm>-<lineage8>` in the region (TCP 22 and
+//!   the ports, from anywhere).
 //! - `create`: `POST /api/v1/instance-operations/launch`, named `gpuprov-<vm>-<lineage8>`,
 //!   tagged `gpuprov-vm-name=<vm>` and `gpuprov-lineage=<lineage>`, with the ruleset and the
 //!   boot script as cloud-init `user_data`.
 //! - `observe`: `GET /api/v1/instances` (the list has no tag filter), filtered here by
 //!   region and both tags (or, for an instance without tags, the name).
-//! - `delete`: `POST /api/v1/instance-operations/terminate`; `cleanup` deletes the ruleset.
+//! - `delete`: `POST /api/v1/instance-operations/terminate`; `cleanup` deletes the ruleset
+//!   (still attached to an instance → `InUse`).
+//! - no `start`: Lambda has `instance-operations/restart` (a reboot of a running
+//!   instance) but no stopped state (`InstanceStatus` has none), so `Feature::Start` is not
+//!   declared.
+//!
+//! Errors: a body that is not Lambda's envelope (a proxy's HTML page) is shown as one
+//! short line (`provider::cause::http_cause`); a refused connection is `Unreachable`.
 //!
 //! Credentials: the API key is read from the environment variable `LAMBDA_API_KEY` only
 //! (Lambda publishes no official CLI with a configuration file; third-party CLIs' files,
@@ -196,6 +205,22 @@ fn norm(s: &str) -> String {
         .collect()
 }
 
+/// Registration attempts of the project key (each lists the keys first).
+const KEY_REGISTER_ATTEMPTS: usize = 3;
+
+/// `base`, or the first of `base-2`, `base-3`, … that no key in `keys` is named (Lambda
+/// key names are unique; at most 64 characters, `base` has 29).
+fn free_key_name(base: &str, keys: &[SshKey]) -> String {
+    let taken = |n: &str| keys.iter().any(|k| k.name == n);
+    if !taken(base) {
+        return base.to_string();
+    }
+    (2..)
+        .map(|i| format!("{base}-{i}"))
+        .find(|n| !taken(n))
+        .unwrap_or_else(|| base.to_string())
+}
+
 /// The OpenSSH key without its comment (`type base64`), for comparing keys by value.
 fn key_value(k: &str) -> String {
     k.split_whitespace().take(2).collect::<Vec<_>>().join(" ")
@@ -265,12 +290,6 @@ impl LambdaProvider {
         format!("gpuprov-{vm_name}-{short}")
     }
 
-    /// The name the project key is registered under: `gpuprov-<lineage8>`.
-    pub fn key_name(lineage: &str) -> String {
-        let short: String = lineage.chars().take(8).collect();
-        format!("gpuprov-{short}")
-    }
-
     fn base(&self) -> &str {
         self.settings
             .endpoint
@@ -315,6 +334,7 @@ impl LambdaProvider {
         let transport = |e: reqwest::Error| ApiError {
             status: None,
             code: None,
+            refused: super::cause::is_refused(&e),
             message: format!("{} ({})", e.without_url(), crate::plan::redact_url(&url)),
             retry_after_secs: None,
         };
@@ -328,6 +348,11 @@ impl LambdaProvider {
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let content_type = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let text = match resp.text().await {
             Ok(t) => t,
             Err(e) => return Ok(Err(transport(e))),
@@ -335,6 +360,7 @@ impl LambdaProvider {
         if !(200..300).contains(&status) {
             return Ok(Err(ApiError::from_response(
                 status,
+                content_type.as_deref(),
                 &text,
                 retry_after.as_deref(),
             )));
@@ -390,8 +416,14 @@ impl LambdaProvider {
         .await
     }
 
-    /// The name of the registered key whose value is `public_key`, registering it as
-    /// [`Self::key_name`] when there is none.
+    /// The name of the registered key whose value is `public_key` (compared without the
+    /// comment), registering it when there is none under
+    /// [`super::project_key_name`] (`gpuprov-<lineage8>-<fp12>`). A key is never taken
+    /// for its name: one registered under the old `gpuprov-<lineage8>` or the derived name
+    /// with another value is left alone. Lambda refuses a second key of the same name
+    /// (HTTP 400 `global/invalid-parameters`, "Key name must be unique"), so when the
+    /// derived name is taken by another value the next free `<name>-<n>` is used; a
+    /// refusal on registration (a key registered meanwhile) lists again and retries.
     async fn ensure_key(&self, public_key: &str, lineage: &str) -> Result<String, ProviderError> {
         let want = key_value(public_key);
         if want.is_empty() {
@@ -400,32 +432,41 @@ impl LambdaProvider {
                 "the project's SSH public key is empty",
             ));
         }
-        let keys: Vec<SshKey> = self
-            .call(Method::GET, "/api/v1/ssh-keys", None, "list SSH keys")
-            .await?;
-        if let Some(k) = keys.iter().find(|k| key_value(&k.public_key) == want) {
-            return Ok(k.name.clone());
+        let base = super::project_key_name(lineage, public_key);
+        let mut last = None;
+        for _ in 0..KEY_REGISTER_ATTEMPTS {
+            let keys: Vec<SshKey> = self
+                .call(Method::GET, "/api/v1/ssh-keys", None, "list SSH keys")
+                .await?;
+            if let Some(k) = keys.iter().find(|k| key_value(&k.public_key) == want) {
+                return Ok(k.name.clone());
+            }
+            let name = free_key_name(&base, &keys);
+            let body = json!({ "name": name, "public_key": public_key.trim() });
+            let what = format!("register SSH key {name}");
+            match self
+                .call_raw(Method::POST, "/api/v1/ssh-keys", Some(&body))
+                .await?
+            {
+                Ok(data) => {
+                    let created: SshKey = serde_json::from_value(data).map_err(|e| {
+                        ProviderError::new(
+                            ErrorKind::Failed,
+                            format!("lambda {what}: unexpected response shape: {e}"),
+                        )
+                    })?;
+                    return Ok(created.name);
+                }
+                // The name was taken between the listing and the registration.
+                Err(e) if e.has_code(errors::INVALID_PARAMETERS) => {
+                    last = Some(self.classify(&e, &what))
+                }
+                Err(e) => return Err(self.classify(&e, &what)),
+            }
         }
-        let name = Self::key_name(lineage);
-        if keys.iter().any(|k| k.name == name) {
-            return Err(ProviderError::new(
-                ErrorKind::InvalidRequest,
-                format!(
-                    "a Lambda SSH key named {name} exists with another public key; delete it \
-                     in the Lambda dashboard so gpuprov can register the project's key"
-                ),
-            ));
-        }
-        let body = json!({ "name": name, "public_key": public_key.trim() });
-        let created: SshKey = self
-            .call(
-                Method::POST,
-                "/api/v1/ssh-keys",
-                Some(&body),
-                &format!("register SSH key {name}"),
-            )
-            .await?;
-        Ok(created.name)
+        Err(last.unwrap_or_else(|| {
+            ProviderError::new(ErrorKind::Failed, "lambda: could not register the SSH key")
+        }))
     }
 
     /// The id of the VM's ruleset in `region`, created with TCP 22 and `ports` when missing.
@@ -771,7 +812,7 @@ impl CloudProvider for LambdaProvider {
     }
 
     /// Deletes the VM's firewall ruleset in `at.region`, if any (not found → success; still
-    /// attached to a terminating instance → `Transient`). The project key stays registered:
+    /// attached to an instance, `firewall-rulesets/firewall-ruleset-in-use` → `InUse`). The project key stays registered:
     /// it is shared by the project's VMs.
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
         let lineage = self.require_lineage()?;
@@ -901,6 +942,19 @@ mod tests {
             Some(InstanceStatus::Failed("preempted".into()))
         );
         assert_eq!(status_of("terminated"), None);
+    }
+
+    #[test]
+    fn a_taken_key_name_gets_the_next_free_suffix() {
+        let key = |name: &str| SshKey {
+            name: name.into(),
+            public_key: "ssh-ed25519 AAAAother".into(),
+        };
+        assert_eq!(free_key_name("gpuprov-a-b", &[key("x")]), "gpuprov-a-b");
+        assert_eq!(
+            free_key_name("gpuprov-a-b", &[key("gpuprov-a-b"), key("gpuprov-a-b-2")]),
+            "gpuprov-a-b-3"
+        );
     }
 
     #[test]
