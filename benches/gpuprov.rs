@@ -599,7 +599,8 @@ fn bench_actionable() -> Value {
     let both = vec![gpuprov::config::Cloud::Aws, gpuprov::config::Cloud::Lambda];
     // Before: a refused connection was a transient error, retried per region.
     let (p, a) = unreachable(ErrorKind::Transient);
-    let (ep_before, end) = virtual_launch_secs(p, both.clone(), Arc::new(FakeConnector::default()), |_| {});
+    let (ep_before, end) =
+        virtual_launch_secs(p, both.clone(), Arc::new(FakeConnector::default()), |_| {});
     assert!(end.ready().is_some());
     let before_calls = a.count(Op::Prepare);
     let (p, a) = unreachable(ErrorKind::Unreachable);
@@ -694,7 +695,10 @@ fn bench_cold_start(o: &Opts) -> Value {
 fn main() {
     let o = opts();
     if o.only_actionable {
-        println!("{}", serde_json::to_string_pretty(&bench_actionable()).unwrap());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&bench_actionable()).unwrap()
+        );
         return;
     }
     let rt = tokio::runtime::Builder::new_multi_thread()

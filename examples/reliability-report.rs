@@ -106,7 +106,10 @@ fn render(rel: &BTreeMap<String, Value>, props: &BTreeMap<String, Value>) -> Str
     for cloud in ["crash_sweep_fake", "crash_sweep_docker"] {
         let Some(v) = rel.get(cloud) else {
             let _ = writeln!(s, "| {cloud} | not run | not run |");
-            let _ = writeln!(runs_table, "| {cloud} | not run | not run | not run | not run |");
+            let _ = writeln!(
+                runs_table,
+                "| {cloud} | not run | not run | not run | not run |"
+            );
             continue;
         };
         leaks += num(&v["leaks"]);

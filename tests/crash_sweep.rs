@@ -345,7 +345,9 @@ impl World {
                             Config::parse(Path::new("gpuprov.toml"), ONE_VM.to_string()).unwrap();
                         let snapshot = journal.snapshot();
                         let observed = match self.refresh {
-                            true => Some(plan::refresh(&snapshot, &engine.providers).await.unwrap()),
+                            true => {
+                                Some(plan::refresh(&snapshot, &engine.providers).await.unwrap())
+                            }
                             false => None,
                         };
                         let plan =

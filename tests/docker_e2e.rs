@@ -556,7 +556,10 @@ async fn docker_restart_before_replace_and_found_machines_are_left_untouched() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let out = p.run(&["apply", "--auto-approve"]);
-    assert!(!out.status.success(), "a machine it cannot log in to is not up");
+    assert!(
+        !out.status.success(),
+        "a machine it cannot log in to is not up"
+    );
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -564,7 +567,11 @@ async fn docker_restart_before_replace_and_found_machines_are_left_untouched() {
     );
     assert!(text.contains("not created by gpuprov"), "{text}");
     assert!(text.contains("key refused"), "{text}");
-    assert_eq!(containers(&lineage).await, vec![id.clone()], "left untouched");
+    assert_eq!(
+        containers(&lineage).await,
+        vec![id.clone()],
+        "left untouched"
+    );
     let out = p.run(&["status"]);
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("unowned"),
@@ -578,7 +585,11 @@ async fn docker_restart_before_replace_and_found_machines_are_left_untouched() {
         .unwrap();
     let out = p.run(&["apply", "--auto-approve"]);
     assert!(!out.status.success());
-    assert_eq!(containers(&lineage).await, vec![id.clone()], "left untouched");
+    assert_eq!(
+        containers(&lineage).await,
+        vec![id.clone()],
+        "left untouched"
+    );
 
     // 4. destroy removes it deliberately.
     let out = p.run(&["destroy", "--auto-approve"]);

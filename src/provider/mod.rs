@@ -385,8 +385,18 @@ impl BlockScope {
     }
 
     /// The default scope for an error kind (design 4.1), `None` for kinds that do not block.
+    /// A `Failed` attempt on an offer split by zone (AWS) blocks the type in the whole
+    /// region: a boot or SSH failure is not about the zone, and retrying it in every zone
+    /// would repeat it; capacity is per zone and blocks only that offer.
     pub fn default_for(kind: ErrorKind, offer: &Offer) -> Option<BlockScope> {
         match kind {
+            ErrorKind::Failed if offer.location.zone.is_some() => {
+                Some(BlockScope::InstanceTypeInRegion {
+                    cloud: offer.location.cloud.clone(),
+                    region: offer.location.region.clone(),
+                    instance_type: offer.instance_type.clone(),
+                })
+            }
             ErrorKind::Capacity | ErrorKind::Unavailable | ErrorKind::Failed => {
                 Some(BlockScope::Offer {
                     id: offer.id.clone(),
@@ -568,6 +578,34 @@ impl Providers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_attempt_in_one_zone_blocks_the_type_in_the_region() {
+        let offer = |zone: Option<&str>| Offer {
+            id: format!("aws/us-east-1/p5.48xlarge/{}", zone.unwrap_or("-")),
+            location: Location {
+                cloud: "aws".into(),
+                region: "us-east-1".into(),
+                zone: zone.map(str::to_string),
+            },
+            instance_type: "p5.48xlarge".into(),
+            gpu: None,
+            gpu_count: 0,
+            spot: false,
+            price_per_hour: 1.0,
+            detail: serde_json::Value::Null,
+        };
+        let (a, b) = (offer(Some("us-east-1a")), offer(Some("us-east-1b")));
+        let failed = BlockScope::default_for(ErrorKind::Failed, &a).unwrap();
+        assert!(
+            failed.covers(&b),
+            "ssh/boot failures are not about the zone"
+        );
+        let capacity = BlockScope::default_for(ErrorKind::Capacity, &a).unwrap();
+        assert!(!capacity.covers(&b), "capacity is per zone");
+        let unzoned = BlockScope::default_for(ErrorKind::Failed, &offer(None)).unwrap();
+        assert_eq!(unzoned, BlockScope::Offer { id: offer(None).id });
+    }
 
     #[test]
     fn project_key_name_depends_on_the_key_value() {
