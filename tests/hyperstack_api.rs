@@ -1464,11 +1464,12 @@ async fn key_pairs_of_the_same_name_but_another_value_are_never_used() {
     );
     assert_eq!(r.fake.creates()[0]["key_name"], second.as_str());
     // The foreign key pairs are left as they were.
-    let w = r.fake.world.lock().unwrap();
-    assert_eq!(w.keypairs.len(), 3);
-    assert_eq!(w.keypairs[0]["public_key"], FOREIGN_KEY);
-    assert_eq!(w.keypairs[1]["public_key"], FOREIGN_KEY);
-    drop(w);
+    {
+        let w = r.fake.world.lock().unwrap();
+        assert_eq!(w.keypairs.len(), 3);
+        assert_eq!(w.keypairs[0]["public_key"], FOREIGN_KEY);
+        assert_eq!(w.keypairs[1]["public_key"], FOREIGN_KEY);
+    }
     r.fake.server.verify();
 
     // A name taken but not listed yet: the import's 409 moves on to the next name.
