@@ -19,8 +19,8 @@ use gpuprov::machine::{ExecError, MemoryJournal};
 use gpuprov::provider::fake::FakeConnector;
 use gpuprov::provider::hyperstack::{ApiKey, HyperstackProvider, HyperstackSettings};
 use gpuprov::provider::{
-    BootScript, Capabilities, CloudProvider, ErrorKind, InstanceSpec, InstanceStatus, Location,
-    ResourceRequest,
+    BootScript, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus,
+    Location, ResourceRequest,
 };
 use gpuprov::vm::{LaunchState, Target, TeardownState};
 use serde_json::{json, Value};
@@ -59,6 +59,9 @@ struct World {
     echo_key: bool,
     /// Delete requests refused because the VM was still being created.
     refused_deletes: u32,
+    /// Key pairs that hold their name in their environment but that the listing does not
+    /// show (yet): an import under such a name is refused like any duplicate.
+    unlisted_keypairs: Vec<Value>,
 }
 
 fn err(message: &str, reason: &str) -> Value {
@@ -187,10 +190,30 @@ impl World {
         Canned::ok(json!({"status": true, "message": "Environment created", "environment": e}))
     }
 
+    /// `POST /core/keypairs`. A name already taken in the environment is refused with
+    /// `409` (the description's only documented conflict for `Import_key_pair`; its text
+    /// is not documented, this one is made up).
     fn import_key(&mut self, body: &Value) -> Canned {
         let Some(env) = self.env(body["environment_name"].as_str().unwrap_or_default()) else {
             return Canned::status(404, err("Environment not found", "not_found"));
         };
+        let taken = self
+            .keypairs
+            .iter()
+            .chain(&self.unlisted_keypairs)
+            .any(|k| k["name"] == body["name"] && k["environment"]["name"] == env["name"]);
+        if taken {
+            return Canned::status(
+                409,
+                err(
+                    &format!(
+                        "Keypair with name {} already exists in this environment",
+                        body["name"].as_str().unwrap_or_default()
+                    ),
+                    "conflict",
+                ),
+            );
+        }
         self.next += 1;
         let k = json!({
             "id": self.next, "name": body["name"], "public_key": body["public_key"],
@@ -296,6 +319,12 @@ impl World {
                 "ACTIVE" if v["floating_ip_status"] == "ATTACHING" && *age > attach_lag => {
                     v["floating_ip_status"] = json!("ATTACHED")
                 }
+                // A start: the VM keeps its floating IP across a stop.
+                "STARTING" => {
+                    v["status"] = json!("ACTIVE");
+                    v["vm_state"] = json!("active");
+                    v["power_state"] = json!("RUNNING");
+                }
                 _ => {}
             }
         }
@@ -309,6 +338,63 @@ impl World {
             json!({"status": true, "message": "Success", "instances": shown,
                           "count": shown.len(), "page": 1, "page_size": 100}),
         )
+    }
+
+    fn vm_mut(&mut self, path: &str) -> Option<&mut Value> {
+        let id: i64 = path
+            .trim_start_matches(VMS)
+            .trim_start_matches('/')
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .parse()
+            .unwrap_or(-1);
+        self.vms
+            .iter_mut()
+            .find(|v| v["id"] == id && v["status"] != "DELETED")
+    }
+
+    /// `GET /core/virtual-machines/{id}` (`Get_VM`).
+    fn get_vm(&mut self, path: &str) -> Canned {
+        match self.vm_mut(path) {
+            Some(v) => Canned::ok(json!({"status": true, "message": "Success", "instance": v})),
+            None => Canned::status(404, err("Virtual machine not found", "not_found")),
+        }
+    }
+
+    /// `GET /core/virtual-machines/{id}/stop` (`Stop_VM`): an `ACTIVE` VM is `SHUTOFF`
+    /// (vendor docs: `STOPPING → SHUTOFF`; the fake skips `STOPPING`).
+    fn stop_vm(&mut self, path: &str) -> Canned {
+        let Some(v) = self.vm_mut(path) else {
+            return Canned::status(404, err("Virtual machine not found", "not_found"));
+        };
+        if v["status"] != "ACTIVE" {
+            return Canned::status(400, err("Virtual machine is not active", "bad_request"));
+        }
+        v["status"] = json!("SHUTOFF");
+        v["vm_state"] = json!("stopped");
+        v["power_state"] = json!("SHUTDOWN");
+        Canned::ok(json!({"status": true, "message": "Virtual machine stopping"}))
+    }
+
+    /// `GET /core/virtual-machines/{id}/start` (`Start_VM`): a `SHUTOFF` VM is
+    /// `STARTING`, then `ACTIVE` at the next listing; a VM in another state is refused
+    /// with `400` (the description declares no other refusal; the text is made up).
+    fn start_vm(&mut self, path: &str) -> Canned {
+        let Some(v) = self.vm_mut(path) else {
+            return Canned::status(404, err("Virtual machine not found", "not_found"));
+        };
+        if v["status"] != "SHUTOFF" {
+            let msg = format!(
+                "Cannot start a virtual machine in {} state",
+                v["status"].as_str().unwrap_or_default()
+            );
+            return Canned::status(400, err(&msg, "bad_request"));
+        }
+        v["status"] = json!("STARTING");
+        v["vm_state"] = json!("stopped");
+        v["power_state"] = json!("SHUTDOWN");
+        Canned::ok(json!({"status": true, "message": "Virtual machine starting"}))
     }
 
     fn delete_vm(&mut self, path: &str) -> Canned {
@@ -419,6 +505,12 @@ impl Fake {
         });
         route!("DELETE", "^/v1/core/virtual-machines/[^/]+$", |w, r| w
             .delete_vm(&r.path));
+        route!("GET", "^/v1/core/virtual-machines/[0-9]+$", |w, r| w
+            .get_vm(&r.path));
+        route!("GET", "^/v1/core/virtual-machines/[0-9]+/start$", |w, r| w
+            .start_vm(&r.path));
+        route!("GET", "^/v1/core/virtual-machines/[0-9]+/stop$", |w, r| w
+            .stop_vm(&r.path));
         Fake { server, world }
     }
 
@@ -510,6 +602,11 @@ fn h100_world() -> World {
         .with_price("A100-80G-PCIe", 1.35)
 }
 
+/// The name the project key pair is imported under (`provider::project_key_name`).
+fn key_name() -> String {
+    gpuprov::provider::project_key_name(LINEAGE, PUBKEY)
+}
+
 fn loc(region: &str) -> Location {
     Location {
         cloud: "hyperstack".into(),
@@ -581,7 +678,7 @@ async fn full_launch_then_teardown_against_the_spec() {
     assert_eq!(keys.len(), 1);
     assert_eq!(
         keys[0].body.clone().unwrap(),
-        json!({"environment_name": ENV_CA, "name": "gpuprov-0f0e0d0c", "public_key": PUBKEY})
+        json!({"environment_name": ENV_CA, "name": key_name(), "public_key": PUBKEY})
     );
 
     // create: one VM, named, labelled, public IP, port 22 kept, rules for 22 and 8080.
@@ -591,7 +688,7 @@ async fn full_launch_then_teardown_against_the_spec() {
     assert_eq!(b["name"], VM_NAME);
     assert_eq!(b["environment_name"], ENV_CA);
     assert_eq!(b["flavor_name"], "n3-H100x8");
-    assert_eq!(b["key_name"], "gpuprov-0f0e0d0c");
+    assert_eq!(b["key_name"], key_name());
     assert_eq!(b["image_name"], "Ubuntu Server 22.04 LTS R535 CUDA 12.2");
     assert_eq!(b["count"], 1);
     assert_eq!(b["assign_floating_ip"], true);
@@ -1317,4 +1414,272 @@ fn boot_script_of(user_data: &str) -> String {
     let doc: serde_yaml::Value = serde_yaml::from_str(user_data).unwrap();
     let content = doc["write_files"][0]["content"].as_str().unwrap();
     gpuprov::cluster::userdata::decode_gz_b64(content).expect("gzip in base64")
+}
+
+/// A key pair in `env` (CANADA-1) named `name` holding `public_key`.
+fn keypair(id: i64, name: &str, public_key: &str, env: &str) -> Value {
+    json!({"id": id, "name": name, "public_key": public_key, "fingerprint": "zz",
+           "environment": env_json(2, env, "CANADA-1"), "created_at": "2026-11-30T20:00:00Z"})
+}
+
+/// Another key's value (a rotated or colleague's key).
+const FOREIGN_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIForeignColleagueKey col@desk";
+
+/// Issue 12 item 6: key pairs already registered in the environment under the old name
+/// (`gpuprov-<lineage8>`) and under the derived name, both holding ANOTHER value, are never
+/// used and do not stop the run: the project key is imported under the next free derived
+/// name (`-2`), and the VM gets that key pair. Hyperstack refuses a duplicate name in an
+/// environment (`409`), as the fake does.
+#[tokio::test]
+async fn key_pairs_of_the_same_name_but_another_value_are_never_used() {
+    let mut world = h100_world();
+    world.environments = vec![env_json(2, ENV_CA, "CANADA-1")];
+    world.keypairs = vec![
+        keypair(3, "gpuprov-0f0e0d0c", FOREIGN_KEY, ENV_CA),
+        keypair(4, &key_name(), FOREIGN_KEY, ENV_CA),
+    ];
+    world.next = 10;
+    let mut r = Run::new(world).await;
+    r.vm.regions = vec!["CANADA-1".into()];
+    let end = r.launch().await.unwrap();
+    assert!(end.ready().is_some(), "{end:?} {:?}", r.labels());
+    let second = format!("{}-2", key_name());
+    let imports = r.fake.server.requests_to("POST", "/v1/core/keypairs");
+    assert_eq!(imports.len(), 1);
+    assert_eq!(
+        imports[0].body.clone().unwrap(),
+        json!({"environment_name": ENV_CA, "name": second, "public_key": PUBKEY})
+    );
+    assert_eq!(r.fake.creates()[0]["key_name"], second.as_str());
+    // The foreign key pairs are left as they were.
+    {
+        let w = r.fake.world.lock().unwrap();
+        assert_eq!(w.keypairs.len(), 3);
+        assert_eq!(w.keypairs[0]["public_key"], FOREIGN_KEY);
+        assert_eq!(w.keypairs[1]["public_key"], FOREIGN_KEY);
+    }
+    r.fake.server.verify();
+
+    // A name taken but not listed yet: the import's 409 moves on to the next name.
+    let mut world = h100_world();
+    world.environments = vec![env_json(2, ENV_CA, "CANADA-1")];
+    world.unlisted_keypairs = vec![keypair(5, &key_name(), FOREIGN_KEY, ENV_CA)];
+    world.next = 10;
+    let fake = Fake::start(world).await;
+    let p = fake.provider();
+    let offer = p.plan(&ask(&["CANADA-1"])).await.unwrap().remove(0);
+    let prepared = p.prepare(&offer, &instance_spec()).await.unwrap();
+    assert_eq!(prepared["key_name"], second.as_str());
+    let names: Vec<Value> = fake
+        .server
+        .requests_to("POST", "/v1/core/keypairs")
+        .into_iter()
+        .map(|q| q.body.unwrap()["name"].clone())
+        .collect();
+    assert_eq!(names, [json!(key_name()), json!(second)]);
+    // Prepared again: found by value, nothing imported.
+    p.prepare(&offer, &instance_spec()).await.unwrap();
+    assert_eq!(
+        fake.server.requests_to("POST", "/v1/core/keypairs").len(),
+        2
+    );
+    fake.server.verify();
+}
+
+/// Observes `vm` at CANADA-1 until its one VM is Running with an SSH endpoint; returns the
+/// statuses seen.
+async fn until_running(p: &HyperstackProvider) -> Vec<InstanceStatus> {
+    let mut seen = Vec::new();
+    for _ in 0..8 {
+        let o = p.observe(&loc("CANADA-1"), "trainer").await.unwrap();
+        assert_eq!(o.len(), 1, "{o:?}");
+        seen.push(o[0].status.clone());
+        if o[0].status == InstanceStatus::Running && o[0].ssh.is_some() {
+            return seen;
+        }
+    }
+    panic!("never Running with an endpoint: {seen:?}");
+}
+
+/// Issue 12 item 2 (restart before replace): Hyperstack can start a stopped VM. A stopped
+/// VM is `SHUTOFF` and observed `Stopped` (no endpoint); `start` calls `Start_VM`, after
+/// which the VM is observed Pending (`STARTING`) and then Running with its floating IP; a
+/// start refused for a VM already `ACTIVE` is success (`Get_VM` shows it); a refusal
+/// naming capacity is `Capacity` and leaves the VM stopped (the description documents no
+/// capacity answer: the classifier's phrases decide), an unknown one `Failed`; a VM that is
+/// gone is `Failed`.
+#[tokio::test]
+async fn a_stopped_vm_is_observed_stopped_then_started_again() {
+    let fake = Fake::start(h100_world()).await;
+    let p = fake.provider();
+    assert!(p.capabilities().supports(Feature::Start));
+    let offer = p.plan(&ask(&["CANADA-1"])).await.unwrap().remove(0);
+    let spec = instance_spec();
+    let prepared = p.prepare(&offer, &spec).await.unwrap();
+    let id = p.create(&offer, &prepared, &spec).await.unwrap();
+    until_running(&p).await;
+    let stop = |fake: &Fake| {
+        let c = fake
+            .world
+            .lock()
+            .unwrap()
+            .stop_vm(&format!("{VMS}/{id}/stop"));
+        assert_eq!(c.status, 200);
+    };
+
+    stop(&fake);
+    let o = p.observe(&loc("CANADA-1"), "trainer").await.unwrap();
+    assert_eq!(
+        (
+            o[0].instance_id.as_str(),
+            o[0].status.clone(),
+            o[0].ssh.clone()
+        ),
+        (id.as_str(), InstanceStatus::Stopped, None)
+    );
+    p.start(&loc("CANADA-1"), "trainer", &id).await.unwrap();
+    let start = format!("{VMS}/{id}/start");
+    assert_eq!(fake.server.requests_to("GET", &start).len(), 1);
+    let seen = until_running(&p).await;
+    assert_eq!(seen[0], InstanceStatus::Pending, "STARTING first: {seen:?}");
+    assert_eq!(fake.creates().len(), 1, "the same VM, not a new one");
+
+    // Already ACTIVE: the refusal is success once Get_VM shows it.
+    p.start(&loc("CANADA-1"), "trainer", &id).await.unwrap();
+    assert_eq!(
+        fake.server.requests_to("GET", &format!("{VMS}/{id}")).len(),
+        1
+    );
+
+    // No capacity to start it: Capacity, and the VM stays stopped.
+    stop(&fake);
+    fake.world.lock().unwrap().fault(
+        "GET",
+        &start,
+        Canned::status(
+            400,
+            err(
+                "Not enough capacity to start the virtual machine",
+                "capacity",
+            ),
+        ),
+    );
+    let e = p.start(&loc("CANADA-1"), "trainer", &id).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Capacity, "{e}");
+    assert_eq!(
+        p.observe(&loc("CANADA-1"), "trainer").await.unwrap()[0].status,
+        InstanceStatus::Stopped
+    );
+    // An unknown refusal of a stopped VM: Failed, with the VM's status named.
+    fake.world.lock().unwrap().fault(
+        "GET",
+        &start,
+        Canned::status(400, err("Something new happened", "bad_request")),
+    );
+    let e = p.start(&loc("CANADA-1"), "trainer", &id).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Failed, "{e}");
+    assert!(e.msg.contains("SHUTOFF"), "{e}");
+
+    // Gone: Failed, never success; not an id at all: InvalidRequest.
+    let e = p
+        .start(&loc("CANADA-1"), "trainer", "987654")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Failed, "{e}");
+    let e = p
+        .start(&loc("CANADA-1"), "trainer", "i-abc")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidRequest, "{e}");
+    fake.server.verify();
+}
+
+/// A local server standing in for a proxy in front of Hyperstack (not Hyperstack itself,
+/// so not spec-checked): every request gets `status` with a `content_type` body.
+async fn proxy_answering(status: u16, content_type: &str, body: String) -> wiremock::MockServer {
+    let server = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::any())
+        .respond_with(
+            wiremock::ResponseTemplate::new(status).set_body_raw(body.into_bytes(), content_type),
+        )
+        .mount(&server)
+        .await;
+    server
+}
+
+fn provider_at(endpoint: String) -> HyperstackProvider {
+    HyperstackProvider::new(HyperstackSettings {
+        endpoint: Some(endpoint),
+        api_key: Some(ApiKey::new(SENTINEL)),
+        lineage: LINEAGE.into(),
+    })
+}
+
+/// Issue 12 item 7: an error body that is not Hyperstack's envelope (a proxy's HTML page,
+/// plain text) is shown as one short line naming the status and the content type, never
+/// the dumped page, and no phrase inside it is taken for the vendor's words.
+#[tokio::test]
+async fn a_proxy_page_becomes_one_short_line() {
+    let page = format!(
+        "<!DOCTYPE html>\n<html>\n<head><title>502 Bad Gateway</title></head>\n<body>\n\
+         <center><h1>502 Bad Gateway</h1></center>\n{}</body>\n</html>\n",
+        "<hr><center>nginx</center>\n".repeat(100)
+    );
+    let proxy = proxy_answering(502, "text/html; charset=utf-8", page).await;
+    let e = provider_at(format!("{}/v1", proxy.uri()))
+        .observe(&loc("CANADA-1"), "trainer")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Transient, "{e}");
+    assert_eq!(
+        e.msg,
+        "hyperstack list VMs: HTTP 502 (text/html): 502 Bad Gateway"
+    );
+
+    let proxy = proxy_answering(
+        400,
+        "text/plain",
+        "Out of stock? try again later\nrequest id 42".into(),
+    )
+    .await;
+    let e = provider_at(format!("{}/v1", proxy.uri()))
+        .delete(&loc("CANADA-1"), "trainer", &["5".into()])
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Failed, "not the vendor's words: {e}");
+    assert_eq!(
+        e.msg,
+        "hyperstack delete VM 5: HTTP 400 (text/plain): Out of stock? try again later"
+    );
+}
+
+/// Issue 12 item 7: an endpoint that refuses the connection is `Unreachable` at once (the
+/// core then blocks the whole cloud), with the endpoint shown redacted.
+#[tokio::test]
+async fn a_closed_port_is_unreachable_at_once() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    let p = provider_at(format!("http://user:hunter2@127.0.0.1:{port}/v1"));
+    let started = Instant::now();
+    for e in [
+        p.plan(&ask(&["CANADA-1"])).await.unwrap_err(),
+        p.observe(&loc("CANADA-1"), "trainer").await.unwrap_err(),
+        p.delete(&loc("CANADA-1"), "trainer", &["5".into()])
+            .await
+            .unwrap_err(),
+        p.start(&loc("CANADA-1"), "trainer", "5").await.unwrap_err(),
+    ] {
+        assert_eq!(e.kind, ErrorKind::Unreachable, "{e}");
+        assert!(e.msg.contains("refused"), "{e}");
+        assert!(
+            e.msg.contains(&format!("REDACTED@127.0.0.1:{port}")) && !e.msg.contains("hunter2"),
+            "{e}"
+        );
+        assert!(!e.msg.contains(SENTINEL), "{e}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "no retry inside the adapter"
+    );
 }

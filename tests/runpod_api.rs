@@ -19,7 +19,8 @@ use gpuprov::machine::{ExecError, MemoryJournal};
 use gpuprov::provider::fake::FakeConnector;
 use gpuprov::provider::runpod::{ApiKey, RunpodProvider, RunpodSettings};
 use gpuprov::provider::{
-    Capabilities, CloudProvider, ErrorKind, InstanceSpec, InstanceStatus, Location, ResourceRequest,
+    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location,
+    ResourceRequest,
 };
 use gpuprov::vm::{LaunchState, Target, TeardownState};
 use serde_json::{json, Value};
@@ -304,7 +305,7 @@ impl World {
         for (n, p) in self.pods.iter_mut().enumerate() {
             let id = p["id"].as_str().unwrap_or_default().to_string();
             match p["status"].as_str() {
-                Some("PROVISIONING") => {
+                Some("PROVISIONING" | "STARTING") => {
                     let dc = p["env"]["GPUPROV_DATA_CENTER"].clone();
                     p["status"] = json!("RUNNING");
                     p["dataCenterId"] = dc;
@@ -339,6 +340,56 @@ impl World {
             }
         }
         Canned::ok(out)
+    }
+
+    /// `POST /v2/pods/{id}/action` (spec `podAction`): `stop` (a running, provisioning or
+    /// starting pod → `EXITED`, ports unmapped), `start` (`EXITED`/`ERROR` → `STARTING`,
+    /// then the listing advances it as a new pod), `terminate` (gone, `204`); any other
+    /// action for the pod's status is `409`.
+    fn action(&mut self, path: &str, body: &Value) -> Canned {
+        let id = path
+            .trim_end_matches("/action")
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let Some(n) = self.pods.iter().position(|p| p["id"] == id.as_str()) else {
+            return Canned::status(404, problem(404, "pod not found"));
+        };
+        let p = &mut self.pods[n];
+        let status = p["status"].as_str().unwrap_or_default().to_string();
+        match (body["action"].as_str().unwrap_or_default(), status.as_str()) {
+            ("stop", "RUNNING" | "PROVISIONING" | "STARTING") => {
+                p["status"] = json!("EXITED");
+                p["actions"] = json!(["start", "terminate"]);
+                p["ssh"] = json!({"proxy": null, "direct": null});
+                p["runtime"] = Value::Null;
+            }
+            ("start", "EXITED" | "ERROR") => {
+                p["status"] = json!("STARTING");
+                p["actions"] = json!(["stop", "terminate"]);
+            }
+            ("terminate", _) => {
+                self.pods.remove(n);
+                return Canned::empty(204);
+            }
+            _ => {
+                return Canned::status(
+                    409,
+                    problem(409, &format!("action not valid for a {status} pod")),
+                )
+            }
+        }
+        Canned::ok(p.clone())
+    }
+
+    /// `GET /v2/pods/{id}` (spec `getPod`).
+    fn get(&self, path: &str) -> Canned {
+        let id = path.rsplit('/').next().unwrap_or_default();
+        match self.pods.iter().find(|p| p["id"] == id) {
+            Some(p) => Canned::ok(p.clone()),
+            None => Canned::status(404, problem(404, "pod not found")),
+        }
     }
 
     fn delete(&mut self, path: &str) -> Canned {
@@ -400,6 +451,11 @@ impl Fake {
             w.create(&b)
         });
         route!("DELETE", "^/v2/pods/[^/]+$", |w, r| w.delete(&r.path));
+        route!("GET", "^/v2/pods/[^/]+$", |w, r| w.get(&r.path));
+        route!("POST", "^/v2/pods/[^/]+/action$", |w, r| {
+            let b = r.body.clone().unwrap_or_default();
+            w.action(&r.path, &b)
+        });
         Fake { server, world }
     }
 
@@ -1150,4 +1206,195 @@ fn the_runpod_spec_rejects_what_runpod_would() {
     assert!(s
         .check_response("POST", PODS, 402, Some(&json!({"message": "x"})))
         .is_err());
+}
+
+/// Observes `vm` at `region` until its one pod is Running with an SSH endpoint (the fake
+/// advances one step per listing); panics after a few listings. Returns the statuses seen.
+async fn until_running(p: &RunpodProvider, region: &str, vm: &str) -> Vec<InstanceStatus> {
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        let o = p.observe(&at(region), vm).await.unwrap();
+        assert_eq!(o.len(), 1, "{o:?}");
+        seen.push(o[0].status.clone());
+        if o[0].status == InstanceStatus::Running && o[0].ssh.is_some() {
+            return seen;
+        }
+    }
+    panic!("never Running with an endpoint: {seen:?}");
+}
+
+/// Issue 12 item 2 (restart before replace): RunPod can start a stopped pod. A stopped
+/// pod is `EXITED` and observed `Stopped` (no endpoint); `start` sends the spec's
+/// `podAction` `{"action": "start"}`, after which it is observed Pending and then Running;
+/// starting a pod already running is success (`409` + `getPod`); a start refused with a
+/// `400` (no free GPU on the host: the spec documents no capacity answer) is `Capacity`
+/// and leaves the pod stopped; a pod that is gone is `Failed`.
+#[tokio::test]
+async fn a_stopped_pod_is_observed_stopped_then_started_again() {
+    let fake = Fake::start(h100_world()).await;
+    let p = fake.provider();
+    assert!(p.capabilities().supports(Feature::Start));
+    let offer = p.plan(&ask(&["US-KS-2"])).await.unwrap().remove(0);
+    let prepared = p.prepare(&offer, &spec_for("trainer")).await.unwrap();
+    let id = p
+        .create(&offer, &prepared, &spec_for("trainer"))
+        .await
+        .unwrap();
+    until_running(&p, "US-KS-2", "trainer").await;
+    let action = format!("{PODS}/{id}/action");
+    let stop = |fake: &Fake| {
+        let r = fake
+            .world
+            .lock()
+            .unwrap()
+            .action(&action, &json!({"action": "stop"}));
+        assert_eq!(r.status, 200);
+    };
+
+    stop(&fake);
+    let o = p.observe(&at("US-KS-2"), "trainer").await.unwrap();
+    assert_eq!(
+        (
+            o[0].instance_id.as_str(),
+            o[0].status.clone(),
+            o[0].ssh.clone()
+        ),
+        (id.as_str(), InstanceStatus::Stopped, None)
+    );
+    p.start(&at("US-KS-2"), "trainer", &id).await.unwrap();
+    let sent = fake.server.requests_to("POST", &action);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].body, Some(json!({"action": "start"})));
+    let seen = until_running(&p, "US-KS-2", "trainer").await;
+    assert_eq!(seen[0], InstanceStatus::Pending, "STARTING first: {seen:?}");
+    assert_eq!(fake.creates().len(), 1, "the same pod, not a new one");
+
+    // Already running: the 409 is success once getPod shows it RUNNING.
+    p.start(&at("US-KS-2"), "trainer", &id).await.unwrap();
+    assert_eq!(
+        fake.server
+            .requests_to("GET", &format!("{PODS}/{id}"))
+            .len(),
+        1
+    );
+
+    // No free GPU to start it on: Capacity, and the pod stays stopped.
+    stop(&fake);
+    fake.world.lock().unwrap().fault(
+        "POST",
+        &action,
+        Canned::status(
+            400,
+            problem(
+                400,
+                "There are not enough free GPUs on the host machine to start this pod.",
+            ),
+        ),
+    );
+    let e = p.start(&at("US-KS-2"), "trainer", &id).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Capacity, "{e}");
+    assert!(e.msg.contains("not enough free GPUs"), "{e}");
+    let o = p.observe(&at("US-KS-2"), "trainer").await.unwrap();
+    assert_eq!(o[0].status, InstanceStatus::Stopped);
+
+    // Gone: not found is Failed, never success.
+    let e = p
+        .start(&at("US-KS-2"), "trainer", "podgone")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Failed, "{e}");
+    fake.server.verify();
+}
+
+/// A local server standing in for a proxy in front of RunPod (not RunPod itself, so not
+/// spec-checked): every request gets `status` with a `content_type` body.
+async fn proxy_answering(status: u16, content_type: &str, body: String) -> wiremock::MockServer {
+    let server = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::any())
+        .respond_with(
+            wiremock::ResponseTemplate::new(status).set_body_raw(body.into_bytes(), content_type),
+        )
+        .mount(&server)
+        .await;
+    server
+}
+
+fn provider_at(endpoint: String) -> RunpodProvider {
+    RunpodProvider::new(RunpodSettings {
+        endpoint: Some(endpoint),
+        api_key: Some(ApiKey::new(SENTINEL)),
+        key_source: "test".into(),
+        lineage: LINEAGE.into(),
+    })
+}
+
+/// Issue 12 item 7: an error body that is not RunPod's problem document (a proxy's HTML
+/// page, plain text) is shown as one short line naming the status and the content type,
+/// never the dumped page; the kind still follows the status.
+#[tokio::test]
+async fn a_proxy_page_becomes_one_short_line() {
+    let page = format!(
+        "<!DOCTYPE html>\n<html>\n<head><title>502 Bad Gateway</title></head>\n<body>\n\
+         <center><h1>502 Bad Gateway</h1></center>\n{}</body>\n</html>\n",
+        "<hr><center>nginx</center>\n".repeat(100)
+    );
+    let proxy = proxy_answering(502, "text/html; charset=utf-8", page).await;
+    let e = provider_at(proxy.uri())
+        .plan(&ask(&["US-KS-2"]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Transient, "{e}");
+    assert_eq!(
+        e.msg,
+        "runpod list GPU types (SECURE cloud): HTTP 502 (text/html): 502 Bad Gateway"
+    );
+
+    let proxy = proxy_answering(
+        403,
+        "text/plain",
+        "Forbidden by policy\nrequest id 42".into(),
+    )
+    .await;
+    let e = provider_at(proxy.uri())
+        .observe(&at("US-KS-2"), "trainer")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Credentials, "{e}");
+    assert!(
+        e.msg
+            .starts_with("runpod list pods: HTTP 403 (text/plain): Forbidden by policy;"),
+        "{e}"
+    );
+    assert!(!e.msg.contains("request id"), "{e}");
+}
+
+/// Issue 12 item 7: an endpoint that refuses the connection is `Unreachable` at once (the
+/// core then blocks the whole cloud), with the endpoint shown redacted.
+#[tokio::test]
+async fn a_closed_port_is_unreachable_at_once() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    let p = provider_at(format!("http://user:hunter2@127.0.0.1:{port}"));
+    let started = Instant::now();
+    for e in [
+        p.plan(&ask(&["US-KS-2"])).await.unwrap_err(),
+        p.observe(&at("US-KS-2"), "trainer").await.unwrap_err(),
+        p.delete(&at("US-KS-2"), "trainer", &["p1".into()])
+            .await
+            .unwrap_err(),
+        p.start(&at("US-KS-2"), "trainer", "p1").await.unwrap_err(),
+    ] {
+        assert_eq!(e.kind, ErrorKind::Unreachable, "{e}");
+        assert!(e.msg.contains("refused"), "{e}");
+        assert!(
+            e.msg.contains(&format!("REDACTED@127.0.0.1:{port}")) && !e.msg.contains("hunter2"),
+            "{e}"
+        );
+        assert!(!e.msg.contains(SENTINEL), "{e}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "no retry inside the adapter"
+    );
 }

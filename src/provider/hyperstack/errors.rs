@@ -18,9 +18,14 @@ use crate::provider::{ErrorKind, ProviderError};
 pub struct ApiError {
     /// HTTP status; `None` when no response arrived (connection, timeout).
     pub status: Option<u16>,
-    /// `ErrorResponseModel.message`, or the start of a body that is not the envelope, or a
-    /// transport description.
+    /// `ErrorResponseModel.message`, or a transport description; for a body that is not
+    /// the envelope (an HTML page from a proxy, plain text), the whole short cause from
+    /// [`crate::provider::cause::http_cause`] (see `raw`).
     pub message: String,
+    /// Whether the body was not Hyperstack's envelope: `message` then already names the
+    /// status and content type, is never the dumped body, and is not searched for
+    /// capacity, quota or busy phrases (those are the vendor's free text).
+    pub raw: bool,
     /// `ErrorResponseModel.error_reason`, when the body was the envelope and had one.
     pub reason: Option<String>,
     /// `Retry-After` in seconds, when the server sent one as a number.
@@ -81,8 +86,20 @@ const BUSY: &[&str] = &[
 ];
 
 impl ApiError {
-    /// An error from an HTTP response: status, raw body and the `Retry-After` header value.
+    /// An error from an HTTP response: status, raw body and the `Retry-After` header value
+    /// (no `Content-Type` known; see [`ApiError::from_http`]).
     pub fn from_response(status: u16, body: &str, retry_after: Option<&str>) -> ApiError {
+        ApiError::from_http(status, None, body, retry_after)
+    }
+
+    /// [`ApiError::from_response`] with the response's `Content-Type`, which the short
+    /// cause of a body that is not the envelope names.
+    pub fn from_http(
+        status: u16,
+        content_type: Option<&str>,
+        body: &str,
+        retry_after: Option<&str>,
+    ) -> ApiError {
         let retry_after_secs = retry_after.and_then(|v| v.trim().parse::<u64>().ok());
         let clip = |s: &str| s.chars().take(300).collect::<String>().trim().to_string();
         match serde_json::from_str::<Envelope>(body) {
@@ -90,12 +107,14 @@ impl ApiError {
                 status: Some(status),
                 message: clip(e.message.as_deref().unwrap_or_default()),
                 reason: e.error_reason.map(|r| clip(&r)).filter(|r| !r.is_empty()),
+                raw: false,
                 retry_after_secs,
             },
             _ => ApiError {
                 status: Some(status),
-                message: clip(body),
+                message: crate::provider::cause::http_cause(status, content_type, body),
                 reason: None,
+                raw: true,
                 retry_after_secs,
             },
         }
@@ -112,6 +131,9 @@ impl ApiError {
     }
 
     fn says(&self, phrases: &[&str]) -> bool {
+        if self.raw {
+            return false;
+        }
         let t = self.text();
         phrases.iter().any(|p| t.contains(p))
     }
@@ -136,7 +158,8 @@ impl ApiError {
 /// Maps a Hyperstack error onto the provider contract's kinds. `what` names the call (for
 /// example `create VM in CANADA-1`) and starts the message.
 ///
-/// - no response (connection refused, timeout) → `Transient`;
+/// - no response (a timeout, a reset) → `Transient`; a refused connection never gets here:
+///   the adapter reports it as `Unreachable` before classifying;
 /// - HTTP 429, or a text saying "rate limit" / "too many requests" → `Transient` with
 ///   `retry_after_secs` from `Retry-After` (the core retries the same offer, never fails
 ///   over);
@@ -169,6 +192,7 @@ pub fn classify(e: &ApiError, what: &str, secret: Option<&str>) -> ProviderError
         _ => e.message.clone(),
     };
     let mut msg = match e.status {
+        Some(_) if e.raw => format!("hyperstack {what}: {}", e.message),
         Some(s) if detail.is_empty() => format!("hyperstack {what}: HTTP {s}"),
         Some(s) => format!("hyperstack {what}: HTTP {s}: {detail}"),
         None => format!("hyperstack {what}: {detail}"),
@@ -259,8 +283,9 @@ mod tests {
         assert_eq!(k(400), ErrorKind::Failed);
         let transport = ApiError {
             status: None,
-            message: "connection refused".into(),
+            message: "connection reset".into(),
             reason: None,
+            raw: false,
             retry_after_secs: None,
         };
         assert_eq!(classify(&transport, "x", None).kind, ErrorKind::Transient);
@@ -291,6 +316,25 @@ mod tests {
         assert!(!busy(400, "Invalid VM id"));
         assert!(!busy(404, "VM creating"));
         assert!(ApiError::from_response(404, "", None).is_not_found());
+    }
+
+    #[test]
+    fn a_body_that_is_not_the_envelope_is_one_short_line() {
+        let page = format!(
+            "<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>\n<body>{}</body></html>",
+            "<p>nginx: no capacity, try again</p>\n".repeat(200)
+        );
+        let e = ApiError::from_http(502, Some("text/html; charset=utf-8"), &page, None);
+        let p = classify(&e, "list VMs", None);
+        assert_eq!(p.kind, ErrorKind::Transient);
+        assert_eq!(
+            p.msg,
+            "hyperstack list VMs: HTTP 502 (text/html): 502 Bad Gateway"
+        );
+        // A proxy's page is not the vendor's free text: no phrase in it is capacity or busy.
+        let e = ApiError::from_http(409, Some("text/plain"), "no capacity, try again", None);
+        assert_eq!(classify(&e, "x", None).kind, ErrorKind::Failed);
+        assert!(!ApiError::from_http(400, None, "try again", None).is_busy());
     }
 
     #[test]

@@ -13,9 +13,10 @@
 //! - `prepare`: refuses a flavor whose root disk is smaller than the VM's `disk_gb`
 //!   (`Unavailable`: the next offer may be bigger), re-checks stock, finds or creates the
 //!   project's environment in the region (`gpuprov-<lineage8>-<region>`), finds the project
-//!   key pair in that environment by its public key *value*, else imports it as
-//!   `gpuprov-<lineage8>`, and picks the image (the config's, else the newest Ubuntu CUDA
-//!   image of the region).
+//!   key pair in that environment by its public key *value*, else imports it under
+//!   [`super::project_key_name`] (`gpuprov-<lineage8>-<fp12>`; a key pair holding that name
+//!   with another value is never used: the import moves to `-2`, `-3`), and picks the image
+//!   (the config's, else the newest Ubuntu CUDA image of the region).
 //! - `create`: `POST /core/virtual-machines` (count 1) named `gpuprov-<vm>-<lineage8>`,
 //!   labelled `gpuprov-vm-name=<vm>` and `gpuprov-lineage=<lineage>`, with a public IP
 //!   (`assign_floating_ip`), port randomisation off (so SSH is on port 22: the API does not
@@ -28,7 +29,18 @@
 //! - `cleanup`: nothing. Security rules belong to the VM and go with it; the environment
 //!   and the key pair are shared by the project's VMs in the region and are left in place
 //!   (an empty environment costs nothing; proving it is empty *and* ours before deleting it
-//!   would race with a concurrent create).
+//!   would race with a concurrent create). Nothing else is created per VM, so no delete
+//!   of a side resource can be refused as in use (`InUse`); the description documents no
+//!   such answer for environments or key pairs either (their `DELETE`s declare only
+//!   400/401/404/500).
+//! - `start` ([`Feature::Start`]): `GET /core/virtual-machines/{id}/start`. A stopped VM is
+//!   `SHUTOFF` (vendor docs, "VM states and statuses": stop `STOPPING → SHUTOFF`), observed
+//!   as `Stopped`.
+//!
+//! Errors show a short cause: the envelope's `message` and `error_reason` when the body is
+//! one, else [`super::cause::http_cause`] (status, content type, first line), never a
+//! dumped page. A refused connection is `Unreachable` (the whole cloud), with the endpoint
+//! redacted.
 //!
 //! Readiness: a VM is `Running` only when `status` is `ACTIVE`, `power_state` (when
 //! reported) is `RUNNING`, and its public IP is attached (`floating_ip` set and
@@ -87,6 +99,8 @@ const REQUEST_TIMEOUT_SECS: u64 = 60;
 const PAGE_SIZE: usize = 100;
 /// Upper bound on pages read from one list call (10,000 items).
 const MAX_PAGES: usize = 100;
+/// Names tried for the project key pair: the derived name, then `-2` … `-N`.
+const KEY_NAME_TRIES: usize = 3;
 
 /// The credential; its `Debug` never shows the value.
 pub use super::Secret as ApiKey;
@@ -613,6 +627,7 @@ impl HyperstackProvider {
                 Feature::Firewall,
                 Feature::Gpu,
                 Feature::Kubernetes,
+                Feature::Start,
             ],
             boot_timeout: Duration::from_secs(20 * 60),
             ssh_timeout: Duration::from_secs(10 * 60),
@@ -641,9 +656,11 @@ impl HyperstackProvider {
         n
     }
 
-    /// The name the project key pair is imported under: `gpuprov-<lineage8>`.
-    pub fn key_name(lineage: &str) -> String {
-        format!("gpuprov-{}", short(lineage))
+    /// The name the project key pair is imported under:
+    /// [`super::project_key_name`] (`gpuprov-<lineage8>-<fp12>`, the key's fingerprint in
+    /// it), so a key pair of the same lineage with another value has another name.
+    pub fn key_name(lineage: &str, public_key: &str) -> String {
+        super::project_key_name(lineage, public_key)
     }
 
     fn base(&self) -> &str {
@@ -699,25 +716,40 @@ impl HyperstackProvider {
             status: None,
             message: format!("{} ({})", e.without_url(), crate::plan::redact_url(&url)),
             reason: None,
+            raw: false,
             retry_after_secs: None,
         };
         let resp = match req.send().await {
             Ok(r) => r,
+            // Nothing was sent: the endpoint is unreachable for every region at once.
+            Err(e) if super::cause::is_refused(&e) => {
+                return Err(ProviderError::new(
+                    ErrorKind::Unreachable,
+                    format!(
+                        "hyperstack: the API endpoint refused the connection ({})",
+                        crate::plan::redact_url(&url)
+                    ),
+                ))
+            }
             Err(e) => return Ok(Err(transport(e))),
         };
         let status = resp.status().as_u16();
-        let retry_after = resp
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
+        let header = |name: reqwest::header::HeaderName| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let retry_after = header(reqwest::header::RETRY_AFTER);
+        let content_type = header(reqwest::header::CONTENT_TYPE);
         let text = match resp.text().await {
             Ok(t) => t,
             Err(e) => return Ok(Err(transport(e))),
         };
         if !(200..300).contains(&status) {
-            return Ok(Err(ApiError::from_response(
+            return Ok(Err(ApiError::from_http(
                 status,
+                content_type.as_deref(),
                 &text,
                 retry_after.as_deref(),
             )));
@@ -887,8 +919,13 @@ impl HyperstackProvider {
         }
     }
 
-    /// The name of the key pair in environment `env` whose value is `public_key`,
-    /// importing it as [`Self::key_name`] when there is none.
+    /// The name of the key pair in environment `env` whose value is `public_key` (whatever
+    /// its name), importing it as [`Self::key_name`] when there is none. A key pair found
+    /// under that name (or the old `gpuprov-<lineage8>`) with another value is never used
+    /// and never stops the run: the import moves to `<name>-2`, `<name>-3`. A `409` on the
+    /// import (Hyperstack refuses a name already taken; the description says only
+    /// "Conflict") lists again: a concurrent run may have imported the same key, else the
+    /// next name is tried.
     async fn ensure_key(
         &self,
         env: &str,
@@ -899,39 +936,66 @@ impl HyperstackProvider {
         if want.is_empty() {
             return Err(invalid("the project's SSH public key is empty"));
         }
-        let keys: Vec<Keypair> = self
-            .list_all("/core/keypairs", &[], "keypairs", "list key pairs")
-            .await?;
-        let in_env: Vec<&Keypair> = keys
-            .iter()
-            .filter(|k| k.environment.as_ref().is_some_and(|e| e.name == env))
+        let base = Self::key_name(lineage, public_key);
+        let names: Vec<String> = std::iter::once(base.clone())
+            .chain((2..=KEY_NAME_TRIES).map(|n| format!("{base}-{n}")))
             .collect();
-        if let Some(k) = in_env.iter().find(|k| key_value(&k.public_key) == want) {
-            return Ok(k.name.clone());
+        let mut taken: Vec<String> = Vec::new();
+        let mut keys: Option<Vec<Keypair>> = None;
+        for name in &names {
+            if keys.is_none() {
+                keys = Some(
+                    self.list_all("/core/keypairs", &[], "keypairs", "list key pairs")
+                        .await?,
+                );
+            }
+            let in_env: Vec<&Keypair> = keys
+                .iter()
+                .flatten()
+                .filter(|k| k.environment.as_ref().is_some_and(|e| e.name == env))
+                .collect();
+            if let Some(k) = in_env.iter().find(|k| key_value(&k.public_key) == want) {
+                return Ok(k.name.clone());
+            }
+            if in_env.iter().any(|k| k.name == *name) {
+                taken.push(name.clone());
+                continue;
+            }
+            let body = json!({
+                "environment_name": env,
+                "name": name,
+                "public_key": public_key.trim(),
+            });
+            let what = format!("import key pair {name} into {env}");
+            match self
+                .call_raw(Method::POST, "/core/keypairs", &[], Some(&body))
+                .await?
+            {
+                Ok(v) => {
+                    let created: KeypairResponse = serde_json::from_value(v).map_err(|e| {
+                        ProviderError::new(
+                            ErrorKind::Failed,
+                            format!("hyperstack {what}: unexpected response shape: {e}"),
+                        )
+                    })?;
+                    return Ok(created.keypair.name);
+                }
+                Err(e) if e.status == Some(409) => {
+                    taken.push(name.clone());
+                    keys = None;
+                }
+                Err(e) => return Err(self.classify(&e, &what)),
+            }
         }
-        let name = Self::key_name(lineage);
-        if in_env.iter().any(|k| k.name == name) {
-            return Err(invalid(format!(
-                "a Hyperstack key pair named {name} exists in environment {env} with another \
-                 public key; delete it in the Hyperstack console so gpuprov can import the \
-                 project's key"
-            )));
-        }
-        let body = json!({
-            "environment_name": env,
-            "name": name,
-            "public_key": public_key.trim(),
-        });
-        let created: KeypairResponse = self
-            .call(
-                Method::POST,
-                "/core/keypairs",
-                &[],
-                Some(&body),
-                &format!("import key pair {name} into {env}"),
-            )
-            .await?;
-        Ok(created.keypair.name)
+        Err(ProviderError::new(
+            ErrorKind::Failed,
+            format!(
+                "hyperstack: environment {env} has key pairs named {} holding other public \
+                 keys; gpuprov uses none of them and could not import the project's key \
+                 under those names",
+                taken.join(", ")
+            ),
+        ))
     }
 
     /// `spec_image` when set, else the region's default image (see [`default_image`]).
@@ -1226,6 +1290,58 @@ impl CloudProvider for HyperstackProvider {
     /// are shared by the project's VMs in the region and stay (see the module docs).
     async fn cleanup(&self, _at: &Location, _vm_name: &str) -> Result<(), ProviderError> {
         Ok(())
+    }
+
+    /// `GET /core/virtual-machines/{id}/start` (`Start_VM`: "Initiates the startup of a
+    /// virtual machine"; a stopped VM is `SHUTOFF`, then `STARTING` → `ACTIVE`). A refusal
+    /// that is not classified capacity or quota is success when `GET
+    /// /core/virtual-machines/{id}` shows the VM already `ACTIVE` or starting. Errors: as
+    /// [`classify`] says: the description documents no capacity answer for a start (only
+    /// `400 ErrorResponseModel` with free text), so a text naming stock or capacity is
+    /// `Capacity`, one naming a quota is `Quota`, and anything else `Failed`; an id that
+    /// is not a Hyperstack VM id → `InvalidRequest`; a VM that no longer exists (`404`) →
+    /// `Failed`.
+    async fn start(
+        &self,
+        _at: &Location,
+        _vm_name: &str,
+        instance_id: &str,
+    ) -> Result<(), ProviderError> {
+        let Ok(n) = instance_id.trim().parse::<i64>() else {
+            return Err(invalid(format!(
+                "{instance_id} is not a Hyperstack VM id (an integer)"
+            )));
+        };
+        let what = format!("start VM {n}");
+        let vm = format!("/core/virtual-machines/{n}");
+        let refused = match self
+            .call_raw(Method::GET, &format!("{vm}/start"), &[], None)
+            .await?
+        {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
+        let mut err = self.classify(&refused, &what);
+        if refused.is_not_found() {
+            // Gone since it was observed: not a request gpuprov built wrongly.
+            err.kind = ErrorKind::Failed;
+            return Err(err);
+        }
+        if refused.status != Some(400) || err.kind != ErrorKind::Failed {
+            return Err(err);
+        }
+        #[derive(Deserialize)]
+        struct One {
+            instance: Vm,
+        }
+        let now: One = self.call(Method::GET, &vm, &[], None, &what).await?;
+        match now.instance.status.trim().to_uppercase().as_str() {
+            "ACTIVE" | "STARTING" | "REBOOTING" | "HARD_REBOOT" => Ok(()),
+            other => Err(ProviderError {
+                msg: format!("{} (the VM is {other})", err.msg),
+                ..err
+            }),
+        }
     }
 }
 

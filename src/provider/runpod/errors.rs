@@ -17,6 +17,8 @@ use crate::provider::{ErrorKind, ProviderError};
 pub enum Call {
     /// `POST /v2/pods`.
     CreatePod,
+    /// `POST /v2/pods/{id}/action` with `start`.
+    StartPod,
     /// Any other call (catalog, pods list, SSH keys, delete).
     Other,
 }
@@ -28,8 +30,13 @@ pub struct ApiError {
     pub status: Option<u16>,
     /// `title` of the problem document, when the body was one.
     pub title: Option<String>,
-    /// `detail` (plus the `errors` list of a `422`), or a transport description.
+    /// `detail` (plus the `errors` list of a `422`), or a transport description; for a body
+    /// that is not a problem document (an HTML page from a proxy, plain text), the whole
+    /// short cause from [`crate::provider::cause::http_cause`] (see `raw`).
     pub message: String,
+    /// Whether the body was not RunPod's problem document: `message` then already names
+    /// the status and content type, and is never the dumped body.
+    pub raw: bool,
     /// Seconds to wait before the next call: the `Retry-After` header (integer seconds,
     /// spec `TooManyRequestsError`), else the reset time `t` of an exhausted window
     /// (`r=0`) in the `RateLimit` header.
@@ -70,9 +77,21 @@ pub fn exhausted_window_secs(rate_limit: &str) -> Option<u64> {
 
 impl ApiError {
     /// An error from an HTTP response: status, raw body, and the `Retry-After` and
-    /// `RateLimit` header values.
+    /// `RateLimit` header values (no `Content-Type` known; see [`ApiError::from_http`]).
     pub fn from_response(
         status: u16,
+        body: &str,
+        retry_after: Option<&str>,
+        rate_limit: Option<&str>,
+    ) -> ApiError {
+        ApiError::from_http(status, None, body, retry_after, rate_limit)
+    }
+
+    /// [`ApiError::from_response`] with the response's `Content-Type`, which the short
+    /// cause of a body that is not a problem document names.
+    pub fn from_http(
+        status: u16,
+        content_type: Option<&str>,
         body: &str,
         retry_after: Option<&str>,
         rate_limit: Option<&str>,
@@ -93,18 +112,15 @@ impl ApiError {
                     status: Some(status),
                     title: Some(p.title).filter(|t| !t.is_empty()),
                     message,
+                    raw: false,
                     retry_after_secs,
                 }
             }
             _ => ApiError {
                 status: Some(status),
                 title: None,
-                message: body
-                    .chars()
-                    .take(200)
-                    .collect::<String>()
-                    .trim()
-                    .to_string(),
+                message: crate::provider::cause::http_cause(status, content_type, body),
+                raw: true,
                 retry_after_secs,
             },
         }
@@ -121,13 +137,19 @@ impl ApiError {
 ///
 /// Following the retry table of the spec's `createPod` description:
 ///
-/// - no response (connection refused, timeout) and any `5xx` → `Transient` (retry the
-///   same candidate);
+/// - no response (a timeout, a reset) and any `5xx` → `Transient` (retry the same
+///   candidate); a refused connection never gets here: the adapter reports it as
+///   `Unreachable` before classifying;
 /// - `429` → `Transient` with `retry_after_secs` (back off per `Retry-After`; never a
 ///   failover);
 /// - `400` on a pod create → `Capacity` (the spec: "this GPU and data center combination
 ///   could not be placed" *or* a cross-field rule break, which it does not tell apart;
 ///   "Try your next candidate"); `400` anywhere else → `InvalidRequest`;
+/// - `400` on a pod start → `Capacity`. The spec documents no capacity answer for
+///   `podAction` (only the generic `BadRequestError`, "malformed or conflicts with request
+///   rules"); the body gpuprov sends (`{"action": "start"}`) breaks no rule, so a `400`
+///   is read as the `createPod` table reads it: the pod cannot be placed now (its host has
+///   no free GPU). Capacity on a start keeps the stopped pod and never fails over;
 /// - `402` → `Credentials`: insufficient balance, "Stop; no candidate will succeed". Not
 ///   capacity, so the search aborts rather than trying other offers;
 /// - `401` and `403` → `Credentials`. For `createPod` the spec reads a `403` as "your
@@ -145,13 +167,14 @@ pub fn classify(e: &ApiError, call: Call, what: &str, secret: Option<&str>) -> P
         (None, _) => ErrorKind::Transient,
         (Some(429), _) => ErrorKind::Transient,
         (Some(s), _) if s >= 500 => ErrorKind::Transient,
-        (Some(400), Call::CreatePod) => ErrorKind::Capacity,
+        (Some(400), Call::CreatePod | Call::StartPod) => ErrorKind::Capacity,
         (Some(400), Call::Other) => ErrorKind::InvalidRequest,
         (Some(401..=403), _) => ErrorKind::Credentials,
         (Some(422), _) => ErrorKind::InvalidRequest,
         _ => ErrorKind::Failed,
     };
     let mut msg = match (e.status, e.message.is_empty()) {
+        (Some(_), false) if e.raw => format!("runpod {what}: {}", e.message),
         (Some(s), true) => format!("runpod {what}: HTTP {s}"),
         (Some(s), false) => format!("runpod {what}: HTTP {s}: {}", e.message),
         (None, _) => format!("runpod {what}: {}", e.message),
@@ -168,6 +191,9 @@ pub fn classify(e: &ApiError, call: Call, what: &str, secret: Option<&str>) -> P
         Some(400) if call == Call::CreatePod => msg.push_str(
             " (RunPod answers both \"no capacity\" and a broken rule with 400; if every offer \
              fails so, the request itself is the problem)",
+        ),
+        Some(400) if call == Call::StartPod => msg.push_str(
+            " (read as no capacity to start the stopped pod now: it is kept, with its disk)",
         ),
         _ => {}
     }
@@ -289,6 +315,7 @@ mod tests {
         assert!(p.msg.contains("bogus"), "{}", p.msg);
         let e = ApiError::from_response(502, "<html>bad gateway</html>", None, None);
         assert_eq!(e.title, None);
+        assert!(e.raw);
         assert_eq!(
             classify(&e, Call::Other, "x", None).kind,
             ErrorKind::Transient
@@ -297,12 +324,48 @@ mod tests {
         let transport = ApiError {
             status: None,
             title: None,
-            message: "connection refused".into(),
+            message: "connection reset".into(),
+            raw: false,
             retry_after_secs: None,
         };
         assert_eq!(
             classify(&transport, Call::CreatePod, "x", None).kind,
             ErrorKind::Transient
+        );
+    }
+
+    #[test]
+    fn a_body_that_is_no_problem_document_is_one_short_line() {
+        let page = format!(
+            "<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>\n<body>{}</body></html>",
+            "<p>nginx</p>\n".repeat(200)
+        );
+        let e = ApiError::from_http(502, Some("text/html; charset=utf-8"), &page, None, None);
+        let p = classify(&e, Call::Other, "list pods", None);
+        assert_eq!(
+            p.msg,
+            "runpod list pods: HTTP 502 (text/html): 502 Bad Gateway"
+        );
+        let e = ApiError::from_http(400, Some("text/plain"), "bad start\nmore", None, None);
+        let p = classify(&e, Call::StartPod, "start pod p", None);
+        assert_eq!(p.kind, ErrorKind::Capacity);
+        assert!(
+            p.msg
+                .starts_with("runpod start pod p: HTTP 400 (text/plain): bad start"),
+            "{}",
+            p.msg
+        );
+        // The vendor's detail, when the body is the problem document.
+        let e = ApiError::from_http(
+            503,
+            Some("application/problem+json"),
+            &body(503, "upstream down"),
+            None,
+            None,
+        );
+        assert_eq!(
+            classify(&e, Call::Other, "x", None).msg,
+            "runpod x: HTTP 503: upstream down"
         );
     }
 

@@ -34,6 +34,13 @@
 //! - `delete`: `DELETE /v2/pods/{id}` (`204`; `404` is success). `cleanup` has nothing to
 //!   do: a pod has no side resources, and the project key stays registered (it is shared
 //!   by the project's pods).
+//! - `start` ([`Feature::Start`]): `POST /v2/pods/{id}/action` `{"action": "start"}`. A
+//!   stopped pod is `EXITED` (spec `PodStatus`: "container exited (stopped)"; `stop`
+//!   "releas[es] GPU/CPU compute while keeping its disk"), observed as `Stopped`.
+//!
+//! Errors show a short cause: the problem document's `detail` when the body is one, else
+//! [`super::cause::http_cause`] (status, content type, first line), never a dumped page.
+//! A refused connection is `Unreachable` (the whole cloud), with the endpoint redacted.
 //!
 //! SSH: `Pod.ssh.direct` (host, port, username; "null unless `22/tcp` is in `ports` and
 //! the running pod has been assigned a public port"), else the `runtime.ports` entry with
@@ -557,7 +564,7 @@ impl RunpodProvider {
     /// The capabilities RunPod's documentation implies (see [`CloudProvider::capabilities`]).
     pub fn default_capabilities() -> Capabilities {
         Capabilities {
-            supported: vec![Feature::Gpu],
+            supported: vec![Feature::Gpu, Feature::Start],
             boot_timeout: Duration::from_secs(20 * 60),
             ssh_timeout: Duration::from_secs(10 * 60),
             delete_timeout: Duration::from_secs(10 * 60),
@@ -629,10 +636,21 @@ impl RunpodProvider {
             status: None,
             title: None,
             message: format!("{} ({})", e.without_url(), crate::plan::redact_url(&url)),
+            raw: false,
             retry_after_secs: None,
         };
         let resp = match req.send().await {
             Ok(r) => r,
+            // Nothing was sent: the endpoint is unreachable for every region at once.
+            Err(e) if super::cause::is_refused(&e) => {
+                return Err(ProviderError::new(
+                    ErrorKind::Unreachable,
+                    format!(
+                        "runpod: the API endpoint refused the connection ({})",
+                        crate::plan::redact_url(&url)
+                    ),
+                ))
+            }
             Err(e) => return Ok(Err(transport(e))),
         };
         let status = resp.status().as_u16();
@@ -644,13 +662,15 @@ impl RunpodProvider {
         };
         let retry_after = header("retry-after");
         let rate_limit = header("ratelimit");
+        let content_type = header("content-type");
         let text = match resp.text().await {
             Ok(t) => t,
             Err(e) => return Ok(Err(transport(e))),
         };
         if !(200..300).contains(&status) {
-            return Ok(Err(ApiError::from_response(
+            return Ok(Err(ApiError::from_http(
                 status,
+                content_type.as_deref(),
                 &text,
                 retry_after.as_deref(),
                 rate_limit.as_deref(),
@@ -1028,6 +1048,42 @@ impl CloudProvider for RunpodProvider {
     /// on the account (it is shared by the project's pods).
     async fn cleanup(&self, _at: &Location, _vm_name: &str) -> Result<(), ProviderError> {
         Ok(())
+    }
+
+    /// `POST /v2/pods/{id}/action` with `{"action": "start"}` (spec `podAction`: "boot a
+    /// stopped pod (`EXITED` or `ERROR`) back toward `RUNNING`"; `200` with the pod).
+    /// A `409` ("not valid for the pod's current status") is success when `getPod` shows
+    /// the pod already `RUNNING`, `STARTING` or `PROVISIONING`. Errors: `400` → `Capacity`
+    /// (see [`classify`]: the spec documents no capacity answer for a start), others as
+    /// [`classify`] says; a pod that no longer exists (`404`) → `Failed`.
+    async fn start(
+        &self,
+        _at: &Location,
+        _vm_name: &str,
+        instance_id: &str,
+    ) -> Result<(), ProviderError> {
+        let what = format!("start pod {instance_id}");
+        let pod = format!("/v2/pods/{}", encode_segment(instance_id));
+        let body = json!({ "action": "start" });
+        let refused = match self
+            .call_raw(Method::POST, &format!("{pod}/action"), &[], Some(&body))
+            .await?
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if e.status == Some(409) => e,
+            Err(e) => return Err(self.classify(&e, Call::StartPod, &what)),
+        };
+        let now: Pod = self
+            .call(Method::GET, &pod, &[], None, Call::Other, &what)
+            .await?;
+        match now.status.as_str() {
+            "RUNNING" | "STARTING" | "PROVISIONING" => Ok(()),
+            other => {
+                let mut e = self.classify(&refused, Call::StartPod, &what);
+                e.msg = format!("{} (the pod is {other})", e.msg);
+                Err(e)
+            }
+        }
     }
 }
 
