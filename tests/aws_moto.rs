@@ -2146,3 +2146,425 @@ async fn without_the_nonce_a_reused_token_answers_the_dead_instance() {
     }
     assert!(ids.len() <= 1, "{ids:?}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Issue 12 on EC2: never destroy what the run did not create; restart before replace
+
+impl Env {
+    /// Runs the teardown machine on `target` (a fresh journal), as `destroy` does.
+    async fn teardown_target(&self, target: Target) -> TeardownState {
+        let mut m = TeardownMachine::new(self.providers());
+        m.retry = FAST;
+        let ex = Executor::new(Arc::new(MemoryJournal::new()), CancelToken::new());
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            ex.run(&m, "vm.trainer", |_| TeardownState::Requesting { target }),
+        )
+        .await
+        .expect("teardown must not hang")
+        .expect("teardown runs")
+    }
+
+    /// The first offer the launch will try (the adapter's plan, cheapest first).
+    async fn first_offer(&self) -> Offer {
+        let offers = self.aws.plan(&self.vm.request()).await.expect("plan");
+        offers.into_iter().next().expect("at least one offer")
+    }
+}
+
+/// Creates an instance straight at moto (not through the proxy, not by gpuprov) carrying
+/// this machine's identity tags, of `offer`'s type in a subnet of its zone, as a
+/// colleague's run or an older state would have left it. Returns its id.
+async fn run_outside(env: &Env, offer: &Offer) -> String {
+    use aws_sdk_ec2::types::{InstanceType, ResourceType, Tag, TagSpecification};
+    let region = offer.location.region.as_str();
+    let zone = offer
+        .location
+        .zone
+        .clone()
+        .expect("EC2 offers are per zone");
+    let c = env.direct(region);
+    let image = c
+        .describe_images()
+        .owners("amazon")
+        .send()
+        .await
+        .expect("DescribeImages")
+        .images()
+        .iter()
+        .find_map(|i| i.image_id().map(str::to_string))
+        .expect("moto has images");
+    let subnet = subnet_zones(env, region)
+        .await
+        .into_iter()
+        .find_map(|(s, z)| (z == zone).then_some(s))
+        .expect("a default subnet in the zone");
+    let out = c
+        .run_instances()
+        .image_id(image)
+        .instance_type(InstanceType::from(offer.instance_type.as_str()))
+        .min_count(1)
+        .max_count(1)
+        .subnet_id(subnet)
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::Instance)
+                .tags(Tag::builder().key(IDENTITY_LABEL).value(VM).build())
+                .tags(Tag::builder().key(LINEAGE_LABEL).value(LINEAGE).build())
+                .build(),
+        )
+        .send()
+        .await
+        .expect("RunInstances straight at moto");
+    out.instances()[0]
+        .instance_id()
+        .expect("an instance id")
+        .to_string()
+}
+
+/// The state moto reports for `id` (straight, not through the proxy).
+async fn state_outside(
+    env: &Env,
+    region: &str,
+    id: &str,
+) -> Option<aws_sdk_ec2::types::InstanceStateName> {
+    env.direct(region)
+        .describe_instances()
+        .instance_ids(id)
+        .send()
+        .await
+        .expect("DescribeInstances straight at moto")
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .find(|i| i.instance_id() == Some(id))
+        .and_then(|i| i.state().and_then(|s| s.name()).cloned())
+}
+
+/// Stops `id` straight at moto (outside gpuprov) and waits until moto lists it stopped.
+async fn stop_outside(env: &Env, region: &str, id: &str) {
+    env.direct(region)
+        .stop_instances()
+        .instance_ids(id)
+        .send()
+        .await
+        .expect("StopInstances straight at moto");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let state = state_outside(env, region, id).await;
+        if state == Some(aws_sdk_ec2::types::InstanceStateName::Stopped) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{id} never stopped: {state:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Counts logins, then delegates.
+struct CountLogins<C> {
+    inner: C,
+    n: Arc<std::sync::atomic::AtomicU32>,
+}
+
+#[async_trait]
+impl<C: Connector> Connector for CountLogins<C> {
+    async fn login(
+        &self,
+        endpoint: &SshEndpoint,
+        user: &str,
+        pinned: Option<&HostKey>,
+    ) -> Result<HostKey, SshError> {
+        self.n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.login(endpoint, user, pinned).await
+    }
+}
+
+/// A stopped instance with this machine's identity that gpuprov did not create (made and
+/// stopped straight at moto, in the region and zone of the first offer): the launch finds
+/// it in `Creating`, adopts it, sees it stopped and ends `Unowned` without starting,
+/// terminating or replacing it. Only a deliberate teardown of what that state owns (as
+/// `destroy` does) terminates it.
+#[tokio::test]
+async fn a_stopped_instance_found_by_identity_is_left_untouched_on_ec2() {
+    if skip() {
+        return;
+    }
+    let env = Env::start("H100", 8, &["us-east-1"]).await;
+    let first = env.first_offer().await;
+    assert_eq!(first.id, "aws/us-east-1/p5.48xlarge/us-east-1a");
+    let region = first.location.region.clone();
+    let id = run_outside(&env, &first).await;
+    stop_outside(&env, &region, &id).await;
+    assert!(
+        env.proxy.seen("RunInstances").is_empty() && env.proxy.seen("StopInstances").is_empty(),
+        "the setup went straight to moto"
+    );
+
+    let end = env.launch().await.expect("launch runs");
+    let LaunchState::Unowned {
+        location,
+        instance_ids,
+        reason,
+    } = &end
+    else {
+        panic!("expected Unowned, got {end:?} ({:?})", env.labels());
+    };
+    assert_eq!(instance_ids, std::slice::from_ref(&id));
+    assert_eq!(location.region, region);
+    assert!(
+        reason.contains("not created by gpuprov") && reason.contains("Stopped"),
+        "{reason}"
+    );
+    assert!(
+        env.labels()
+            .iter()
+            .any(|l| l.contains(&id) && l.contains("found, not created by gpuprov")),
+        "{:?}",
+        env.labels()
+    );
+    assert!(
+        !env.labels().iter().any(|l| l.contains("compensating")),
+        "{:?}",
+        env.labels()
+    );
+    assert_eq!(
+        state_outside(&env, &region, &id).await,
+        Some(aws_sdk_ec2::types::InstanceStateName::Stopped),
+        "still there, still stopped"
+    );
+    for action in ["TerminateInstances", "RunInstances", "StartInstances"] {
+        assert!(
+            env.proxy.seen(action).is_empty(),
+            "{action}: {:?}",
+            env.proxy.seen(action)
+        );
+    }
+    env.assert_nothing_unknown(&end, &[&region]).await;
+
+    // destroy: the state owns it (adopted), and a teardown of that deletes it on purpose.
+    let owned = end.owned().expect("the state names the instance");
+    assert!(owned.adopted, "{owned:?}");
+    assert_eq!(owned.instance_ids, vec![id.clone()]);
+    let done = env.teardown_target(Target::of(owned, VM)).await;
+    assert_eq!(done, TeardownState::Done);
+    assert_eq!(
+        env.proxy
+            .seen("TerminateInstances")
+            .iter()
+            .filter(|s| s.body.contains(&id))
+            .count(),
+        1,
+        "terminated by the teardown"
+    );
+    assert_eq!(
+        state_outside(&env, &region, &id).await,
+        Some(aws_sdk_ec2::types::InstanceStateName::Terminated)
+    );
+    assert_eq!(env.sweep(&region).await, (vec![], vec![]));
+}
+
+/// A running instance with this machine's identity that gpuprov did not create, which
+/// refuses the project key (a colleague's, launched with another key): the launch adopts
+/// it, the first refused login ends it `Unowned` with "key refused" (no silent retry for
+/// the SSH timeout), and it is neither terminated nor replaced.
+#[tokio::test]
+async fn a_running_instance_with_another_key_is_left_untouched_on_ec2() {
+    if skip() {
+        return;
+    }
+    // A long SSH timeout: only the refused key can end the wait quickly.
+    let env = Env::start_with("H100", 8, &["us-east-1"], |s| {
+        s.capabilities.ssh_timeout = Duration::from_secs(60);
+    })
+    .await;
+    let first = env.first_offer().await;
+    let region = first.location.region.clone();
+    let id = run_outside(&env, &first).await;
+    let running = Instant::now() + Duration::from_secs(20);
+    while state_outside(&env, &region, &id).await
+        != Some(aws_sdk_ec2::types::InstanceStateName::Running)
+    {
+        assert!(Instant::now() < running, "{id} never ran");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let fake = FakeConnector::default();
+    fake.fail_with(
+        (0..200)
+            .map(|_| SshError::AuthRejected {
+                endpoint: "colleague".into(),
+                msg: "Permission denied (publickey)".into(),
+            })
+            .collect(),
+    );
+    let logins = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let connector = CountLogins {
+        inner: LoopbackOnly(fake),
+        n: logins.clone(),
+    };
+    let started = Instant::now();
+    let end = env
+        .launch_with(Arc::new(connector))
+        .await
+        .expect("launch runs");
+    let took = started.elapsed();
+    let LaunchState::Unowned {
+        instance_ids,
+        reason,
+        ..
+    } = &end
+    else {
+        panic!("expected Unowned, got {end:?} ({:?})", env.labels());
+    };
+    assert_eq!(instance_ids, std::slice::from_ref(&id));
+    assert!(reason.contains("key refused"), "{reason}");
+    assert!(reason.contains("not created by gpuprov"), "{reason}");
+    assert_eq!(
+        logins.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the first refusal ends the wait"
+    );
+    assert!(
+        took < Duration::from_secs(15),
+        "ended at once, not after the 60s SSH timeout: {took:?}"
+    );
+    assert_eq!(
+        state_outside(&env, &region, &id).await,
+        Some(aws_sdk_ec2::types::InstanceStateName::Running),
+        "still there, still running"
+    );
+    for action in ["TerminateInstances", "RunInstances", "StopInstances"] {
+        assert!(
+            env.proxy.seen(action).is_empty(),
+            "{action}: {:?}",
+            env.proxy.seen(action)
+        );
+    }
+    env.assert_nothing_unknown(&end, &[&region]).await;
+
+    let owned = end.owned().expect("the state names the instance");
+    assert!(owned.adopted, "{owned:?}");
+    let done = env.teardown_target(Target::of(owned, VM)).await;
+    assert_eq!(done, TeardownState::Done);
+    assert_eq!(env.sweep(&region).await, (vec![], vec![]));
+}
+
+/// A recorded machine whose instance was stopped outside gpuprov: the next launch starts
+/// the same instance (one StartInstances) and reconnects with the pinned host key; no
+/// second RunInstances, no TerminateInstances.
+#[tokio::test]
+async fn a_stopped_recorded_instance_is_started_not_replaced_on_ec2() {
+    if skip() {
+        return;
+    }
+    let env = Env::start("H100", 8, &["us-east-1"]).await;
+    let first = env.launch().await.expect("launch runs");
+    let old = ready_or_panic(&first).clone();
+    let region = old.location.region.clone();
+    stop_outside(&env, &region, &old.instance_id).await;
+    let before = env.labels().len();
+
+    let again = env.launch().await.expect("re-apply runs");
+    let vm = ready_or_panic(&again);
+    assert_eq!(vm.instance_id, old.instance_id, "the same instance");
+    assert_eq!(vm.host_key, old.host_key, "pinned");
+    let labels = env.labels()[before..].to_vec();
+    let at = |p: &str| {
+        labels
+            .iter()
+            .position(|l| l.starts_with(p))
+            .unwrap_or_else(|| panic!("no {p:?} in {labels:?}"))
+    };
+    assert!(
+        at("reconciling") < at("starting stopped")
+            && at("starting stopped") < at(&format!("starting {} ", old.instance_id))
+            && at(&format!("starting {} ", old.instance_id)) < at("connecting")
+            && at("connecting") < at("ready"),
+        "{labels:?}"
+    );
+    assert!(
+        !labels
+            .iter()
+            .any(|l| l.starts_with("compensating") || l.starts_with("planning")),
+        "{labels:?}"
+    );
+    let start = env.proxy.seen("StartInstances");
+    assert_eq!(start.len(), 1, "{start:?}");
+    assert!(start[0].body.contains(&old.instance_id), "{start:?}");
+    assert!(start[0].faulted.is_none());
+    assert_eq!(
+        env.proxy.seen("RunInstances").len(),
+        1,
+        "only the first launch created"
+    );
+    assert!(env.proxy.seen("TerminateInstances").is_empty());
+    assert_eq!(
+        state_outside(&env, &region, &old.instance_id).await,
+        Some(aws_sdk_ec2::types::InstanceStateName::Running)
+    );
+    let (ids, _) = env.sweep(&region).await;
+    assert_eq!(ids, vec![old.instance_id.clone()]);
+    let done = env
+        .teardown_target(Target::of(again.owned().unwrap(), VM))
+        .await;
+    assert_eq!(done, TeardownState::Done);
+    assert_eq!(env.sweep(&region).await, (vec![], vec![]));
+}
+
+/// As above, but EC2 cannot start it now (`InsufficientInstanceCapacity`, HTTP 500, on
+/// StartInstances): the launch ends `Aborted` with "no replacement", the state keeps the
+/// machine's record, and nothing is created or terminated; the instance (and its disk)
+/// is still there, stopped.
+#[tokio::test]
+async fn a_restart_refused_for_capacity_keeps_the_instance_on_ec2() {
+    if skip() {
+        return;
+    }
+    let env = Env::start("H100", 8, &["us-east-1"]).await;
+    let first = env.launch().await.expect("launch runs");
+    let old = ready_or_panic(&first).clone();
+    let region = old.location.region.clone();
+    stop_outside(&env, &region, &old.instance_id).await;
+    env.proxy.fault(Fault {
+        message: "We currently do not have sufficient p5.48xlarge capacity in the \
+                  Availability Zone you requested (us-east-1a). Our system will be working on \
+                  provisioning additional capacity.",
+        ..fault("StartInstances", 500, "InsufficientInstanceCapacity")
+    });
+
+    let again = env.launch().await.expect("re-apply runs");
+    let LaunchState::Aborted { reason, owned } = &again else {
+        panic!("expected Aborted, got {again:?} ({:?})", env.labels());
+    };
+    assert!(reason.contains("no replacement"), "{reason}");
+    assert!(reason.contains("InsufficientInstanceCapacity"), "{reason}");
+    let owned = owned.as_ref().expect("the machine is kept");
+    assert_eq!(owned.instance_ids, vec![old.instance_id.clone()]);
+    assert!(!owned.adopted, "still gpuprov's own machine");
+    let kept = owned.vm.as_ref().expect("its record is kept");
+    assert_eq!(kept.instance_id, old.instance_id);
+    assert_eq!(kept.host_key, old.host_key);
+    let start = env.proxy.seen("StartInstances");
+    assert_eq!(start.len(), 1, "{start:?}");
+    assert_eq!(
+        start[0].faulted.as_deref(),
+        Some("InsufficientInstanceCapacity")
+    );
+    assert_eq!(
+        env.proxy.seen("RunInstances").len(),
+        1,
+        "never a second instance of the machine"
+    );
+    assert!(env.proxy.seen("TerminateInstances").is_empty());
+    assert_eq!(
+        state_outside(&env, &region, &old.instance_id).await,
+        Some(aws_sdk_ec2::types::InstanceStateName::Stopped),
+        "still there, still stopped"
+    );
+    env.assert_nothing_unknown(&again, &[&region]).await;
+    let done = env
+        .teardown_target(Target::of(again.owned().unwrap(), VM))
+        .await;
+    assert_eq!(done, TeardownState::Done);
+    assert_eq!(env.sweep(&region).await, (vec![], vec![]));
+}
