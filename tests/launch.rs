@@ -766,7 +766,7 @@ async fn a_stopped_instance_found_by_identity_is_left_untouched() {
     else {
         panic!("expected Unowned, got {end:?}");
     };
-    assert_eq!(instance_ids, &[theirs.clone()]);
+    assert_eq!(instance_ids, std::slice::from_ref(&theirs));
     assert!(reason.contains("not created by gpuprov"), "{reason}");
     assert!(reason.contains("gpuprov destroy"), "{reason}");
     assert_eq!(r.cloud.count(Op::Delete), 0, "never deleted");

@@ -56,6 +56,17 @@ pub struct Search {
     pub nonce: String,
 }
 
+/// Blocks the error's scope and moves to the next offer, with nothing to compensate
+/// (nothing was created, or nothing was sent).
+fn skip_offer(search: &Search, e: &ProviderError, stage: &str) -> LaunchState {
+    let scope = search.current().and_then(|o| e.scope_for(o));
+    LaunchState::NextOffer {
+        search: search
+            .clone()
+            .record(format!("{stage}: {}", e.msg), Some(e.kind), scope),
+    }
+}
+
 /// A fresh [`Search::nonce`].
 fn new_nonce() -> String {
     format!("{:08x}", rand::random::<u32>())
@@ -1053,14 +1064,7 @@ impl Machine for LaunchMachine {
                     // refused the connection (nothing was sent; the default scope blocks
                     // every region of the cloud at once): block and move on.
                     Err(e) if matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Unreachable) => {
-                        let scope = e.scope_for(offer);
-                        Step::Next(LaunchState::NextOffer {
-                            search: search.clone().record(
-                                format!("prepare: {}", e.msg),
-                                Some(e.kind),
-                                scope,
-                            ),
-                        })
+                        Step::Next(skip_offer(search, &e, "prepare"))
                     }
                     // Prepare may have created side resources (a security group, a
                     // firewall) before failing: they are cleaned up before the next offer
@@ -1118,14 +1122,7 @@ impl Machine for LaunchMachine {
                         }
                     }
                     Err(e) if e.kind == ErrorKind::Unreachable && (!*sent || unsent_here) => {
-                        let scope = e.scope_for(offer);
-                        return Step::Next(LaunchState::NextOffer {
-                            search: search.clone().record(
-                                format!("observe: {}", e.msg),
-                                Some(e.kind),
-                                scope,
-                            ),
-                        });
+                        return Step::Next(skip_offer(search, &e, "observe"));
                     }
                     Err(e) if e.kind.retried_in_place() => return retry_step(e),
                     Err(e) => {
@@ -1184,27 +1181,13 @@ impl Machine for LaunchMachine {
                             .unwrap_or_else(|e| e.into_inner())
                             .insert(spec.client_token.clone());
                         if e.kind == ErrorKind::Unreachable {
-                            let scope = e.scope_for(offer);
-                            return Step::Next(LaunchState::NextOffer {
-                                search: search.clone().record(
-                                    format!("create: {}", e.msg),
-                                    Some(e.kind),
-                                    scope,
-                                ),
-                            });
+                            return Step::Next(skip_offer(search, &e, "create"));
                         }
                         retry_step(e)
                     }
                     Err(e) if e.kind == ErrorKind::Transient => retry_step(e),
                     Err(e) if e.kind == ErrorKind::Unavailable => {
-                        let scope = e.scope_for(offer);
-                        Step::Next(LaunchState::NextOffer {
-                            search: search.clone().record(
-                                format!("create: {}", e.msg),
-                                Some(e.kind),
-                                scope,
-                            ),
-                        })
+                        Step::Next(skip_offer(search, &e, "create"))
                     }
                     Err(e) => {
                         Step::Next(self.on_offer_error(search.clone(), vec![], false, &e, "create"))
