@@ -345,14 +345,27 @@ pub fn compute(
                     }
                 }
             }
+            // An instance exists that apply takes over or starts again: nothing is added.
+            Recorded::Launch(LaunchState::Unowned { reason, .. }) => {
+                change(Action::Resume, Some(reason), vec![], offer_price(want))
+            }
+            Recorded::Launch(LaunchState::Aborted {
+                reason,
+                owned: Some(o),
+            }) if o.vm.is_some() => change(
+                Action::Resume,
+                Some(format!(
+                    "the last apply aborted with the machine kept: {reason}"
+                )),
+                vec![],
+                o.vm.as_ref().map(|vm| vm.offer.price_per_hour),
+            ),
             Recorded::Launch(
                 s @ (LaunchState::Aborted { .. }
                 | LaunchState::Exhausted { .. }
-                | LaunchState::Leaked { .. }
-                | LaunchState::Unowned { .. }),
+                | LaunchState::Leaked { .. }),
             ) => {
                 let why = match &s {
-                    LaunchState::Unowned { reason, .. } => reason.clone(),
                     LaunchState::Leaked {
                         instance_ids,
                         location,

@@ -537,6 +537,11 @@ async fn docker_restart_before_replace_and_found_machines_are_left_untouched() {
     assert_eq!(containers(&lineage).await, vec![id.clone()], "not replaced");
     let out = p.run(&["ssh", "dev", "--", "cat /root/marker"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "kept");
+    // Paused (shown as stopped): apply unpauses it.
+    docker.pause_container(&id).await.unwrap();
+    let out = p.run(&["apply", "--auto-approve"]);
+    assert!(out.status.success(), "unpause failed");
+    assert_eq!(containers(&lineage).await, vec![id.clone()], "not replaced");
 
     // 2. The state forgets the machine (restored from an old copy, say) while the
     // container runs with another key: apply finds it by identity, is refused, and
@@ -577,6 +582,13 @@ async fn docker_restart_before_replace_and_found_machines_are_left_untouched() {
         String::from_utf8_lossy(&out.stdout).contains("unowned"),
         "status shows it"
     );
+    let out = p.run(&["plan"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains("not created by gpuprov"),
+        "plan shows it: {text}"
+    );
+    assert!(!text.contains("1 to add"), "nothing would be added: {text}");
 
     // 3. Stopped and unknown to the state: still never deleted by apply.
     docker

@@ -1201,3 +1201,74 @@ async fn an_endpoint_that_refuses_connections_blocks_its_cloud_once() {
         "one refusal blocks every aws region"
     );
 }
+
+#[tokio::test]
+async fn a_failed_prepare_or_a_cancel_never_sweeps_an_instance_it_did_not_create() {
+    // A stopped instance of the identity sits in us-east-1, which the first two offers use;
+    // both fail in prepare after creating their side resource.
+    let r = Run::new(
+        two_regions()
+            .with_fault(
+                Op::Prepare,
+                Some("east-a"),
+                err(ErrorKind::Failed, "sg"),
+                u32::MAX,
+            )
+            .with_fault(
+                Op::Prepare,
+                Some("east-b"),
+                err(ErrorKind::Failed, "sg"),
+                u32::MAX,
+            ),
+    );
+    let theirs = r
+        .cloud
+        .insert_instance("trainer", here("us-east-1"), InstanceStatus::Stopped);
+    let end = r.launch().await.unwrap();
+    assert_eq!(end.ready().expect("ready").offer.id, "west-a");
+    assert!(
+        r.cloud.instances().iter().any(|i| i.id == theirs),
+        "compensating a prepare deletes nothing it did not create"
+    );
+    assert_eq!(r.cloud.count(Op::Delete), 0, "{:?}", r.cloud.calls());
+
+    // Cancelled during prepare: the compensation cleans up, deletes nothing.
+    let m = r.machine();
+    use gpuprov::machine::Machine as _;
+    let offers = r.cloud.plan(&r.vm.request()).await.unwrap();
+    let cancelled = m
+        .on_cancel(&LaunchState::Preparing {
+            search: gpuprov::vm::Search {
+                offers,
+                ..Default::default()
+            },
+        })
+        .unwrap();
+    let LaunchState::Compensating { teardown, .. } = &cancelled else {
+        panic!("{cancelled:?}");
+    };
+    let TeardownState::Requesting { target } = teardown else {
+        panic!("{teardown:?}");
+    };
+    assert!(
+        target.named_only && target.instance_ids.is_empty(),
+        "{target:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_restart_that_the_cloud_reports_late_is_waited_for() {
+    let r = Run::new(startable(two_regions().with_start_lag(3)));
+    let id = r
+        .launch()
+        .await
+        .unwrap()
+        .ready()
+        .unwrap()
+        .instance_id
+        .clone();
+    r.cloud.stop_instance(&id);
+    let end = r.launch().await.unwrap();
+    assert_eq!(end.ready().expect("ready again").instance_id, id);
+    assert_eq!(r.cloud.count(Op::Create), 1);
+}

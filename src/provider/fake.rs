@@ -37,6 +37,8 @@ pub struct FakeInstance {
     /// Observes left before a Pending instance turns Running.
     pub observes_to_boot: u32,
     pub client_token: String,
+    /// Observes left that a started instance still reports `Stopped`.
+    pub stopped_for: u32,
 }
 
 struct Fault {
@@ -80,6 +82,8 @@ struct Inner {
     dependency_errors: bool,
     /// Booting instances turn `Failed(reason)` instead of `Running`.
     boot_failure: Option<String>,
+    /// Observes a started instance still reports `Stopped` before it is `Pending`.
+    start_lag: u32,
 }
 
 impl Inner {
@@ -280,6 +284,13 @@ impl FakeProvider {
         self.lock().side.iter().cloned().collect()
     }
 
+    /// A started instance keeps reporting `Stopped` for `n` observes (DigitalOcean shows
+    /// `off` until its power_on action completes).
+    pub fn with_start_lag(self, n: u32) -> Self {
+        self.lock().start_lag = n;
+        self
+    }
+
     /// From now on, instances that finish booting report `Failed(reason)` instead of
     /// `Running` (`None`: they boot normally again).
     pub fn fail_boots(&self, reason: Option<&str>) {
@@ -355,6 +366,7 @@ impl FakeProvider {
                 status,
                 observes_to_boot: 0,
                 client_token: String::new(),
+                stopped_for: 0,
             },
         );
         g.note_peak(vm_name);
@@ -479,6 +491,7 @@ impl CloudProvider for FakeProvider {
                 status: InstanceStatus::Pending,
                 observes_to_boot: boot,
                 client_token: spec.client_token.clone(),
+                stopped_for: 0,
             },
         );
         g.note_peak(&spec.vm_name);
@@ -499,6 +512,15 @@ impl CloudProvider for FakeProvider {
             }
             if i.unlisted_for > 0 {
                 i.unlisted_for -= 1;
+                continue;
+            }
+            if i.stopped_for > 0 {
+                i.stopped_for -= 1;
+                out.push(Observed {
+                    instance_id: i.id.clone(),
+                    status: InstanceStatus::Stopped,
+                    ssh: None,
+                });
                 continue;
             }
             if i.status == InstanceStatus::Pending {
@@ -592,10 +614,12 @@ impl CloudProvider for FakeProvider {
             format!("{vm_name} {instance_id}"),
         )?;
         let boot = g.boot_observes;
+        let lag = g.start_lag;
         match g.instances.get_mut(instance_id) {
             Some(i) if i.status == InstanceStatus::Stopped => {
                 i.status = InstanceStatus::Pending;
                 i.observes_to_boot = boot;
+                i.stopped_for = lag;
                 Ok(())
             }
             Some(_) => Ok(()),

@@ -56,6 +56,29 @@ pub struct Search {
     pub nonce: String,
 }
 
+/// What a compensation may find that its ids do not name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lag {
+    /// Nothing: the named instances are listed, or there are none.
+    None,
+    /// The named instance was created moments ago and may not be listed or deletable yet:
+    /// wait the cloud's listing lag for it.
+    Named,
+    /// A create of this attempt may be at the cloud without an id (unlisted, or its
+    /// answer lost): wait the listing lag and delete what carries the identity there.
+    Sweep,
+}
+
+impl Lag {
+    fn sweep_if(create_may_exist: bool) -> Lag {
+        if create_may_exist {
+            Lag::Sweep
+        } else {
+            Lag::None
+        }
+    }
+}
+
 /// Blocks the error's scope and moves to the next offer, with nothing to compensate
 /// (nothing was created, or nothing was sent).
 fn skip_offer(search: &Search, e: &ProviderError, stage: &str) -> LaunchState {
@@ -397,15 +420,17 @@ impl LaunchMachine {
         }
     }
 
-    /// Tears down what the current attempt may own (`ids`, anything listed with the
-    /// identity there, and the side resources), then goes on as `after` says. `settle`:
-    /// a create may not be listed yet (see [`Target::settle`]). Side resources are kept
-    /// when the next offer is in the same cloud and region (it reuses them).
+    /// Tears down what the current attempt may own, then goes on as `after` says: `ids`,
+    /// the side resources, and — only with [`Lag::Sweep`] (a create of this attempt may
+    /// be at the cloud, unlisted or with its answer lost) — anything listed with the
+    /// identity there, after the cloud's listing lag. Otherwise nothing but `ids` is
+    /// deleted: an instance this run did not create is never swept. Side resources are
+    /// kept when the next offer is in the same cloud and region (it reuses them).
     fn compensate(
         &self,
         search: Search,
         ids: Vec<String>,
-        settle: bool,
+        lag: Lag,
         reason: String,
         after: AfterCompensation,
     ) -> LaunchState {
@@ -421,8 +446,9 @@ impl LaunchMachine {
             Some(location) => LaunchState::Compensating {
                 teardown: TeardownState::Requesting {
                     target: Target {
-                        settle,
+                        settle: lag != Lag::None,
                         keep_side_resources: same_region_next,
+                        named_only: lag != Lag::Sweep,
                         ..Target::new(location, &self.vm.name, ids)
                     },
                 },
@@ -443,7 +469,7 @@ impl LaunchMachine {
         &self,
         search: Search,
         ids: Vec<String>,
-        settle: bool,
+        lag: Lag,
         e: &ProviderError,
         stage: &str,
     ) -> LaunchState {
@@ -456,7 +482,7 @@ impl LaunchMachine {
                 self.compensate(
                     search,
                     ids,
-                    settle,
+                    lag,
                     reason.clone(),
                     AfterCompensation::Abort { reason },
                 )
@@ -464,7 +490,7 @@ impl LaunchMachine {
             _ => self.compensate(
                 search,
                 ids,
-                settle,
+                lag,
                 format!("{stage}: {}", e.msg),
                 AfterCompensation::NextOffer,
             ),
@@ -600,7 +626,11 @@ impl LaunchMachine {
             let search = Search::default();
             LaunchState::Compensating {
                 teardown: TeardownState::Requesting {
-                    target: Target::of(prev.clone(), &self.vm.name),
+                    // Only what the record names, unless a create of it may be unlisted.
+                    target: Target {
+                        named_only: !prev.unsettled,
+                        ..Target::of(prev.clone(), &self.vm.name)
+                    },
                 },
                 search,
                 reason: "removing what an earlier run left behind".into(),
@@ -848,10 +878,10 @@ impl Machine for LaunchMachine {
             },
             // Prepare may have created side resources before failing: clean them up.
             LaunchState::Preparing { search } => {
-                self.on_offer_error(search.clone(), vec![], false, &e, "prepare")
+                self.on_offer_error(search.clone(), vec![], Lag::None, &e, "prepare")
             }
             LaunchState::Creating { search, sent, .. } => {
-                self.on_offer_error(search.clone(), vec![], *sent, &e, "create")
+                self.on_offer_error(search.clone(), vec![], Lag::sweep_if(*sent), &e, "create")
             }
             LaunchState::Starting { vm, .. } | LaunchState::Booting { kept: Some(vm), .. } => {
                 self.keep(vm, format!("could not start it: {}", e.msg))
@@ -872,7 +902,13 @@ impl Machine for LaunchMachine {
                 search,
                 instance_id,
                 ..
-            } => self.on_offer_error(search.clone(), vec![instance_id.clone()], true, &e, "boot"),
+            } => self.on_offer_error(
+                search.clone(),
+                vec![instance_id.clone()],
+                Lag::Named,
+                &e,
+                "boot",
+            ),
             LaunchState::Connecting {
                 search,
                 instance_id,
@@ -893,7 +929,7 @@ impl Machine for LaunchMachine {
             } => self.on_offer_error(
                 search.clone(),
                 vec![instance_id.clone()],
-                false,
+                Lag::None,
                 &e,
                 "connect",
             ),
@@ -932,7 +968,7 @@ impl Machine for LaunchMachine {
             LaunchState::Preparing { search } => Some(self.compensate(
                 search.clone(),
                 vec![],
-                false,
+                Lag::None,
                 reason.clone(),
                 AfterCompensation::Abort { reason },
             )),
@@ -971,7 +1007,7 @@ impl Machine for LaunchMachine {
             LaunchState::Creating { search, sent, .. } => Some(self.compensate(
                 search.clone(),
                 vec![],
-                *sent,
+                Lag::sweep_if(*sent),
                 reason.clone(),
                 AfterCompensation::Abort { reason },
             )),
@@ -982,7 +1018,7 @@ impl Machine for LaunchMachine {
             } => Some(self.compensate(
                 search.clone(),
                 vec![instance_id.clone()],
-                true,
+                Lag::Named,
                 reason.clone(),
                 AfterCompensation::Abort { reason },
             )),
@@ -993,7 +1029,7 @@ impl Machine for LaunchMachine {
             } => Some(self.compensate(
                 search.clone(),
                 vec![instance_id.clone()],
-                false,
+                Lag::None,
                 reason.clone(),
                 AfterCompensation::Abort { reason },
             )),
@@ -1072,7 +1108,7 @@ impl Machine for LaunchMachine {
                     Err(e) => Step::Next(self.on_offer_error(
                         search.clone(),
                         vec![],
-                        false,
+                        Lag::None,
                         &e,
                         "prepare",
                     )),
@@ -1129,7 +1165,7 @@ impl Machine for LaunchMachine {
                         return Step::Next(self.on_offer_error(
                             search.clone(),
                             vec![],
-                            *sent,
+                            Lag::sweep_if(*sent),
                             &e,
                             "observe",
                         ))
@@ -1189,9 +1225,13 @@ impl Machine for LaunchMachine {
                     Err(e) if e.kind == ErrorKind::Unavailable => {
                         Step::Next(skip_offer(search, &e, "create"))
                     }
-                    Err(e) => {
-                        Step::Next(self.on_offer_error(search.clone(), vec![], false, &e, "create"))
-                    }
+                    Err(e) => Step::Next(self.on_offer_error(
+                        search.clone(),
+                        vec![],
+                        Lag::None,
+                        &e,
+                        "create",
+                    )),
                 }
             }
             LaunchState::Starting { search, vm } => {
@@ -1244,7 +1284,7 @@ impl Machine for LaunchMachine {
                         (Some(vm), _) => self.keep(vm, format!("{stage}: {}", e.msg)),
                         (None, true) => self.unowned(search, instance_id, &e.msg),
                         (None, false) => {
-                            self.on_offer_error(search.clone(), ids.clone(), true, &e, stage)
+                            self.on_offer_error(search.clone(), ids.clone(), Lag::Named, &e, stage)
                         }
                     })
                 };
@@ -1272,6 +1312,19 @@ impl Machine for LaunchMachine {
                         (InstanceStatus::Failed(r), _) => failed(format!("instance failed: {r}")),
                         (InstanceStatus::Stopped | InstanceStatus::Stopping, _) if *adopted => {
                             failed(format!("it is {:?}", o.status))
+                        }
+                        // A start was accepted; clouds report the instance stopped until
+                        // it takes effect (DigitalOcean: `off` until power_on completes).
+                        (InstanceStatus::Stopped | InstanceStatus::Stopping, _)
+                            if kept.is_some() && cx.in_state <= caps.boot_timeout =>
+                        {
+                            Step::poll(
+                                caps.poll_interval,
+                                format!(
+                                    "{instance_id} is {:?}; its start is in progress",
+                                    o.status
+                                ),
+                            )
                         }
                         (
                             InstanceStatus::Stopped
@@ -1337,7 +1390,7 @@ impl Machine for LaunchMachine {
                         Step::Next(self.on_offer_error(
                             search.clone(),
                             vec![instance_id.clone()],
-                            false,
+                            Lag::None,
                             &pe,
                             "connect",
                         ))
@@ -1366,7 +1419,7 @@ impl Machine for LaunchMachine {
                             (None, false) => Step::Next(self.compensate(
                                 search.clone(),
                                 vec![instance_id.clone()],
-                                false,
+                                Lag::None,
                                 reason.clone(),
                                 AfterCompensation::Abort { reason },
                             )),

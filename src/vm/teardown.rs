@@ -32,6 +32,12 @@ pub struct Target {
     /// machine's next offer is in the same cloud and region and reuses them.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub keep_side_resources: bool,
+    /// Delete only `instance_ids`, never other instances listed with the identity (a
+    /// compensation where this run created nothing unnamed: anything else listed there
+    /// is not its to delete). Off for `destroy` and for a create that may be unlisted,
+    /// which sweep every instance carrying the identity at the location.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub named_only: bool,
 }
 
 impl Target {
@@ -43,7 +49,13 @@ impl Target {
             instance_ids,
             settle: false,
             keep_side_resources: false,
+            named_only: false,
         }
+    }
+
+    /// Whether `id` is this teardown's to delete.
+    fn covers(&self, id: &str) -> bool {
+        !self.named_only || self.instance_ids.iter().any(|i| i == id)
     }
 
     /// What a record's [`Owned`] says to tear down.
@@ -212,7 +224,9 @@ impl Machine for TeardownMachine {
                 };
                 let ids = union(
                     &target.instance_ids,
-                    seen.into_iter().map(|o| o.instance_id),
+                    seen.into_iter()
+                        .map(|o| o.instance_id)
+                        .filter(|id| target.covers(id)),
                 );
                 let target = Target {
                     instance_ids: ids,
@@ -221,7 +235,7 @@ impl Machine for TeardownMachine {
                 if target.instance_ids.is_empty() {
                     // Nothing listed yet may still be a create the listing has not caught
                     // up with: wait for it in AwaitingGone.
-                    return Step::Next(if target.settle {
+                    return Step::Next(if target.settle && !target.named_only {
                         TeardownState::AwaitingGone { target }
                     } else {
                         Self::after_gone(target)
@@ -242,8 +256,11 @@ impl Machine for TeardownMachine {
                     Err(e) => return Step::Next(Self::leaked(target, e)),
                 };
                 let caps = p.capabilities();
-                let seen = match p.observe(&target.location, &target.vm_name).await {
-                    Ok(v) => v,
+                let seen: Vec<_> = match p.observe(&target.location, &target.vm_name).await {
+                    Ok(v) => v
+                        .into_iter()
+                        .filter(|o| target.covers(&o.instance_id))
+                        .collect(),
                     Err(e) if e.kind.retried_in_place() => return retry_step(e),
                     Err(e) => return Step::Next(Self::leaked(target, e.msg)),
                 };
@@ -298,15 +315,22 @@ impl Machine for TeardownMachine {
                     // listing did not show. Look again and delete it, else retry (budgeted).
                     Err(e) if e.kind == ErrorKind::InUse => {
                         match p.observe(&target.location, &target.vm_name).await {
-                            Ok(seen) if !seen.is_empty() => Step::Next(TeardownState::Requesting {
-                                target: Target {
-                                    instance_ids: union(
-                                        &target.instance_ids,
-                                        seen.into_iter().map(|o| o.instance_id),
-                                    ),
-                                    ..target.clone()
-                                },
-                            }),
+                            Ok(seen) if seen.iter().any(|o| target.covers(&o.instance_id)) => {
+                                Step::Next(TeardownState::Requesting {
+                                    target: Target {
+                                        instance_ids: union(
+                                            &target.instance_ids,
+                                            seen.into_iter()
+                                                .map(|o| o.instance_id)
+                                                .filter(|id| target.covers(id)),
+                                        ),
+                                        ..target.clone()
+                                    },
+                                })
+                            }
+                            // In use by an instance this teardown must leave alone: the
+                            // side resources stay with it.
+                            Ok(seen) if !seen.is_empty() => Step::Next(TeardownState::Done),
                             Ok(_) => retry_step(e),
                             Err(oe) if oe.kind.retried_in_place() => retry_step(oe),
                             Err(oe) => Step::Next(Self::leaked(target, oe.msg)),

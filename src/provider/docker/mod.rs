@@ -320,10 +320,11 @@ impl DockerProvider {
         })?;
         let running = info.state.as_ref().and_then(|s| s.running).unwrap_or(false);
         if !running {
-            docker
-                .start_container(&id, None::<StartContainerOptions>)
-                .await
-                .map_err(|e| self.err(e))?;
+            // A stopped container of this identity is not this create's to start: the
+            // retried step observes it and decides whether it is ours.
+            return Err(ProviderError::transient(format!(
+                "a stopped container named {name} with this identity already exists"
+            )));
         }
         Ok(id)
     }
@@ -632,7 +633,8 @@ impl CloudProvider for DockerProvider {
     }
 
     /// Starts a stopped container (`POST /containers/{id}/start`; 304 "already started"
-    /// is success, as bollard reports it). A container that no longer exists is `Failed`.
+    /// is success, as bollard reports it), or unpauses a paused one (`POST
+    /// /containers/{id}/unpause`). A container that no longer exists is `Failed`.
     async fn start(
         &self,
         at: &Location,
@@ -646,10 +648,25 @@ impl CloudProvider for DockerProvider {
             ));
         }
         let docker = self.docker().await?;
-        match docker
-            .start_container(instance_id, None::<StartContainerOptions>)
+        // `docker pause` shows as Stopped; a paused container is unpaused, not started.
+        let paused = docker
+            .inspect_container(
+                instance_id,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
             .await
-        {
+            .ok()
+            .and_then(|i| i.state)
+            .and_then(|s| s.paused)
+            .unwrap_or(false);
+        let started = if paused {
+            docker.unpause_container(instance_id).await
+        } else {
+            docker
+                .start_container(instance_id, None::<StartContainerOptions>)
+                .await
+        };
+        match started {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Err(ProviderError::new(
                 ErrorKind::Failed,
