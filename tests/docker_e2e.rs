@@ -590,6 +590,26 @@ async fn docker_restart_before_replace_and_found_machines_are_left_untouched() {
     );
     assert!(!text.contains("1 to add"), "nothing would be added: {text}");
 
+    // 2b. Unknown to the state again, and the next apply fails in prepare (an image that
+    // does not exist): its compensation deletes nothing it did not create.
+    let mut state = p.state();
+    state["resources"].as_object_mut().unwrap().remove("vm.dev");
+    std::fs::write(p.state_path(), serde_json::to_vec_pretty(&state).unwrap()).unwrap();
+    let config = p.dir.path().join("gpuprov.toml");
+    let good = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        good.replace(
+            "regions = [\"local\"]",
+            "regions = [\"local\"]\nimage = \"gpuprov/does-not-exist:1\"",
+        ),
+    )
+    .unwrap();
+    let out = p.run(&["apply", "--auto-approve"]);
+    assert!(!out.status.success());
+    assert_eq!(containers(&lineage).await, vec![id.clone()], "left untouched");
+    std::fs::write(&config, good).unwrap();
+
     // 3. Stopped and unknown to the state: still never deleted by apply.
     docker
         .stop_container(&id, None::<bollard::query_parameters::StopContainerOptions>)
