@@ -607,7 +607,11 @@ async fn docker_restart_before_replace_and_found_machines_are_left_untouched() {
     .unwrap();
     let out = p.run(&["apply", "--auto-approve"]);
     assert!(!out.status.success());
-    assert_eq!(containers(&lineage).await, vec![id.clone()], "left untouched");
+    assert_eq!(
+        containers(&lineage).await,
+        vec![id.clone()],
+        "left untouched"
+    );
     std::fs::write(&config, good).unwrap();
 
     // 3. Stopped and unknown to the state: still never deleted by apply.

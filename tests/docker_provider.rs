@@ -591,9 +591,9 @@ async fn create_observe_ssh_delete_cleanup_lifecycle() {
 }
 
 #[tokio::test]
-async fn create_restarts_a_stopped_container_instead_of_duplicating() {
+async fn create_leaves_a_stopped_container_alone_and_start_restarts_it() {
     let Some(docker) =
-        docker_or_skip("create_restarts_a_stopped_container_instead_of_duplicating").await
+        docker_or_skip("create_leaves_a_stopped_container_alone_and_start_restarts_it").await
     else {
         return;
     };
@@ -622,11 +622,35 @@ async fn create_restarts_a_stopped_container_instead_of_duplicating() {
         "a stopped container must not report an SSH endpoint"
     );
 
-    let again = p.create(&offer, &prepared, &spec).await.unwrap();
-    assert_eq!(again, id);
+    // A create that meets it (by name) neither duplicates nor starts it: whether it is
+    // this run's is for the core's observe to decide (issue 12).
+    let again = p.create(&offer, &prepared, &spec).await.unwrap_err();
+    assert_eq!(again.kind, ErrorKind::Transient, "{again:?}");
+    let seen = p.observe(&local(), vm).await.unwrap();
+    assert_eq!(seen.len(), 1, "no duplicate");
+    assert_eq!(
+        seen[0].status,
+        InstanceStatus::Stopped,
+        "not started by create"
+    );
+
+    // `start` restarts it, and unpauses a paused one.
+    p.start(&local(), vm, &id).await.unwrap();
     let running = wait_running(&p, vm).await;
     assert_eq!(running.instance_id, id);
-    p.delete(&local(), vm, &[id]).await.unwrap();
+    docker.pause_container(&id).await.unwrap();
+    assert_eq!(
+        p.observe(&local(), vm).await.unwrap()[0].status,
+        InstanceStatus::Stopped
+    );
+    p.start(&local(), vm, &id).await.unwrap();
+    assert_eq!(wait_running(&p, vm).await.instance_id, id);
+    p.start(&local(), vm, &id).await.unwrap();
+    p.delete(&local(), vm, std::slice::from_ref(&id))
+        .await
+        .unwrap();
+    let gone = p.start(&local(), vm, &id).await.unwrap_err();
+    assert_eq!(gone.kind, ErrorKind::Failed, "{gone:?}");
 }
 
 #[tokio::test]

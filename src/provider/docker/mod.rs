@@ -657,14 +657,17 @@ impl CloudProvider for DockerProvider {
             .await
             .ok()
             .and_then(|i| i.state)
-            .and_then(|s| s.paused)
-            .unwrap_or(false);
+            .and_then(|s| s.status)
+            == Some(bollard::models::ContainerStateStatusEnum::PAUSED);
+        let start = || docker.start_container(instance_id, None::<StartContainerOptions>);
         let started = if paused {
-            docker.unpause_container(instance_id).await
+            // Unpaused meanwhile: an ordinary start (a no-op when it runs).
+            match docker.unpause_container(instance_id).await {
+                Ok(()) => Ok(()),
+                Err(_) => start().await,
+            }
         } else {
-            docker
-                .start_container(instance_id, None::<StartContainerOptions>)
-                .await
+            start().await
         };
         match started {
             Ok(()) => Ok(()),
