@@ -58,9 +58,47 @@ pub async fn launch(
             .and_then(|s| s.owned());
         LaunchState::start(owned)
     });
-    tokio::time::timeout(Duration::from_secs(30), fut)
+    let end = tokio::time::timeout(Duration::from_secs(30), fut)
         .await
-        .expect("launch must not hang")
+        .expect("launch must not hang");
+    if let Ok(state) = &end {
+        if state.ready().is_none() {
+            sweep_after_failure(vm, provider.as_ref(), state).await;
+        }
+    }
+    end
+}
+
+/// After a launch that did not come up: a sweep of the cloud by identity, in every region
+/// the machine's offers name, finds no instance its end state does not own (issue 12).
+/// Regions the adapter cannot list right now (a scripted outage) are skipped.
+pub async fn sweep_after_failure(vm: &VmSpec, provider: &dyn CloudProvider, state: &LaunchState) {
+    let owned = state.owned();
+    let offers = provider.plan(&vm.request()).await.unwrap_or_default();
+    let mut regions: Vec<gpuprov::provider::Location> = offers
+        .into_iter()
+        .map(|o| gpuprov::provider::Location {
+            zone: None,
+            ..o.location
+        })
+        .collect();
+    regions.sort();
+    regions.dedup();
+    for at in regions {
+        let Ok(seen) = provider.observe(&at, &vm.name).await else {
+            continue;
+        };
+        for o in seen {
+            let known = owned
+                .as_ref()
+                .is_some_and(|w| w.instance_ids.contains(&o.instance_id));
+            assert!(
+                known,
+                "a launch that ended {state:?} left {} at {at}, which its state does not own",
+                o.instance_id
+            );
+        }
+    }
 }
 
 /// Runs the teardown machine on `target` to a terminal state within 30 s.
