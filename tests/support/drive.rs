@@ -43,7 +43,7 @@ pub async fn launch(
         vm.clone(),
         LINEAGE.into(),
         PUBKEY.into(),
-        providers(provider),
+        providers(provider.clone()),
         connector,
     );
     m.retry = FAST;
