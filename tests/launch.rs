@@ -744,6 +744,20 @@ fn refused() -> SshError {
     }
 }
 
+/// The spec a test sends straight to the fake cloud (as an interrupted run would have).
+fn trainer_spec() -> gpuprov::provider::InstanceSpec {
+    gpuprov::provider::InstanceSpec {
+        vm_name: "trainer".into(),
+        lineage: "0f0e0d0c-lineage".into(),
+        client_token: "t".into(),
+        image: None,
+        disk_gb: None,
+        ports: vec![],
+        ssh_public_key: "ssh-ed25519 AAAAtest".into(),
+        boot_script: None,
+    }
+}
+
 /// A fake cloud that can start stopped instances.
 fn startable(cloud: FakeProvider) -> FakeProvider {
     let mut caps = cloud.capabilities_for_test();
@@ -1049,16 +1063,7 @@ async fn destroy_after_an_interrupted_create_waits_for_the_listing() {
         prepared: serde_json::json!({}),
         sent: true,
     };
-    let spec = gpuprov::provider::InstanceSpec {
-        vm_name: "trainer".into(),
-        lineage: "0f0e0d0c-lineage".into(),
-        client_token: "t".into(),
-        image: None,
-        disk_gb: None,
-        ports: vec![],
-        ssh_public_key: "ssh-ed25519 AAAAtest".into(),
-        boot_script: None,
-    };
+    let spec = trainer_spec();
     cloud
         .create(&offers[0], &serde_json::json!({}), &spec)
         .await
@@ -1090,16 +1095,7 @@ async fn a_side_resource_in_use_makes_teardown_look_again() {
         .plan(&VmSpec::new("trainer", vec![Cloud::Aws]).request())
         .await
         .unwrap();
-    let spec = gpuprov::provider::InstanceSpec {
-        vm_name: "trainer".into(),
-        lineage: "0f0e0d0c-lineage".into(),
-        client_token: "t".into(),
-        image: None,
-        disk_gb: None,
-        ports: vec![],
-        ssh_public_key: "ssh-ed25519 AAAAtest".into(),
-        boot_script: None,
-    };
+    let spec = trainer_spec();
     cloud.prepare(&offers[0], &spec).await.unwrap();
     cloud
         .create(&offers[0], &serde_json::json!({}), &spec)

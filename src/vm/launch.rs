@@ -532,6 +532,70 @@ impl LaunchMachine {
         }
     }
 
+    /// The end of an attempt state whose instance this run must not delete: a recorded
+    /// machine being restarted or reconnected is kept, one found by identity is left
+    /// `Unowned`. `None` when the state holds only what this run created.
+    fn leave_unowned_or_kept(&self, s: &LaunchState, why: &str) -> Option<LaunchState> {
+        match s {
+            LaunchState::Starting { vm, .. } | LaunchState::Booting { kept: Some(vm), .. } => {
+                Some(self.keep(vm, why.to_string()))
+            }
+            LaunchState::Booting {
+                search,
+                instance_id,
+                adopted: true,
+                ..
+            }
+            | LaunchState::Connecting {
+                search,
+                instance_id,
+                adopted: true,
+                ..
+            } => Some(self.unowned(search, instance_id, why)),
+            LaunchState::Connecting {
+                search,
+                instance_id,
+                endpoint,
+                pinned: Some(key),
+                ..
+            } => Some(
+                match self.record_for(search, instance_id, endpoint, key.clone()) {
+                    Some(vm) => self.keep(&vm, why.to_string()),
+                    None => LaunchState::Aborted {
+                        reason: why.to_string(),
+                        owned: None,
+                    },
+                },
+            ),
+            _ => None,
+        }
+    }
+
+    /// What an attempt state this run created may own, for its compensation: the search,
+    /// the instance ids, what the listing may not show yet, and the stage's name.
+    fn attempt<'s>(
+        &self,
+        s: &'s LaunchState,
+    ) -> Option<(&'s Search, Vec<String>, Lag, &'static str)> {
+        match s {
+            LaunchState::Preparing { search } => Some((search, vec![], Lag::None, "prepare")),
+            LaunchState::Creating { search, sent, .. } => {
+                Some((search, vec![], Lag::sweep_if(*sent), "create"))
+            }
+            LaunchState::Booting {
+                search,
+                instance_id,
+                ..
+            } => Some((search, vec![instance_id.clone()], Lag::Named, "boot")),
+            LaunchState::Connecting {
+                search,
+                instance_id,
+                ..
+            } => Some((search, vec![instance_id.clone()], Lag::None, "connect")),
+            _ => None,
+        }
+    }
+
     fn record_for(
         &self,
         search: &Search,
@@ -861,98 +925,50 @@ impl Machine for LaunchMachine {
             ErrorKind::Failed,
             format!("gave up after repeated errors: {last_error}"),
         );
+        if let Some(end) = self.leave_unowned_or_kept(s, &e.msg) {
+            return end;
+        }
+        if let Some((search, ids, lag, stage)) = self.attempt(s) {
+            return self.on_offer_error(search.clone(), ids, lag, &e, stage);
+        }
         match s {
-            LaunchState::Reconciling { previous } => match previous {
-                Some(o) => LaunchState::Aborted {
-                    reason: e.msg,
-                    owned: Some(o.clone()),
-                },
-                None => LaunchState::Aborted {
-                    reason: e.msg,
-                    owned: None,
-                },
+            LaunchState::Reconciling { previous } => LaunchState::Aborted {
+                reason: e.msg,
+                owned: previous.clone(),
             },
             LaunchState::Planning { .. } => LaunchState::Aborted {
                 reason: e.msg,
                 owned: None,
             },
-            // Prepare may have created side resources before failing: clean them up.
-            LaunchState::Preparing { search } => {
-                self.on_offer_error(search.clone(), vec![], Lag::None, &e, "prepare")
-            }
-            LaunchState::Creating { search, sent, .. } => {
-                self.on_offer_error(search.clone(), vec![], Lag::sweep_if(*sent), &e, "create")
-            }
-            LaunchState::Starting { vm, .. } | LaunchState::Booting { kept: Some(vm), .. } => {
-                self.keep(vm, format!("could not start it: {}", e.msg))
-            }
-            LaunchState::Booting {
-                search,
-                instance_id,
-                adopted: true,
-                ..
-            }
-            | LaunchState::Connecting {
-                search,
-                instance_id,
-                adopted: true,
-                ..
-            } => self.unowned(search, instance_id, &e.msg),
-            LaunchState::Booting {
-                search,
-                instance_id,
-                ..
-            } => self.on_offer_error(
-                search.clone(),
-                vec![instance_id.clone()],
-                Lag::Named,
-                &e,
-                "boot",
-            ),
-            LaunchState::Connecting {
-                search,
-                instance_id,
-                endpoint,
-                pinned: Some(key),
-                ..
-            } => match self.record_for(search, instance_id, endpoint, key.clone()) {
-                Some(vm) => self.keep(&vm, e.msg),
+            LaunchState::Compensating { teardown, .. } => match teardown.owned() {
+                Some(o) => LaunchState::Leaked {
+                    location: o.location,
+                    instance_ids: o.instance_ids,
+                    reason: e.msg,
+                },
                 None => LaunchState::Aborted {
                     reason: e.msg,
                     owned: None,
                 },
             },
-            LaunchState::Connecting {
-                search,
-                instance_id,
-                ..
-            } => self.on_offer_error(
-                search.clone(),
-                vec![instance_id.clone()],
-                Lag::None,
-                &e,
-                "connect",
-            ),
-            LaunchState::Compensating { teardown, .. } => {
-                let owned = teardown.owned();
-                match owned {
-                    Some(o) => LaunchState::Leaked {
-                        location: o.location,
-                        instance_ids: o.instance_ids,
-                        reason: e.msg,
-                    },
-                    None => LaunchState::Aborted {
-                        reason: e.msg,
-                        owned: None,
-                    },
-                }
-            }
             other => other.clone(),
         }
     }
 
     fn on_cancel(&self, s: &LaunchState) -> Option<LaunchState> {
         let reason = "cancelled by the user".to_string();
+        if let Some(end) = self.leave_unowned_or_kept(s, &reason) {
+            return Some(end);
+        }
+        if let Some((search, ids, lag, _)) = self.attempt(s) {
+            return Some(self.compensate(
+                search.clone(),
+                ids,
+                lag,
+                reason.clone(),
+                AfterCompensation::Abort { reason },
+            ));
+        }
         match s {
             LaunchState::Reconciling { previous } => Some(LaunchState::Aborted {
                 reason,
@@ -964,75 +980,6 @@ impl Machine for LaunchMachine {
                 reason,
                 owned: None,
             }),
-            // Side resources prepare may have made go with the run.
-            LaunchState::Preparing { search } => Some(self.compensate(
-                search.clone(),
-                vec![],
-                Lag::None,
-                reason.clone(),
-                AfterCompensation::Abort { reason },
-            )),
-            LaunchState::Starting { vm, .. } | LaunchState::Booting { kept: Some(vm), .. } => {
-                Some(self.keep(vm, reason))
-            }
-            LaunchState::Booting {
-                search,
-                instance_id,
-                adopted: true,
-                ..
-            }
-            | LaunchState::Connecting {
-                search,
-                instance_id,
-                adopted: true,
-                ..
-            } => Some(self.unowned(search, instance_id, "the apply was cancelled")),
-            LaunchState::Connecting {
-                search,
-                instance_id,
-                endpoint,
-                pinned: Some(key),
-                ..
-            } => {
-                // A machine that was up before this run stays up.
-                let vm = self.record_for(search, instance_id, endpoint, key.clone());
-                Some(LaunchState::Aborted {
-                    reason,
-                    owned: search.current().map(|o| Owned {
-                        vm: vm.map(Box::new),
-                        ..Owned::at(o.location.clone(), vec![instance_id.clone()])
-                    }),
-                })
-            }
-            LaunchState::Creating { search, sent, .. } => Some(self.compensate(
-                search.clone(),
-                vec![],
-                Lag::sweep_if(*sent),
-                reason.clone(),
-                AfterCompensation::Abort { reason },
-            )),
-            LaunchState::Booting {
-                search,
-                instance_id,
-                ..
-            } => Some(self.compensate(
-                search.clone(),
-                vec![instance_id.clone()],
-                Lag::Named,
-                reason.clone(),
-                AfterCompensation::Abort { reason },
-            )),
-            LaunchState::Connecting {
-                search,
-                instance_id,
-                ..
-            } => Some(self.compensate(
-                search.clone(),
-                vec![instance_id.clone()],
-                Lag::None,
-                reason.clone(),
-                AfterCompensation::Abort { reason },
-            )),
             _ => None,
         }
     }
