@@ -5,6 +5,22 @@
 //! The failover cursor ([`Search`]) travels in every attempt state, so it survives a crash.
 //! Every step observes before it acts, so re-running a step after a crash is safe: in
 //! particular `Creating` looks for an instance carrying the identity before it creates.
+//!
+//! Ownership (issue 12): a run tears down only what it created.
+//! - An instance `Creating` lists before this attempt journalled its create intent is
+//!   `adopted`: a failed boot, a refused key or a Ctrl-C leaves it [`LaunchState::Unowned`];
+//!   only `destroy` deletes it.
+//! - A recorded machine that was up is `kept` (`Booting { kept }`, `Connecting { pinned }`):
+//!   failures abort with it kept. Stopped, it is started (`Starting`, on clouds with
+//!   `Feature::Start`), never deleted first; a refused start keeps it and creates nothing.
+//! - A compensation deletes only the ids it names, except after an unlisted create of its
+//!   own ([`Lag`]); side resources of a failed prepare are cleaned up unless the next offer
+//!   is in the same cloud and region (AWS zones share a security group).
+//! - Every create token carries [`Search::nonce`], so a replacement never re-sends a token
+//!   the cloud used. The vanish grace is the cloud's `create_list_lag`.
+//! - A refused SSH key ends the wait at once on a machine this run did not just create,
+//!   after [`LaunchMachine::auth_refused_grace`] otherwise; `ErrorKind::Unreachable`
+//!   blocks the whole cloud at once.
 
 use std::sync::Arc;
 use std::time::Duration;
