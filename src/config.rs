@@ -15,49 +15,7 @@ use serde_spanned::Spanned;
 
 use crate::provider::ResourceRequest;
 
-/// A cloud gpuprov knows, spelled as in `gpuprov.toml`.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Cloud {
-    Aws,
-    Gcp,
-    Massedcompute,
-    Hyperstack,
-    Lambda,
-    Digitalocean,
-    Nebius,
-    Verda,
-    Primeintellect,
-    Runpod,
-    /// The local Docker test cloud: containers with sshd, no GPUs, no Kubernetes.
-    Docker,
-}
-
-impl Cloud {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Cloud::Aws => "aws",
-            Cloud::Gcp => "gcp",
-            Cloud::Massedcompute => "massedcompute",
-            Cloud::Hyperstack => "hyperstack",
-            Cloud::Lambda => "lambda",
-            Cloud::Digitalocean => "digitalocean",
-            Cloud::Nebius => "nebius",
-            Cloud::Verda => "verda",
-            Cloud::Primeintellect => "primeintellect",
-            Cloud::Runpod => "runpod",
-            Cloud::Docker => "docker",
-        }
-    }
-}
-
-impl std::fmt::Display for Cloud {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::provider::registry::{Cloud, CloudSettings};
 
 /// The whole `gpuprov.toml`.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
@@ -76,18 +34,6 @@ pub struct ConfigFile {
     /// The machines, by name (lowercase letters, digits and `-`, at most 40 characters).
     #[serde(default)]
     pub vm: BTreeMap<String, VmTable>,
-}
-
-/// `[cloud.NAME]`: settings of one cloud.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CloudSettings {
-    /// API base URL override (also `GPUPROV_<CLOUD>_ENDPOINT`; for AWS, `AWS_ENDPOINT_URL`).
-    /// For docker, the Docker Engine address (for example `unix:///var/run/docker.sock`).
-    pub endpoint: Option<String>,
-    /// Docker only: image the sshd image is built from (default
-    /// `gpuprov/debian-sshd-base:bookworm`, made by `scripts/build-base-image.sh`).
-    pub base_image: Option<String>,
 }
 
 /// Fields shared by `[defaults]` and `[vm.NAME]`; every one is optional.
@@ -307,10 +253,7 @@ impl Config {
                             .to_string(),
                     )
                 } else if msg.contains("unknown variant") {
-                    Some(format!(
-                        "known clouds: {}",
-                        crate::provider::KNOWN_CLOUDS.join(", ")
-                    ))
+                    Some(format!("known clouds: {}", Cloud::known_names()))
                 } else {
                     None
                 };

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use similar::{ChangeTag, TextDiff};
 
 use crate::config::{Config, VmSpec};
+use crate::provider::redact::redact_url;
 use crate::provider::{InstanceStatus, Providers};
 use crate::state::{ResourceRecord, StateFile};
 use crate::vm::{LaunchState, TeardownState};
@@ -670,15 +671,4 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-/// Replaces the userinfo of a URL (`https://user:secret@host`) so no credential is shown.
-pub fn redact_url(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://") {
-        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-        if let Some(at) = authority.rfind('@') {
-            return format!("{scheme}://REDACTED@{}{path}", &authority[at + 1..]);
-        }
-    }
-    url.to_string()
 }

@@ -597,13 +597,12 @@ impl<C: Connector> Connector for LoopbackOnly<C> {
 fn settings(endpoint: String) -> AwsSettings {
     let mut s = AwsSettings {
         endpoint: Some(endpoint),
-        lineage: LINEAGE.into(),
         credentials: Some(StaticCredentials {
             access_key_id: "testing".into(),
             secret_access_key: "testing".into(),
         }),
         credentials_timeout: Duration::from_secs(5),
-        ..AwsSettings::default()
+        ..AwsSettings::new(LINEAGE.parse().unwrap())
     };
     s.capabilities.poll_interval = Duration::from_millis(100);
     s.capabilities.boot_timeout = Duration::from_secs(20);
@@ -1123,7 +1122,7 @@ fn offer(region: &str, instance_type: &str) -> Offer {
 fn spec() -> InstanceSpec {
     InstanceSpec {
         vm_name: VM.into(),
-        lineage: LINEAGE.into(),
+        lineage: LINEAGE.parse().unwrap(),
         client_token: "gpuprov-5f0c2a7e-trainer-r0-o0".into(),
         image: None,
         disk_gb: None,

@@ -483,8 +483,7 @@ async fn docker_through_the_fault_wrapper_converges_with_one_container() {
     ensure_base_image();
     const VM: &str = "faultwrap";
     let _guard = Guard(VM);
-    let mut settings = DockerSettings::from_env_and_config(None, None);
-    settings.lineage = drive::LINEAGE.into();
+    let settings = DockerSettings::from_env_and_config(None, None, drive::LINEAGE.parse().unwrap());
     let faulty = Arc::new(
         Faulty::new(Arc::new(DockerProvider::new(settings)), 0.25, 0.15, 42)
             .losing_first_create_answer(),

@@ -646,7 +646,7 @@ impl Cloud2 {
                 token_source:
                     "the DIGITALOCEAN_TOKEN environment variable, /nonexistent/doctl/config.yaml"
                         .into(),
-                lineage: LINEAGE.into(),
+                lineage: LINEAGE.parse().unwrap(),
             })
             .with_capabilities(caps),
         )
@@ -748,7 +748,7 @@ fn ask(gpu: Option<&str>, count: u32, regions: &[&str]) -> ResourceRequest {
 fn instance_spec() -> InstanceSpec {
     InstanceSpec {
         vm_name: "trainer".into(),
-        lineage: LINEAGE.into(),
+        lineage: LINEAGE.parse().unwrap(),
         client_token: "t".into(),
         image: None,
         disk_gb: None,
@@ -1420,7 +1420,7 @@ fn boot_script_of(user_data: &str) -> String {
     assert!(user_data.starts_with("#cloud-config\n"), "{user_data}");
     let doc: serde_yaml::Value = serde_yaml::from_str(user_data).unwrap();
     let content = doc["write_files"][0]["content"].as_str().unwrap();
-    gpuprov::cluster::userdata::decode_gz_b64(content).expect("gzip in base64")
+    gpuprov::provider::boot::cloud_init::decode_gz_b64(content).expect("gzip in base64")
 }
 
 /// Issue 12 item 6: keys named like the project key but holding another value (one under
@@ -1485,7 +1485,7 @@ fn provider_at(endpoint: String) -> DigitalOceanProvider {
         endpoint: Some(endpoint),
         token: Some(Token::new(SENTINEL)),
         token_source: "test".into(),
-        lineage: LINEAGE.into(),
+        lineage: LINEAGE.parse().unwrap(),
     })
 }
 

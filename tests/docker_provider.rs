@@ -34,7 +34,7 @@ const PUBLIC_KEY: &str =
 /// A raw Engine client for test-side inspection and cleanup, honouring the same endpoint
 /// settings as the provider (`GPUPROV_DOCKER_ENDPOINT`, then `DOCKER_HOST`).
 fn raw_docker() -> Result<Docker, bollard::errors::Error> {
-    match DockerSettings::from_env_and_config(None, None)
+    match DockerSettings::from_env_and_config(None, None, gpuprov::provider::Lineage::random())
         .endpoint
         .as_deref()
     {
@@ -50,7 +50,9 @@ fn raw_docker() -> Result<Docker, bollard::errors::Error> {
 /// not and `GPUPROV_SKIP_DOCKER=1`; panics with a clear message otherwise.
 async fn docker_or_skip(test: &str) -> Option<Docker> {
     let skip = std::env::var("GPUPROV_SKIP_DOCKER").as_deref() == Ok("1");
-    let endpoint = DockerSettings::from_env_and_config(None, None).effective_endpoint();
+    let endpoint =
+        DockerSettings::from_env_and_config(None, None, gpuprov::provider::Lineage::random())
+            .effective_endpoint();
     let result = match raw_docker() {
         Ok(d) => match d.negotiate_version().await {
             Ok(d) => d.ping().await.map(|_| d),
@@ -147,8 +149,8 @@ fn lineage() -> String {
 
 fn provider(lineage: &str) -> DockerProvider {
     DockerProvider::new(DockerSettings {
-        lineage: lineage.to_string(),
-        ..DockerSettings::from_env_and_config(None, None)
+        lineage: lineage.parse().unwrap(),
+        ..DockerSettings::from_env_and_config(None, None, gpuprov::provider::Lineage::random())
     })
 }
 
@@ -248,7 +250,7 @@ async fn plan_returns_the_single_local_offer() {
     // An unusable endpoint proves plan never touches the daemon.
     let p = DockerProvider::new(DockerSettings {
         endpoint: Some("unix:///nonexistent/gpuprov-test.sock".into()),
-        ..DockerSettings::default()
+        ..DockerSettings::new(gpuprov::provider::Lineage::random())
     });
     assert_eq!(p.name(), "docker");
     let offers = p.plan(&request()).await.unwrap();
@@ -279,7 +281,7 @@ async fn plan_returns_the_single_local_offer() {
 
 #[tokio::test]
 async fn plan_rejects_gpu_spot_and_unknown_region() {
-    let p = DockerProvider::new(DockerSettings::default());
+    let p = DockerProvider::new(DockerSettings::new(gpuprov::provider::Lineage::random()));
     let gpu = p
         .plan(&ResourceRequest {
             gpu: Some("H100".into()),
@@ -327,12 +329,12 @@ async fn plan_rejects_gpu_spot_and_unknown_region() {
 async fn unreachable_daemon_is_transient_and_names_the_socket() {
     let p = DockerProvider::new(DockerSettings {
         endpoint: Some("unix:///nonexistent/gpuprov-test.sock".into()),
-        lineage: lineage(),
-        ..DockerSettings::default()
+        lineage: lineage().parse().unwrap(),
+        ..DockerSettings::new(gpuprov::provider::Lineage::random())
     });
     let offer = the_offer(&p).await;
     let e = p
-        .prepare(&offer, &spec("box", &p.settings().lineage))
+        .prepare(&offer, &spec("box", p.settings().lineage.as_str()))
         .await
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Transient);
@@ -352,8 +354,8 @@ async fn create_rejects_bad_specs_before_touching_docker() {
     let lin = lineage();
     let p = DockerProvider::new(DockerSettings {
         endpoint: Some("unix:///nonexistent/gpuprov-test.sock".into()),
-        lineage: lin.clone(),
-        ..DockerSettings::default()
+        lineage: lin.parse().unwrap(),
+        ..DockerSettings::new(gpuprov::provider::Lineage::random())
     });
     let offer = the_offer(&p).await;
     let prepared = serde_json::json!({ "image": "gpuprov/sshd:whatever" });
@@ -377,9 +379,9 @@ async fn create_rejects_bad_specs_before_touching_docker() {
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidRequest, "{e}");
 
-    // Without a lineage the provider refuses to observe (it would match nothing useful).
-    let unset = DockerProvider::new(DockerSettings::default());
-    let e = unset.observe(&local(), "box").await.unwrap_err();
+    // Without a lineage there is no provider at all: the settings take only a parsed one
+    // (the state's lineage must be a UUID), so nothing can observe without it.
+    let e = gpuprov::provider::Lineage::parse("").unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidRequest, "{e}");
 }
 
@@ -400,7 +402,7 @@ async fn prepare_builds_missing_image_and_is_idempotent() {
     let alias = format!("{alias_repo}:bookworm");
     let tag = sshd_image_tag(&alias);
     let _guard = Cleanup {
-        lineage: lin.clone(),
+        lineage: lin.parse().unwrap(),
         images: vec![tag.clone(), alias.clone()],
     };
     docker
@@ -426,8 +428,8 @@ async fn prepare_builds_missing_image_and_is_idempotent() {
 
     let p = DockerProvider::new(DockerSettings {
         base_image: alias.clone(),
-        lineage: lin.clone(),
-        ..DockerSettings::from_env_and_config(None, None)
+        lineage: lin.parse().unwrap(),
+        ..DockerSettings::from_env_and_config(None, None, gpuprov::provider::Lineage::random())
     });
     let offer = the_offer(&p).await;
     let prepared = p.prepare(&offer, &spec("img", &lin)).await.unwrap();
@@ -472,8 +474,8 @@ async fn prepare_without_base_image_is_invalid_request() {
     let lin = lineage();
     let p = DockerProvider::new(DockerSettings {
         base_image: format!("gpuprov-test/no-such-base:{}", &lin[..8]),
-        lineage: lin.clone(),
-        ..DockerSettings::from_env_and_config(None, None)
+        lineage: lin.parse().unwrap(),
+        ..DockerSettings::from_env_and_config(None, None, gpuprov::provider::Lineage::random())
     });
     let offer = the_offer(&p).await;
     let e = p.prepare(&offer, &spec("nobase", &lin)).await.unwrap_err();
@@ -488,7 +490,7 @@ async fn create_observe_ssh_delete_cleanup_lifecycle() {
     };
     let lin = lineage();
     let _guard = Cleanup {
-        lineage: lin.clone(),
+        lineage: lin.parse().unwrap(),
         images: vec![],
     };
     let p = provider(&lin);
@@ -599,7 +601,7 @@ async fn create_leaves_a_stopped_container_alone_and_start_restarts_it() {
     };
     let lin = lineage();
     let _guard = Cleanup {
-        lineage: lin.clone(),
+        lineage: lin.parse().unwrap(),
         images: vec![],
     };
     let p = provider(&lin);

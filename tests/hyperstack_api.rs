@@ -530,7 +530,7 @@ impl Fake {
             HyperstackProvider::new(HyperstackSettings {
                 endpoint: Some(self.endpoint()),
                 api_key: key.map(ApiKey::new),
-                lineage: LINEAGE.into(),
+                lineage: LINEAGE.parse().unwrap(),
             })
             .with_capabilities(caps),
         )
@@ -630,7 +630,7 @@ fn ask(regions: &[&str]) -> ResourceRequest {
 fn instance_spec() -> InstanceSpec {
     InstanceSpec {
         vm_name: "trainer".into(),
-        lineage: LINEAGE.into(),
+        lineage: LINEAGE.parse().unwrap(),
         client_token: "t".into(),
         image: None,
         disk_gb: None,
@@ -1413,7 +1413,7 @@ fn boot_script_of(user_data: &str) -> String {
     assert!(user_data.starts_with("#cloud-config\n"), "{user_data}");
     let doc: serde_yaml::Value = serde_yaml::from_str(user_data).unwrap();
     let content = doc["write_files"][0]["content"].as_str().unwrap();
-    gpuprov::cluster::userdata::decode_gz_b64(content).expect("gzip in base64")
+    gpuprov::provider::boot::cloud_init::decode_gz_b64(content).expect("gzip in base64")
 }
 
 /// A key pair in `env` (CANADA-1) named `name` holding `public_key`.
@@ -1611,7 +1611,7 @@ fn provider_at(endpoint: String) -> HyperstackProvider {
     HyperstackProvider::new(HyperstackSettings {
         endpoint: Some(endpoint),
         api_key: Some(ApiKey::new(SENTINEL)),
-        lineage: LINEAGE.into(),
+        lineage: LINEAGE.parse().unwrap(),
     })
 }
 

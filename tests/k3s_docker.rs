@@ -105,10 +105,11 @@ async fn launch(vm_name: &str) -> Machine {
     };
     let key_dir = tempfile::tempdir().unwrap();
     let key = ensure_project_key(&key_dir.path().join("keys"), "gpuprov-k3s-docker-test").unwrap();
-    let p = DockerProvider::new(DockerSettings {
-        lineage: lineage.clone(),
-        ..DockerSettings::from_env_and_config(None, None)
-    });
+    let p = DockerProvider::new(DockerSettings::from_env_and_config(
+        None,
+        None,
+        lineage.parse().unwrap(),
+    ));
     let offer = p
         .plan(&ResourceRequest {
             vm_name: vm_name.into(),

@@ -362,7 +362,7 @@ impl Cloud2 {
             LambdaProvider::new(LambdaSettings {
                 endpoint: Some(self.server.uri()),
                 api_key: key.map(ApiKey::new),
-                lineage: LINEAGE.into(),
+                lineage: LINEAGE.parse().unwrap(),
             })
             .with_capabilities(caps),
         )
@@ -720,7 +720,7 @@ async fn region_names_that_are_prefixes_of_each_other_match_exactly() {
     // An instance of ours in us-east-13 is not seen when observing us-east-1.
     let mut spec = gpuprov::provider::InstanceSpec {
         vm_name: "trainer".into(),
-        lineage: LINEAGE.into(),
+        lineage: LINEAGE.parse().unwrap(),
         client_token: "t".into(),
         image: None,
         disk_gb: None,
@@ -982,7 +982,7 @@ async fn prepare_reuses_the_rulesets_of_its_region_and_rechecks_capacity() {
     let offer = p.plan(&ask).await.unwrap().remove(0);
     let spec = gpuprov::provider::InstanceSpec {
         vm_name: "trainer".into(),
-        lineage: LINEAGE.into(),
+        lineage: LINEAGE.parse().unwrap(),
         client_token: "t".into(),
         image: Some("lambda-stack-24-04".into()),
         disk_gb: None,
@@ -1169,7 +1169,7 @@ fn ask_h100(regions: &[&str]) -> ResourceRequest {
 fn spec_for(vm: &str, ports: Vec<u16>) -> InstanceSpec {
     InstanceSpec {
         vm_name: vm.into(),
-        lineage: LINEAGE.into(),
+        lineage: LINEAGE.parse().unwrap(),
         client_token: "t".into(),
         image: None,
         disk_gb: None,
@@ -1184,7 +1184,7 @@ fn provider_at(endpoint: String) -> LambdaProvider {
     LambdaProvider::new(LambdaSettings {
         endpoint: Some(endpoint),
         api_key: Some(ApiKey::new(SENTINEL)),
-        lineage: LINEAGE.into(),
+        lineage: LINEAGE.parse().unwrap(),
     })
 }
 
@@ -1309,5 +1309,5 @@ fn boot_script_of(user_data: &str) -> String {
     assert!(user_data.starts_with("#cloud-config\n"), "{user_data}");
     let doc: serde_yaml::Value = serde_yaml::from_str(user_data).unwrap();
     let content = doc["write_files"][0]["content"].as_str().unwrap();
-    gpuprov::cluster::userdata::decode_gz_b64(content).expect("gzip in base64")
+    gpuprov::provider::boot::cloud_init::decode_gz_b64(content).expect("gzip in base64")
 }

@@ -475,7 +475,7 @@ impl Fake {
                 key_source: "the RUNPOD_API_KEY environment variable, ~/.runpod/config.toml \
                              (not found)"
                     .into(),
-                lineage: LINEAGE.into(),
+                lineage: LINEAGE.parse().unwrap(),
             })
             .with_capabilities(caps),
         )
@@ -558,7 +558,7 @@ fn h100_world() -> World {
 fn spec_for(vm: &str) -> InstanceSpec {
     InstanceSpec {
         vm_name: vm.into(),
-        lineage: LINEAGE.into(),
+        lineage: LINEAGE.parse().unwrap(),
         client_token: "t".into(),
         image: None,
         disk_gb: None,
@@ -1324,7 +1324,7 @@ fn provider_at(endpoint: String) -> RunpodProvider {
         endpoint: Some(endpoint),
         api_key: Some(ApiKey::new(SENTINEL)),
         key_source: "test".into(),
-        lineage: LINEAGE.into(),
+        lineage: LINEAGE.parse().unwrap(),
     })
 }
 

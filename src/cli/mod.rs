@@ -41,6 +41,8 @@ use crate::graph::ResourceGraph;
 use crate::machine::{CancelToken, Executor};
 use crate::plan::{self, Action, Plan};
 use crate::provider::docker::{DockerProvider, DockerSettings};
+use crate::provider::kit::CredentialReport;
+use crate::provider::Lineage;
 use crate::provider::{Feature, Providers};
 use crate::ssh::client::Ssh2Connector;
 use crate::ssh::config_file::{write_ssh_files, SshConfigEntry};
@@ -159,86 +161,44 @@ fn project_dir(lineage: &str) -> PathBuf {
     data_home().join("projects").join(lineage)
 }
 
-fn docker_provider(config: Option<&Config>, lineage: &str) -> DockerProvider {
+fn docker_provider(config: Option<&Config>, lineage: &Lineage) -> DockerProvider {
     let s = config
         .map(|c| c.cloud_settings(Cloud::Docker))
         .unwrap_or_default();
-    let mut settings = DockerSettings::from_env_and_config(s.endpoint, s.base_image);
-    settings.lineage = lineage.to_string();
-    DockerProvider::new(settings)
+    DockerProvider::new(DockerSettings::from_env_and_config(
+        s.endpoint,
+        s.base_image,
+        lineage.clone(),
+    ))
 }
 
-/// The adapters of the clouds the config uses (those this build has).
-fn build_providers(config: &Config, lineage: &str) -> Providers {
+/// The state's lineage, typed; a state whose lineage is not a UUID is refused with a
+/// diagnostic naming the state file (it is never overwritten).
+fn lineage_of(state: &crate::state::StateFile) -> Result<Lineage, Report> {
+    Lineage::parse(&state.lineage).map_err(|e| {
+        miette!(
+            help = "the lineage is the state's identity; restore the state from its .backup",
+            "the state's lineage is unusable: {}",
+            e.msg
+        )
+    })
+}
+
+/// The adapters of the clouds the config uses (those this build has), from the cloud
+/// registry (`provider::registry`).
+fn build_providers(config: &Config, lineage: &Lineage) -> Providers {
     let mut p = Providers::new();
     for cloud in config.clouds_in_use() {
-        if let Some(adapter) = build_provider(cloud, config.cloud_settings(cloud), lineage) {
+        if let Some(adapter) = cloud.build(&config.cloud_settings(cloud), lineage.clone()) {
             p.insert(adapter);
         }
     }
     p
 }
 
-/// The clouds this build has an adapter for, in `KNOWN_CLOUDS` order.
-const CLOUDS_IN_THIS_BUILD: &[Cloud] = &[
-    Cloud::Aws,
-    Cloud::Lambda,
-    Cloud::Runpod,
-    Cloud::Digitalocean,
-    Cloud::Hyperstack,
-    Cloud::Docker,
-];
-
-/// One cloud's adapter from its `[cloud.NAME]` settings, or `None` when this build has
-/// none for it.
-fn build_provider(
-    cloud: Cloud,
-    s: crate::config::CloudSettings,
-    lineage: &str,
-) -> Option<Arc<dyn crate::provider::CloudProvider>> {
-    Some(match cloud {
-        Cloud::Docker => {
-            let mut settings = DockerSettings::from_env_and_config(s.endpoint, s.base_image);
-            settings.lineage = lineage.to_string();
-            Arc::new(DockerProvider::new(settings))
-        }
-        Cloud::Lambda => {
-            use crate::provider::lambda::{LambdaProvider, LambdaSettings};
-            let mut settings = LambdaSettings::from_env_and_config(s.endpoint);
-            settings.lineage = lineage.to_string();
-            Arc::new(LambdaProvider::new(settings))
-        }
-        Cloud::Runpod => {
-            use crate::provider::runpod::{RunpodProvider, RunpodSettings};
-            let mut settings = RunpodSettings::from_env_and_config(s.endpoint);
-            settings.lineage = lineage.to_string();
-            Arc::new(RunpodProvider::new(settings))
-        }
-        Cloud::Digitalocean => {
-            use crate::provider::digitalocean::{DigitalOceanProvider, DigitalOceanSettings};
-            let mut settings = DigitalOceanSettings::from_env_and_config(s.endpoint);
-            settings.lineage = lineage.to_string();
-            Arc::new(DigitalOceanProvider::new(settings))
-        }
-        Cloud::Hyperstack => {
-            use crate::provider::hyperstack::{HyperstackProvider, HyperstackSettings};
-            let mut settings = HyperstackSettings::from_env_and_config(s.endpoint);
-            settings.lineage = lineage.to_string();
-            Arc::new(HyperstackProvider::new(settings))
-        }
-        Cloud::Aws => {
-            let mut settings = crate::provider::aws::AwsSettings::from_env_and_config(s.endpoint);
-            settings.lineage = lineage.to_string();
-            Arc::new(crate::provider::aws::AwsProvider::new(settings))
-        }
-        _ => return None,
-    })
-}
-
 /// The "available clouds" hint for diagnostics.
 fn clouds_in_this_build() -> String {
-    CLOUDS_IN_THIS_BUILD
-        .iter()
+    Cloud::in_this_build()
         .map(|c| c.as_str())
         .collect::<Vec<_>>()
         .join(", ")
@@ -297,11 +257,14 @@ async fn preflight(config: &Config, providers: &Providers) -> Result<Preflight, 
                     vm.name, e.msg, e.kind
                 )),
                 // The same filter and order as the launch machine's Planning step.
-                Ok(found) => offers.entry(vm.name.clone()).or_default().extend(
-                    found
-                        .into_iter()
-                        .filter(|o| vm.max_price_per_hour.is_none_or(|m| o.price_per_hour <= m)),
-                ),
+                Ok(mut found) => {
+                    crate::vm::offers::order(&mut found, &vm.request(), &p.capabilities());
+                    offers.entry(vm.name.clone()).or_default().extend(
+                        found.into_iter().filter(|o| {
+                            vm.max_price_per_hour.is_none_or(|m| o.price_per_hour <= m)
+                        }),
+                    )
+                }
             }
         }
         if rejections.len() == usable.len() {
@@ -482,7 +445,7 @@ async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> Result<ExitCode
         None
     };
     let (_store, state) = project.open_state()?;
-    let providers = build_providers(&config, &state.lineage);
+    let providers = build_providers(&config, &lineage_of(&state)?);
     let pre = preflight(&config, &providers).await?;
     let plan = make_plan(&config, &state, &providers, a.refresh.refresh, &pre).await?;
     // Notes go to stderr, so `--json` output stays machine-readable.
@@ -794,7 +757,7 @@ async fn cmd_apply(
             state.lineage = plan.lineage.clone();
         }
     }
-    let providers = build_providers(&config, &state.lineage);
+    let providers = build_providers(&config, &lineage_of(&state)?);
     let pre = preflight(&config, &providers).await?;
     for n in &pre.notes {
         errln!("note: {n}");
@@ -903,7 +866,7 @@ async fn cmd_destroy(
         return Ok(ExitCode::SUCCESS);
     }
     let mut providers = match &config {
-        Some(c) => build_providers(c, &state.lineage),
+        Some(c) => build_providers(c, &lineage_of(&state)?),
         None => Providers::new(),
     };
     // Clouds recorded in the state but absent from the config still need their adapter.
@@ -922,7 +885,10 @@ async fn cmd_destroy(
         })?;
         if let Some(o) = owned {
             if o.location.cloud == "docker" && providers.get("docker").is_none() {
-                providers.insert(Arc::new(docker_provider(config.as_ref(), &state.lineage)));
+                providers.insert(Arc::new(docker_provider(
+                    config.as_ref(),
+                    &lineage_of(&state)?,
+                )));
             }
         }
     }
@@ -957,10 +923,10 @@ async fn cmd_status(project: &Project, refresh: bool) -> Result<ExitCode, Report
     }
     let observed = if refresh {
         let config = project.load_config().ok();
-        let providers = config
-            .as_ref()
-            .map(|c| build_providers(c, &state.lineage))
-            .unwrap_or_default();
+        let providers = match (config.as_ref(), lineage_of(&state)) {
+            (Some(c), Ok(lineage)) => build_providers(c, &lineage),
+            _ => Providers::default(),
+        };
         match plan::refresh(&state, &providers).await {
             Ok(o) => Some(o),
             Err(e) => {
@@ -1144,9 +1110,12 @@ async fn cmd_ssh(project: &Project, a: &SshArgs) -> Result<ExitCode, Report> {
 
 async fn cmd_validate(project: &Project) -> Result<ExitCode, Report> {
     let config = project.load_config()?;
+    // Without a state yet (validate before the first apply) nothing is labelled, so any
+    // lineage serves the credential and reachability checks.
     let lineage = StateStore::open(&project.state_path)
-        .map(|(_, s)| s.lineage)
-        .unwrap_or_default();
+        .ok()
+        .and_then(|(_, s)| Lineage::parse(&s.lineage).ok())
+        .unwrap_or_else(Lineage::random);
     let providers = build_providers(&config, &lineage);
     let n = config.vms.len();
     outln!(
@@ -1168,7 +1137,17 @@ async fn cmd_validate(project: &Project) -> Result<ExitCode, Report> {
                     }
                 }
             }
-            Some(_) => outln!("  {cloud}: adapter available"),
+            Some(p) => match p.credentials().await {
+                CredentialReport::Found(at) => outln!("  {cloud}: credential found in {at}"),
+                CredentialReport::NotNeeded(why) => outln!("  {cloud}: adapter available ({why})"),
+                CredentialReport::Missing(looked) => {
+                    ok = false;
+                    outln!(
+                        "  {cloud}: NO credential ({})",
+                        crate::provider::kit::credentials::looked_in(&looked)
+                    )
+                }
+            },
             None => {
                 ok = false;
                 outln!("  {cloud}: no adapter in this build of gpuprov")

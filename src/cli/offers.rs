@@ -8,9 +8,9 @@ use miette::{miette, IntoDiagnostic, Report};
 use serde::Serialize;
 
 use super::args::OffersArgs;
-use super::{build_provider, clouds_in_this_build, Project, CLOUDS_IN_THIS_BUILD};
+use super::{clouds_in_this_build, Project};
 use crate::config::{Cloud, Config};
-use crate::provider::{ErrorKind, Offer, ResourceRequest, KNOWN_CLOUDS};
+use crate::provider::{ErrorKind, Lineage, Offer, ResourceRequest};
 
 /// One offer as `offers --json` prints it: the [`Offer`] without its driver-private
 /// detail. Prices in USD per hour.
@@ -56,11 +56,11 @@ fn parse_cloud(name: &str) -> Result<Cloud, Report> {
     let cloud: Cloud = serde_json::from_value(serde_json::Value::String(name.to_lowercase()))
         .map_err(|_| {
             miette!(
-                help = format!("known clouds: {}", KNOWN_CLOUDS.join(", ")),
+                help = format!("known clouds: {}", Cloud::known_names()),
                 "--cloud {name}: unknown cloud"
             )
         })?;
-    if !CLOUDS_IN_THIS_BUILD.contains(&cloud) {
+    if cloud.factory().is_none() {
         return Err(miette!(
             help = format!("available clouds in this build: {}", clouds_in_this_build()),
             "--cloud {name}: no adapter for {cloud} in this build of gpuprov"
@@ -102,9 +102,7 @@ fn query(a: &OffersArgs, config: Option<&Config>, project: &Project) -> Result<Q
         }
     }
     let clouds = if a.clouds.is_empty() {
-        CLOUDS_IN_THIS_BUILD
-            .iter()
-            .copied()
+        Cloud::in_this_build()
             .filter(|c| *c != Cloud::Docker)
             .collect()
     } else {
@@ -149,10 +147,16 @@ pub(super) async fn cmd_offers(project: &Project, a: &OffersArgs) -> Result<Exit
             .as_ref()
             .map(|c| c.cloud_settings(cloud))
             .unwrap_or_default();
-        // Catalog lookups create nothing, so no lineage is needed.
-        let provider = build_provider(cloud, settings, "")?;
+        // Catalog lookups create nothing and there may be no state: a throwaway lineage.
+        let provider = cloud.build(&settings, Lineage::random())?;
         let req = q.request.clone();
-        Some(async move { (cloud, provider.plan(&req).await) })
+        Some(async move {
+            let mut answer = provider.plan(&req).await;
+            if let Ok(found) = &mut answer {
+                crate::vm::offers::order(found, &req, &provider.capabilities());
+            }
+            (cloud, answer)
+        })
     });
     let answers = futures_util::future::join_all(lookups).await;
 

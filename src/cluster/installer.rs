@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use super::boot::{BootScript, BootScriptError};
 use super::san::SanList;
+use crate::provider::boot::{BootScript, BootScriptError};
 
 /// The installer script (`src/cluster/installer.sh`). Its header documents every
 /// environment variable it reads.
@@ -141,6 +141,10 @@ impl InstallerConfig {
 mod tests {
     use super::*;
     use crate::cluster::san::SanInputs;
+    use crate::provider::boot::cloud_init::{
+        self,
+        tests::{decoded_script, doc},
+    };
     use std::process::Command;
 
     #[test]
@@ -386,5 +390,48 @@ mod tests {
             probe.marker,
             crate::cluster::probe::Marker::Failed { reason: Some(ref r), .. } if r.contains("invalid TLS SAN")
         ));
+    }
+
+    #[test]
+    fn the_installer_renders_as_valid_cloud_config() {
+        let b = InstallerConfig::default().boot_script().unwrap();
+        let u = cloud_init::render(Some(&b), &["ssh-ed25519 AAAA k"]).unwrap();
+        let v = doc(&u);
+        assert_eq!(decoded_script(&v), b.to_shell().unwrap());
+    }
+
+    #[test]
+    fn the_installer_fits_the_smallest_user_data_limit() {
+        // The installer as a GPU VM's boot script carries, with a long SAN list and
+        // every setting set, plus a project key.
+        let cfg = InstallerConfig {
+            tls_sans: crate::cluster::san::SanList::for_vm(&crate::cluster::san::SanInputs {
+                public_host: Some("ec2-203-0-113-250.us-west-2.compute.amazonaws.com".into()),
+                private_ip: Some("10.0.12.34".parse().unwrap()),
+                extra: vec!["k3s.internal.example.com".into()],
+            })
+            .unwrap(),
+            san_from_metadata: true,
+            gpu: GpuMode::Required,
+            k3s: K3sSource {
+                install_url: Some("https://mirror.example.com/k3s/install.sh".into()),
+                version: Some("v1.31.4+k3s1".into()),
+            },
+            device_plugin_image: Some("nvcr.io/nvidia/k8s-device-plugin:v0.17.0".into()),
+            nvidia_repo_url: Some("https://mirror.example.com/nvidia".into()),
+            wait_secs: Some(600),
+        };
+        let b = cfg.boot_script().unwrap();
+        let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuprovTestKeyOnlyAAAAAAAAAAAAAAAAAAAAA gpuprov-0f0e0d0c";
+        let u = cloud_init::render(Some(&b), &[key]).unwrap();
+        assert!(
+            u.len() < cloud_init::MAX_USER_DATA_BYTES / 2,
+            "{} bytes of user data; EC2 takes at most {}",
+            u.len(),
+            cloud_init::MAX_USER_DATA_BYTES
+        );
+        // Uncompressed it would not fit: the compression is what makes AWS work.
+        assert!(b.to_shell().unwrap().len() * 4 / 3 > cloud_init::MAX_USER_DATA_BYTES);
+        assert_eq!(decoded_script(&doc(&u)), b.to_shell().unwrap());
     }
 }

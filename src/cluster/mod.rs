@@ -2,9 +2,6 @@
 //!
 //! The pure parts (none of them does I/O):
 //!
-//! - [`boot`] — the boot script model and its plain shell form (`BootScript::to_shell`),
-//!   for clouds that take a startup script;
-//! - [`userdata`] — the same script as cloud-init `#cloud-config` user-data;
 //! - [`installer`] — the installer shell script shipped in the binary and the
 //!   environment that configures it;
 //! - [`probe`] — the one-round-trip boot probe command, its parser (including
@@ -30,7 +27,6 @@
 //!   will use.
 
 pub mod api;
-pub mod boot;
 pub mod installer;
 pub mod k3s;
 pub mod kubeconfig;
@@ -38,4 +34,3 @@ pub mod probe;
 pub mod remote;
 pub mod san;
 pub mod tunnel;
-pub mod userdata;

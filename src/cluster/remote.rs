@@ -5,8 +5,8 @@ use std::io::{Cursor, Read};
 
 use async_trait::async_trait;
 
-use super::boot::BootScriptError;
 use super::installer::{InstallerConfig, K3S_KUBECONFIG_PATH};
+use crate::provider::boot::BootScriptError;
 use crate::ssh::{exec, ExecIo, ProjectKey, SshError};
 use crate::vm::VmRecord;
 
@@ -118,7 +118,7 @@ pub fn install_command(user: &str) -> String {
 /// The installer's stdin for the SSH push: the same boot script the boot route runs,
 /// in its plain shell form (environment first, then the script).
 ///
-/// Errors: see [`BootScript::validate`](super::boot::BootScript::validate).
+/// Errors: see [`BootScript::validate`](crate::provider::boot::BootScript::validate).
 pub fn installer_stdin(cfg: &InstallerConfig) -> Result<Vec<u8>, BootScriptError> {
     Ok(cfg.boot_script()?.to_shell()?.into_bytes())
 }

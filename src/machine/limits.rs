@@ -57,6 +57,9 @@ impl CloudProvider for Governed {
     fn endpoint_override(&self) -> Option<String> {
         self.inner.endpoint_override()
     }
+    async fn credentials(&self) -> crate::provider::kit::CredentialReport {
+        self.inner.credentials().await
+    }
     async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
         let _p = self.permit().await?;
         self.inner.plan(req).await

@@ -132,6 +132,7 @@ impl FakeProvider {
                 max_concurrency: 64,
                 min_create_interval: Duration::ZERO,
                 create_list_lag: Duration::from_millis(20),
+                default_regions: Vec::new(),
             },
             inner: Mutex::new(Inner {
                 boot_observes: 1,

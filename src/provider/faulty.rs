@@ -103,6 +103,9 @@ impl CloudProvider for Faulty {
     fn endpoint_override(&self) -> Option<String> {
         self.inner.endpoint_override()
     }
+    async fn credentials(&self) -> crate::provider::kit::CredentialReport {
+        self.inner.credentials().await
+    }
     async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
         self.before("plan")?;
         let r = self.inner.plan(req).await;

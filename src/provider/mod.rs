@@ -5,15 +5,36 @@
 //! API call's own pagination. It exposes small idempotent primitives and classifies its
 //! errors into [`ErrorKind`]; the executor (`crate::machine`) owns retry, backoff, polling,
 //! deadlines, cancellation and compensation.
+//!
+//! Long-running operations (GCP zone operations, Nebius operations): `create` returns as
+//! soon as the cloud *accepted* the request, with the instance id (or, where the cloud
+//! names the instance only later, an id from which `observe` can follow the operation,
+//! for example `"<instance>@<operation>"`). Adapters never wait for an operation.
+//! `observe` reports an instance whose create operation is still running as `Pending`,
+//! and when the operation ended badly it reports the classified failure: a late capacity
+//! or quota error (`ZONE_RESOURCE_POOL_EXHAUSTED`, `RESOURCE_EXHAUSTED`) is returned as
+//! that error from `observe` (kind `Capacity` / `Quota`), so the launch machine
+//! compensates and fails over exactly as if `create` had refused; any other failed
+//! operation is `InstanceStatus::Failed(reason)`. An operation the cloud no longer knows
+//! is judged by the instance alone. The same holds for deletes: `delete` returns once the
+//! delete was accepted and `observe` shows the instance `Terminating` until it is gone.
+//!
+//! Adapters are built by the cloud registry ([`registry`]) from their settings and the
+//! state's [`Lineage`]; the plumbing they share is the [`kit`].
 
 pub mod aws;
+pub mod boot;
 pub mod cause;
 pub mod digitalocean;
 pub mod docker;
 pub mod fake;
 pub mod faulty;
 pub mod hyperstack;
+pub mod identity;
+pub mod kit;
 pub mod lambda;
+pub mod redact;
+pub mod registry;
 pub mod runpod;
 
 use std::collections::BTreeMap;
@@ -24,48 +45,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-/// The label (or tag) key every cloud object gpuprov creates carries, with the VM name as
-/// value, so it can always be found again (brief: "Identity").
-pub const IDENTITY_LABEL: &str = "gpuprov-vm-name";
-/// The label key carrying the state's lineage (a UUID), so objects of two projects that use
-/// the same VM name are never confused.
-pub const LINEAGE_LABEL: &str = "gpuprov-lineage";
-
-/// Every cloud name gpuprov knows, in the spelling used in `gpuprov.toml`.
-pub const KNOWN_CLOUDS: &[&str] = &[
-    "aws",
-    "gcp",
-    "massedcompute",
-    "hyperstack",
-    "lambda",
-    "digitalocean",
-    "nebius",
-    "verda",
-    "primeintellect",
-    "runpod",
-    "docker",
-];
-
-/// A credential (API key or token) held by an adapter; its `Debug` never shows the value,
-/// so settings can be logged and errors formatted without leaking it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Secret {
-        Secret(value.into())
-    }
-    /// The value, for the one place that sends it (an auth header).
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(REDACTED)")
-    }
-}
+pub use boot::{cloud_init_user_data, BootScript};
+pub use identity::{
+    check_spec_lineage, object_name, project_key_name, Lineage, IDENTITY_LABEL, LINEAGE_LABEL,
+};
+pub use redact::Secret;
 
 /// An adapter's API endpoint override: environment variable `env` (for example
 /// `GPUPROV_LAMBDA_ENDPOINT`) when set and not blank, else `[cloud.NAME] endpoint` when
@@ -136,45 +120,6 @@ pub struct ResourceRequest {
     pub spot: bool,
     /// Upper bound in USD per hour; offers above it are dropped by the core.
     pub max_price_per_hour: Option<f64>,
-}
-
-/// A boot script: shell text plus environment, rendered by each adapter in its own
-/// format (cloud-init user-data or a startup script). The core never sees a cloud format.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct BootScript {
-    pub script: String,
-    pub env: BTreeMap<String, String>,
-}
-
-/// A boot script as cloud-init `#cloud-config` user-data for the REST clouds that take it
-/// (Lambda, DigitalOcean, Hyperstack), rendered by [`crate::cluster::userdata::render`].
-/// Their SSH key travels through the API (a registered key), not the user-data.
-///
-/// Errors: [`ErrorKind::InvalidRequest`] for a boot script that cannot be rendered (an
-/// environment name that is not a shell name).
-pub fn cloud_init_user_data(b: &BootScript) -> Result<String, ProviderError> {
-    crate::cluster::userdata::render(Some(b), &[])
-        .map_err(|e| ProviderError::new(ErrorKind::InvalidRequest, format!("boot script: {e}")))
-}
-
-/// The name under which an adapter registers the project's SSH public key on clouds that
-/// name keys: `gpuprov-<lineage8>-<fp12>`, where `fp12` is the first 12 hex digits of
-/// the SHA-256 of the key's decoded blob (the digest of `ssh-keygen -l`'s `SHA256:`
-/// fingerprint). A key of the
-/// same lineage but another value (a rotated or foreign key) therefore has another name,
-/// so a cloud that refuses duplicate names never blocks the run and an adapter never uses
-/// a key it merely found by name.
-pub fn project_key_name(lineage: &str, public_key: &str) -> String {
-    use sha2::Digest as _;
-    let short: String = lineage.chars().take(8).collect();
-    let blob = public_key.split_whitespace().nth(1).unwrap_or(public_key);
-    use base64::Engine as _;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(blob)
-        .unwrap_or_else(|_| blob.as_bytes().to_vec());
-    let digest = sha2::Sha256::digest(&bytes);
-    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
-    format!("gpuprov-{short}-{hex}")
 }
 
 /// What to create, independent of the offer. Holds no secret: only the project's public
@@ -277,6 +222,10 @@ pub struct Capabilities {
     /// retry after an error) is sent again only after the instance stayed unlisted this
     /// long, so clouds without an idempotency token never get a second instance.
     pub create_list_lag: Duration,
+    /// The cloud's own region preference when the ask names no regions (AWS: the regions
+    /// with the broadest GPU offering, in order); empty means none, and the core then
+    /// orders every region's offers by price alone (`vm::offers::order`).
+    pub default_regions: Vec<String>,
 }
 
 impl Capabilities {
@@ -296,6 +245,7 @@ impl Default for Capabilities {
             max_concurrency: 8,
             min_create_interval: Duration::ZERO,
             create_list_lag: Duration::from_secs(20),
+            default_regions: Vec::new(),
         }
     }
 }
@@ -420,12 +370,17 @@ impl BlockScope {
 pub struct ProviderError {
     pub kind: ErrorKind,
     pub msg: String,
-    /// Overrides the default block scope of `kind`.
+    /// Overrides the default block scope of `kind` (boxed: errors travel in every
+    /// `Result`, so they are kept small).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub block: Option<BlockScope>,
+    pub block: Option<Box<BlockScope>>,
     /// Server-requested delay before the next call (HTTP `Retry-After`), seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_secs: Option<u64>,
+    /// What the user can do about it (which credential to check, where it is read),
+    /// shown apart from the message. Never contains a secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub help: Option<String>,
 }
 
 impl ProviderError {
@@ -435,19 +390,34 @@ impl ProviderError {
             msg: msg.into(),
             block: None,
             retry_after_secs: None,
+            help: None,
+        }
+    }
+    /// Adds a hint for the user, shown apart from the message.
+    pub fn with_help(mut self, help: impl Into<String>) -> Self {
+        self.help = Some(help.into());
+        self
+    }
+    /// The message followed by the help, for places that show one line of text (a
+    /// machine's abort reason): `"<msg>; <help>"`.
+    pub fn text(&self) -> String {
+        match &self.help {
+            Some(h) => format!("{}; {h}", self.msg),
+            None => self.msg.clone(),
         }
     }
     pub fn transient(msg: impl Into<String>) -> Self {
         Self::new(ErrorKind::Transient, msg)
     }
     pub fn with_block(mut self, scope: BlockScope) -> Self {
-        self.block = Some(scope);
+        self.block = Some(Box::new(scope));
         self
     }
     /// The scope to block for this error on `offer`.
     pub fn scope_for(&self, offer: &Offer) -> Option<BlockScope> {
         self.block
-            .clone()
+            .as_deref()
+            .cloned()
             .or_else(|| BlockScope::default_for(self.kind, offer))
     }
 }
@@ -456,13 +426,19 @@ impl ProviderError {
 /// invariants; each primitive's semantics are in the design's table.
 #[async_trait]
 pub trait CloudProvider: Send + Sync {
-    /// The cloud's name as spelled in config (one of [`KNOWN_CLOUDS`]).
+    /// The cloud's name as spelled in config (one of [`registry::Cloud`]).
     fn name(&self) -> &'static str;
     fn capabilities(&self) -> Capabilities;
     /// The API endpoint when it is overridden (config or environment), credentials
     /// redacted; `plan` shows it so nobody applies against the wrong API by accident.
     fn endpoint_override(&self) -> Option<String> {
         None
+    }
+    /// Whether a credential was found and where (never its value), for `gpuprov
+    /// validate`; may resolve a credential chain (AWS), within a deadline, but sends
+    /// nothing that creates or changes anything. The default is for clouds that need none.
+    async fn credentials(&self) -> kit::CredentialReport {
+        kit::CredentialReport::NotNeeded("no credential needed".into())
     }
     /// Ordered offers for the ask (preference = order). Creates nothing.
     /// Errors: `InvalidRequest` when the ask cannot be planned on this cloud.
@@ -474,15 +450,19 @@ pub trait CloudProvider: Send + Sync {
         offer: &Offer,
         spec: &InstanceSpec,
     ) -> Result<serde_json::Value, ProviderError>;
-    /// One creation attempt, labelled with the VM identity. Returns the instance id.
-    /// Does not wait for the instance to run.
+    /// One creation attempt, labelled with the VM identity. Returns the instance id as
+    /// soon as the cloud accepted the request (for a long-running operation, an id
+    /// `observe` can follow; see the module docs). Never waits for the instance to run or
+    /// for an operation to finish.
     async fn create(
         &self,
         offer: &Offer,
         prepared: &serde_json::Value,
         spec: &InstanceSpec,
     ) -> Result<String, ProviderError>;
-    /// All non-terminated instances carrying the VM identity at `at`.
+    /// All non-terminated instances carrying the VM identity at `at`. An instance whose
+    /// create operation is still running is `Pending`; a create operation that failed
+    /// late with capacity or quota is returned as that error (the module docs).
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError>;
     /// Requests deletion; an unknown or already deleted instance is success. Does not wait.
     async fn delete(
@@ -515,38 +495,6 @@ pub trait CloudProvider: Send + Sync {
             format!("{} cannot start a stopped instance", self.name()),
         ))
     }
-}
-
-/// The lineage an adapter was configured with, or an `InvalidRequest` naming `cloud` when
-/// it is empty (every adapter filters and labels by lineage, so it must be set).
-pub fn require_lineage<'a>(cloud: &str, lineage: &'a str) -> Result<&'a str, ProviderError> {
-    if lineage.trim().is_empty() {
-        return Err(ProviderError::new(
-            ErrorKind::InvalidRequest,
-            format!("{cloud} provider has no lineage configured"),
-        ));
-    }
-    Ok(lineage)
-}
-
-/// Refuses a create whose spec belongs to another lineage than the adapter's: `observe`
-/// filters on the adapter's lineage, so such an instance would be invisible and leak.
-pub fn check_spec_lineage(
-    cloud: &str,
-    lineage: &str,
-    spec: &InstanceSpec,
-) -> Result<(), ProviderError> {
-    let lineage = require_lineage(cloud, lineage)?;
-    if spec.lineage != lineage {
-        return Err(ProviderError::new(
-            ErrorKind::InvalidRequest,
-            format!(
-                "spec lineage {} differs from the provider's lineage {lineage}",
-                spec.lineage
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// The adapters available to one run, by cloud name.
@@ -605,44 +553,5 @@ mod tests {
         assert!(!capacity.covers(&b), "capacity is per zone");
         let unzoned = BlockScope::default_for(ErrorKind::Failed, &offer(None)).unwrap();
         assert_eq!(unzoned, BlockScope::Offer { id: offer(None).id });
-    }
-
-    #[test]
-    fn project_key_name_depends_on_the_key_value() {
-        let a = project_key_name("0123456789ab", "ssh-ed25519 AAAAone= comment");
-        let b = project_key_name("0123456789ab", "ssh-ed25519 AAAAtwo= comment");
-        let a2 = project_key_name("0123456789ab", "ssh-ed25519 AAAAone= other-comment");
-        assert!(a.starts_with("gpuprov-01234567-"), "{a}");
-        assert_eq!(a.len(), "gpuprov-01234567-".len() + 12);
-        assert_ne!(a, b, "another key value gets another name");
-        assert_eq!(a, a2, "the comment does not change the name");
-    }
-
-    #[test]
-    fn cloud_init_user_data_carries_the_boot_script() {
-        let b = BootScript {
-            script: "echo hi".into(),
-            env: [("K".to_string(), "it's".to_string())].into(),
-        };
-        let u = cloud_init_user_data(&b).unwrap();
-        assert!(u.starts_with("#cloud-config\n"), "{u}");
-        assert!(
-            !u.contains("ssh_authorized_keys"),
-            "the key goes through the API"
-        );
-        let doc: serde_yaml::Value = serde_yaml::from_str(&u).unwrap();
-        let content = doc["write_files"][0]["content"].as_str().unwrap();
-        assert_eq!(
-            crate::cluster::userdata::decode_gz_b64(content).unwrap(),
-            b.to_shell().unwrap()
-        );
-        let bad = BootScript {
-            script: "true".into(),
-            env: [("NOT A NAME".to_string(), "x".to_string())].into(),
-        };
-        assert_eq!(
-            cloud_init_user_data(&bad).unwrap_err().kind,
-            ErrorKind::InvalidRequest
-        );
     }
 }

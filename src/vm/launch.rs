@@ -642,11 +642,14 @@ impl LaunchMachine {
                 continue;
             };
             match p.plan(&req).await {
-                Ok(list) => offers.extend(list.into_iter().filter(|o| {
-                    self.vm
-                        .max_price_per_hour
-                        .is_none_or(|max| o.price_per_hour <= max)
-                })),
+                Ok(mut list) => {
+                    super::offers::order(&mut list, &req, &p.capabilities());
+                    offers.extend(list.into_iter().filter(|o| {
+                        self.vm
+                            .max_price_per_hour
+                            .is_none_or(|max| o.price_per_hour <= max)
+                    }))
+                }
                 Err(e) if e.kind == ErrorKind::Transient => return retry_step(e),
                 Err(e) if matches!(e.kind, ErrorKind::InvalidRequest | ErrorKind::Credentials) => {
                     fatal.push(format!("{cloud}: {}", e.msg))

@@ -54,9 +54,11 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
 
+use super::kit::CredentialReport;
 use super::{
-    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location,
-    Observed, Offer, ProviderError, ResourceRequest, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
+    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Lineage,
+    Location, Observed, Offer, ProviderError, ResourceRequest, SshEndpoint, IDENTITY_LABEL,
+    LINEAGE_LABEL,
 };
 pub use errors::{classify_code, Scope};
 
@@ -106,7 +108,7 @@ pub struct AwsSettings {
     /// EC2 endpoint override; `None` = the regional AWS endpoint.
     pub endpoint: Option<String>,
     /// The state's lineage; `observe`/`cleanup` see only objects tagged with it.
-    pub lineage: String,
+    pub lineage: Lineage,
     /// Explicit credentials instead of the standard chain.
     pub credentials: Option<StaticCredentials>,
     /// What the core must respect; [`AwsSettings::default_capabilities`] unless a test
@@ -120,11 +122,13 @@ pub struct AwsSettings {
     pub profile: Option<String>,
 }
 
-impl Default for AwsSettings {
-    fn default() -> Self {
+impl AwsSettings {
+    /// The default settings (the standard credential chain, the regional endpoint) for
+    /// `lineage`.
+    pub fn new(lineage: Lineage) -> Self {
         AwsSettings {
             endpoint: None,
-            lineage: String::new(),
+            lineage,
             credentials: None,
             capabilities: AwsSettings::default_capabilities(),
             credentials_timeout: CREDENTIALS_TIMEOUT,
@@ -136,21 +140,20 @@ impl Default for AwsSettings {
 impl AwsSettings {
     /// Settings from `[cloud.aws] endpoint` plus the environment. Endpoint precedence:
     /// `AWS_ENDPOINT_URL_EC2` > `AWS_ENDPOINT_URL` > config (non-empty values only), so
-    /// the SDK's own variables behave as they do for the AWS CLI. `lineage` is left
-    /// empty: the caller sets it from the state.
+    /// the SDK's own variables behave as they do for the AWS CLI.
     ///
     /// The waits can be tuned for slow images (and short test runs) with
     /// `GPUPROV_AWS_BOOT_TIMEOUT`, `GPUPROV_AWS_SSH_TIMEOUT` and `GPUPROV_AWS_POLL_INTERVAL`
     /// (humantime durations such as `20m` or `500ms`); an unparsable value is ignored with a
     /// warning.
-    pub fn from_env_and_config(endpoint: Option<String>) -> Self {
+    pub fn from_env_and_config(endpoint: Option<String>, lineage: Lineage) -> Self {
         let env = |k: &str| std::env::var(k).ok().filter(|s| !s.trim().is_empty());
         let mut s = AwsSettings {
             endpoint: env("AWS_ENDPOINT_URL_EC2")
                 .or_else(|| env("AWS_ENDPOINT_URL"))
                 .or(endpoint.filter(|s| !s.trim().is_empty())),
             profile: env("AWS_PROFILE").map(|p| p.trim().to_string()),
-            ..AwsSettings::default()
+            ..AwsSettings::new(lineage)
         };
         let duration = |k: &str| {
             let v = env(k)?;
@@ -195,6 +198,10 @@ impl AwsSettings {
             max_concurrency: 8,
             min_create_interval: Duration::ZERO,
             create_list_lag: Duration::from_secs(20),
+            default_regions: catalog::DEFAULT_REGIONS
+                .iter()
+                .map(|r| r.to_string())
+                .collect(),
         }
     }
 }
@@ -383,15 +390,15 @@ impl AwsProvider {
         format!("gpuprov-{vm_name}-{short}")
     }
 
-    fn require_lineage(&self) -> Result<&str, ProviderError> {
-        crate::provider::require_lineage("aws", &self.settings.lineage)
+    fn lineage(&self) -> &str {
+        self.settings.lineage.as_str()
     }
 
     fn endpoint_for(&self, region: &str) -> String {
         self.settings
             .endpoint
             .as_deref()
-            .map(crate::plan::redact_url)
+            .map(super::redact::redact_url)
             .unwrap_or_else(|| format!("https://ec2.{region}.amazonaws.com"))
     }
 
@@ -678,7 +685,27 @@ impl CloudProvider for AwsProvider {
         self.settings
             .endpoint
             .as_deref()
-            .map(crate::plan::redact_url)
+            .map(super::redact::redact_url)
+    }
+
+    /// Resolves the standard chain (within `credentials_timeout`); found → where
+    /// (`AWS_ACCESS_KEY_ID`, the profile, else "the AWS SDK's default chain"), missing →
+    /// what the chain looks at.
+    async fn credentials(&self) -> CredentialReport {
+        if self.settings.credentials.is_some() {
+            return CredentialReport::Found("the adapter's explicit settings".into());
+        }
+        let sdk = self.sdk().await;
+        match self.check_credentials(sdk).await {
+            Ok(()) if super::env_nonempty("AWS_ACCESS_KEY_ID").is_some() => {
+                CredentialReport::Found("the AWS_ACCESS_KEY_ID environment variable".into())
+            }
+            Ok(()) => CredentialReport::Found(match &self.settings.profile {
+                Some(p) => format!("AWS profile `{p}` (AWS_PROFILE)"),
+                None => "the AWS SDK's default chain".into(),
+            }),
+            Err(e) => CredentialReport::Missing(vec![e.msg]),
+        }
     }
 
     /// The static catalog ([`catalog::plan`]); no network, no credentials.
@@ -885,18 +912,18 @@ impl CloudProvider for AwsProvider {
                 .tags(tag("Name", &name))
                 .build()
         };
-        let user_data = crate::cluster::userdata::render(
+        let user_data = crate::provider::boot::cloud_init::render(
             spec.boot_script.as_ref(),
             &[spec.ssh_public_key.as_str()],
         )
         .map_err(|e| ProviderError::new(ErrorKind::InvalidRequest, e.to_string()))?;
-        if user_data.len() > crate::cluster::userdata::MAX_USER_DATA_BYTES {
+        if user_data.len() > crate::provider::boot::cloud_init::MAX_USER_DATA_BYTES {
             return Err(ProviderError::new(
                 ErrorKind::InvalidRequest,
                 format!(
                     "the boot script renders to {} bytes of user data; EC2 takes at most {}",
                     user_data.len(),
-                    crate::cluster::userdata::MAX_USER_DATA_BYTES
+                    crate::provider::boot::cloud_init::MAX_USER_DATA_BYTES
                 ),
             ));
         }
@@ -960,7 +987,7 @@ impl CloudProvider for AwsProvider {
     /// sorted by id. The SSH endpoint (public IPv4, 22, user [`SSH_USER`]) is set once
     /// the instance runs and has a public IP.
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
-        let lineage = self.require_lineage()?.to_string();
+        let lineage = self.lineage().to_string();
         if at.cloud != CLOUD {
             return Ok(vec![]);
         }
@@ -1040,7 +1067,7 @@ impl CloudProvider for AwsProvider {
     /// `DependencyViolation` (an instance still terminating holds it) is `InUse`, per the
     /// table: the core observes again before retrying.
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
-        let lineage = self.require_lineage()?.to_string();
+        let lineage = self.lineage().to_string();
         if at.cloud != CLOUD {
             return Ok(());
         }
@@ -1165,7 +1192,7 @@ mod tests {
                 access_key_id: "AKIASECRET".into(),
                 secret_access_key: "topsecret".into(),
             }),
-            ..AwsSettings::default()
+            ..AwsSettings::new(Lineage::random())
         };
         let d = format!("{s:?}");
         assert!(!d.contains("topsecret") && !d.contains("AKIASECRET"), "{d}");
@@ -1268,11 +1295,10 @@ mod tests {
     #[tokio::test]
     async fn a_missing_profile_stops_before_any_request() {
         let aws = AwsProvider::new(AwsSettings {
-            lineage: "5f0c2a7e-1b2d".into(),
             profile: Some("gpuprov-no-such-profile-4e1f".into()),
             // Never dialled: the profile check comes first.
             endpoint: Some("http://127.0.0.1:9".into()),
-            ..AwsSettings::default()
+            ..AwsSettings::new("5f0c2a7e-1b2d-4c3e-9f10-aabbccddeeff".parse().unwrap())
         });
         let at = Location {
             cloud: CLOUD.into(),

@@ -194,6 +194,7 @@ pub fn classify(e: &ApiError, what: &str, secret: Option<&str>) -> (ProviderErro
         } else {
             None
         },
+        help: None,
     };
     (err, scope)
 }

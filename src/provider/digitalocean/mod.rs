@@ -74,8 +74,8 @@ pub use errors::{
 
 use super::{
     BlockScope, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus,
-    Location, Observed, Offer, ProviderError, ResourceRequest, SshEndpoint, IDENTITY_LABEL,
-    LINEAGE_LABEL,
+    Lineage, Location, Observed, Offer, ProviderError, ResourceRequest, SshEndpoint,
+    IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 /// The cloud name.
@@ -107,7 +107,7 @@ const REQUEST_TIMEOUT_SECS: u64 = 60;
 pub use super::Secret as Token;
 
 /// Configuration of the DigitalOcean adapter.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DigitalOceanSettings {
     /// API base URL override; `None` means [`DEFAULT_ENDPOINT`].
     pub endpoint: Option<String>,
@@ -118,7 +118,7 @@ pub struct DigitalOceanSettings {
     pub token_source: String,
     /// The state's lineage (a UUID): `observe` only sees droplets tagged with it. Must be
     /// set before `prepare`/`create`/`observe`/`cleanup`.
-    pub lineage: String,
+    pub lineage: Lineage,
 }
 
 impl DigitalOceanSettings {
@@ -127,13 +127,13 @@ impl DigitalOceanSettings {
     /// [`DEFAULT_ENDPOINT`]; the token as [`find_token`] finds it in the process
     /// environment and doctl's configuration directory. `lineage` is left empty: the caller
     /// sets it from the state.
-    pub fn from_env_and_config(endpoint: Option<String>) -> DigitalOceanSettings {
+    pub fn from_env_and_config(endpoint: Option<String>, lineage: Lineage) -> DigitalOceanSettings {
         let (token, token_source) = find_token(|k| std::env::var(k).ok(), &doctl_config_paths());
         DigitalOceanSettings {
             endpoint: super::endpoint_from(ENDPOINT_ENV, endpoint),
             token,
             token_source,
-            lineage: String::new(),
+            lineage,
         }
     }
 }
@@ -462,6 +462,7 @@ impl DigitalOceanProvider {
             max_concurrency: 4,
             min_create_interval: Duration::ZERO,
             create_list_lag: Duration::from_secs(20),
+            default_regions: Vec::new(),
         }
     }
 
@@ -502,15 +503,8 @@ impl DigitalOceanProvider {
             .trim_end_matches('/')
     }
 
-    fn require_lineage(&self) -> Result<&str, ProviderError> {
-        let lineage = crate::provider::require_lineage(CLOUD, &self.settings.lineage)?;
-        if !is_valid_tag(&Self::lineage_tag(lineage)) {
-            return Err(ProviderError::new(
-                ErrorKind::InvalidRequest,
-                format!("lineage {lineage} cannot be a DigitalOcean tag"),
-            ));
-        }
-        Ok(lineage)
+    fn lineage(&self) -> &str {
+        self.settings.lineage.as_str()
     }
 
     fn secret(&self) -> Option<&str> {
@@ -564,7 +558,7 @@ impl DigitalOceanProvider {
             status: None,
             id: None,
             refused: super::cause::is_refused(&e),
-            message: format!("{} ({})", e.without_url(), crate::plan::redact_url(&url)),
+            message: format!("{} ({})", e.without_url(), super::redact::redact_url(&url)),
             retry_after_secs: None,
         };
         let resp = match req.send().await {
@@ -911,7 +905,7 @@ impl CloudProvider for DigitalOceanProvider {
         self.settings
             .endpoint
             .as_deref()
-            .map(crate::plan::redact_url)
+            .map(super::redact::redact_url)
     }
 
     /// Boot script (cloud-init), firewall and GPUs; no spot, no k3s (as on Lambda).
@@ -965,7 +959,7 @@ impl CloudProvider for DigitalOceanProvider {
     /// creates the per-VM firewall; picks the image. Returns `{"ssh_key_id",
     /// "firewall_id", "firewall_tag", "image"}`.
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value, ProviderError> {
-        let lineage = self.require_lineage()?;
+        let lineage = self.lineage();
         let region = &offer.location.region;
         let sizes = self.sizes().await?;
         let size = sizes.iter().find(|s| {
@@ -1023,7 +1017,7 @@ impl CloudProvider for DigitalOceanProvider {
         spec: &InstanceSpec,
     ) -> Result<String, ProviderError> {
         crate::provider::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?;
-        let lineage = self.require_lineage()?;
+        let lineage = self.lineage();
         let missing = |f: &str| {
             ProviderError::new(
                 ErrorKind::InvalidRequest,
@@ -1090,7 +1084,7 @@ impl CloudProvider for DigitalOceanProvider {
     /// Pending, active → Running, off → Stopped, archive → Failed. SSH endpoint: the public
     /// IPv4 address, port 22, user `root`.
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
-        let lineage = self.require_lineage()?;
+        let lineage = self.lineage();
         if at.cloud != CLOUD {
             return Ok(vec![]);
         }
@@ -1147,7 +1141,7 @@ impl CloudProvider for DigitalOceanProvider {
     /// Deletes the VM's firewall of `at.region`, if any, then its tag (404 = already gone,
     /// for both). The project key stays: it is shared by the project's VMs.
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
-        let lineage = self.require_lineage()?;
+        let lineage = self.lineage();
         if at.cloud != CLOUD {
             return Ok(());
         }
@@ -1473,7 +1467,7 @@ mod tests {
     fn token_debug_is_redacted() {
         let s = DigitalOceanSettings {
             token: Some(Token::new("dop_v1_secret_sentinel")),
-            ..Default::default()
+            ..DigitalOceanSettings::from_env_and_config(None, Lineage::random())
         };
         assert!(!format!("{s:?}").contains("dop_v1_secret_sentinel"));
     }

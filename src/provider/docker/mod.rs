@@ -36,8 +36,9 @@ use errors::{classify_at, is_conflict, is_not_found};
 pub use image::{sshd_image_tag, MANAGED_LABEL, SSHD_REPOSITORY};
 
 use super::{
-    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location,
-    Observed, Offer, ProviderError, ResourceRequest, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
+    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Lineage,
+    Location, Observed, Offer, ProviderError, ResourceRequest, SshEndpoint, IDENTITY_LABEL,
+    LINEAGE_LABEL,
 };
 
 /// The base image used when config does not name one.
@@ -75,16 +76,17 @@ pub struct DockerSettings {
     pub endpoint: Option<String>,
     /// The state's lineage (a UUID). `observe` only sees containers labelled with it, and
     /// `create` refuses a spec of another lineage, so two projects never see each other's
-    /// containers. Must be set (non-empty) before `create`/`observe`/`cleanup`.
-    pub lineage: String,
+    /// containers.
+    pub lineage: Lineage,
 }
 
-impl Default for DockerSettings {
-    fn default() -> Self {
+impl DockerSettings {
+    /// The default settings (default socket and base image) for `lineage`.
+    pub fn new(lineage: Lineage) -> Self {
         DockerSettings {
             base_image: DEFAULT_BASE_IMAGE.to_string(),
             endpoint: None,
-            lineage: String::new(),
+            lineage,
         }
     }
 }
@@ -93,14 +95,17 @@ impl DockerSettings {
     /// Settings from `[cloud.docker]` values plus the environment. Endpoint precedence:
     /// env `GPUPROV_DOCKER_ENDPOINT` (non-empty) > `endpoint` > `DOCKER_HOST` (resolved at
     /// connect time) > the default socket. `base_image` defaults to [`DEFAULT_BASE_IMAGE`].
-    /// `lineage` is left empty: the caller sets it from the state.
-    pub fn from_env_and_config(endpoint: Option<String>, base_image: Option<String>) -> Self {
+    pub fn from_env_and_config(
+        endpoint: Option<String>,
+        base_image: Option<String>,
+        lineage: Lineage,
+    ) -> Self {
         DockerSettings {
             base_image: base_image
                 .filter(|s| !s.trim().is_empty())
                 .unwrap_or_else(|| DEFAULT_BASE_IMAGE.to_string()),
             endpoint: super::endpoint_from(ENDPOINT_ENV, endpoint),
-            lineage: String::new(),
+            lineage,
         }
     }
 
@@ -185,8 +190,8 @@ impl DockerProvider {
         }
     }
 
-    fn require_lineage(&self) -> Result<&str, ProviderError> {
-        crate::provider::require_lineage("docker", &self.settings.lineage)
+    fn lineage(&self) -> &str {
+        self.settings.lineage.as_str()
     }
 
     /// Engine `filters` selecting objects of `vm_name` in this lineage (both labels must
@@ -195,7 +200,7 @@ impl DockerProvider {
         &self,
         vm_name: &str,
     ) -> Result<HashMap<String, Vec<String>>, ProviderError> {
-        let lineage = self.require_lineage()?;
+        let lineage = self.lineage();
         Ok(HashMap::from([(
             "label".to_string(),
             vec![
@@ -413,7 +418,7 @@ impl CloudProvider for DockerProvider {
         self.settings
             .endpoint
             .as_deref()
-            .map(crate::plan::redact_url)
+            .map(super::redact::redact_url)
     }
 
     /// Only [`Feature::Start`] (`docker start` restarts a stopped container with its
@@ -429,6 +434,7 @@ impl CloudProvider for DockerProvider {
             max_concurrency: 4,
             min_create_interval: Duration::ZERO,
             create_list_lag: Duration::from_secs(2),
+            default_regions: Vec::new(),
         }
     }
 
@@ -818,9 +824,9 @@ mod tests {
 
     #[test]
     fn settings_default_base_image() {
-        let s = DockerSettings::from_env_and_config(None, None);
+        let s = DockerSettings::from_env_and_config(None, None, Lineage::random());
         assert_eq!(s.base_image, DEFAULT_BASE_IMAGE);
-        let s = DockerSettings::from_env_and_config(None, Some("x/y:z".into()));
+        let s = DockerSettings::from_env_and_config(None, Some("x/y:z".into()), Lineage::random());
         assert_eq!(s.base_image, "x/y:z");
     }
 }

@@ -215,6 +215,7 @@ pub fn classify(e: &ApiError, what: &str, secret: Option<&str>) -> ProviderError
         } else {
             None
         },
+        help: None,
     }
 }
 

@@ -74,8 +74,9 @@ use serde_json::{json, Value};
 pub use errors::{classify, ApiError, CAPACITY_PHRASES};
 
 use super::{
-    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location,
-    Observed, Offer, ProviderError, ResourceRequest, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
+    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Lineage,
+    Location, Observed, Offer, ProviderError, ResourceRequest, SshEndpoint, IDENTITY_LABEL,
+    LINEAGE_LABEL,
 };
 
 /// The cloud name.
@@ -106,7 +107,7 @@ const KEY_NAME_TRIES: usize = 3;
 pub use super::Secret as ApiKey;
 
 /// Configuration of the Hyperstack adapter.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HyperstackSettings {
     /// API base URL override, including the `/v1` prefix; `None` means [`DEFAULT_ENDPOINT`].
     pub endpoint: Option<String>,
@@ -114,18 +115,18 @@ pub struct HyperstackSettings {
     pub api_key: Option<ApiKey>,
     /// The state's lineage (a UUID): `observe` only sees VMs labelled with it. Must be set
     /// before `prepare`/`create`/`observe`.
-    pub lineage: String,
+    pub lineage: Lineage,
 }
 
 impl HyperstackSettings {
     /// Settings from `[cloud.hyperstack] endpoint` and the environment: endpoint precedence
     /// `GPUPROV_HYPERSTACK_ENDPOINT` (non-empty) > `endpoint` > [`DEFAULT_ENDPOINT`]; the key
     /// from `HYPERSTACK_API_KEY`. `lineage` is left empty: the caller sets it from the state.
-    pub fn from_env_and_config(endpoint: Option<String>) -> HyperstackSettings {
+    pub fn from_env_and_config(endpoint: Option<String>, lineage: Lineage) -> HyperstackSettings {
         HyperstackSettings {
             endpoint: super::endpoint_from(ENDPOINT_ENV, endpoint),
             api_key: super::env_nonempty(API_KEY_ENV).map(ApiKey::new),
-            lineage: String::new(),
+            lineage,
         }
     }
 }
@@ -636,6 +637,7 @@ impl HyperstackProvider {
             max_concurrency: 4,
             min_create_interval: Duration::ZERO,
             create_list_lag: Duration::from_secs(20),
+            default_regions: Vec::new(),
         }
     }
 
@@ -671,8 +673,8 @@ impl HyperstackProvider {
             .trim_end_matches('/')
     }
 
-    fn require_lineage(&self) -> Result<&str, ProviderError> {
-        crate::provider::require_lineage(CLOUD, &self.settings.lineage)
+    fn lineage(&self) -> &str {
+        self.settings.lineage.as_str()
     }
 
     fn secret(&self) -> Option<&str> {
@@ -714,7 +716,7 @@ impl HyperstackProvider {
         }
         let transport = |e: reqwest::Error| ApiError {
             status: None,
-            message: format!("{} ({})", e.without_url(), crate::plan::redact_url(&url)),
+            message: format!("{} ({})", e.without_url(), super::redact::redact_url(&url)),
             reason: None,
             raw: false,
             retry_after_secs: None,
@@ -727,7 +729,7 @@ impl HyperstackProvider {
                     ErrorKind::Unreachable,
                     format!(
                         "hyperstack: the API endpoint refused the connection ({})",
-                        crate::plan::redact_url(&url)
+                        super::redact::redact_url(&url)
                     ),
                 ))
             }
@@ -1035,7 +1037,7 @@ impl CloudProvider for HyperstackProvider {
         self.settings
             .endpoint
             .as_deref()
-            .map(crate::plan::redact_url)
+            .map(super::redact::redact_url)
     }
 
     /// Boot script (cloud-init `user_data`), firewall (security rules at create) and GPUs;
@@ -1097,7 +1099,7 @@ impl CloudProvider for HyperstackProvider {
     /// key pair, and picks the image. Returns `{"environment_name", "key_name",
     /// "image_name"}`.
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value, ProviderError> {
-        let lineage = self.require_lineage()?;
+        let lineage = self.lineage();
         let region = offer.location.region.as_str();
         let flavors = self.flavors(&[region.to_string()]).await?;
         let Some((_, flavor)) = flavors.iter().find(|(_, f)| f.name == offer.instance_type) else {
@@ -1211,7 +1213,7 @@ impl CloudProvider for HyperstackProvider {
     /// The VMs of the project's environment in `at.region` with the exact gpuprov name and
     /// both labels, except deleted ones, sorted by id (see [`status_of`] for readiness).
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
-        let lineage = self.require_lineage()?;
+        let lineage = self.lineage();
         if at.cloud != CLOUD {
             return Ok(vec![]);
         }
@@ -1648,7 +1650,7 @@ mod tests {
     fn api_key_debug_is_redacted() {
         let s = HyperstackSettings {
             api_key: Some(ApiKey::new("secret_sentinel")),
-            ..Default::default()
+            ..HyperstackSettings::from_env_and_config(None, Lineage::random())
         };
         assert!(!format!("{s:?}").contains("secret_sentinel"));
     }

@@ -50,8 +50,9 @@ use serde_json::{json, Value};
 pub use errors::{classify, ApiError, INSUFFICIENT_CAPACITY};
 
 use super::{
-    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location,
-    Observed, Offer, ProviderError, ResourceRequest, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
+    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Lineage,
+    Location, Observed, Offer, ProviderError, ResourceRequest, SshEndpoint, IDENTITY_LABEL,
+    LINEAGE_LABEL,
 };
 
 /// The cloud name.
@@ -73,7 +74,7 @@ const REQUEST_TIMEOUT_SECS: u64 = 60;
 pub use super::Secret as ApiKey;
 
 /// Configuration of the Lambda adapter.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LambdaSettings {
     /// API base URL override; `None` means [`DEFAULT_ENDPOINT`].
     pub endpoint: Option<String>,
@@ -81,18 +82,18 @@ pub struct LambdaSettings {
     pub api_key: Option<ApiKey>,
     /// The state's lineage (a UUID): `observe` only sees instances tagged with it. Must be
     /// set before `prepare`/`create`/`observe`/`cleanup`.
-    pub lineage: String,
+    pub lineage: Lineage,
 }
 
 impl LambdaSettings {
     /// Settings from `[cloud.lambda] endpoint` and the environment: endpoint precedence
     /// `GPUPROV_LAMBDA_ENDPOINT` (non-empty) > `endpoint` > [`DEFAULT_ENDPOINT`]; the key
     /// from `LAMBDA_API_KEY`. `lineage` is left empty: the caller sets it from the state.
-    pub fn from_env_and_config(endpoint: Option<String>) -> LambdaSettings {
+    pub fn from_env_and_config(endpoint: Option<String>, lineage: Lineage) -> LambdaSettings {
         LambdaSettings {
             endpoint: super::endpoint_from(ENDPOINT_ENV, endpoint),
             api_key: super::env_nonempty(API_KEY_ENV).map(ApiKey::new),
-            lineage: String::new(),
+            lineage,
         }
     }
 }
@@ -276,6 +277,7 @@ impl LambdaProvider {
             max_concurrency: 1,
             min_create_interval: Duration::from_secs(12),
             create_list_lag: Duration::from_secs(20),
+            default_regions: Vec::new(),
         }
     }
 
@@ -298,8 +300,8 @@ impl LambdaProvider {
             .trim_end_matches('/')
     }
 
-    fn require_lineage(&self) -> Result<&str, ProviderError> {
-        crate::provider::require_lineage("lambda", &self.settings.lineage)
+    fn lineage(&self) -> &str {
+        self.settings.lineage.as_str()
     }
 
     fn secret(&self) -> Option<&str> {
@@ -335,7 +337,7 @@ impl LambdaProvider {
             status: None,
             code: None,
             refused: super::cause::is_refused(&e),
-            message: format!("{} ({})", e.without_url(), crate::plan::redact_url(&url)),
+            message: format!("{} ({})", e.without_url(), super::redact::redact_url(&url)),
             retry_after_secs: None,
         };
         let resp = match req.send().await {
@@ -589,7 +591,7 @@ impl CloudProvider for LambdaProvider {
         self.settings
             .endpoint
             .as_deref()
-            .map(crate::plan::redact_url)
+            .map(super::redact::redact_url)
     }
 
     /// Boot script (cloud-init), firewall and GPUs; no spot. Lambda instances take several
@@ -649,7 +651,7 @@ impl CloudProvider for LambdaProvider {
     /// project key by value, and when `spec.ports` is non-empty finds or creates the VM's
     /// firewall ruleset in the region. Returns `{"ssh_key_name", "firewall_ruleset_id"?}`.
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value, ProviderError> {
-        let lineage = self.require_lineage()?;
+        let lineage = self.lineage();
         let types = self.instance_types().await?;
         let available = types.iter().any(|t| {
             t.instance_type.name == offer.instance_type
@@ -747,7 +749,7 @@ impl CloudProvider for LambdaProvider {
     /// Failed, terminating → Terminating. SSH endpoint `ip:22`, user `ubuntu`, once `ip` is
     /// set.
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
-        let lineage = self.require_lineage()?;
+        let lineage = self.lineage();
         if at.cloud != CLOUD {
             return Ok(vec![]);
         }
@@ -815,7 +817,7 @@ impl CloudProvider for LambdaProvider {
     /// attached to an instance, `firewall-rulesets/firewall-ruleset-in-use` → `InUse`). The project key stays registered:
     /// it is shared by the project's VMs.
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
-        let lineage = self.require_lineage()?;
+        let lineage = self.lineage();
         if at.cloud != CLOUD {
             return Ok(());
         }
@@ -1021,7 +1023,7 @@ mod tests {
     fn api_key_debug_is_redacted() {
         let s = LambdaSettings {
             api_key: Some(ApiKey::new("secret_sentinel")),
-            ..Default::default()
+            ..LambdaSettings::from_env_and_config(None, Lineage::random())
         };
         assert!(!format!("{s:?}").contains("secret_sentinel"));
     }

@@ -209,6 +209,7 @@ pub fn classify(e: &ApiError, call: Call, what: &str, secret: Option<&str>) -> P
         } else {
             None
         },
+        help: None,
     }
 }
 

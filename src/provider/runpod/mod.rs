@@ -74,8 +74,8 @@ use serde_json::{json, Value};
 pub use errors::{classify, exhausted_window_secs, ApiError, Call};
 
 use super::{
-    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location,
-    Observed, Offer, ProviderError, ResourceRequest, SshEndpoint,
+    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Lineage,
+    Location, Observed, Offer, ProviderError, ResourceRequest, SshEndpoint,
 };
 
 /// The cloud name.
@@ -106,7 +106,7 @@ const REQUEST_TIMEOUT_SECS: u64 = 60;
 pub use super::Secret as ApiKey;
 
 /// Configuration of the RunPod adapter.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunpodSettings {
     /// API base URL override; `None` means [`DEFAULT_ENDPOINT`].
     pub endpoint: Option<String>,
@@ -117,7 +117,7 @@ pub struct RunpodSettings {
     pub key_source: String,
     /// The state's lineage (a UUID): `observe` only sees pods carrying it. Must be set
     /// before `prepare`/`create`/`observe`.
-    pub lineage: String,
+    pub lineage: Lineage,
 }
 
 /// The API key in a RunPod CLI configuration file's text: top-level `apiKey` (runpodctl;
@@ -185,14 +185,14 @@ impl RunpodSettings {
     /// `GPUPROV_RUNPOD_ENDPOINT` (non-empty) > `endpoint` > [`DEFAULT_ENDPOINT`]; the key
     /// from [`find_api_key`] with the user's home directory. `lineage` is left empty: the
     /// caller sets it from the state.
-    pub fn from_env_and_config(endpoint: Option<String>) -> RunpodSettings {
+    pub fn from_env_and_config(endpoint: Option<String>, lineage: Lineage) -> RunpodSettings {
         let home: Option<PathBuf> = dirs::home_dir();
         let (api_key, key_source) = find_api_key(std::env::var(API_KEY_ENV).ok(), home.as_deref());
         RunpodSettings {
             endpoint: super::endpoint_from(ENDPOINT_ENV, endpoint),
             api_key,
             key_source,
-            lineage: String::new(),
+            lineage,
         }
     }
 }
@@ -572,6 +572,7 @@ impl RunpodProvider {
             max_concurrency: 2,
             min_create_interval: Duration::from_secs(1),
             create_list_lag: Duration::from_secs(20),
+            default_regions: Vec::new(),
         }
     }
 
@@ -593,8 +594,8 @@ impl RunpodProvider {
             .trim_end_matches('/')
     }
 
-    fn require_lineage(&self) -> Result<&str, ProviderError> {
-        crate::provider::require_lineage(CLOUD, &self.settings.lineage)
+    fn lineage(&self) -> &str {
+        self.settings.lineage.as_str()
     }
 
     fn secret(&self) -> Option<&str> {
@@ -635,7 +636,7 @@ impl RunpodProvider {
         let transport = |e: reqwest::Error| ApiError {
             status: None,
             title: None,
-            message: format!("{} ({})", e.without_url(), crate::plan::redact_url(&url)),
+            message: format!("{} ({})", e.without_url(), super::redact::redact_url(&url)),
             raw: false,
             retry_after_secs: None,
         };
@@ -647,7 +648,7 @@ impl RunpodProvider {
                     ErrorKind::Unreachable,
                     format!(
                         "runpod: the API endpoint refused the connection ({})",
-                        crate::plan::redact_url(&url)
+                        super::redact::redact_url(&url)
                     ),
                 ))
             }
@@ -812,7 +813,7 @@ impl CloudProvider for RunpodProvider {
         self.settings
             .endpoint
             .as_deref()
-            .map(crate::plan::redact_url)
+            .map(super::redact::redact_url)
     }
 
     /// GPUs only: no boot script (pods are containers started from an image), no firewall
@@ -879,7 +880,7 @@ impl CloudProvider for RunpodProvider {
     /// account without dropping the user's keys. Returns `{"public_keys": [..]}`, the
     /// account's key set including the project key (public keys only).
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value, ProviderError> {
-        self.require_lineage()?;
+        self.lineage();
         let (tier, gpu_id) = offer_tier(offer)?;
         let path = format!("/v2/catalog/gpus/{}", encode_segment(&gpu_id));
         let what = format!("re-check stock of {gpu_id} ({} cloud)", tier.as_api());
@@ -1003,7 +1004,7 @@ impl CloudProvider for RunpodProvider {
     /// `TERMINATED` ones, sorted by id, with the direct SSH endpoint once the pod's `22/tcp`
     /// is mapped (none before: the core keeps waiting).
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
-        let lineage = self.require_lineage()?;
+        let lineage = self.lineage();
         if at.cloud != CLOUD {
             return Ok(vec![]);
         }
@@ -1358,7 +1359,7 @@ mod tests {
     fn api_key_debug_is_redacted() {
         let s = RunpodSettings {
             api_key: Some(ApiKey::new("secret_sentinel")),
-            ..Default::default()
+            ..RunpodSettings::from_env_and_config(None, Lineage::random())
         };
         assert!(!format!("{s:?}").contains("secret_sentinel"));
     }

@@ -15,7 +15,7 @@
 
 use base64::Engine as _;
 
-use super::boot::{BootScript, BootScriptError};
+use super::{BootScript, BootScriptError};
 
 /// Where the boot script is written on the instance.
 pub const BOOT_SCRIPT_PATH: &str = "/var/lib/gpuprov/boot.sh";
@@ -99,16 +99,16 @@ pub fn decode_gz_b64(content: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_yaml::Value;
 
-    fn doc(s: &str) -> Value {
+    pub(crate) fn doc(s: &str) -> Value {
         assert!(s.starts_with("#cloud-config\n"), "{s}");
         serde_yaml::from_str(s).unwrap()
     }
 
-    fn decoded_script(v: &Value) -> String {
+    pub(crate) fn decoded_script(v: &Value) -> String {
         let f = &v["write_files"][0];
         assert_eq!(f["path"].as_str(), Some(BOOT_SCRIPT_PATH));
         assert_eq!(f["encoding"].as_str(), Some("gz+b64"));
@@ -174,7 +174,7 @@ mod tests {
     #[test]
     fn nasty_values_survive_yaml_and_shell() {
         let mut b = BootScript::new("#!/bin/sh\n");
-        for (i, v) in crate::cluster::boot::tests::NASTY.iter().enumerate() {
+        for (i, v) in super::super::tests::NASTY.iter().enumerate() {
             b = b.with_env(format!("V{i}"), *v);
             b.script.push_str(&format!("printf '<%s>' \"$V{i}\"\n"));
         }
@@ -187,54 +187,10 @@ mod tests {
             .output()
             .unwrap();
         assert!(out.status.success());
-        let want: String = (0..crate::cluster::boot::tests::NASTY.len())
-            .map(|i| format!("<{}>", crate::cluster::boot::tests::NASTY[i]))
+        let want: String = (0..super::super::tests::NASTY.len())
+            .map(|i| format!("<{}>", super::super::tests::NASTY[i]))
             .collect();
         assert_eq!(String::from_utf8(out.stdout).unwrap(), want);
-    }
-
-    #[test]
-    fn the_installer_renders_as_valid_cloud_config() {
-        let b = crate::cluster::installer::InstallerConfig::default()
-            .boot_script()
-            .unwrap();
-        let u = render(Some(&b), &["ssh-ed25519 AAAA k"]).unwrap();
-        let v = doc(&u);
-        assert_eq!(decoded_script(&v), b.to_shell().unwrap());
-    }
-
-    #[test]
-    fn the_installer_fits_the_smallest_user_data_limit() {
-        // The installer as a GPU VM's boot script carries, with a long SAN list and
-        // every setting set, plus a project key.
-        let cfg = crate::cluster::installer::InstallerConfig {
-            tls_sans: crate::cluster::san::SanList::for_vm(&crate::cluster::san::SanInputs {
-                public_host: Some("ec2-203-0-113-250.us-west-2.compute.amazonaws.com".into()),
-                private_ip: Some("10.0.12.34".parse().unwrap()),
-                extra: vec!["k3s.internal.example.com".into()],
-            })
-            .unwrap(),
-            san_from_metadata: true,
-            gpu: crate::cluster::installer::GpuMode::Required,
-            k3s: crate::cluster::installer::K3sSource {
-                install_url: Some("https://mirror.example.com/k3s/install.sh".into()),
-                version: Some("v1.31.4+k3s1".into()),
-            },
-            device_plugin_image: Some("nvcr.io/nvidia/k8s-device-plugin:v0.17.0".into()),
-            nvidia_repo_url: Some("https://mirror.example.com/nvidia".into()),
-            wait_secs: Some(600),
-        };
-        let b = cfg.boot_script().unwrap();
-        let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuprovTestKeyOnlyAAAAAAAAAAAAAAAAAAAAA gpuprov-0f0e0d0c";
-        let u = render(Some(&b), &[key]).unwrap();
-        assert!(
-            u.len() < MAX_USER_DATA_BYTES / 2,
-            "{} bytes of user data; EC2 takes at most {MAX_USER_DATA_BYTES}",
-            u.len()
-        );
-        // Uncompressed it would not fit: the compression is what makes AWS work.
-        assert!(b.to_shell().unwrap().len() * 4 / 3 > MAX_USER_DATA_BYTES);
-        assert_eq!(decoded_script(&doc(&u)), b.to_shell().unwrap());
     }
 
     #[test]

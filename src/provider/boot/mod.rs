@@ -1,12 +1,40 @@
-//! The boot script model: [`BootScript`] (shell text plus environment, defined with the
-//! provider contract in `provider/mod.rs`) and its plain shell form,
-//! [`BootScript::to_shell`], for clouds that take a startup script (Verda). Clouds that
-//! take cloud-init user-data use [`super::userdata::render`], which runs the same shell
-//! form. The k3s layer builds a `BootScript` and never sees either format (design 4.5).
+//! The boot script model of the provider contract: [`BootScript`] (shell text plus
+//! environment) and its renderers, so the core never sees a cloud format (design 4.5):
+//!
+//! - [`BootScript::to_shell`]: one self-contained shell file, for clouds that take a
+//!   startup script (Verda);
+//! - [`cloud_init`]: the same shell form as cloud-init `#cloud-config` user-data, for
+//!   clouds that take it (AWS, Lambda, DigitalOcean, Hyperstack, GCP, Nebius).
+//!
+//! The k3s layer (`cluster/`) builds a `BootScript`; adapters render it.
 
+pub mod cloud_init;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-pub use crate::provider::BootScript;
+use super::{ErrorKind, ProviderError};
+
+/// A boot script: shell text plus environment, rendered by each adapter in its own
+/// format (cloud-init user-data or a startup script). The core never sees a cloud format.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BootScript {
+    pub script: String,
+    pub env: BTreeMap<String, String>,
+}
+
+/// A boot script as cloud-init `#cloud-config` user-data for the REST clouds that take it
+/// (Lambda, DigitalOcean, Hyperstack), rendered by [`cloud_init::render`]. Their SSH key
+/// travels through the API (a registered key), not the user-data.
+///
+/// Errors: [`ErrorKind::InvalidRequest`] for a boot script that cannot be rendered (an
+/// environment name that is not a shell name).
+pub fn cloud_init_user_data(b: &BootScript) -> Result<String, ProviderError> {
+    cloud_init::render(Some(b), &[])
+        .map_err(|e| ProviderError::new(ErrorKind::InvalidRequest, format!("boot script: {e}")))
+}
 
 /// Why a boot script cannot be rendered. Carries names, never values (a value could be
 /// anything the caller put in the environment).
@@ -241,5 +269,33 @@ pub(crate) mod tests {
         assert_eq!(j, serde_json::json!({"script": "x", "env": {"K": "v"}}));
         let back: BootScript = serde_json::from_value(j).unwrap();
         assert_eq!(back, b);
+    }
+
+    #[test]
+    fn cloud_init_user_data_carries_the_boot_script() {
+        let b = BootScript {
+            script: "echo hi".into(),
+            env: [("K".to_string(), "it's".to_string())].into(),
+        };
+        let u = cloud_init_user_data(&b).unwrap();
+        assert!(u.starts_with("#cloud-config\n"), "{u}");
+        assert!(
+            !u.contains("ssh_authorized_keys"),
+            "the key goes through the API"
+        );
+        let doc: serde_yaml::Value = serde_yaml::from_str(&u).unwrap();
+        let content = doc["write_files"][0]["content"].as_str().unwrap();
+        assert_eq!(
+            cloud_init::decode_gz_b64(content).unwrap(),
+            b.to_shell().unwrap()
+        );
+        let bad = BootScript {
+            script: "true".into(),
+            env: [("NOT A NAME".to_string(), "x".to_string())].into(),
+        };
+        assert_eq!(
+            cloud_init_user_data(&bad).unwrap_err().kind,
+            ErrorKind::InvalidRequest
+        );
     }
 }

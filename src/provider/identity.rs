@@ -1,0 +1,154 @@
+//! The VM identity every cloud object gpuprov creates carries (brief: "Identity"): the VM
+//! name and the state's lineage as labels or tags, names derived from them, and the typed
+//! lineage handed to adapters when they are built.
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::{ErrorKind, ProviderError};
+
+/// The label (or tag) key every cloud object gpuprov creates carries, with the VM name as
+/// value, so it can always be found again (brief: "Identity").
+pub const IDENTITY_LABEL: &str = "gpuprov-vm-name";
+/// The label key carrying the state's lineage (a UUID), so objects of two projects that use
+/// the same VM name are never confused.
+pub const LINEAGE_LABEL: &str = "gpuprov-lineage";
+
+/// A state's lineage: a UUID (the state file's `lineage`), checked once when it is parsed,
+/// so an adapter holding one never has to re-check it. Kept as written in the state (its
+/// text is what labels and tags carry).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Lineage(String);
+
+impl Lineage {
+    /// The lineage `s`. Errors: `InvalidRequest` when `s` is not a UUID.
+    pub fn parse(s: &str) -> Result<Lineage, ProviderError> {
+        let t = s.trim();
+        uuid::Uuid::parse_str(t).map_err(|_| {
+            ProviderError::new(
+                ErrorKind::InvalidRequest,
+                format!("lineage {s:?} is not a UUID"),
+            )
+        })?;
+        Ok(Lineage(t.to_string()))
+    }
+
+    /// A fresh random lineage (UUID v4), for runs that create nothing (catalog lookups of
+    /// `gpuprov offers`, which has no state), and for new states.
+    pub fn random() -> Lineage {
+        Lineage(uuid::Uuid::new_v4().to_string())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The first 8 characters, used in object names (`gpuprov-<vm>-<lineage8>`).
+    pub fn short(&self) -> &str {
+        &self.0[..self.0.len().min(8)]
+    }
+}
+
+impl FromStr for Lineage {
+    type Err = ProviderError;
+    fn from_str(s: &str) -> Result<Lineage, ProviderError> {
+        Lineage::parse(s)
+    }
+}
+
+impl fmt::Display for Lineage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Lineage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Lineage({})", self.0)
+    }
+}
+
+impl PartialEq<str> for Lineage {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<String> for Lineage {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
+    }
+}
+
+/// The per-VM object name most clouds show: `gpuprov-<vm>-<lineage8>` (at most 57
+/// characters for a 40-character VM name).
+pub fn object_name(vm_name: &str, lineage: &Lineage) -> String {
+    format!("gpuprov-{vm_name}-{}", lineage.short())
+}
+
+/// The name under which an adapter registers the project's SSH public key on clouds that
+/// name keys: `gpuprov-<lineage8>-<fp12>`, where `fp12` is the first 12 hex digits of
+/// the SHA-256 of the key's decoded blob (the digest of `ssh-keygen -l`'s `SHA256:`
+/// fingerprint). A key of the same lineage but another value (a rotated or foreign key)
+/// therefore has another name, so a cloud that refuses duplicate names never blocks the
+/// run and an adapter never uses a key it merely found by name.
+pub fn project_key_name(lineage: &str, public_key: &str) -> String {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let short: String = lineage.chars().take(8).collect();
+    let blob = public_key.split_whitespace().nth(1).unwrap_or(public_key);
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(blob)
+        .unwrap_or_else(|_| blob.as_bytes().to_vec());
+    let digest = sha2::Sha256::digest(&bytes);
+    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    format!("gpuprov-{short}-{hex}")
+}
+
+/// Refuses a create whose spec belongs to another lineage than the adapter's: `observe`
+/// filters on the adapter's lineage, so such an instance would be invisible and leak.
+pub fn check_spec_lineage(
+    cloud: &str,
+    lineage: &Lineage,
+    spec: &super::InstanceSpec,
+) -> Result<(), ProviderError> {
+    if *lineage != spec.lineage {
+        return Err(ProviderError::new(
+            ErrorKind::InvalidRequest,
+            format!(
+                "{cloud}: spec lineage {} differs from the provider's lineage {lineage}",
+                spec.lineage
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lineages_are_uuids() {
+        let l = Lineage::parse("0f0e0d0c-1111-4222-8333-444455556666").unwrap();
+        assert_eq!(l.short(), "0f0e0d0c");
+        assert_eq!(object_name("api", &l), "gpuprov-api-0f0e0d0c");
+        assert_eq!(
+            Lineage::parse("").unwrap_err().kind,
+            ErrorKind::InvalidRequest
+        );
+        assert!("not-a-uuid".parse::<Lineage>().is_err());
+        assert_ne!(Lineage::random(), Lineage::random());
+    }
+
+    #[test]
+    fn project_key_name_depends_on_the_key_value() {
+        let a = project_key_name("0123456789ab", "ssh-ed25519 AAAAone= comment");
+        let b = project_key_name("0123456789ab", "ssh-ed25519 AAAAtwo= comment");
+        let a2 = project_key_name("0123456789ab", "ssh-ed25519 AAAAone= other-comment");
+        assert!(a.starts_with("gpuprov-01234567-"), "{a}");
+        assert_eq!(a.len(), "gpuprov-01234567-".len() + 12);
+        assert_ne!(a, b, "another key value gets another name");
+        assert_eq!(a, a2, "the comment does not change the name");
+    }
+}

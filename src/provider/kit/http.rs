@@ -1,0 +1,473 @@
+//! One REST client for every adapter that speaks JSON over HTTPS: base URL, auth style,
+//! the credential (held as a [`Secret`], scrubbed from every error), user agent,
+//! timeout, `Retry-After` / `RateLimit-*` parsing, and the vendor's hooks for its error
+//! body and its success envelope. Built on reqwest with rustls.
+//!
+//! An adapter makes one [`RestClient`] at construction (no I/O) and calls
+//! [`RestClient::get`] / [`post`](RestClient::post) / [`put`](RestClient::put) /
+//! [`delete`](RestClient::delete) for classified, typed answers, or
+//! [`RestClient::send`] when it must look at the [`Failure`] itself (for example "not
+//! found is success" on delete), then [`RestClient::fail`] to classify it.
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::super::redact::redact_url;
+use super::super::{cause, ErrorKind, ProviderError};
+use super::credentials::Credential;
+use super::failure::{Call, Classifier, Failure};
+
+/// Per-request timeout when the adapter sets none, seconds.
+pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
+
+/// Longest delay a `RateLimit-Reset` hint may ask for, seconds (the longest documented
+/// window among the clouds, DigitalOcean's, is one hour).
+pub const MAX_RESET_WAIT_SECS: u64 = 3600;
+
+/// How the credential is sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Auth {
+    /// `Authorization: Bearer <secret>`.
+    Bearer,
+    /// A named header carrying the secret (Hyperstack's `api_key`).
+    Header(&'static str),
+    /// HTTP basic auth with this user and the secret as password.
+    Basic { user: String },
+}
+
+/// The vendor's error body decoder: `(status, Content-Type, body)` → `(code, message)`.
+/// The default, [`plain_error`], keeps no code and a one-line cause.
+pub type ErrorDecoder = fn(u16, Option<&str>, &str) -> (Option<String>, String);
+
+/// The vendor's success envelope: the parsed 2xx body → the payload, or a failure the
+/// vendor reports inside a 2xx (Hyperstack's `status: false`). The default returns the
+/// body unchanged.
+pub type SuccessEnvelope = fn(u16, Value) -> Result<Value, (Option<String>, String)>;
+
+/// The default [`ErrorDecoder`]: no code, the short cause of
+/// [`cause::http_cause`] (a JSON body's `message`, or one line naming status and type).
+pub fn plain_error(
+    status: u16,
+    content_type: Option<&str>,
+    body: &str,
+) -> (Option<String>, String) {
+    (None, cause::http_cause(status, content_type, body))
+}
+
+fn unchanged(_status: u16, v: Value) -> Result<Value, (Option<String>, String)> {
+    Ok(v)
+}
+
+/// How one adapter talks to its API.
+pub struct RestClient {
+    cloud: &'static str,
+    base: String,
+    auth: Auth,
+    credential: Option<Credential>,
+    /// The Credentials message when no credential was found (which, and where looked).
+    missing: String,
+    classifier: &'static Classifier,
+    decode_error: ErrorDecoder,
+    envelope: SuccessEnvelope,
+    http: reqwest::Client,
+}
+
+impl std::fmt::Debug for RestClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RestClient")
+            .field("cloud", &self.cloud)
+            .field("base", &redact_url(&self.base))
+            .field("auth", &self.auth)
+            .field("credential", &self.credential)
+            .finish()
+    }
+}
+
+impl RestClient {
+    /// A client for `base` (trailing `/` ignored) classifying with `classifier` (whose
+    /// `cloud` names the adapter). `credential` `None` makes every call fail with
+    /// `Credentials` and the message `missing`. Does no I/O; never fails.
+    pub fn new(
+        base: &str,
+        auth: Auth,
+        credential: Option<Credential>,
+        missing: impl Into<String>,
+        classifier: &'static Classifier,
+    ) -> RestClient {
+        RestClient {
+            cloud: classifier.cloud,
+            base: base.trim_end_matches('/').to_string(),
+            auth,
+            credential,
+            missing: missing.into(),
+            classifier,
+            decode_error: plain_error,
+            envelope: unchanged,
+            http: http_client(Duration::from_secs(DEFAULT_TIMEOUT_SECS)),
+        }
+    }
+
+    /// Sets the vendor's error body decoder.
+    pub fn with_error_decoder(mut self, d: ErrorDecoder) -> RestClient {
+        self.decode_error = d;
+        self
+    }
+
+    /// Sets the vendor's success envelope.
+    pub fn with_envelope(mut self, e: SuccessEnvelope) -> RestClient {
+        self.envelope = e;
+        self
+    }
+
+    /// Sets the per-request timeout.
+    pub fn with_timeout(mut self, t: Duration) -> RestClient {
+        self.http = http_client(t);
+        self
+    }
+
+    /// The base URL, credentials in it redacted.
+    pub fn base(&self) -> String {
+        redact_url(&self.base)
+    }
+
+    /// The credential's value, for scrubbing; `None` without one.
+    pub fn secret(&self) -> Option<&str> {
+        self.credential.as_ref().map(|c| c.secret.expose())
+    }
+
+    /// The credential in use and where it was found.
+    pub fn credential(&self) -> Option<&Credential> {
+        self.credential.as_ref()
+    }
+
+    /// The contract's error for `f` (see [`Classifier::classify`]).
+    pub fn fail(&self, f: &Failure, call: Call<'_>) -> ProviderError {
+        self.classifier.classify(f, call, self.secret())
+    }
+
+    /// One call; the payload (`Null` for an empty body, such as a 204) or the failure as
+    /// the vendor reported it. Errors never contain the credential.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&Value>,
+    ) -> Result<Value, Failure> {
+        let Some(cred) = &self.credential else {
+            return Err(Failure::no_credential(self.missing.clone()));
+        };
+        let url = format!("{}{path}", self.base);
+        let mut req = self.http.request(method, &url);
+        req = match &self.auth {
+            Auth::Bearer => req.bearer_auth(cred.secret.expose()),
+            Auth::Header(name) => req.header(*name, cred.secret.expose()),
+            Auth::Basic { user } => req.basic_auth(user, Some(cred.secret.expose())),
+        };
+        if !query.is_empty() {
+            req = req.query(query);
+        }
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let transport = |e: reqwest::Error| {
+            Failure::transport(
+                cause::is_refused(&e),
+                format!("{} ({})", e.without_url(), redact_url(&url)),
+            )
+        };
+        let resp = req.send().await.map_err(transport)?;
+        let status = resp.status().as_u16();
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let rate = RateHeaders {
+            retry_after: header("retry-after"),
+            remaining: header("ratelimit-remaining"),
+            reset: header("ratelimit-reset"),
+            structured: header("ratelimit"),
+        };
+        let content_type = header("content-type");
+        let text = resp.text().await.map_err(transport)?;
+        if !(200..300).contains(&status) {
+            let (code, message) = (self.decode_error)(status, content_type.as_deref(), &text);
+            return Err(Failure::http(status, code, message)
+                .with_retry_after(rate.delay_secs(status, now_epoch())));
+        }
+        if text.trim().is_empty() {
+            return Ok(Value::Null);
+        }
+        let v: Value = serde_json::from_str(&text).map_err(|e| {
+            Failure::http(status, None, format!("unreadable response to {path}: {e}"))
+        })?;
+        (self.envelope)(status, v).map_err(|(code, message)| Failure::http(status, code, message))
+    }
+
+    /// [`Self::send`] classified as `call`, the payload parsed into `T`.
+    pub async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&Value>,
+        call: Call<'_>,
+    ) -> Result<T, ProviderError> {
+        let v = self
+            .send(method, path, query, body)
+            .await
+            .map_err(|f| self.fail(&f, call))?;
+        self.parse(v, call)
+    }
+
+    /// `v` parsed into `T`; a shape the adapter does not expect is `Failed`, naming the
+    /// call.
+    pub fn parse<T: DeserializeOwned>(&self, v: Value, call: Call<'_>) -> Result<T, ProviderError> {
+        serde_json::from_value(v).map_err(|e| {
+            ProviderError::new(
+                ErrorKind::Failed,
+                format!(
+                    "{} {}: unexpected response shape: {e}",
+                    self.cloud, call.what
+                ),
+            )
+        })
+    }
+
+    pub async fn get<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+        call: Call<'_>,
+    ) -> Result<T, ProviderError> {
+        self.call(Method::GET, path, query, None, call).await
+    }
+
+    pub async fn post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Value,
+        call: Call<'_>,
+    ) -> Result<T, ProviderError> {
+        self.call(Method::POST, path, &[], Some(body), call).await
+    }
+
+    pub async fn put<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Value,
+        call: Call<'_>,
+    ) -> Result<T, ProviderError> {
+        self.call(Method::PUT, path, &[], Some(body), call).await
+    }
+
+    /// `DELETE path`; an answer the `gone` predicate accepts (typically "not found") is
+    /// success, since deletes are idempotent.
+    pub async fn delete(
+        &self,
+        path: &str,
+        gone: impl Fn(&Failure) -> bool,
+        call: Call<'_>,
+    ) -> Result<(), ProviderError> {
+        match self.send(Method::DELETE, path, &[], None).await {
+            Ok(_) => Ok(()),
+            Err(f) if gone(&f) => Ok(()),
+            Err(f) => Err(self.fail(&f, call)),
+        }
+    }
+}
+
+fn http_client(timeout: Duration) -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .user_agent(concat!("gpuprov/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .unwrap_or_default()
+}
+
+fn now_epoch() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The rate-limit headers of one response, as sent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RateHeaders {
+    /// `Retry-After`: delta-seconds (RFC 9110 10.2.3; the HTTP-date form is ignored).
+    pub retry_after: Option<String>,
+    /// `RateLimit-Remaining`: requests left in the window.
+    pub remaining: Option<String>,
+    /// `RateLimit-Reset`: seconds until the window resets, or (DigitalOcean) the Unix
+    /// epoch second when it does; values above 10^9 are read as epoch seconds.
+    pub reset: Option<String>,
+    /// The structured `RateLimit` header (RunPod, IETF draft): members such as
+    /// `"minute";r=0;t=12` — `r` requests remaining, `t` seconds until reset.
+    pub structured: Option<String>,
+}
+
+impl RateHeaders {
+    /// The delay the server asks for, seconds: `Retry-After` when present; on a 429
+    /// without it, the reset of an exhausted window (`RateLimit-Remaining: 0` or absent
+    /// with `RateLimit-Reset`, or an exhausted member of `RateLimit`), at least 1 s and at
+    /// most [`MAX_RESET_WAIT_SECS`].
+    pub fn delay_secs(&self, status: u16, now_epoch: u64) -> Option<u64> {
+        let num = |v: &Option<String>| v.as_deref().and_then(|s| s.trim().parse::<u64>().ok());
+        if let Some(s) = num(&self.retry_after) {
+            return Some(s);
+        }
+        if status != 429 {
+            return None;
+        }
+        let reset = num(&self.reset)
+            .filter(|_| num(&self.remaining).is_none_or(|r| r == 0))
+            .map(|r| {
+                if r > 1_000_000_000 {
+                    r.saturating_sub(now_epoch)
+                } else {
+                    r
+                }
+            });
+        reset
+            .or_else(|| self.structured.as_deref().and_then(exhausted_window_secs))
+            .map(|s| s.clamp(1, MAX_RESET_WAIT_SECS))
+    }
+}
+
+/// The seconds until the first exhausted window resets, from a structured `RateLimit`
+/// header such as `"minute";r=0;t=12, "hour";r=2800;t=1812`. The longest wait of the
+/// exhausted windows wins; `None` when no window is exhausted or the value is unreadable.
+pub fn exhausted_window_secs(rate_limit: &str) -> Option<u64> {
+    rate_limit
+        .split(',')
+        .filter_map(|member| {
+            let mut r = None;
+            let mut t = None;
+            for param in member.split(';').skip(1) {
+                match param.trim().split_once('=') {
+                    Some(("r", v)) => r = v.trim().parse::<u64>().ok(),
+                    Some(("t", v)) => t = v.trim().parse::<u64>().ok(),
+                    _ => {}
+                }
+            }
+            (r == Some(0)).then_some(t).flatten()
+        })
+        .max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::kit::credentials::Source;
+    use crate::provider::kit::failure::{Rule, Status};
+    use crate::provider::redact::Secret;
+
+    const RULES: &[Rule] = &[];
+    static C: Classifier = Classifier {
+        cloud: "acme",
+        rules: RULES,
+        credentials_help: "set ACME_KEY",
+    };
+
+    fn rate(
+        ra: Option<&str>,
+        rem: Option<&str>,
+        reset: Option<&str>,
+        s: Option<&str>,
+    ) -> RateHeaders {
+        RateHeaders {
+            retry_after: ra.map(str::to_string),
+            remaining: rem.map(str::to_string),
+            reset: reset.map(str::to_string),
+            structured: s.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn delays_from_every_rate_limit_header() {
+        assert_eq!(
+            rate(Some("7"), None, None, None).delay_secs(503, 0),
+            Some(7)
+        );
+        assert_eq!(
+            rate(None, Some("0"), Some("1000000030"), None).delay_secs(429, 1_000_000_000),
+            Some(30)
+        );
+        assert_eq!(
+            rate(None, Some("0"), Some("12"), None).delay_secs(429, 5),
+            Some(12)
+        );
+        assert_eq!(
+            rate(None, Some("3"), Some("12"), None).delay_secs(429, 5),
+            None
+        );
+        assert_eq!(
+            rate(None, None, Some("99999"), None).delay_secs(429, 0),
+            Some(MAX_RESET_WAIT_SECS)
+        );
+        assert_eq!(
+            rate(
+                None,
+                None,
+                None,
+                Some("\"minute\";r=0;t=12, \"hour\";r=0;t=40")
+            )
+            .delay_secs(429, 0),
+            Some(40)
+        );
+        assert_eq!(
+            rate(None, None, None, Some("\"minute\";r=5;t=12")).delay_secs(429, 0),
+            None
+        );
+        assert_eq!(
+            rate(None, Some("0"), Some("12"), None).delay_secs(500, 0),
+            None
+        );
+        assert_eq!(exhausted_window_secs("garbage"), None);
+    }
+
+    #[tokio::test]
+    async fn without_a_credential_nothing_is_sent() {
+        let c = RestClient::new(
+            "http://127.0.0.1:9",
+            Auth::Bearer,
+            None,
+            "no key: set ACME_KEY",
+            &C,
+        );
+        let f = c.send(Method::GET, "/x", &[], None).await.unwrap_err();
+        assert_eq!(f.status, Status::NoCredential);
+        let e = c.fail(&f, Call::other("list"));
+        assert_eq!(e.kind, ErrorKind::Credentials);
+        assert_eq!(e.help.as_deref(), Some("set ACME_KEY"));
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_unreachable_and_the_key_never_shows() {
+        // Port 9 (discard) on loopback: nothing listens there in the test environment.
+        let cred = Credential {
+            secret: Secret::new("sk_test_sentinel"),
+            source: Source::Env("ACME_KEY"),
+        };
+        let c = RestClient::new(
+            "http://user:sk_test_sentinel@127.0.0.1:9/",
+            Auth::Bearer,
+            Some(cred),
+            "",
+            &C,
+        );
+        assert_eq!(c.base(), "http://REDACTED@127.0.0.1:9");
+        let f = c.send(Method::GET, "/v1/x", &[], None).await.unwrap_err();
+        assert_eq!(f.status, Status::Transport { refused: true }, "{f:?}");
+        let e = c.fail(&f, Call::other("list"));
+        assert_eq!(e.kind, ErrorKind::Unreachable);
+        assert!(!e.msg.contains("sk_test_sentinel"), "{}", e.msg);
+        assert!(!format!("{c:?}").contains("sk_test_sentinel"));
+    }
+}

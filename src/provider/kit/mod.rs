@@ -1,0 +1,26 @@
+//! The adapter kit: the plumbing every cloud adapter shares, so an adapter is only its
+//! vendor mapping.
+//!
+//! - [`http`]: the REST client (auth styles, the redacted credential, timeouts,
+//!   `Retry-After` / `RateLimit-*`, the vendor's error body and success envelope hooks);
+//! - [`failure`]: one [`failure::Failure`] (HTTP, gRPC or transport) and the table-driven
+//!   [`failure::Classifier`] into the contract's error kinds;
+//! - [`paginate`]: page-number, next-link and token pagination, bounded;
+//! - [`keys`]: the project's SSH key found by value or registered;
+//! - [`credentials`]: a credential plus where it was found, and the report for
+//!   `gpuprov validate`;
+//! - [`gpu`]: GPU-name normalisation.
+//!
+//! Nothing here loops beyond one call's pagination (and the bounded key registration,
+//! which lists before each attempt), sleeps or retries: the executor does.
+
+pub mod credentials;
+pub mod failure;
+pub mod gpu;
+pub mod http;
+pub mod keys;
+pub mod paginate;
+
+pub use credentials::{Credential, CredentialReport, Lookup, Source};
+pub use failure::{Call, Classifier, Failure, Rule, Status};
+pub use http::{Auth, RestClient};

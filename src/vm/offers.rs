@@ -1,0 +1,104 @@
+//! The core's offer policy, "preference = order" (design 4.3): within one cloud, offers
+//! in the ask's region order, then cheapest first; clouds in the ask's cloud order. The
+//! launch machine's search, `plan`'s preflight and `gpuprov offers --vm` all order
+//! through [`order`], so what the plan shows is what apply tries.
+
+use crate::provider::{Capabilities, Offer, ResourceRequest};
+
+/// Sorts one cloud's `offers` for `req`: the position of the offer's region in
+/// `req.regions`, or when the ask names none in the cloud's own
+/// [`Capabilities::default_regions`] (matched without case; 0 when neither lists it),
+/// then price (USD per hour), instance type and region name. Stable: offers equal in all
+/// of these (an instance type's zones, a marketplace's tiers) keep the adapter's order.
+pub fn order(offers: &mut [Offer], req: &ResourceRequest, caps: &Capabilities) {
+    let preferred = if req.regions.is_empty() {
+        &caps.default_regions
+    } else {
+        &req.regions
+    };
+    let rank = |o: &Offer| {
+        preferred
+            .iter()
+            .position(|r| r.eq_ignore_ascii_case(&o.location.region))
+            .unwrap_or(0)
+    };
+    offers.sort_by(|a, b| {
+        rank(a)
+            .cmp(&rank(b))
+            .then(a.price_per_hour.total_cmp(&b.price_per_hour))
+            .then_with(|| a.instance_type.cmp(&b.instance_type))
+            .then_with(|| a.location.region.cmp(&b.location.region))
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::Location;
+
+    fn offer(region: &str, ty: &str, zone: Option<&str>, price: f64) -> Offer {
+        Offer {
+            id: format!("c/{region}/{ty}/{}", zone.unwrap_or("-")),
+            location: Location {
+                cloud: "c".into(),
+                region: region.into(),
+                zone: zone.map(str::to_string),
+            },
+            instance_type: ty.into(),
+            gpu: None,
+            gpu_count: 0,
+            spot: false,
+            price_per_hour: price,
+            detail: serde_json::Value::Null,
+        }
+    }
+
+    #[test]
+    fn region_preference_first_then_price_and_zones_keep_their_order() {
+        let req = ResourceRequest {
+            vm_name: "a".into(),
+            regions: vec!["us-east-13".into(), "US-EAST-1".into()],
+            zones: vec![],
+            gpu: None,
+            gpu_count: 0,
+            spot: false,
+            max_price_per_hour: None,
+        };
+        let mut o = vec![
+            offer("us-east-1", "h100", None, 23.92),
+            offer("us-east-1", "a100", None, 10.32),
+            offer("us-east-13", "h100", Some("b"), 23.92),
+            offer("us-east-13", "h100", Some("a"), 23.92),
+        ];
+        order(&mut o, &req, &Capabilities::default());
+        let ids: Vec<&str> = o.iter().map(|o| o.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "c/us-east-13/h100/b",
+                "c/us-east-13/h100/a",
+                "c/us-east-1/a100/-",
+                "c/us-east-1/h100/-"
+            ]
+        );
+        let caps = Capabilities {
+            default_regions: vec!["us-east-1".into()],
+            ..Capabilities::default()
+        };
+        let unasked = ResourceRequest {
+            regions: vec![],
+            ..req
+        };
+        order(&mut o, &unasked, &caps);
+        assert_eq!(
+            o[0].id, "c/us-east-1/a100/-",
+            "the cloud's preference when none asked"
+        );
+        order(&mut o, &unasked, &Capabilities::default());
+        assert_eq!(o[0].id, "c/us-east-1/a100/-", "cheapest first");
+        assert_eq!(
+            o[3].id, "c/us-east-13/h100/a",
+            "then type and region name, stable"
+        );
+    }
+}
