@@ -252,7 +252,10 @@ pub async fn refresh(
             .observe(&vm.location, name)
             .await
             .map_err(|e| format!("cannot refresh {address} on {}: {}", vm.location, e.msg))?;
-        let obs = match seen.iter().find(|o| o.instance_id == vm.instance_id) {
+        let obs = match seen
+            .iter()
+            .find(|o| o.exists() && o.instance_id == vm.instance_id)
+        {
             Some(o) if o.status == InstanceStatus::Running => Observation::Running,
             Some(o) => Observation::NotRunning(o.status.clone()),
             None => Observation::Gone,

@@ -1268,3 +1268,47 @@ async fn a_restart_that_the_cloud_reports_late_is_waited_for() {
     assert_eq!(end.ready().expect("ready again").instance_id, id);
     assert_eq!(r.cloud.count(Op::Create), 1);
 }
+
+/// The long-running-operation rule of the contract: a create the cloud accepted and then
+/// refused in its operation (GCP's `ZONE_RESOURCE_POOL_EXHAUSTED`) is handled like a
+/// refused create: capacity blocks the offer and the search fails over, and nothing is
+/// left behind.
+#[tokio::test]
+async fn a_create_refused_late_in_its_operation_fails_over_like_capacity() {
+    let cloud = two_regions();
+    cloud.refuse_late(
+        "east-a",
+        err(ErrorKind::Capacity, "ZONE_RESOURCE_POOL_EXHAUSTED"),
+    );
+    let r = Run::new(cloud);
+    let end = r.launch().await.unwrap();
+    let vm = end.ready().expect("ready");
+    assert_eq!(vm.offer.id, "east-b", "capacity blocks only the offer");
+    assert_eq!(r.cloud.count(Op::Create), 2);
+    assert!(
+        r.labels().iter().any(|l| l.starts_with("compensating (")
+            && l.ends_with("): create: ZONE_RESOURCE_POOL_EXHAUSTED")),
+        "{:?}",
+        r.labels()
+    );
+    let live: Vec<_> = r
+        .cloud
+        .instances()
+        .into_iter()
+        .filter(|i| !matches!(i.status, InstanceStatus::Refused(_)))
+        .collect();
+    assert_eq!(live.len(), 1, "only the running machine exists");
+}
+
+#[tokio::test]
+async fn a_quota_refused_late_blocks_the_whole_region() {
+    let cloud = two_regions();
+    cloud.refuse_late("east-a", err(ErrorKind::Quota, "QUOTA_EXCEEDED"));
+    let r = Run::new(cloud);
+    let end = r.launch().await.unwrap();
+    assert_eq!(
+        end.ready().expect("ready").offer.id,
+        "west-a",
+        "quota blocks us-east-1, east-b included"
+    );
+}

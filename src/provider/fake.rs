@@ -39,6 +39,9 @@ pub struct FakeInstance {
     pub client_token: String,
     /// Observes left that a started instance still reports `Stopped`.
     pub stopped_for: u32,
+    /// The create's long-running operation fails with this error when the instance would
+    /// have booted ([`FakeProvider::refuse_late`]).
+    pub refused_with: Option<ProviderError>,
 }
 
 struct Fault {
@@ -80,6 +83,8 @@ struct Inner {
     delete_lag: bool,
     /// `cleanup` fails with `InUse` while an instance of the VM exists in the region.
     dependency_errors: bool,
+    /// Creates accepted and then refused late, per offer id ([`FakeProvider::refuse_late`]).
+    late_refusals: Vec<(String, ProviderError)>,
     /// Booting instances turn `Failed(reason)` instead of `Running`.
     boot_failure: Option<String>,
     /// Observes a started instance still reports `Stopped` before it is `Pending`.
@@ -298,6 +303,16 @@ impl FakeProvider {
         self.lock().boot_failure = reason.map(str::to_string);
     }
 
+    /// The next create on offer `offer_id` is accepted (an id is returned) but its
+    /// long-running operation then fails with `error`: `observe` lists the attempt as
+    /// [`InstanceStatus::Refused`] once it would have booted (GCP's late
+    /// `ZONE_RESOURCE_POOL_EXHAUSTED`).
+    pub fn refuse_late(&self, offer_id: &str, error: ProviderError) {
+        self.lock()
+            .late_refusals
+            .push((offer_id.to_string(), error));
+    }
+
     /// Stops instance `id` (as a user, the vendor or a spot reclaim that stops would).
     pub fn stop_instance(&self, id: &str) {
         if let Some(i) = self.lock().instances.get_mut(id) {
@@ -368,6 +383,7 @@ impl FakeProvider {
                 observes_to_boot: 0,
                 client_token: String::new(),
                 stopped_for: 0,
+                refused_with: None,
             },
         );
         g.note_peak(vm_name);
@@ -482,6 +498,11 @@ impl CloudProvider for FakeProvider {
         let id = format!("{}-i-{}", self.name, g.next_id);
         let boot = g.boot_observes;
         let lag = g.list_lag;
+        let refused_with = g
+            .late_refusals
+            .iter()
+            .position(|(o, _)| *o == offer.id)
+            .map(|i| g.late_refusals.remove(i).1);
         g.instances.insert(
             id.clone(),
             FakeInstance {
@@ -493,6 +514,7 @@ impl CloudProvider for FakeProvider {
                 observes_to_boot: boot,
                 client_token: spec.client_token.clone(),
                 stopped_for: 0,
+                refused_with,
             },
         );
         g.note_peak(&spec.vm_name);
@@ -530,9 +552,10 @@ impl CloudProvider for FakeProvider {
                     continue;
                 }
                 if i.observes_to_boot <= 1 {
-                    i.status = match &boot_failure {
-                        Some(r) => InstanceStatus::Failed(r.clone()),
-                        None => InstanceStatus::Running,
+                    i.status = match (&i.refused_with, &boot_failure) {
+                        (Some(e), _) => InstanceStatus::Refused(Box::new(e.clone())),
+                        (None, Some(r)) => InstanceStatus::Failed(r.clone()),
+                        (None, None) => InstanceStatus::Running,
                     };
                 } else {
                     i.observes_to_boot -= 1;

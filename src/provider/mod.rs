@@ -11,11 +11,12 @@
 //! names the instance only later, an id from which `observe` can follow the operation,
 //! for example `"<instance>@<operation>"`). Adapters never wait for an operation.
 //! `observe` reports an instance whose create operation is still running as `Pending`,
-//! and when the operation ended badly it reports the classified failure: a late capacity
-//! or quota error (`ZONE_RESOURCE_POOL_EXHAUSTED`, `RESOURCE_EXHAUSTED`) is returned as
-//! that error from `observe` (kind `Capacity` / `Quota`), so the launch machine
-//! compensates and fails over exactly as if `create` had refused; any other failed
-//! operation is `InstanceStatus::Failed(reason)`. An operation the cloud no longer knows
+//! and when the operation ended badly it lists the attempt once more with
+//! [`InstanceStatus::Refused`] carrying the classified failure: a late capacity or quota
+//! error (`ZONE_RESOURCE_POOL_EXHAUSTED`, `RESOURCE_EXHAUSTED`) is `Capacity` / `Quota`,
+//! so the launch machine compensates and fails over exactly as if `create` had refused,
+//! while teardown, refresh and a later create treat the entry as gone (nothing bills);
+//! an operation that created an instance which then broke is `InstanceStatus::Failed`. An operation the cloud no longer knows
 //! is judged by the instance alone. The same holds for deletes: `delete` returns once the
 //! delete was accepted and `observe` shows the instance `Terminating` until it is gone.
 //!
@@ -27,7 +28,9 @@ pub mod boot;
 pub mod cause;
 pub mod digitalocean;
 pub mod docker;
+#[cfg(any(test, feature = "test-doubles"))]
 pub mod fake;
+#[cfg(any(test, feature = "test-doubles"))]
 pub mod faulty;
 pub mod hyperstack;
 pub mod identity;
@@ -154,6 +157,12 @@ pub enum InstanceStatus {
     Stopped,
     Terminating,
     Failed(String),
+    /// A create the cloud accepted and then refused in its long-running operation (GCP's
+    /// `ZONE_RESOURCE_POOL_EXHAUSTED` inside the zone operation, a Nebius operation
+    /// ending `RESOURCE_EXHAUSTED`), classified like a refused `create`. Nothing exists or
+    /// bills: the core fails over as if `create` had returned the error, and teardown,
+    /// refresh and the next create treat it as gone (see the module docs).
+    Refused(Box<ProviderError>),
 }
 
 /// Where to log in: host, TCP port and, where the cloud decides it, the user.
@@ -181,6 +190,19 @@ pub struct Observed {
     pub status: InstanceStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh: Option<SshEndpoint>,
+}
+
+impl Observed {
+    /// Whether this is an instance at all: `false` for a create the cloud refused late
+    /// ([`InstanceStatus::Refused`]), which nothing needs to delete.
+    pub fn exists(&self) -> bool {
+        !matches!(self.status, InstanceStatus::Refused(_))
+    }
+}
+
+/// The entries of an `observe` answer that are instances ([`Observed::exists`]).
+pub fn existing(seen: Vec<Observed>) -> Vec<Observed> {
+    seen.into_iter().filter(Observed::exists).collect()
 }
 
 /// Features a cloud may or may not support; the core respects what is declared.
@@ -365,7 +387,7 @@ impl BlockScope {
 }
 
 /// An adapter's classified error. `msg` must never contain a secret.
-#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 #[error("{kind:?}: {msg}")]
 pub struct ProviderError {
     pub kind: ErrorKind,
@@ -462,7 +484,7 @@ pub trait CloudProvider: Send + Sync {
     ) -> Result<String, ProviderError>;
     /// All non-terminated instances carrying the VM identity at `at`. An instance whose
     /// create operation is still running is `Pending`; a create operation that failed
-    /// late with capacity or quota is returned as that error (the module docs).
+    /// late is listed as [`InstanceStatus::Refused`] (the module docs).
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError>;
     /// Requests deletion; an unknown or already deleted instance is success. Does not wait.
     async fn delete(

@@ -31,8 +31,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::VmSpec;
 use crate::machine::{Machine, RetryPolicy, Step, StepCx};
 use crate::provider::{
-    BlockScope, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location, Offer,
-    ProviderError, Providers, SshEndpoint,
+    existing, BlockScope, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus,
+    Location, Observed, Offer, ProviderError, Providers, SshEndpoint,
 };
 use crate::ssh::{Connector, HostKey, SshError};
 
@@ -93,6 +93,14 @@ impl Lag {
             Lag::None
         }
     }
+}
+
+/// The classified error of the first late-refused create in an `observe` answer.
+fn refusal(seen: &[Observed]) -> Option<ProviderError> {
+    seen.iter().find_map(|o| match &o.status {
+        InstanceStatus::Refused(e) => Some((**e).clone()),
+        _ => None,
+    })
 }
 
 /// Blocks the error's scope and moves to the next offer, with nothing to compensate
@@ -725,7 +733,7 @@ impl LaunchMachine {
         };
         // It was up: reuse it when the cloud still runs it at the same place.
         let seen = match p.observe(&vm.location, &self.vm.name).await {
-            Ok(v) => v,
+            Ok(v) => existing(v),
             Err(e) if e.kind.retried_in_place() => return retry_step(e),
             Err(e) => {
                 return Step::Next(LaunchState::Aborted {
@@ -802,7 +810,7 @@ impl LaunchMachine {
     /// otherwise leave it untouched again; never delete it.
     async fn reconcile_adopted(&self, p: &dyn CloudProvider, prev: &Owned) -> Step<LaunchState> {
         let seen = match p.observe(&prev.location, &self.vm.name).await {
-            Ok(v) => v,
+            Ok(v) => existing(v),
             Err(e) if e.kind.retried_in_place() => return retry_step(e),
             Err(e) => {
                 return Step::Next(LaunchState::Aborted {
@@ -1109,7 +1117,25 @@ impl Machine for LaunchMachine {
                 // instance exists and must be adopted, not duplicated. One listed before
                 // any create was sent is not this run's: it is never torn down by it.
                 match p.observe(&offer.location, &self.vm.name).await {
+                    // The create this process sent was refused late (its operation
+                    // failed): the same as `create` returning the error.
+                    Ok(seen)
+                        if *sent
+                            && !unsent_here
+                            && !seen.iter().any(Observed::exists)
+                            && seen.iter().any(|o| !o.exists()) =>
+                    {
+                        let e = refusal(&seen).expect("a refused entry");
+                        return Step::Next(self.on_offer_error(
+                            search.clone(),
+                            vec![],
+                            Lag::None,
+                            &e,
+                            "create",
+                        ));
+                    }
                     Ok(seen) => {
+                        let seen = existing(seen);
                         let found = seen
                             .iter()
                             .find(|o| o.status == InstanceStatus::Running)
@@ -1265,6 +1291,10 @@ impl Machine for LaunchMachine {
                     .unwrap_or(caps.create_list_lag)
                     .max(caps.poll_interval);
                 match seen.iter().find(|o| &o.instance_id == instance_id) {
+                    Some(Observed {
+                        status: InstanceStatus::Refused(e),
+                        ..
+                    }) => fail((**e).clone(), "create"),
                     Some(o) => match (&o.status, &o.ssh) {
                         (InstanceStatus::Running, Some(ep)) => {
                             Step::Next(LaunchState::Connecting {

@@ -218,7 +218,7 @@ impl Machine for TeardownMachine {
                 };
                 // Observe first: a crash may have left instances the record never heard of.
                 let seen = match p.observe(&target.location, &target.vm_name).await {
-                    Ok(v) => v,
+                    Ok(v) => crate::provider::existing(v),
                     Err(e) if e.kind.retried_in_place() => return retry_step(e),
                     Err(e) => return Step::Next(Self::leaked(target, e.msg)),
                 };
@@ -257,7 +257,7 @@ impl Machine for TeardownMachine {
                 };
                 let caps = p.capabilities();
                 let seen: Vec<_> = match p.observe(&target.location, &target.vm_name).await {
-                    Ok(v) => v
+                    Ok(v) => crate::provider::existing(v)
                         .into_iter()
                         .filter(|o| target.covers(&o.instance_id))
                         .collect(),
@@ -315,7 +315,11 @@ impl Machine for TeardownMachine {
                     // listing did not show. Look again and delete it, else retry (budgeted).
                     Err(e) if e.kind == ErrorKind::InUse => {
                         match p.observe(&target.location, &target.vm_name).await {
-                            Ok(seen) if seen.iter().any(|o| target.covers(&o.instance_id)) => {
+                            Ok(seen)
+                                if seen
+                                    .iter()
+                                    .any(|o| o.exists() && target.covers(&o.instance_id)) =>
+                            {
                                 Step::Next(TeardownState::Requesting {
                                     target: Target {
                                         instance_ids: union(
