@@ -138,6 +138,7 @@ impl FakeProvider {
                 min_create_interval: Duration::ZERO,
                 create_list_lag: Duration::from_millis(20),
                 default_regions: Vec::new(),
+                keeps_offer_order: true,
             },
             inner: Mutex::new(Inner {
                 boot_observes: 1,
@@ -429,8 +430,13 @@ impl CloudProvider for FakeProvider {
         self.name
     }
 
+    /// The scripted capabilities; the offers' order is always the script's
+    /// (`keeps_offer_order`), since tests script the preference.
     fn capabilities(&self) -> Capabilities {
-        self.caps.clone()
+        Capabilities {
+            keeps_offer_order: true,
+            ..self.caps.clone()
+        }
     }
 
     async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {

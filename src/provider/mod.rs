@@ -248,6 +248,10 @@ pub struct Capabilities {
     /// with the broadest GPU offering, in order); empty means none, and the core then
     /// orders every region's offers by price alone (`vm::offers::order`).
     pub default_regions: Vec<String>,
+    /// The adapter's own offer order is final and the core does not reorder it: the
+    /// scripted `FakeProvider` (its tests script the preference), or a cloud whose API
+    /// returns offers already ranked by its scheduler.
+    pub keeps_offer_order: bool,
 }
 
 impl Capabilities {
@@ -268,6 +272,7 @@ impl Default for Capabilities {
             min_create_interval: Duration::ZERO,
             create_list_lag: Duration::from_secs(20),
             default_regions: Vec::new(),
+            keeps_offer_order: false,
         }
     }
 }

@@ -10,7 +10,12 @@ use crate::provider::{Capabilities, Offer, ResourceRequest};
 /// [`Capabilities::default_regions`] (matched without case; 0 when neither lists it),
 /// then price (USD per hour), instance type and region name. Stable: offers equal in all
 /// of these (an instance type's zones, a marketplace's tiers) keep the adapter's order.
+///
+/// A cloud declaring [`Capabilities::keeps_offer_order`] keeps its own order.
 pub fn order(offers: &mut [Offer], req: &ResourceRequest, caps: &Capabilities) {
+    if caps.keeps_offer_order {
+        return;
+    }
     let preferred = if req.regions.is_empty() {
         &caps.default_regions
     } else {

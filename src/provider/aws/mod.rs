@@ -202,6 +202,7 @@ impl AwsSettings {
                 .iter()
                 .map(|r| r.to_string())
                 .collect(),
+            keeps_offer_order: false,
         }
     }
 }

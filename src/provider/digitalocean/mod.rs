@@ -463,6 +463,7 @@ impl DigitalOceanProvider {
             min_create_interval: Duration::ZERO,
             create_list_lag: Duration::from_secs(20),
             default_regions: Vec::new(),
+            keeps_offer_order: false,
         }
     }
 

@@ -435,6 +435,7 @@ impl CloudProvider for DockerProvider {
             min_create_interval: Duration::ZERO,
             create_list_lag: Duration::from_secs(2),
             default_regions: Vec::new(),
+            keeps_offer_order: false,
         }
     }
 

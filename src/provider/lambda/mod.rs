@@ -278,6 +278,7 @@ impl LambdaProvider {
             min_create_interval: Duration::from_secs(12),
             create_list_lag: Duration::from_secs(20),
             default_regions: Vec::new(),
+            keeps_offer_order: false,
         }
     }
 

@@ -573,6 +573,7 @@ impl RunpodProvider {
             min_create_interval: Duration::from_secs(1),
             create_list_lag: Duration::from_secs(20),
             default_regions: Vec::new(),
+            keeps_offer_order: false,
         }
     }
 
