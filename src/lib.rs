@@ -10,6 +10,7 @@ pub mod graph;
 pub mod machine;
 pub mod plan;
 pub mod provider;
+pub mod record;
 pub mod ssh;
 pub mod state;
 pub mod vm;

@@ -751,7 +751,7 @@ fn write_ssh_config(state: &StateFile) -> Result<(), String> {
         .resources
         .iter()
         .filter_map(|(address, r)| {
-            let vm = crate::engine::vm_of(&r.machine.kind, &r.machine.state)?;
+            let vm = crate::record::vm_of(&r.machine.kind, &r.machine.state)?;
             Some(SshConfigEntry {
                 host_alias: format!("gpuprov-{}", address.trim_start_matches("vm.")),
                 hostname: vm.ssh.host.clone(),
@@ -1004,11 +1004,12 @@ async fn cmd_status(project: &Project, refresh: bool) -> Result<ExitCode, Report
                 )
             }
             Ok(plan::Recorded::K3sPending { .. }) => {
-                let name = r.machine.state["k3s"]
-                    .as_str()
+                let name = crate::record::Record::decode(&r.machine.kind, &r.machine.state)
+                    .ok()
+                    .and_then(|rec| rec.tag())
                     .map(|s| format!("k3s:{s}"))
                     .unwrap_or_default();
-                let vm = crate::engine::vm_of(&r.machine.kind, &r.machine.state);
+                let vm = crate::record::vm_of(&r.machine.kind, &r.machine.state);
                 (
                     name,
                     vm.as_ref()
@@ -1093,7 +1094,7 @@ async fn cmd_ssh(project: &Project, a: &SshArgs) -> Result<ExitCode, Report> {
             project.state_path.display()
         )
     })?;
-    let vm = crate::engine::vm_of(&rec.machine.kind, &rec.machine.state).ok_or_else(|| {
+    let vm = crate::record::vm_of(&rec.machine.kind, &rec.machine.state).ok_or_else(|| {
         miette!(
             help = "run `gpuprov apply` first",
             "{address} is not up: {}",
