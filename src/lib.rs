@@ -15,3 +15,6 @@ pub mod record;
 pub mod ssh;
 pub mod state;
 pub mod vm;
+
+#[cfg(test)]
+mod architecture;
