@@ -14,9 +14,8 @@ use crate::cluster::installer::InstallerConfig;
 use crate::cluster::k3s::{K3sMachine, K3sState, K3sTimeouts};
 use crate::cluster::remote::NodeShell;
 use crate::config::VmSpec;
-use crate::machine::{ExecError, Executor, Journal, JournalError, PrevRecord};
+use crate::machine::{ExecError, Executor, Journal, JournalError, PrevRecord, Providers};
 use crate::plan::{Action, Change, Plan};
-use crate::provider::Providers;
 use crate::record::{self, Record};
 use crate::ssh::Connector;
 use crate::state::{

@@ -10,7 +10,8 @@ use similar::{ChangeTag, TextDiff};
 
 use crate::cluster::k3s::K3sState;
 use crate::config::{Config, VmSpec};
-use crate::provider::{InstanceStatus, Providers};
+use crate::machine::Providers;
+use crate::provider::InstanceStatus;
 use crate::record::{DecodeError, Record};
 use crate::state::{ResourceRecord, StateFile};
 use crate::vm::{LaunchState, TeardownState};

@@ -29,10 +29,10 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::config::VmSpec;
-use crate::machine::{Machine, RetryPolicy, Step, StepCx};
+use crate::machine::{Machine, Providers, RetryPolicy, Step, StepCx};
 use crate::provider::{
     BlockScope, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location, Offer,
-    ProviderError, Providers, SshEndpoint,
+    ProviderError, SshEndpoint,
 };
 use crate::ssh::{Connector, HostKey, SshError};
 
