@@ -35,12 +35,11 @@ use std::time::{Duration, Instant};
 
 use gpuprov::config::Config;
 use gpuprov::engine::{Engine, Outcome, StateJournal};
+use gpuprov::machine::Providers;
 use gpuprov::machine::{CancelToken, Executor};
 use gpuprov::plan;
 use gpuprov::provider::fake::{FakeConnector, FakeProvider, Op};
-use gpuprov::provider::{
-    Capabilities, ErrorKind, Location, Offer, ProviderError, Providers, SshEndpoint,
-};
+use gpuprov::provider::{Capabilities, ErrorKind, Location, Offer, ProviderError, SshEndpoint};
 use gpuprov::ssh::HostKey;
 use gpuprov::state::{JournalOp, MachineRecord, ResourceRecord, StateFile, StateStore};
 use gpuprov::vm::{LaunchState, VmRecord};

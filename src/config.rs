@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use miette::{Diagnostic, NamedSource, SourceSpan};
+use petgraph::algo::tarjan_scc;
+use petgraph::graphmap::DiGraphMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_spanned::Spanned;
@@ -323,7 +325,7 @@ impl Config {
                 }
             }
         }
-        if let Some(cycle) = crate::graph::find_cycle(&vms) {
+        if let Some(cycle) = find_cycle(&vms) {
             // Point at the first edge of the cycle.
             let (from, to) = (&cycle[0], &cycle[1 % cycle.len()]);
             let span = file.vm[from]
@@ -621,5 +623,34 @@ impl VmSpec {
             depends_on: vec![],
             kubernetes_explicit: false,
         }
+    }
+}
+
+/// Finds a `depends_on` cycle, returned as the machine names along it (`a` depends on
+/// `b` ... depends on `a`), starting from the alphabetically first; `None` when acyclic.
+fn find_cycle(vms: &BTreeMap<String, VmSpec>) -> Option<Vec<String>> {
+    let mut g: DiGraphMap<&str, ()> = DiGraphMap::new();
+    for (name, vm) in vms {
+        g.add_node(name.as_str());
+        for d in &vm.depends_on {
+            g.add_edge(name.as_str(), d.as_str(), ());
+        }
+    }
+    let scc = tarjan_scc(&g)
+        .into_iter()
+        .filter(|c| c.len() > 1)
+        .min_by_key(|c| c.iter().min().copied())?;
+    let start = *scc.iter().min()?;
+    // Walk inside the component, always to the smallest successor in it, until a repeat.
+    let mut path = vec![start];
+    loop {
+        let cur = *path.last()?;
+        let mut next: Vec<&str> = g.neighbors(cur).filter(|n| scc.contains(n)).collect();
+        next.sort();
+        let n = *next.first()?;
+        if let Some(i) = path.iter().position(|p| *p == n) {
+            return Some(path[i..].iter().map(|s| s.to_string()).collect());
+        }
+        path.push(n);
     }
 }

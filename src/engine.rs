@@ -14,9 +14,9 @@ use crate::cluster::installer::InstallerConfig;
 use crate::cluster::k3s::{K3sMachine, K3sState, K3sTimeouts};
 use crate::cluster::remote::NodeShell;
 use crate::config::VmSpec;
-use crate::machine::{ExecError, Executor, Journal, JournalError, PrevRecord};
+use crate::machine::{ExecError, Executor, Journal, JournalError, PrevRecord, Providers};
 use crate::plan::{Action, Change, Plan};
-use crate::provider::Providers;
+use crate::record::{self, Record};
 use crate::ssh::Connector;
 use crate::state::{
     JournalOp, JournalStats, JournalWriter, MachineRecord, StateError, StateFile, StateStore,
@@ -216,41 +216,25 @@ pub struct K3sSetup {
     pub timeouts: K3sTimeouts,
 }
 
-/// The machine a record says is up (a launch that is ready, or a k3s machine in any stage
-/// after its VM came up, including a failed install). `None` for anything else,
-/// including a record that does not parse.
-pub fn vm_of(kind: &str, state: &serde_json::Value) -> Option<VmRecord> {
-    match kind {
-        "launch" => serde_json::from_value::<LaunchState>(state.clone())
-            .ok()?
-            .ready()
-            .cloned(),
-        "k3s" => serde_json::from_value::<K3sState>(state.clone())
-            .ok()?
-            .vm()
-            .cloned(),
-        _ => None,
-    }
-}
+/// The machine a record says is up; see [`crate::record::vm_of`], where it lives.
+pub use crate::record::vm_of;
 
 /// The owned resources of a journalled record, whichever machine wrote it.
 ///
 /// Errors: a message when the record is of an unknown kind or does not parse; callers
 /// must then refuse to act rather than treat the record as owning nothing.
 pub fn owned_of(prev: &PrevRecord) -> Result<Option<Owned>, String> {
-    let bad = |e: serde_json::Error| format!("not a valid {} state: {e}", prev.kind);
-    match prev.kind.as_str() {
-        "launch" => Ok(serde_json::from_value::<LaunchState>(prev.state.clone())
-            .map_err(bad)?
-            .owned()),
-        "teardown" => Ok(serde_json::from_value::<TeardownState>(prev.state.clone())
-            .map_err(bad)?
-            .owned()),
-        "k3s" => Ok(serde_json::from_value::<K3sState>(prev.state.clone())
-            .map_err(bad)?
-            .owned()),
-        other => Err(format!("unknown machine kind {other:?}")),
-    }
+    Record::decode(&prev.kind, &prev.state)
+        .map(|r| r.owned())
+        .map_err(|e| e.to_string())
+}
+
+/// Whether `prev` is a teardown that has not finished (neither done nor leaked).
+fn unfinished_teardown(prev: &PrevRecord) -> bool {
+    matches!(
+        Record::decode(&prev.kind, &prev.state),
+        Ok(Record::Teardown(s)) if !matches!(s, TeardownState::Done | TeardownState::Leaked { .. })
+    )
 }
 
 type Signal = watch::Sender<Option<bool>>;
@@ -408,7 +392,7 @@ impl Engine {
                         .await
                         .ok()
                         .flatten()
-                        .is_some_and(|p| p.kind == "launch") =>
+                        .is_some_and(|p| p.kind == record::LAUNCH) =>
             {
                 self.launch(&c.address, want).await
             }
@@ -431,16 +415,10 @@ impl Engine {
     async fn launch(&self, key: &str, want: VmSpec) -> Outcome {
         // An interrupted destroy is finished before anything is created.
         let prev = self.journal.load(key).await.ok().flatten();
-        if let Some(p) = &prev {
-            if p.kind == TeardownMachine::KIND_NAME {
-                if let Ok(s) = serde_json::from_value::<TeardownState>(p.state.clone()) {
-                    if !matches!(s, TeardownState::Done | TeardownState::Leaked { .. }) {
-                        match self.teardown(key, &want.name).await {
-                            Outcome::Destroyed | Outcome::Leaked(_) => {}
-                            other => return other,
-                        }
-                    }
-                }
+        if prev.as_ref().is_some_and(unfinished_teardown) {
+            match self.teardown(key, &want.name).await {
+                Outcome::Destroyed | Outcome::Leaked(_) => {}
+                other => return other,
             }
         }
         self.journal.stage_desired(key, &want);
@@ -512,10 +490,7 @@ impl Engine {
         let Some(prev) = prev else {
             return Outcome::Destroyed;
         };
-        let resumable = prev.kind == TeardownMachine::KIND_NAME
-            && serde_json::from_value::<TeardownState>(prev.state.clone())
-                .map(|s| !matches!(s, TeardownState::Done | TeardownState::Leaked { .. }))
-                .unwrap_or(false);
+        let resumable = unfinished_teardown(&prev);
         // The cluster's kubeconfig (it holds the client key) goes with the VM: the file
         // gpuprov writes for this name, never a path read from the (editable) state.
         let kubeconfig = self
@@ -613,9 +588,4 @@ impl Engine {
         )
         .await
     }
-}
-
-impl TeardownMachine {
-    /// The journal kind of teardown records (same as `Machine::KIND`).
-    pub const KIND_NAME: &'static str = "teardown";
 }

@@ -8,9 +8,12 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use similar::{ChangeTag, TextDiff};
 
+use crate::cluster::k3s::K3sState;
 use crate::config::{Config, VmSpec};
+use crate::machine::Providers;
 use crate::provider::redact::redact_url;
-use crate::provider::{InstanceStatus, Providers};
+use crate::provider::InstanceStatus;
+use crate::record::{DecodeError, Record};
 use crate::state::{ResourceRecord, StateFile};
 use crate::vm::{LaunchState, TeardownState};
 
@@ -184,51 +187,38 @@ pub enum Recorded {
 /// Errors: a message naming the address when the record is of an unknown kind or does not
 /// parse (a hand-edited or inconsistent state file).
 pub fn recorded(address: &str, r: &ResourceRecord) -> Result<Recorded, String> {
-    let bad = |e: serde_json::Error| {
-        format!(
-            "state record {address} is not a valid {} state: {e}",
-            r.machine.kind
-        )
-    };
-    match r.machine.kind.as_str() {
-        "launch" => serde_json::from_value(r.machine.state.clone())
-            .map(Recorded::Launch)
-            .map_err(bad),
-        "teardown" => serde_json::from_value(r.machine.state.clone())
-            .map(Recorded::Teardown)
-            .map_err(bad),
-        "k3s" => {
-            use crate::cluster::k3s::K3sState;
-            let k: K3sState = serde_json::from_value(r.machine.state.clone()).map_err(bad)?;
-            Ok(match k {
-                K3sState::Vm { launch, .. } => Recorded::Launch(*launch),
-                K3sState::Ready { vm, .. } => Recorded::Launch(LaunchState::Ready { vm }),
-                K3sState::Failed {
-                    vm: None,
-                    launch: Some(l),
-                    ..
-                } => Recorded::Launch(*l),
-                K3sState::Failed {
-                    vm: None, reason, ..
-                } => Recorded::Launch(LaunchState::Aborted {
-                    reason,
-                    owned: None,
-                }),
-                K3sState::Failed { stage, reason, .. } => Recorded::K3sPending {
-                    why: format!("k3s failed at {stage}: {reason}; apply resumes on the same VM"),
-                },
-                _ => Recorded::K3sPending {
-                    why: format!(
-                        "an earlier apply was interrupted while {}; apply resumes it",
-                        r.machine.label
-                    ),
-                },
-            })
-        }
-        other => Err(format!(
-            "state record {address} has unknown machine kind {other:?}"
-        )),
-    }
+    let record = Record::decode(&r.machine.kind, &r.machine.state).map_err(|e| match e {
+        DecodeError::UnknownKind(_) => format!("state record {address} has {e}"),
+        DecodeError::Invalid { .. } => format!("state record {address} is {e}"),
+    })?;
+    Ok(match record {
+        Record::Launch(s) => Recorded::Launch(s),
+        Record::Teardown(s) => Recorded::Teardown(s),
+        Record::K3s(k) => match k {
+            K3sState::Vm { launch, .. } => Recorded::Launch(*launch),
+            K3sState::Ready { vm, .. } => Recorded::Launch(LaunchState::Ready { vm }),
+            K3sState::Failed {
+                vm: None,
+                launch: Some(l),
+                ..
+            } => Recorded::Launch(*l),
+            K3sState::Failed {
+                vm: None, reason, ..
+            } => Recorded::Launch(LaunchState::Aborted {
+                reason,
+                owned: None,
+            }),
+            K3sState::Failed { stage, reason, .. } => Recorded::K3sPending {
+                why: format!("k3s failed at {stage}: {reason}; apply resumes on the same VM"),
+            },
+            _ => Recorded::K3sPending {
+                why: format!(
+                    "an earlier apply was interrupted while {}; apply resumes it",
+                    r.machine.label
+                ),
+            },
+        },
+    })
 }
 
 /// Asks the clouds about every machine the state says is up. Returns observations by
@@ -241,7 +231,7 @@ pub async fn refresh(
 ) -> Result<BTreeMap<String, Observation>, String> {
     let mut out = BTreeMap::new();
     for (address, r) in &state.resources {
-        let Some(vm) = crate::engine::vm_of(&r.machine.kind, &r.machine.state) else {
+        let Some(vm) = crate::record::vm_of(&r.machine.kind, &r.machine.state) else {
             continue;
         };
         let Some(p) = providers.get(&vm.location.cloud) else {

@@ -32,11 +32,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use gpuprov::config::{Cloud, VmSpec};
+use gpuprov::machine::Providers;
 use gpuprov::machine::{CancelToken, ExecError, Executor, MemoryJournal, RetryPolicy};
 use gpuprov::provider::aws::{AwsProvider, AwsSettings, StaticCredentials};
 use gpuprov::provider::fake::FakeConnector;
 use gpuprov::provider::{
-    BlockScope, CloudProvider, ErrorKind, InstanceSpec, Location, Offer, Providers, SshEndpoint,
+    BlockScope, CloudProvider, ErrorKind, InstanceSpec, Location, Offer, SshEndpoint,
     IDENTITY_LABEL, LINEAGE_LABEL,
 };
 use gpuprov::ssh::{Connector, HostKey, SshError};

@@ -29,10 +29,11 @@ use gpuprov::cluster::k3s::{K3sState, K3sTimeouts};
 use gpuprov::config::Config;
 use gpuprov::crash;
 use gpuprov::engine::{Engine, K3sSetup, Outcome, StateJournal};
+use gpuprov::machine::Providers;
 use gpuprov::machine::{CancelToken, Executor};
 use gpuprov::plan;
 use gpuprov::provider::fake::{FakeConnector, FakeProvider, Op};
-use gpuprov::provider::{ErrorKind, Feature, ProviderError, Providers};
+use gpuprov::provider::{ErrorKind, Feature, ProviderError};
 use gpuprov::ssh::SshError;
 use gpuprov::state::StateStore;
 

@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use gpuprov::config::Config;
 use gpuprov::engine::{Engine, Outcome, StateJournal};
+use gpuprov::machine::Providers;
 use gpuprov::machine::{CancelToken, Executor};
 use gpuprov::plan::{self, Action};
 use gpuprov::provider::fake::{FakeConnector, FakeProvider, Op};
-use gpuprov::provider::{ErrorKind, ProviderError, Providers};
+use gpuprov::provider::{ErrorKind, ProviderError};
 use gpuprov::state::StateStore;
 
 struct Setup {

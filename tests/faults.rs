@@ -26,10 +26,11 @@ use std::time::Duration;
 
 use gpuprov::config::Config;
 use gpuprov::engine::{Engine, Outcome, StateJournal};
+use gpuprov::machine::Providers;
 use gpuprov::machine::{CancelToken, Executor};
 use gpuprov::plan;
 use gpuprov::provider::fake::{FakeConnector, FakeProvider, Op};
-use gpuprov::provider::{ProviderError, Providers};
+use gpuprov::provider::ProviderError;
 use gpuprov::ssh::SshError;
 use gpuprov::state::StateStore;
 

@@ -11,6 +11,7 @@ use super::args::{KubeconfigArgs, TunnelArgs};
 use super::{project_key, Project};
 use crate::cluster::k3s::{write_private, AccessRecord, ClusterRecord, K3sState};
 use crate::cluster::kubeconfig::{entry_name, Kubeconfig, API_PORT};
+use crate::record::{self, Record};
 use crate::state::StateFile;
 use crate::vm::VmRecord;
 
@@ -25,19 +26,22 @@ fn cluster_of(project: &Project, name: &str) -> Result<(VmRecord, ClusterRecord)
             project.state_path.display()
         )
     })?;
-    if rec.machine.kind != "k3s" {
-        return Err(miette!(
-            help = "set kubernetes = true for it (or pass --k8s) on a cloud that can host k3s (aws, lambda, digitalocean, hyperstack) and run `gpuprov apply`",
-            "{address} is not a k3s cluster: {}",
-            rec.machine.label
-        ));
-    }
-    let s: K3sState = serde_json::from_value(rec.machine.state.clone()).map_err(|e| {
-        miette!(
-            help = "the state file was edited by hand or written by an incompatible gpuprov; see `gpuprov state show {address}`",
-            "state record {address} is not a valid k3s state: {e}"
-        )
-    })?;
+    let s = match Record::decode(&rec.machine.kind, &rec.machine.state) {
+        Ok(Record::K3s(s)) => s,
+        Err(e) if e.invalid_kind() == Some(record::K3S) => {
+            return Err(miette!(
+                help = "the state file was edited by hand or written by an incompatible gpuprov; see `gpuprov state show {address}`",
+                "state record {address} is {e}"
+            ))
+        }
+        _ => {
+            return Err(miette!(
+                help = "set kubernetes = true for it (or pass --k8s) on a cloud that can host k3s (aws, lambda, digitalocean, hyperstack) and run `gpuprov apply`",
+                "{address} is not a k3s cluster: {}",
+                rec.machine.label
+            ))
+        }
+    };
     match s {
         K3sState::Ready {
             vm,
@@ -118,10 +122,10 @@ fn same_cluster(theirs: &Kubeconfig, ours: &Kubeconfig, name: &str) -> Option<bo
 
 /// The line `apply` prints under a machine whose cluster is ready: how to use it.
 pub(super) fn ready_hint(name: &str, r: &crate::state::ResourceRecord) -> Option<String> {
-    if r.machine.kind != "k3s" {
+    let Ok(Record::K3s(s)) = Record::decode(&r.machine.kind, &r.machine.state) else {
         return None;
-    }
-    match serde_json::from_value::<K3sState>(r.machine.state.clone()).ok()? {
+    };
+    match s {
         K3sState::Ready {
             cluster: Some(c), ..
         } => Some(match c.access {
@@ -145,9 +149,10 @@ pub(super) fn clusters_of(state: &StateFile) -> BTreeMap<String, Kubeconfig> {
     state
         .resources
         .iter()
-        .filter(|(_, r)| r.machine.kind == "k3s")
         .filter_map(|(address, r)| {
-            let s: K3sState = serde_json::from_value(r.machine.state.clone()).ok()?;
+            let Ok(Record::K3s(s)) = Record::decode(&r.machine.kind, &r.machine.state) else {
+                return None;
+            };
             let text = std::fs::read_to_string(s.kubeconfig()?).ok()?;
             let name = address.strip_prefix("vm.").unwrap_or(address).to_string();
             Some((name, Kubeconfig::parse(&text).ok()?))

@@ -38,12 +38,12 @@ use miette::{miette, Context, IntoDiagnostic, Report};
 use crate::config::{Cloud, Config};
 use crate::engine::{Engine, Outcome, StateJournal};
 use crate::graph::ResourceGraph;
-use crate::machine::{CancelToken, Executor};
+use crate::machine::{CancelToken, Executor, Providers};
 use crate::plan::{self, Action, Plan};
 use crate::provider::docker::{DockerProvider, DockerSettings};
 use crate::provider::kit::CredentialReport;
+use crate::provider::Feature;
 use crate::provider::Lineage;
-use crate::provider::{Feature, Providers};
 use crate::ssh::client::Ssh2Connector;
 use crate::ssh::config_file::{write_ssh_files, SshConfigEntry};
 use crate::ssh::keys::{ensure_project_key, ProjectKey};
@@ -714,7 +714,7 @@ fn write_ssh_config(state: &StateFile) -> Result<(), String> {
         .resources
         .iter()
         .filter_map(|(address, r)| {
-            let vm = crate::engine::vm_of(&r.machine.kind, &r.machine.state)?;
+            let vm = crate::record::vm_of(&r.machine.kind, &r.machine.state)?;
             Some(SshConfigEntry {
                 host_alias: format!("gpuprov-{}", address.trim_start_matches("vm.")),
                 hostname: vm.ssh.host.clone(),
@@ -970,11 +970,12 @@ async fn cmd_status(project: &Project, refresh: bool) -> Result<ExitCode, Report
                 )
             }
             Ok(plan::Recorded::K3sPending { .. }) => {
-                let name = r.machine.state["k3s"]
-                    .as_str()
+                let name = crate::record::Record::decode(&r.machine.kind, &r.machine.state)
+                    .ok()
+                    .and_then(|rec| rec.tag())
                     .map(|s| format!("k3s:{s}"))
                     .unwrap_or_default();
-                let vm = crate::engine::vm_of(&r.machine.kind, &r.machine.state);
+                let vm = crate::record::vm_of(&r.machine.kind, &r.machine.state);
                 (
                     name,
                     vm.as_ref()
@@ -1059,7 +1060,7 @@ async fn cmd_ssh(project: &Project, a: &SshArgs) -> Result<ExitCode, Report> {
             project.state_path.display()
         )
     })?;
-    let vm = crate::engine::vm_of(&rec.machine.kind, &rec.machine.state).ok_or_else(|| {
+    let vm = crate::record::vm_of(&rec.machine.kind, &rec.machine.state).ok_or_else(|| {
         miette!(
             help = "run `gpuprov apply` first",
             "{address} is not up: {}",

@@ -612,7 +612,10 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     #[cfg(unix)]
     b.mode(0o700);
     b.create(dir)?;
-    crate::ssh::keys::write_atomic(&path, bytes, 0o600)
+    let options = crate::atomic_file::Options::new()
+        .mode(0o600)
+        .dir_sync_best_effort();
+    crate::atomic_file::write(&path, bytes, options).map_err(|e| e.source)
 }
 
 #[async_trait]

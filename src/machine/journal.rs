@@ -1,6 +1,6 @@
 //! The journal the executor writes through: one record per key holding a machine's
-//! current state. The CLI backs it with the state file (`crate::engine::StateJournal`);
-//! tests use [`MemoryJournal`], which can simulate a crash at a chosen transition.
+//! current state. The layers above the executor implement it on the state file; tests
+//! use [`MemoryJournal`], which can simulate a crash at a chosen transition.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

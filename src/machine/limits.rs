@@ -2,7 +2,7 @@
 //! limits"): at most `max_concurrency` calls in flight to one cloud from this process, and
 //! `create` calls at least `min_create_interval` apart (for example Lambda's launch
 //! endpoint, about one call per 12 s). Every adapter registered in
-//! [`Providers`](crate::provider::Providers) is wrapped in a [`Governed`], so adapters
+//! [`Providers`](super::Providers) is wrapped in a [`Governed`], so adapters
 //! never wait and no call path can bypass the limits. Being on every call path, it also
 //! carries the test-only crash points around each side effect (`provider.before:<op>` /
 //! `provider.after:<op>` for prepare, create, delete and cleanup; see [`crate::crash`]).

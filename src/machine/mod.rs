@@ -10,6 +10,7 @@
 
 pub mod journal;
 pub mod limits;
+pub mod providers;
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
 pub use journal::{Journal, JournalError, MemoryJournal, PrevRecord};
+pub use providers::Providers;
 
 /// What one step asks the executor to do next.
 #[derive(Debug, Clone, PartialEq)]

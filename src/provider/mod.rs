@@ -40,9 +40,7 @@ pub mod redact;
 pub mod registry;
 pub mod runpod;
 
-use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -521,32 +519,6 @@ pub trait CloudProvider: Send + Sync {
             ErrorKind::Unavailable,
             format!("{} cannot start a stopped instance", self.name()),
         ))
-    }
-}
-
-/// The adapters available to one run, by cloud name.
-#[derive(Clone, Default)]
-pub struct Providers {
-    map: BTreeMap<String, Arc<dyn CloudProvider>>,
-}
-
-impl Providers {
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// Registers an adapter behind the core's limits for its declared capabilities
-    /// (`max_concurrency`, `min_create_interval`; see `machine::limits`).
-    pub fn insert(&mut self, p: Arc<dyn CloudProvider>) {
-        self.map.insert(
-            p.name().to_string(),
-            Arc::new(crate::machine::limits::Governed::new(p)),
-        );
-    }
-    pub fn get(&self, cloud: &str) -> Option<&Arc<dyn CloudProvider>> {
-        self.map.get(cloud)
-    }
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.map.keys().map(|s| s.as_str())
     }
 }
 

@@ -8,7 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::keys::write_atomic;
+use crate::atomic_file;
+
 use super::{HostKey, SshError};
 
 /// File name of the generated client config inside the directory given to
@@ -104,20 +105,24 @@ pub fn write_ssh_files(dir: &Path, entries: &[SshConfigEntry]) -> Result<PathBuf
     let io_err = |p: &Path, e: std::io::Error| {
         SshError::Local(format!("{}: cannot write: {e}", p.display()))
     };
+    // Derived files, rewritten on every change: the directory fsync is best effort.
+    let options = atomic_file::Options::new()
+        .mode(0o644)
+        .dir_sync_best_effort();
     // known_hosts first: a config naming an alias whose key is not there yet would make
     // ssh refuse, while an extra known_hosts line is harmless.
-    write_atomic(
+    atomic_file::write(
         &known_hosts_path,
         render_known_hosts(entries).as_bytes(),
-        0o644,
+        options,
     )
-    .map_err(|e| io_err(&known_hosts_path, e))?;
-    write_atomic(
+    .map_err(|e| io_err(&known_hosts_path, e.source))?;
+    atomic_file::write(
         &config_path,
         render_ssh_config(entries, &known_hosts_path).as_bytes(),
-        0o644,
+        options,
     )
-    .map_err(|e| io_err(&config_path, e))?;
+    .map_err(|e| io_err(&config_path, e.source))?;
     Ok(config_path)
 }
 

@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 use ssh_key::rand_core::OsRng;
 use ssh_key::{Algorithm, LineEnding, PrivateKey};
 
+use crate::atomic_file;
+
 use super::SshError;
 
 /// File name of the private key inside the key directory; the public key is next to it
@@ -174,47 +176,18 @@ fn write_public_key(path: &Path, public_key: &str) -> Result<(), SshError> {
     if fs::read_to_string(path).ok().as_deref() == Some(want.as_str()) {
         return Ok(());
     }
-    write_atomic(path, want.as_bytes(), 0o644)
-        .map_err(|e| local(path, "cannot write the public key", e))
-}
-
-/// Writes `data` to `path` through a temporary file in the same directory and a rename,
-/// so readers see the old or the new content, never a mix. The temporary file gets `mode`
-/// at creation.
-pub(crate) fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}-{}", std::process::id(), nonce()));
-    let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    } else {
-        sync_dir(dir);
-    }
-    result
+    // Derived data, rewritten when stale: the directory fsync is best effort.
+    let options = atomic_file::Options::new()
+        .mode(0o644)
+        .dir_sync_best_effort();
+    atomic_file::write(path, want.as_bytes(), options)
+        .map_err(|e| local(path, "cannot write the public key", e.source))
 }
 
 /// Best effort: makes a rename or link durable; some file systems do not support it and
 /// the data is already safe in the common case, so failures are ignored.
 fn sync_dir(dir: &Path) {
-    if let Ok(d) = fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
+    let _ = atomic_file::sync_dir(dir);
 }
 
 fn nonce() -> u64 {
@@ -319,19 +292,5 @@ mod tests {
             err.contains(&key.private_key_path.display().to_string()),
             "{err}"
         );
-    }
-
-    #[test]
-    fn write_atomic_replaces_content_with_given_mode() {
-        let tmp = tempfile::tempdir().unwrap();
-        let p = tmp.path().join("f");
-        write_atomic(&p, b"one", 0o600).unwrap();
-        write_atomic(&p, b"two", 0o600).unwrap();
-        assert_eq!(fs::read_to_string(&p).unwrap(), "two");
-        assert_eq!(
-            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
-            0o600
-        );
-        assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), 1);
     }
 }

@@ -1,8 +1,10 @@
 //! Reading and atomically writing the state file.
 
-use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
+
+use crate::atomic_file;
 
 use super::error::{CorruptState, StateError};
 use super::wal::{self, JournalWriter, Replayed};
@@ -243,70 +245,16 @@ fn to_json(path: &Path, state: &StateFile) -> Result<Vec<u8>, StateError> {
 
 /// Replaces `target` with `bytes` atomically: temp file in the same directory (so the
 /// rename does not cross filesystems), write, fsync, rename, fsync of the directory (so
-/// the rename itself survives a power loss).
+/// the rename itself survives a power loss). A replaced file keeps its permissions.
 pub fn write_atomic(target: &Path, bytes: &[u8]) -> Result<(), StateError> {
-    let dir = match target.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "state".to_string());
-    let tmp = dir.join(format!(".{name}.{}.tmp", uuid::Uuid::new_v4().simple()));
-    let result = write_tmp_and_rename(&tmp, target, &dir, bytes);
-    if result.is_err() {
-        // Best effort: the temp file is garbage now, and the original error is what
-        // matters to the user.
-        let _ = fs::remove_file(&tmp);
-    }
-    result
-}
-
-fn write_tmp_and_rename(
-    tmp: &Path,
-    target: &Path,
-    dir: &Path,
-    bytes: &[u8],
-) -> Result<(), StateError> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(tmp)
-        .map_err(|e| StateError::io("create temporary file", tmp, e))?;
-    // Keep the target's permissions (a user may have restricted them).
-    if let Ok(meta) = fs::metadata(target) {
-        if meta.is_file() {
-            file.set_permissions(meta.permissions())
-                .map_err(|e| StateError::io("set permissions of temporary file", tmp, e))?;
-        }
-    }
-    file.write_all(bytes)
-        .map_err(|e| StateError::io("write temporary file", tmp, e))?;
-    file.sync_all()
-        .map_err(|e| StateError::io("fsync temporary file", tmp, e))?;
-    drop(file);
-    fs::rename(tmp, target).map_err(|e| StateError::io("replace", target, e))?;
-    sync_dir(dir)
+    atomic_file::write(target, bytes, atomic_file::Options::new()).map_err(io_error)
 }
 
 /// Fsyncs the directory holding `path`, so a create, rename or delete in it is durable.
 pub(super) fn sync_parent(path: &Path) -> Result<(), StateError> {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => sync_dir(p),
-        _ => sync_dir(Path::new(".")),
-    }
+    atomic_file::sync_dir(atomic_file::parent_dir(path)).map_err(io_error)
 }
 
-#[cfg(unix)]
-fn sync_dir(dir: &Path) -> Result<(), StateError> {
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| StateError::io("fsync directory", dir, e))
-}
-
-#[cfg(not(unix))]
-fn sync_dir(_dir: &Path) -> Result<(), StateError> {
-    // Windows cannot open a directory as a file to flush it; NTFS journals the rename.
-    Ok(())
+fn io_error(e: atomic_file::Error) -> StateError {
+    StateError::io(e.step, &e.path, e.source)
 }

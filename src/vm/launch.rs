@@ -29,10 +29,10 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::config::VmSpec;
-use crate::machine::{Machine, RetryPolicy, Step, StepCx};
+use crate::machine::{Machine, Providers, RetryPolicy, Step, StepCx};
 use crate::provider::{
     existing, BlockScope, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus,
-    Location, Observed, Offer, ProviderError, Providers, SshEndpoint,
+    Location, Observed, Offer, ProviderError, SshEndpoint,
 };
 use crate::ssh::{Connector, HostKey, SshError};
 

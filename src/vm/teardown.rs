@@ -11,8 +11,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::machine::{Machine, RetryPolicy, Step, StepCx};
-use crate::provider::{CloudProvider, ErrorKind, Location, Providers};
+use crate::machine::{Machine, Providers, RetryPolicy, Step, StepCx};
+use crate::provider::{CloudProvider, ErrorKind, Location};
 
 use super::Owned;
 

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpuprov::config::VmSpec;
+use gpuprov::machine::Providers;
 use gpuprov::machine::{CancelToken, ExecError, Executor, MemoryJournal, RetryPolicy};
 use gpuprov::provider::fake::FakeConnector;
-use gpuprov::provider::{CloudProvider, Providers};
+use gpuprov::provider::CloudProvider;
 use gpuprov::vm::{LaunchMachine, LaunchState, Target, TeardownMachine, TeardownState};
 
 /// The state lineage every adapter test uses (a UUID, as the core requires).

@@ -1,0 +1,174 @@
+//! The journalled records of the state file, typed: a resource's `machine.kind` says which
+//! machine wrote its `machine.state` JSON, and [`Record::decode`] is the one place that
+//! turns the pair into that machine's state enum. `plan`, `engine` and the CLI read
+//! records only through it; the persisted format is the machines' own serde form,
+//! unchanged by decoding.
+//!
+//! Layering: above `vm/` and `cluster/` (whose state types it names), below `plan`,
+//! `engine` and `cli`.
+
+use crate::cluster::k3s::{K3sMachine, K3sState};
+use crate::machine::Machine;
+use crate::vm::{LaunchMachine, LaunchState, Owned, TeardownMachine, TeardownState, VmRecord};
+
+/// The journal kind of launch records (`LaunchMachine`'s [`Machine::KIND`]).
+pub const LAUNCH: &str = <LaunchMachine as Machine>::KIND;
+/// The journal kind of teardown records (`TeardownMachine`'s [`Machine::KIND`]).
+pub const TEARDOWN: &str = <TeardownMachine as Machine>::KIND;
+/// The journal kind of k3s records (`K3sMachine`'s [`Machine::KIND`]).
+pub const K3S: &str = <K3sMachine as Machine>::KIND;
+
+/// A journalled machine state, decoded by its kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    Launch(LaunchState),
+    Teardown(TeardownState),
+    K3s(K3sState),
+}
+
+/// Why a record could not be decoded. The messages are phrases to follow "the state
+/// record X is" / "has" (`not a valid launch state: …`, `unknown machine kind "x"`).
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// The kind is none of [`LAUNCH`], [`TEARDOWN`], [`K3S`].
+    #[error("unknown machine kind {0:?}")]
+    UnknownKind(String),
+    /// The kind is known but the state does not parse as that machine's state.
+    #[error("not a valid {kind} state: {source}")]
+    Invalid {
+        kind: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl DecodeError {
+    /// The known kind whose state did not parse; `None` for an unknown kind.
+    pub fn invalid_kind(&self) -> Option<&'static str> {
+        match self {
+            DecodeError::Invalid { kind, .. } => Some(kind),
+            DecodeError::UnknownKind(_) => None,
+        }
+    }
+}
+
+impl Record {
+    /// Decodes the state JSON of a record of machine `kind`.
+    ///
+    /// # Errors
+    ///
+    /// [`DecodeError::UnknownKind`] for a kind no machine of this build writes,
+    /// [`DecodeError::Invalid`] (naming the kind) when the state does not parse.
+    pub fn decode(kind: &str, state: &serde_json::Value) -> Result<Record, DecodeError> {
+        fn parse<T: serde::de::DeserializeOwned>(
+            kind: &'static str,
+            state: &serde_json::Value,
+        ) -> Result<T, DecodeError> {
+            serde_json::from_value(state.clone())
+                .map_err(|source| DecodeError::Invalid { kind, source })
+        }
+        match kind {
+            LAUNCH => parse(LAUNCH, state).map(Record::Launch),
+            TEARDOWN => parse(TEARDOWN, state).map(Record::Teardown),
+            K3S => parse(K3S, state).map(Record::K3s),
+            other => Err(DecodeError::UnknownKind(other.to_string())),
+        }
+    }
+
+    /// The record's journal kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Record::Launch(_) => LAUNCH,
+            Record::Teardown(_) => TEARDOWN,
+            Record::K3s(_) => K3S,
+        }
+    }
+
+    /// The machine the record says is up: a launch that is ready, or a k3s machine in any
+    /// stage after its VM came up (including a failed install). `None` for a teardown.
+    pub fn vm(&self) -> Option<&VmRecord> {
+        match self {
+            Record::Launch(s) => s.ready(),
+            Record::K3s(s) => s.vm(),
+            Record::Teardown(_) => None,
+        }
+    }
+
+    /// The cloud resources the record may own, whichever machine wrote it.
+    pub fn owned(&self) -> Option<Owned> {
+        match self {
+            Record::Launch(s) => s.owned(),
+            Record::Teardown(s) => s.owned(),
+            Record::K3s(s) => s.owned(),
+        }
+    }
+
+    /// The serde tag of the top-level state (`ready`, `requesting`, `installing`, …), as
+    /// written in the state file; `None` if it cannot be serialized.
+    pub fn tag(&self) -> Option<String> {
+        // The launch and teardown machines tag their states `state`, the k3s machine `k3s`.
+        let (value, field) = match self {
+            Record::Launch(s) => (serde_json::to_value(s), "state"),
+            Record::Teardown(s) => (serde_json::to_value(s), "state"),
+            Record::K3s(s) => (serde_json::to_value(s), "k3s"),
+        };
+        value.ok()?.get(field)?.as_str().map(str::to_string)
+    }
+}
+
+/// The machine a record of `kind` with `state` says is up (see [`Record::vm`]). `None`
+/// for anything else, including a record that does not decode.
+pub fn vm_of(kind: &str, state: &serde_json::Value) -> Option<VmRecord> {
+    Record::decode(kind, state).ok()?.vm().cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kind_names_are_the_persisted_ones() {
+        // The state file's format: changing these strands every existing record.
+        assert_eq!([LAUNCH, TEARDOWN, K3S], ["launch", "teardown", "k3s"]);
+    }
+
+    #[test]
+    fn decodes_each_kind_and_keeps_the_json() {
+        let cases = [
+            (
+                LAUNCH,
+                serde_json::to_value(LaunchState::start(None)).unwrap(),
+            ),
+            (TEARDOWN, serde_json::to_value(TeardownState::Done).unwrap()),
+            (K3S, serde_json::to_value(K3sState::start(None)).unwrap()),
+        ];
+        for (kind, json) in cases {
+            let r = Record::decode(kind, &json).unwrap();
+            assert_eq!(r.kind(), kind);
+            let back = match &r {
+                Record::Launch(s) => serde_json::to_value(s),
+                Record::Teardown(s) => serde_json::to_value(s),
+                Record::K3s(s) => serde_json::to_value(s),
+            }
+            .unwrap();
+            assert_eq!(back, json, "{kind}: decoding must not change the format");
+            assert!(r.vm().is_none() && r.owned().is_none(), "{kind}");
+            assert!(r.tag().is_some(), "{kind}");
+            assert_eq!(vm_of(kind, &json), None);
+        }
+    }
+
+    #[test]
+    fn errors_name_the_kind() {
+        let e = Record::decode("launch", &serde_json::json!({"state": "nope"})).unwrap_err();
+        assert_eq!(e.invalid_kind(), Some("launch"));
+        assert!(
+            e.to_string().starts_with("not a valid launch state: "),
+            "{e}"
+        );
+        let e = Record::decode("spaceship", &serde_json::json!({})).unwrap_err();
+        assert_eq!(e.invalid_kind(), None);
+        assert_eq!(e.to_string(), "unknown machine kind \"spaceship\"");
+        assert_eq!(vm_of("spaceship", &serde_json::json!({})), None);
+    }
+}
