@@ -21,38 +21,29 @@ pub(super) struct FlavorList {
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct FlavorGroup {
-    #[serde(default)]
     pub(super) region_name: Option<String>,
-    #[serde(default)]
     pub(super) flavors: Vec<Flavor>,
 }
 
 /// `Flavor_Fields`.
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct Flavor {
-    #[serde(default)]
     pub(super) name: String,
-    #[serde(default)]
     pub(super) region_name: Option<String>,
     /// vCPUs.
-    #[serde(default)]
     pub(super) cpu: u32,
     /// RAM, GB.
-    #[serde(default)]
     pub(super) ram: f64,
     /// Root disk, GB.
-    #[serde(default)]
     pub(super) disk: u32,
     /// Ephemeral disk, GB.
-    #[serde(default)]
     pub(super) ephemeral: u32,
     /// GPU model as Hyperstack names it (`H100-80G-PCIe`); empty for CPU flavors.
-    #[serde(default)]
     pub(super) gpu: String,
-    #[serde(default)]
     pub(super) gpu_count: u32,
-    #[serde(default)]
     pub(super) stock_available: Option<bool>,
 }
 
@@ -64,37 +55,33 @@ pub(super) struct StockList {
 
 /// `New_Stock_Response`.
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct Stock {
-    #[serde(default)]
     pub(super) region: String,
-    #[serde(default)]
     pub(super) models: Vec<StockModel>,
 }
 
 /// `New_Model_Response`: `configurations` maps `1x`, `2x`, `4x`, `8x`, `10x` to the number
 /// of such VMs that can be created now.
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct StockModel {
-    #[serde(default)]
     pub(super) model: String,
-    #[serde(default)]
     pub(super) configurations: BTreeMap<String, Option<i64>>,
 }
 
 /// `PricebookModel`: `value` is USD per hour (per GPU for a GPU model's entry).
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct Price {
-    #[serde(default)]
     pub(super) name: String,
-    #[serde(default)]
     pub(super) value: Value,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct Environment {
-    #[serde(default)]
     pub(super) name: String,
-    #[serde(default)]
     pub(super) region: String,
 }
 
@@ -104,12 +91,10 @@ pub(super) struct EnvironmentResponse {
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct Keypair {
-    #[serde(default)]
     pub(super) name: String,
-    #[serde(default)]
     pub(super) public_key: String,
-    #[serde(default)]
     pub(super) environment: Option<Environment>,
 }
 
@@ -119,18 +104,16 @@ pub(super) struct KeypairResponse {
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct ImageGroup {
-    #[serde(default)]
     pub(super) region_name: Option<String>,
-    #[serde(default)]
     pub(super) images: Vec<Image>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct Image {
-    #[serde(default)]
     pub(super) name: String,
-    #[serde(default)]
     pub(super) region_name: Option<String>,
 }
 
@@ -141,31 +124,23 @@ pub(super) struct ImageList {
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct VmEnvironment {
-    #[serde(default)]
     pub(super) name: String,
-    #[serde(default)]
     pub(super) region: Option<String>,
 }
 
 /// `Instance_Fields`.
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub(super) struct Vm {
-    #[serde(default)]
     pub(super) id: Option<i64>,
-    #[serde(default)]
     pub(super) name: String,
-    #[serde(default)]
     pub(super) status: String,
-    #[serde(default)]
     pub(super) power_state: Option<String>,
-    #[serde(default)]
     pub(super) floating_ip: Option<String>,
-    #[serde(default)]
     pub(super) floating_ip_status: Option<String>,
-    #[serde(default)]
     pub(super) environment: Option<VmEnvironment>,
-    #[serde(default)]
     pub(super) labels: Vec<String>,
 }
 

@@ -78,6 +78,13 @@ const BUSY: &[&str] = &[
 const CHECK_KEY: &str = "check the API key in HYPERSTACK_API_KEY and the account's billing status";
 const NOT_DELETABLE: &str = "the VM is not deletable yet; will retry";
 
+/// Hyperstack's classifier.
+pub static CLASSIFIER: Classifier = Classifier {
+    cloud: "hyperstack",
+    rules: RULES,
+    credentials_help: CHECK_KEY,
+};
+
 /// The vendor's table, first match wins (the kit's defaults follow it).
 const RULES: &[Rule] = &[
     // 500 is declared without a body; any 5xx is retried in place, whatever it says.
@@ -111,18 +118,11 @@ const RULES: &[Rule] = &[
     Rule::status(404, ErrorKind::InvalidRequest),
 ];
 
-/// Hyperstack's classifier.
-pub static CLASSIFIER: Classifier = Classifier {
-    cloud: "hyperstack",
-    rules: RULES,
-    credentials_help: CHECK_KEY,
-};
-
-#[derive(Deserialize)]
+/// `ErrorResponseModel`, the fields gpuprov shows.
+#[derive(Deserialize, Default)]
+#[serde(default)]
 struct Envelope {
-    #[serde(default)]
     message: Option<String>,
-    #[serde(default)]
     error_reason: Option<String>,
 }
 
@@ -184,18 +184,15 @@ impl ApiError {
     }
 
     /// [`ApiError::from_response`] with the response's `Content-Type`.
-    pub fn from_http(
-        status: u16,
-        content_type: Option<&str>,
-        body: &str,
-        retry_after: Option<&str>,
-    ) -> Failure {
-        let (code, message) = decode(status, content_type, body);
-        let rate = RateHeaders {
-            retry_after: retry_after.map(str::to_string),
+    pub fn from_http(s: u16, ct: Option<&str>, body: &str, ra: Option<&str>) -> Failure {
+        let (code, message) = decode(s, ct, body);
+        let retry_after = ra.map(str::to_string);
+        let delay = RateHeaders {
+            retry_after,
             ..RateHeaders::default()
-        };
-        Failure::http(status, code, message).with_retry_after(rate.delay_secs(status, 0))
+        }
+        .delay_secs(s, 0);
+        Failure::http(s, code, message).with_retry_after(delay)
     }
 }
 
@@ -320,17 +317,17 @@ mod tests {
 
     #[test]
     fn a_body_that_is_not_the_envelope_is_one_short_line() {
-        let page = format!(
-            "<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>\n<body>{}</body></html>",
-            "<p>nginx: no capacity, try again</p>\n".repeat(200)
+        let filler = "<p>nginx: no capacity, try again</p>\n".repeat(200);
+        let head = "<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>";
+        let page = format!("{head}\n<body>{filler}</body></html>");
+        let html = Some("text/html; charset=utf-8");
+        let p = classify(
+            &ApiError::from_http(502, html, &page, None),
+            "list VMs",
+            None,
         );
-        let e = ApiError::from_http(502, Some("text/html; charset=utf-8"), &page, None);
-        let p = classify(&e, "list VMs", None);
-        assert_eq!(p.kind, ErrorKind::Transient);
-        assert_eq!(
-            p.msg,
-            "hyperstack list VMs: HTTP 502 (text/html): 502 Bad Gateway"
-        );
+        let want = "hyperstack list VMs: HTTP 502 (text/html): 502 Bad Gateway";
+        assert_eq!((p.kind, p.msg.as_str()), (ErrorKind::Transient, want));
         // A proxy's page is not the vendor's free text: no phrase in it is capacity or busy.
         let e = ApiError::from_http(409, Some("text/plain"), "no capacity, try again", None);
         assert_eq!(classify(&e, "x", None).kind, ErrorKind::Failed);

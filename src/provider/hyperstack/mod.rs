@@ -76,6 +76,8 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+/// The credential; its `Debug` never shows the value.
+pub use super::Secret as ApiKey;
 pub use api::gpu_matches;
 use api::{
     default_image, flavors_with_region, in_stock, is_ours, label, matches_ask, no_flavor,
@@ -87,6 +89,7 @@ pub use errors::{classify, is_not_found, ApiError, CAPACITY_PHRASES, CLASSIFIER,
 use super::kit::keys::{self, Registered};
 use super::kit::paginate::{self, Cursor, Next};
 use super::kit::{Auth, Call, Credential, CredentialReport, Lookup, RestClient, Source};
+use super::redact::redact_url;
 use super::{
     Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage, Location, Observed,
     Offer, ProviderError, ResourceRequest, IDENTITY_LABEL, LINEAGE_LABEL,
@@ -94,14 +97,14 @@ use super::{
 
 /// The cloud name.
 pub const CLOUD: &str = "hyperstack";
+/// SSH port: 22, because VMs are created with `enable_port_randomization: false`.
+pub const SSH_PORT: u16 = 22;
 /// The API base URL when neither config nor environment overrides it (`servers[0].url`).
 pub const DEFAULT_ENDPOINT: &str = "https://infrahub-api.nexgencloud.com/v1";
 /// Environment variable overriding the endpoint (wins over `[cloud.hyperstack] endpoint`).
 pub const ENDPOINT_ENV: &str = "GPUPROV_HYPERSTACK_ENDPOINT";
 /// Environment variable holding the API key.
 pub const API_KEY_ENV: &str = "HYPERSTACK_API_KEY";
-/// SSH port: 22, because VMs are created with `enable_port_randomization: false`.
-pub const SSH_PORT: u16 = 22;
 /// Login user of Hyperstack's Ubuntu images (vendor docs; not in the API description).
 pub const SSH_USER: &str = "ubuntu";
 /// Longest VM, environment and key pair name the API accepts (`maxLength: 50` of
@@ -110,18 +113,15 @@ pub const MAX_NAME_LEN: usize = 50;
 /// Items requested per page of a list call.
 const PAGE_SIZE: usize = 100;
 
-/// The credential; its `Debug` never shows the value.
-pub use super::Secret as ApiKey;
-
 /// Configuration of the Hyperstack adapter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HyperstackSettings {
-    /// API base URL override, including the `/v1` prefix; `None` means [`DEFAULT_ENDPOINT`].
-    pub endpoint: Option<String>,
-    /// `None` when no key was found; calls then fail with `Credentials`.
-    pub api_key: Option<ApiKey>,
     /// The state's lineage (a UUID): `observe` only sees VMs labelled with it.
     pub lineage: Lineage,
+    /// `None` when no key was found; calls then fail with `Credentials`.
+    pub api_key: Option<ApiKey>,
+    /// API base URL override, including the `/v1` prefix; `None` means [`DEFAULT_ENDPOINT`].
+    pub endpoint: Option<String>,
 }
 
 impl HyperstackSettings {
@@ -131,9 +131,9 @@ impl HyperstackSettings {
     pub fn from_env_and_config(endpoint: Option<String>, lineage: Lineage) -> HyperstackSettings {
         let (found, _) = Lookup::new().env(API_KEY_ENV).finish();
         HyperstackSettings {
-            endpoint: super::endpoint_from(ENDPOINT_ENV, endpoint),
-            api_key: found.map(|c| c.secret),
             lineage,
+            api_key: found.map(|c| c.secret),
+            endpoint: super::endpoint_from(ENDPOINT_ENV, endpoint),
         }
     }
 }
@@ -142,7 +142,7 @@ impl HyperstackSettings {
 pub struct HyperstackProvider {
     settings: HyperstackSettings,
     api: RestClient,
-    capabilities: Option<Capabilities>,
+    capabilities: Capabilities,
 }
 
 fn invalid(msg: impl Into<String>) -> ProviderError {
@@ -170,34 +170,27 @@ impl HyperstackProvider {
         HyperstackProvider {
             settings,
             api,
-            capabilities: None,
+            capabilities: Self::default_capabilities(),
         }
     }
 
     /// Replaces the declared capabilities (tests use short timeouts and poll intervals).
     pub fn with_capabilities(mut self, caps: Capabilities) -> HyperstackProvider {
-        self.capabilities = Some(caps);
+        self.capabilities = caps;
         self
     }
 
     /// The capabilities gpuprov declares for Hyperstack (see [`CloudProvider::capabilities`]).
     pub fn default_capabilities() -> Capabilities {
+        use Feature::*;
         Capabilities {
-            supported: vec![
-                Feature::BootScript,
-                Feature::Firewall,
-                Feature::Gpu,
-                Feature::Kubernetes,
-                Feature::Start,
-            ],
-            boot_timeout: Duration::from_secs(20 * 60),
-            ssh_timeout: Duration::from_secs(10 * 60),
-            delete_timeout: Duration::from_secs(15 * 60),
-            poll_interval: Duration::from_secs(10),
+            supported: vec![BootScript, Firewall, Gpu, Kubernetes, Start],
             max_concurrency: 4,
-            min_create_interval: Duration::ZERO,
-            create_list_lag: Duration::from_secs(20),
-            default_regions: Vec::new(),
+            poll_interval: Duration::from_secs(10),
+            delete_timeout: Duration::from_secs(15 * 60),
+            ssh_timeout: Duration::from_secs(10 * 60),
+            boot_timeout: Duration::from_secs(20 * 60),
+            ..Capabilities::default()
         }
     }
 
@@ -425,25 +418,20 @@ impl CloudProvider for HyperstackProvider {
     }
 
     fn endpoint_override(&self) -> Option<String> {
-        self.settings
-            .endpoint
-            .as_deref()
-            .map(super::redact::redact_url)
-    }
-
-    /// Boot script (cloud-init `user_data`), firewall (security rules at create) and GPUs;
-    /// no spot. The API documents no rate limits: `max_concurrency` 4 keeps gpuprov modest,
-    /// and a 429 is retried after its `Retry-After`.
-    fn capabilities(&self) -> Capabilities {
-        self.capabilities
-            .clone()
-            .unwrap_or_else(Self::default_capabilities)
+        self.settings.endpoint.as_deref().map(redact_url)
     }
 
     /// `HYPERSTACK_API_KEY` (the only place: Hyperstack has no CLI configuration file).
     async fn credentials(&self) -> CredentialReport {
         let looked = [Source::Env(API_KEY_ENV).to_string()];
         CredentialReport::of(self.api.credential(), &looked)
+    }
+
+    /// Boot script (cloud-init `user_data`), firewall (security rules at create) and GPUs;
+    /// no spot. The API documents no rate limits: `max_concurrency` 4 keeps gpuprov modest,
+    /// and a 429 is retried after its `Retry-After`.
+    fn capabilities(&self) -> Capabilities {
+        self.capabilities.clone()
     }
 
     /// Offers from flavors ⨝ stocks ⨝ pricebook (see the module docs). An empty list means
@@ -558,26 +546,21 @@ impl CloudProvider for HyperstackProvider {
             "security_rules": security_rules(&spec.ports),
         });
         if let Some(b) = &spec.boot_script {
-            body["user_data"] = Value::String(super::cloud_init_user_data(b)?);
+            body["user_data"] = super::cloud_init_user_data(b)?.into();
         }
-        let what = format!(
-            "create VM {} in {}",
-            offer.instance_type, offer.location.region
-        );
+        let (flavor, region) = (&offer.instance_type, &offer.location.region);
+        let what = format!("create VM {flavor} in {region}");
         let r: CreateResponse = self
             .api
             .post("/core/virtual-machines", &body, Call::other(&what))
             .await?;
-        r.instances
-            .iter()
-            .find_map(|i| i.id)
-            .map(|id| id.to_string())
-            .ok_or_else(|| {
-                ProviderError::new(
-                    ErrorKind::Failed,
-                    format!("hyperstack {what}: no VM id in the response"),
-                )
-            })
+        match r.instances.iter().find_map(|i| i.id) {
+            Some(id) => Ok(id.to_string()),
+            None => Err(ProviderError::new(
+                ErrorKind::Failed,
+                format!("hyperstack {what}: no VM id in the response"),
+            )),
+        }
     }
 
     /// The VMs of the project's environment in `at.region` with the exact gpuprov name and
@@ -619,17 +602,18 @@ impl CloudProvider for HyperstackProvider {
         Ok(out)
     }
 
+    /// Nothing to do: the security rules go with the VM; the environment and the key pair
+    /// are shared by the project's VMs in the region and stay (see the module docs).
+    async fn cleanup(&self, _: &Location, _: &str) -> Result<(), ProviderError> {
+        Ok(())
+    }
+
     /// `DELETE /core/virtual-machines/{id}` for each id. Not found (404), or an id that is
     /// not a Hyperstack VM id (not an integer), is success. A refusal because the VM is
     /// mid-transition (still `CREATING`; a rule of [`errors`]) is `Transient`: the
     /// core retries, and nothing is taken for deleted until `observe` no longer sees it.
-    async fn delete(
-        &self,
-        _at: &Location,
-        _vm_name: &str,
-        instance_ids: &[String],
-    ) -> Result<(), ProviderError> {
-        for id in instance_ids {
+    async fn delete(&self, _: &Location, _: &str, ids: &[String]) -> Result<(), ProviderError> {
+        for id in ids {
             let Ok(n) = id.trim().parse::<i64>() else {
                 continue;
             };
@@ -642,12 +626,6 @@ impl CloudProvider for HyperstackProvider {
         Ok(())
     }
 
-    /// Nothing to do: the security rules go with the VM; the environment and the key pair
-    /// are shared by the project's VMs in the region and stay (see the module docs).
-    async fn cleanup(&self, _at: &Location, _vm_name: &str) -> Result<(), ProviderError> {
-        Ok(())
-    }
-
     /// `GET /core/virtual-machines/{id}/start` (`Start_VM`: "Initiates the startup of a
     /// virtual machine"; a stopped VM is `SHUTOFF`, then `STARTING` → `ACTIVE`). A refusal
     /// that is not classified capacity or quota is success when `GET
@@ -657,12 +635,7 @@ impl CloudProvider for HyperstackProvider {
     /// `Capacity`, one naming a quota is `Quota`, and anything else `Failed`; an id that
     /// is not a Hyperstack VM id → `InvalidRequest`; a VM that no longer exists (`404`) →
     /// `Failed`.
-    async fn start(
-        &self,
-        _at: &Location,
-        _vm_name: &str,
-        instance_id: &str,
-    ) -> Result<(), ProviderError> {
+    async fn start(&self, _: &Location, _: &str, instance_id: &str) -> Result<(), ProviderError> {
         let Ok(n) = instance_id.trim().parse::<i64>() else {
             return Err(invalid(format!(
                 "{instance_id} is not a Hyperstack VM id (an integer)"

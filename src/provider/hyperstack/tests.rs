@@ -2,6 +2,7 @@
 
 use super::api::*;
 use super::*;
+use crate::provider::kit::testing::ask;
 use crate::provider::InstanceStatus;
 
 /// `offers_for` in the order the core applies ([`crate::vm::offers::order`]).
@@ -44,18 +45,6 @@ fn price(name: &str, v: Value) -> Price {
     Price {
         name: name.into(),
         value: v,
-    }
-}
-
-fn ask(gpu: Option<&str>, count: u32, regions: &[&str]) -> ResourceRequest {
-    ResourceRequest {
-        vm_name: "a".into(),
-        regions: regions.iter().map(|r| (*r).into()).collect(),
-        zones: vec![],
-        gpu: gpu.map(str::to_string),
-        gpu_count: count,
-        spot: false,
-        max_price_per_hour: None,
     }
 }
 
@@ -308,9 +297,15 @@ fn the_default_image_is_the_newest_ubuntu_cuda_of_the_region() {
 
 #[test]
 fn api_key_debug_is_redacted() {
-    let s = HyperstackSettings {
-        api_key: Some(ApiKey::new("secret_sentinel")),
-        ..HyperstackSettings::from_env_and_config(None, Lineage::random())
-    };
-    assert!(!format!("{s:?}").contains("secret_sentinel"));
+    let (lineage, endpoint) = (Lineage::random(), None);
+    let api_key = Some(ApiKey::new("secret_sentinel"));
+    let shown = format!(
+        "{:?}",
+        HyperstackSettings {
+            lineage,
+            api_key,
+            endpoint
+        }
+    );
+    assert!(!shown.contains("secret_sentinel"), "{shown}");
 }

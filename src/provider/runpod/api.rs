@@ -96,35 +96,31 @@ pub(super) struct Pod {
 #[derive(Debug, Clone, Deserialize)]
 pub(super) struct PodSsh {
     #[serde(default)]
-    pub(super) direct: Option<PodSshEndpoint>,
+    direct: Option<PodSshEndpoint>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(default)]
 pub(super) struct PodSshEndpoint {
-    #[serde(default)]
-    pub(super) host: String,
-    #[serde(default)]
-    pub(super) port: i64,
-    #[serde(default)]
-    pub(super) username: Option<String>,
+    host: String,
+    port: i64,
+    username: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 pub(super) struct PodRuntime {
     #[serde(default)]
-    pub(super) ports: Option<Vec<RuntimePort>>,
+    ports: Option<Vec<RuntimePort>>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(default)]
 pub(super) struct RuntimePort {
-    #[serde(default)]
-    pub(super) private: Option<i64>,
-    #[serde(default)]
-    pub(super) public: Option<i64>,
-    #[serde(default, rename = "type")]
-    pub(super) kind: Option<String>,
-    #[serde(default)]
-    pub(super) ip: Option<String>,
+    private: Option<i64>,
+    public: Option<i64>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    ip: Option<String>,
 }
 
 impl Pod {

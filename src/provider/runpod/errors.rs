@@ -23,6 +23,15 @@ use crate::provider::kit::http::RateHeaders;
 use crate::provider::kit::Call as KitCall;
 use crate::provider::{cause, ErrorKind, ProviderError};
 
+/// `ErrorResponse` (RFC 9457 problem document), the fields gpuprov shows.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Problem {
+    title: String,
+    detail: String,
+    errors: Vec<String>,
+}
+
 /// Which kind of call failed: a `400` means "try the next candidate" only for a pod
 /// create (the `createPod` table) or start; anywhere else it is a request gpuprov built
 /// wrongly.
@@ -96,16 +105,6 @@ pub static CLASSIFIER: Classifier = Classifier {
     rules: RULES,
     credentials_help: CHECK_KEY,
 };
-
-#[derive(Deserialize)]
-struct Problem {
-    #[serde(default)]
-    title: String,
-    #[serde(default)]
-    detail: String,
-    #[serde(default)]
-    errors: Vec<String>,
-}
 
 /// The kit's error decoder for RunPod: no code; the message `HTTP <s>: <detail>` (the
 /// `title` when `detail` is empty, plus the `errors` list of a `422`) for a problem

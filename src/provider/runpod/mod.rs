@@ -78,6 +78,8 @@ use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+/// The credential; its `Debug` never shows the value.
+pub use super::Secret as ApiKey;
 pub use api::Tier;
 use api::{encode_segment, ssh_endpoint, status_of, GpuList, GpuType, Pod, PodList, SshKeys};
 pub use errors::{classify, is_not_found, ApiError, Call, CLASSIFIER};
@@ -85,6 +87,7 @@ pub use errors::{classify, is_not_found, ApiError, Call, CLASSIFIER};
 use super::kit::gpu::norm;
 use super::kit::keys::key_value;
 use super::kit::{self, Auth, Credential, CredentialReport, Lookup, RestClient, Source};
+use super::redact::redact_url;
 use super::{
     Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage, Location, Observed,
     Offer, ProviderError, ResourceRequest,
@@ -112,21 +115,18 @@ pub const ENV_DATA_CENTER: &str = "GPUPROV_DATA_CENTER";
 /// The env key RunPod images read authorized keys from (spec `startSsh`).
 pub const ENV_PUBLIC_KEY: &str = "PUBLIC_KEY";
 
-/// The credential; its `Debug` never shows the value.
-pub use super::Secret as ApiKey;
-
 /// Configuration of the RunPod adapter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunpodSettings {
-    /// API base URL override; `None` means [`DEFAULT_ENDPOINT`].
-    pub endpoint: Option<String>,
-    /// `None` when no key was found; calls then fail with `Credentials`.
-    pub api_key: Option<ApiKey>,
+    /// The state's lineage (a UUID): `observe` only sees pods carrying it.
+    pub lineage: Lineage,
     /// Where the key was found (`RUNPOD_API_KEY` or the file's path), or where gpuprov
     /// looked when it was not: shown in the `Credentials` error, never the key itself.
     pub key_source: String,
-    /// The state's lineage (a UUID): `observe` only sees pods carrying it.
-    pub lineage: Lineage,
+    /// `None` when no key was found; calls then fail with `Credentials`.
+    pub api_key: Option<ApiKey>,
+    /// API base URL override; `None` means [`DEFAULT_ENDPOINT`].
+    pub endpoint: Option<String>,
 }
 
 /// The API key in a RunPod CLI configuration file's text: top-level `apiKey` (runpodctl;
@@ -187,7 +187,7 @@ impl RunpodSettings {
 pub struct RunpodProvider {
     settings: RunpodSettings,
     api: RestClient,
-    capabilities: Option<Capabilities>,
+    capabilities: Capabilities,
 }
 
 /// Whether the ask's GPU model `want` names the catalog type `id` / `name`: the type id
@@ -297,28 +297,28 @@ impl RunpodProvider {
         RunpodProvider {
             settings,
             api,
-            capabilities: None,
+            capabilities: Self::default_capabilities(),
         }
     }
 
     /// Replaces the declared capabilities (tests use short timeouts and poll intervals).
     pub fn with_capabilities(mut self, caps: Capabilities) -> RunpodProvider {
-        self.capabilities = Some(caps);
+        self.capabilities = caps;
         self
     }
 
     /// The capabilities RunPod's documentation implies (see [`CloudProvider::capabilities`]).
     pub fn default_capabilities() -> Capabilities {
+        let minutes = |m: u64| Duration::from_secs(m * 60);
         Capabilities {
             supported: vec![Feature::Gpu, Feature::Start],
-            boot_timeout: Duration::from_secs(20 * 60),
-            ssh_timeout: Duration::from_secs(10 * 60),
-            delete_timeout: Duration::from_secs(10 * 60),
+            boot_timeout: minutes(20),
+            ssh_timeout: minutes(10),
+            delete_timeout: minutes(10),
             poll_interval: Duration::from_secs(10),
             max_concurrency: 2,
             min_create_interval: Duration::from_secs(1),
-            create_list_lag: Duration::from_secs(20),
-            default_regions: Vec::new(),
+            ..Capabilities::default()
         }
     }
 
@@ -418,28 +418,23 @@ impl CloudProvider for RunpodProvider {
         CLOUD
     }
 
-    fn endpoint_override(&self) -> Option<String> {
-        self.settings
-            .endpoint
-            .as_deref()
-            .map(super::redact::redact_url)
-    }
-
     /// GPUs only: no boot script (pods are containers started from an image), no firewall
     /// API (exposed ports are mapped to other public ports), no k3s, no spot. Pods pull
     /// their image while booting, so the boot timeout is generous. `max_concurrency` and
     /// `min_create_interval` keep one process well inside the documented 60 requests a
     /// minute; a 429 beyond that carries `Retry-After`.
     fn capabilities(&self) -> Capabilities {
-        self.capabilities
-            .clone()
-            .unwrap_or_else(Self::default_capabilities)
+        self.capabilities.clone()
     }
 
     /// `RUNPOD_API_KEY`, else `~/.runpod/config.toml` (see [`find_api_key`]).
     async fn credentials(&self) -> CredentialReport {
-        let looked = [self.settings.key_source.clone()];
-        CredentialReport::of(self.api.credential(), &looked)
+        let looked = std::slice::from_ref(&self.settings.key_source);
+        CredentialReport::of(self.api.credential(), looked)
+    }
+
+    fn endpoint_override(&self) -> Option<String> {
+        self.settings.endpoint.as_deref().map(redact_url)
     }
 
     /// Offers from the GPU catalog with pod stock, once per tier (see the module docs).
@@ -468,7 +463,8 @@ impl CloudProvider for RunpodProvider {
             })
         });
         if !exists {
-            let mut have: Vec<String> = catalog
+            // Sorted and without repeats: a type listed in both tiers shows once.
+            let have: std::collections::BTreeSet<String> = catalog
                 .iter()
                 .flat_map(|(tier, gpus)| {
                     gpus.iter()
@@ -476,16 +472,13 @@ impl CloudProvider for RunpodProvider {
                         .map(|g| format!("{} x{}", g.name, g.max_count(*tier)))
                 })
                 .collect();
-            have.sort();
-            have.dedup();
-            return Err(ProviderError::new(
-                ErrorKind::InvalidRequest,
-                format!(
-                    "RunPod has no GPU type with {} x{count}; it has (name x max count): {}",
-                    req.gpu.as_deref().unwrap_or("any GPU"),
-                    have.join(", ")
-                ),
-            ));
+            let have: Vec<String> = have.into_iter().collect();
+            let want = req.gpu.as_deref().unwrap_or("any GPU");
+            let msg = format!(
+                "RunPod has no GPU type with {want} x{count}; it has (name x max count): {}",
+                have.join(", ")
+            );
+            return Err(ProviderError::new(ErrorKind::InvalidRequest, msg));
         }
         Ok(offers_for(&catalog, req, count))
     }
@@ -537,8 +530,8 @@ impl CloudProvider for RunpodProvider {
         prepared: &Value,
         spec: &InstanceSpec,
     ) -> Result<String, ProviderError> {
-        crate::provider::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?;
         let lineage = &self.settings.lineage;
+        crate::provider::check_spec_lineage(CLOUD, lineage, spec)?;
         if spec.boot_script.is_some() {
             return Err(ProviderError::new(
                 ErrorKind::InvalidRequest,
@@ -631,15 +624,10 @@ impl CloudProvider for RunpodProvider {
     }
 
     /// `DELETE /v2/pods/{id}` for each id; `404` (unknown or already deleted) is success.
-    async fn delete(
-        &self,
-        _at: &Location,
-        _vm_name: &str,
-        instance_ids: &[String],
-    ) -> Result<(), ProviderError> {
-        for id in instance_ids {
-            let path = format!("/v2/pods/{}", encode_segment(id));
+    async fn delete(&self, _: &Location, _: &str, ids: &[String]) -> Result<(), ProviderError> {
+        for id in ids {
             let what = format!("delete pod {id}");
+            let path = format!("/v2/pods/{}", encode_segment(id));
             self.api
                 .delete(&path, is_not_found, Call::Other.what(&what))
                 .await?;
@@ -649,7 +637,7 @@ impl CloudProvider for RunpodProvider {
 
     /// Nothing to clean: a pod has no side resources, and the project key stays registered
     /// on the account (it is shared by the project's pods).
-    async fn cleanup(&self, _at: &Location, _vm_name: &str) -> Result<(), ProviderError> {
+    async fn cleanup(&self, _: &Location, _: &str) -> Result<(), ProviderError> {
         Ok(())
     }
 
@@ -659,12 +647,7 @@ impl CloudProvider for RunpodProvider {
     /// the pod already `RUNNING`, `STARTING` or `PROVISIONING`. Errors: `400` → `Capacity`
     /// (see [`classify`]: the spec documents no capacity answer for a start), others as
     /// [`classify`] says; a pod that no longer exists (`404`) → `Failed`.
-    async fn start(
-        &self,
-        _at: &Location,
-        _vm_name: &str,
-        instance_id: &str,
-    ) -> Result<(), ProviderError> {
+    async fn start(&self, _: &Location, _: &str, instance_id: &str) -> Result<(), ProviderError> {
         let what = format!("start pod {instance_id}");
         let pod = format!("/v2/pods/{}", encode_segment(instance_id));
         let body = json!({ "action": "start" });

@@ -2,7 +2,8 @@
 
 use super::api::*;
 use super::*;
-use crate::provider::{InstanceStatus, SshEndpoint};
+use crate::provider::kit::testing::ask;
+use crate::provider::InstanceStatus;
 
 /// `offers_for` in the order the core applies ([`crate::vm::offers::order`]).
 fn ordered(catalog: &[(Tier, Vec<GpuType>)], req: &ResourceRequest, count: u32) -> Vec<Offer> {
@@ -32,18 +33,6 @@ fn gpu(id: &str, name: &str, price: (f64, f64), max: (u32, u32), dcs: &[&str]) -
                 availability: "HIGH".into(),
             })
             .collect(),
-    }
-}
-
-fn ask(gpu: Option<&str>, count: u32, regions: &[&str]) -> ResourceRequest {
-    ResourceRequest {
-        vm_name: "a".into(),
-        regions: regions.iter().map(|r| (*r).into()).collect(),
-        zones: vec![],
-        gpu: gpu.map(str::to_string),
-        gpu_count: count,
-        spot: false,
-        max_price_per_hour: None,
     }
 }
 
@@ -147,14 +136,9 @@ fn ssh_endpoint_from_direct_then_runtime_ports_and_none_while_unmapped() {
     };
     let direct = with(json!({"ssh": {"proxy": null, "direct": {
         "host": "127.0.0.9", "port": 34446, "username": "root", "command": "ssh"}}}));
-    assert_eq!(
-        ssh_endpoint(&direct),
-        Some(SshEndpoint {
-            host: "127.0.0.9".into(),
-            port: 34446,
-            user: Some("root".into())
-        })
-    );
+    let e = ssh_endpoint(&direct).unwrap();
+    let got = (e.host.as_str(), e.port, e.user.as_deref());
+    assert_eq!(got, ("127.0.0.9", 34446, Some("root")));
     let mapped = with(
         json!({"ssh": {"proxy": null, "direct": null}, "runtime": {"ports": [
         {"private": 8888, "public": 40000, "type": "http", "ip": "127.0.0.9"},
@@ -274,9 +258,7 @@ fn segments_are_percent_encoded() {
 
 #[test]
 fn api_key_debug_is_redacted() {
-    let s = RunpodSettings {
-        api_key: Some(ApiKey::new("secret_sentinel")),
-        ..RunpodSettings::from_env_and_config(None, Lineage::random())
-    };
+    let mut s = RunpodSettings::from_env_and_config(None, Lineage::random());
+    s.api_key = Some(ApiKey::new("secret_sentinel"));
     assert!(!format!("{s:?}").contains("secret_sentinel"));
 }
