@@ -1,4 +1,6 @@
-//! Classification of Hyperstack Infrahub API errors into [`ErrorKind`]s (design 4.1).
+//! Hyperstack Infrahub API errors as data (design 4.1): the envelope decoder (for error
+//! statuses and for a 2xx whose envelope says `status: false`), the [`Classifier`]
+//! table, and the "not found" predicate.
 //!
 //! Hyperstack answers 400/401/404/405/409 with the envelope `ErrorResponseModel {status:
 //! false, message, error_reason}` (`components.schemas.ErrorResponseModel` of the vendor's
@@ -6,44 +8,31 @@
 //! error code: capacity and quota can only be recognised from the free text of `message`
 //! and `error_reason` (SOURCES.md, Hyperstack: "create failures come back as 400/409
 //! `ErrorResponseModel` with free-text `message`/`error_reason`"). So the phrases matched
-//! here are deliberately narrow, and anything not recognised is `Failed`, never
-//! `Capacity`.
+//! here are deliberately narrow, are only looked for in the vendor's envelope (the
+//! decoder marks it with an empty code, which `Rule::code("*")` requires; a proxy's page
+//! is never searched), and anything not recognised is `Failed`, never `Capacity`.
+//!
+//! The kit's defaults cover the rest: no response (a timeout, a reset) → `Transient`, a
+//! refused connection → `Unreachable`, `429` → `Transient` with the server's
+//! `Retry-After` (the core retries the same offer, never fails over), anything else →
+//! `Failed`.
 
 use serde::Deserialize;
+use serde_json::Value;
 
-use crate::provider::{ErrorKind, ProviderError};
+use crate::provider::kit::failure::{Classifier, Failure, Rule};
+use crate::provider::kit::http::RateHeaders;
+use crate::provider::kit::Call;
+use crate::provider::{cause, ErrorKind, ProviderError};
 
-/// A failed API call as Hyperstack reported it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
-    /// HTTP status; `None` when no response arrived (connection, timeout).
-    pub status: Option<u16>,
-    /// `ErrorResponseModel.message`, or a transport description; for a body that is not
-    /// the envelope (an HTML page from a proxy, plain text), the whole short cause from
-    /// [`crate::provider::cause::http_cause`] (see `raw`).
-    pub message: String,
-    /// Whether the body was not Hyperstack's envelope: `message` then already names the
-    /// status and content type, is never the dumped body, and is not searched for
-    /// capacity, quota or busy phrases (those are the vendor's free text).
-    pub raw: bool,
-    /// `ErrorResponseModel.error_reason`, when the body was the envelope and had one.
-    pub reason: Option<String>,
-    /// `Retry-After` in seconds, when the server sent one as a number.
-    pub retry_after_secs: Option<u64>,
-}
+/// The call name of a VM delete (its refusals while the VM is mid-transition are
+/// `Transient`).
+pub const DELETE: &str = "delete";
 
-#[derive(Deserialize)]
-struct Envelope {
-    #[serde(default)]
-    message: Option<String>,
-    #[serde(default)]
-    error_reason: Option<String>,
-}
-
-/// Phrases (lowercase) that mean the request hit a rate limit: transient, same offer.
+/// Phrases that mean the request hit a rate limit: transient, same offer.
 const RATE_LIMIT: &[&str] = &["rate limit", "too many requests", "throttl"];
-/// Phrases (lowercase) that mean an account or environment quota is exhausted. Checked
-/// before [`CAPACITY_PHRASES`]: "exceeds your GPU limit" is quota even though it names GPUs.
+/// Phrases that mean an account or environment quota is exhausted. Checked before
+/// [`CAPACITY_PHRASES`]: "exceeds your GPU limit" is quota even though it names GPUs.
 const QUOTA: &[&str] = &[
     "quota",
     "limit exceeded",
@@ -69,8 +58,8 @@ pub const CAPACITY_PHRASES: &[&str] = &[
     "no available host",
     "no valid host",
 ];
-/// Phrases (lowercase) a delete refusal uses when the VM is still being created (or is
-/// otherwise mid-transition): the request must be repeated later.
+/// Phrases a delete refusal uses when the VM is still being created (or is otherwise
+/// mid-transition): the request must be repeated later.
 const BUSY: &[&str] = &[
     "creating",
     "being created",
@@ -85,138 +74,131 @@ const BUSY: &[&str] = &[
     "locked",
 ];
 
+/// Shown with a `401` to `403` (in the message too: see [`decode`]).
+const CHECK_KEY: &str = "check the API key in HYPERSTACK_API_KEY and the account's billing status";
+const NOT_DELETABLE: &str = "the VM is not deletable yet; will retry";
+
+/// Hyperstack's classifier.
+pub static CLASSIFIER: Classifier = Classifier {
+    cloud: "hyperstack",
+    rules: RULES,
+    credentials_help: CHECK_KEY,
+};
+
+/// The vendor's table, first match wins (the kit's defaults follow it).
+const RULES: &[Rule] = &[
+    // 500 is declared without a body; any 5xx is retried in place, whatever it says.
+    Rule {
+        status: Some((500, 599)),
+        ..Rule::new(ErrorKind::Transient)
+    },
+    // 401 / 403, and 402 ("Insufficient balance" in the vendor docs): the account cannot
+    // be used until the key or the billing is fixed.
+    Rule {
+        status: Some((401, 403)),
+        ..Rule::new(ErrorKind::Credentials)
+    },
+    // `DELETE /core/virtual-machines/{id}` refused while the VM is mid-transition
+    // (typically still `CREATING`): a 409, or a 400 whose text says so. Retried; never
+    // taken for a deletion.
+    Rule::status(409, ErrorKind::Transient)
+        .on(DELETE)
+        .help(NOT_DELETABLE),
+    Rule::code("*", ErrorKind::Transient)
+        .with_status(400)
+        .phrases(BUSY)
+        .on(DELETE)
+        .help(NOT_DELETABLE),
+    // The envelope's free text (SOURCES.md): rate limit, then quota, then stock.
+    Rule::code("*", ErrorKind::Transient).phrases(RATE_LIMIT),
+    Rule::code("*", ErrorKind::Quota).phrases(QUOTA),
+    Rule::code("*", ErrorKind::Capacity).phrases(CAPACITY_PHRASES),
+    // 404 on anything but a delete (which tests `is_not_found` first): a request about an
+    // object that is not there.
+    Rule::status(404, ErrorKind::InvalidRequest),
+];
+
+/// `ErrorResponseModel`, the fields gpuprov shows.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Envelope {
+    message: Option<String>,
+    error_reason: Option<String>,
+}
+
+/// The kit's error decoder for Hyperstack. The envelope gives the empty code (the
+/// vendor's own words) and `HTTP <s>: <message> (<error_reason>)` (each cut to 300
+/// characters); any other body no code and the short cause of [`cause::http_cause`].
+///
+/// The core shows only an error's message in an abort reason, so the action a user must
+/// take on a `401` to `403` is kept in the message too (after `; `), as it always was; it
+/// is also the error's `help`.
+pub fn decode(status: u16, content_type: Option<&str>, body: &str) -> (Option<String>, String) {
+    let clip = |s: &str| s.chars().take(300).collect::<String>().trim().to_string();
+    let (code, mut message) = match serde_json::from_str::<Envelope>(body) {
+        Ok(e) if e.message.is_some() || e.error_reason.is_some() => {
+            let m = clip(e.message.as_deref().unwrap_or_default());
+            let reason = e.error_reason.map(|r| clip(&r)).filter(|r| !r.is_empty());
+            let detail = match (reason, m.is_empty()) {
+                (Some(r), false) if r != m => format!("{m} ({r})"),
+                (Some(r), true) => r,
+                _ => m,
+            };
+            let text = if detail.is_empty() {
+                format!("HTTP {status}")
+            } else {
+                format!("HTTP {status}: {detail}")
+            };
+            (Some(String::new()), text)
+        }
+        _ => (None, cause::http_cause(status, content_type, body)),
+    };
+    if (401..=403).contains(&status) {
+        message = format!("{message}; {CHECK_KEY}");
+    }
+    (code, message)
+}
+
+/// The kit's success envelope for Hyperstack: a 2xx whose body says `status: false` is
+/// the error its envelope describes.
+pub fn envelope(status: u16, v: Value) -> Result<Value, (Option<String>, String)> {
+    if v.get("status") == Some(&Value::Bool(false)) {
+        return Err(decode(status, None, &v.to_string()));
+    }
+    Ok(v)
+}
+
+/// Whether the object does not exist (HTTP 404).
+pub fn is_not_found(f: &Failure) -> bool {
+    f.http_status() == Some(404)
+}
+
+/// Builds the [`Failure`] of an HTTP answer outside the client (property tests).
+pub struct ApiError;
+
 impl ApiError {
-    /// An error from an HTTP response: status, raw body and the `Retry-After` header value
-    /// (no `Content-Type` known; see [`ApiError::from_http`]).
-    pub fn from_response(status: u16, body: &str, retry_after: Option<&str>) -> ApiError {
+    /// The failure of an answer with `status`, `body` and the `Retry-After` header value,
+    /// as the client would report it.
+    pub fn from_response(status: u16, body: &str, retry_after: Option<&str>) -> Failure {
         ApiError::from_http(status, None, body, retry_after)
     }
 
-    /// [`ApiError::from_response`] with the response's `Content-Type`, which the short
-    /// cause of a body that is not the envelope names.
-    pub fn from_http(
-        status: u16,
-        content_type: Option<&str>,
-        body: &str,
-        retry_after: Option<&str>,
-    ) -> ApiError {
-        let retry_after_secs = retry_after.and_then(|v| v.trim().parse::<u64>().ok());
-        let clip = |s: &str| s.chars().take(300).collect::<String>().trim().to_string();
-        match serde_json::from_str::<Envelope>(body) {
-            Ok(e) if e.message.is_some() || e.error_reason.is_some() => ApiError {
-                status: Some(status),
-                message: clip(e.message.as_deref().unwrap_or_default()),
-                reason: e.error_reason.map(|r| clip(&r)).filter(|r| !r.is_empty()),
-                raw: false,
-                retry_after_secs,
-            },
-            _ => ApiError {
-                status: Some(status),
-                message: crate::provider::cause::http_cause(status, content_type, body),
-                reason: None,
-                raw: true,
-                retry_after_secs,
-            },
+    /// [`ApiError::from_response`] with the response's `Content-Type`.
+    pub fn from_http(s: u16, ct: Option<&str>, body: &str, ra: Option<&str>) -> Failure {
+        let (code, message) = decode(s, ct, body);
+        let retry_after = ra.map(str::to_string);
+        let delay = RateHeaders {
+            retry_after,
+            ..RateHeaders::default()
         }
-    }
-
-    /// `message` and `error_reason` together, lowercase, for phrase matching.
-    fn text(&self) -> String {
-        format!(
-            "{} {}",
-            self.message,
-            self.reason.as_deref().unwrap_or_default()
-        )
-        .to_lowercase()
-    }
-
-    fn says(&self, phrases: &[&str]) -> bool {
-        if self.raw {
-            return false;
-        }
-        let t = self.text();
-        phrases.iter().any(|p| t.contains(p))
-    }
-
-    /// Whether the object does not exist (HTTP 404).
-    pub fn is_not_found(&self) -> bool {
-        self.status == Some(404)
-    }
-
-    /// Whether a delete was refused because the VM is mid-transition (typically still
-    /// `CREATING`): a 409, or a 400 whose text says so. The caller must retry, and must not
-    /// take the refusal for a deletion.
-    pub fn is_busy(&self) -> bool {
-        match self.status {
-            Some(409) => true,
-            Some(400) => self.says(BUSY),
-            _ => false,
-        }
+        .delay_secs(s, 0);
+        Failure::http(s, code, message).with_retry_after(delay)
     }
 }
 
-/// Maps a Hyperstack error onto the provider contract's kinds. `what` names the call (for
-/// example `create VM in CANADA-1`) and starts the message.
-///
-/// - no response (a timeout, a reset) → `Transient`; a refused connection never gets here:
-///   the adapter reports it as `Unreachable` before classifying;
-/// - HTTP 429, or a text saying "rate limit" / "too many requests" → `Transient` with
-///   `retry_after_secs` from `Retry-After` (the core retries the same offer, never fails
-///   over);
-/// - HTTP 5xx (500 has no declared body) → `Transient`;
-/// - HTTP 401, 403 → `Credentials`; 402 ("Insufficient balance" in the vendor docs) →
-///   `Credentials` (the account cannot be used until it is topped up);
-/// - a text naming a quota or limit (see `QUOTA`) → `Quota` (blocks the whole region);
-/// - a text naming stock or capacity (see `CAPACITY_PHRASES`) → `Capacity` (blocks the offer);
-/// - HTTP 404 → `InvalidRequest` (callers for which "not found" means success, delete and
-///   cleanup, test for it first);
-/// - anything else (400, 405, 409 with another text) → `Failed`: an unknown error is never
-///   taken for capacity.
-///
-/// `secret` (the API key) is scrubbed from the message, in case a server ever echoes it.
-pub fn classify(e: &ApiError, what: &str, secret: Option<&str>) -> ProviderError {
-    let kind = match e.status {
-        None => ErrorKind::Transient,
-        Some(429) => ErrorKind::Transient,
-        Some(s) if s >= 500 => ErrorKind::Transient,
-        Some(401..=403) => ErrorKind::Credentials,
-        Some(_) if e.says(RATE_LIMIT) => ErrorKind::Transient,
-        Some(_) if e.says(QUOTA) => ErrorKind::Quota,
-        Some(_) if e.says(CAPACITY_PHRASES) => ErrorKind::Capacity,
-        Some(404) => ErrorKind::InvalidRequest,
-        Some(_) => ErrorKind::Failed,
-    };
-    let detail = match (&e.reason, e.message.is_empty()) {
-        (Some(r), false) if *r != e.message => format!("{} ({r})", e.message),
-        (Some(r), true) => r.clone(),
-        _ => e.message.clone(),
-    };
-    let mut msg = match e.status {
-        Some(_) if e.raw => format!("hyperstack {what}: {}", e.message),
-        Some(s) if detail.is_empty() => format!("hyperstack {what}: HTTP {s}"),
-        Some(s) => format!("hyperstack {what}: HTTP {s}: {detail}"),
-        None => format!("hyperstack {what}: {detail}"),
-    };
-    if kind == ErrorKind::Credentials {
-        msg.push_str(&format!(
-            "; check the API key in {} and the account's billing status",
-            super::API_KEY_ENV
-        ));
-    }
-    if let Some(s) = secret.filter(|s| !s.is_empty()) {
-        msg = msg.replace(s, "REDACTED");
-    }
-    ProviderError {
-        kind,
-        msg,
-        block: None,
-        retry_after_secs: if kind == ErrorKind::Transient {
-            e.retry_after_secs
-        } else {
-            None
-        },
-        help: None,
-    }
+/// The contract's error for `f`; `what` starts the message, `secret` is scrubbed from it.
+pub fn classify(f: &Failure, what: &str, secret: Option<&str>) -> ProviderError {
+    CLASSIFIER.classify(f, Call::other(what), secret)
 }
 
 #[cfg(test)]
@@ -256,6 +238,12 @@ mod tests {
             ErrorKind::Quota
         );
         assert_eq!(kind(400, "Too many requests", ""), ErrorKind::Transient);
+        // A 2xx whose envelope says `status: false` is classified the same way.
+        let v = serde_json::json!({"status": false, "message": "Out of stock"});
+        let (code, message) = envelope(200, v).unwrap_err();
+        let p = classify(&Failure::http(200, code, message), "x", None);
+        assert_eq!(p.kind, ErrorKind::Capacity);
+        assert!(envelope(200, serde_json::json!({"status": true})).is_ok());
     }
 
     #[test]
@@ -278,17 +266,12 @@ mod tests {
             ErrorKind::Credentials
         );
         assert_eq!(kind(404, "Not found", ""), ErrorKind::InvalidRequest);
+        assert_eq!(kind(500, "Out of stock", ""), ErrorKind::Transient);
         let k = |s: u16| classify(&ApiError::from_response(s, "", None), "x", None).kind;
         assert_eq!(k(500), ErrorKind::Transient);
         assert_eq!(k(502), ErrorKind::Transient);
         assert_eq!(k(400), ErrorKind::Failed);
-        let transport = ApiError {
-            status: None,
-            message: "connection reset".into(),
-            reason: None,
-            raw: false,
-            retry_after_secs: None,
-        };
+        let transport = Failure::transport(false, "connection reset");
         assert_eq!(classify(&transport, "x", None).kind, ErrorKind::Transient);
     }
 
@@ -309,33 +292,48 @@ mod tests {
     }
 
     #[test]
-    fn delete_refusals_while_creating_are_busy() {
-        let busy = |s: u16, m: &str| ApiError::from_response(s, &body(m, ""), None).is_busy();
+    fn delete_refusals_while_creating_are_transient() {
+        let on_delete = |f: Failure| CLASSIFIER.classify(&f, Call::named(DELETE, "d"), []);
+        let busy = |s: u16, m: &str| {
+            on_delete(ApiError::from_response(s, &body(m, ""), None)).kind == ErrorKind::Transient
+        };
         assert!(busy(400, "Cannot delete VM while it is in CREATING state"));
         assert!(busy(400, "VM is being created, try again later"));
         assert!(busy(409, "Conflict"));
+        assert!(busy(409, "Not enough capacity"), "busy before capacity");
         assert!(!busy(400, "Invalid VM id"));
         assert!(!busy(404, "VM creating"));
-        assert!(ApiError::from_response(404, "", None).is_not_found());
+        assert!(is_not_found(&ApiError::from_response(404, "", None)));
+        let e = on_delete(ApiError::from_response(
+            409,
+            &body("Conflict", ""),
+            Some("4"),
+        ));
+        assert_eq!(e.retry_after_secs, Some(4));
+        assert_eq!(e.help.as_deref(), Some(NOT_DELETABLE));
+        // Only a delete: elsewhere a 409 is what its text says.
+        assert_eq!(kind(409, "VM is being created", ""), ErrorKind::Failed);
     }
 
     #[test]
     fn a_body_that_is_not_the_envelope_is_one_short_line() {
-        let page = format!(
-            "<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>\n<body>{}</body></html>",
-            "<p>nginx: no capacity, try again</p>\n".repeat(200)
+        let filler = "<p>nginx: no capacity, try again</p>\n".repeat(200);
+        let head = "<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>";
+        let page = format!("{head}\n<body>{filler}</body></html>");
+        let html = Some("text/html; charset=utf-8");
+        let p = classify(
+            &ApiError::from_http(502, html, &page, None),
+            "list VMs",
+            None,
         );
-        let e = ApiError::from_http(502, Some("text/html; charset=utf-8"), &page, None);
-        let p = classify(&e, "list VMs", None);
-        assert_eq!(p.kind, ErrorKind::Transient);
-        assert_eq!(
-            p.msg,
-            "hyperstack list VMs: HTTP 502 (text/html): 502 Bad Gateway"
-        );
+        let want = "hyperstack list VMs: HTTP 502 (text/html): 502 Bad Gateway";
+        assert_eq!((p.kind, p.msg.as_str()), (ErrorKind::Transient, want));
         // A proxy's page is not the vendor's free text: no phrase in it is capacity or busy.
         let e = ApiError::from_http(409, Some("text/plain"), "no capacity, try again", None);
         assert_eq!(classify(&e, "x", None).kind, ErrorKind::Failed);
-        assert!(!ApiError::from_http(400, None, "try again", None).is_busy());
+        let e = ApiError::from_http(400, None, "try again", None);
+        let p = CLASSIFIER.classify(&e, Call::named(DELETE, "d"), []);
+        assert_eq!(p.kind, ErrorKind::Failed);
     }
 
     #[test]
@@ -350,5 +348,11 @@ mod tests {
         assert!(!p.msg.contains("secret_sentinel_123"), "{}", p.msg);
         assert!(p.msg.contains("invalid_api_key"), "{}", p.msg);
         assert!(p.msg.contains("HYPERSTACK_API_KEY"), "{}", p.msg);
+        assert_eq!(p.help.as_deref(), Some(CHECK_KEY));
+        let e = ApiError::from_response(400, &body("Bad flavor", "bad_flavor"), None);
+        assert_eq!(
+            classify(&e, "create VM", None).msg,
+            "hyperstack create VM: HTTP 400: Bad flavor (bad_flavor)"
+        );
     }
 }

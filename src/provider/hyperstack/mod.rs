@@ -37,10 +37,12 @@
 //!   `SHUTOFF` (vendor docs, "VM states and statuses": stop `STOPPING → SHUTOFF`), observed
 //!   as `Stopped`.
 //!
-//! Errors show a short cause: the envelope's `message` and `error_reason` when the body is
-//! one, else [`super::cause::http_cause`] (status, content type, first line), never a
-//! dumped page. A refused connection is `Unreachable` (the whole cloud), with the endpoint
-//! redacted.
+//! Calls go through one [`RestClient`] (pages through [`paginate`]); [`errors`] holds the
+//! vendor's part: the envelope decoder (for error statuses and a 2xx saying
+//! `status: false`) and the classification table. Errors show a short cause: the
+//! envelope's `message` and `error_reason` when the body is one, else
+//! [`super::cause::http_cause`] (status, content type, first line), never a dumped page.
+//! A refused connection is `Unreachable` (the whole cloud), with the endpoint redacted.
 //!
 //! Readiness: a VM is `Running` only when `status` is `ACTIVE`, `power_state` (when
 //! reported) is `RUNNING`, and its public IP is attached (`floating_ip` set and
@@ -60,9 +62,12 @@
 //! Rate limits are not in the description; a 429 is `Transient` with the server's
 //! `Retry-After`, and the declared `max_concurrency` keeps the request rate modest.
 
+mod api;
 mod errors;
+#[cfg(test)]
+mod tests;
 
-use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -71,62 +76,64 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-pub use errors::{classify, ApiError, CAPACITY_PHRASES};
+/// The credential; its `Debug` never shows the value.
+pub use super::Secret as ApiKey;
+pub use api::gpu_matches;
+use api::{
+    default_image, flavors_with_region, in_stock, is_ours, label, matches_ask, no_flavor,
+    offers_for, security_rules, status_of, CreateResponse, Environment, EnvironmentResponse,
+    Flavor, FlavorList, ImageList, Keypair, KeypairResponse, Price, Stock, StockList, Vm,
+};
+pub use errors::{classify, is_not_found, ApiError, CAPACITY_PHRASES, CLASSIFIER, DELETE};
 
+use super::kit::keys::{self, Registered};
+use super::kit::paginate::{self, Cursor, Next};
+use super::kit::{Auth, Call, Credential, CredentialReport, Lookup, RestClient, Source};
+use super::redact::redact_url;
 use super::{
-    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Lineage,
-    Location, Observed, Offer, ProviderError, ResourceRequest, SshEndpoint, IDENTITY_LABEL,
-    LINEAGE_LABEL,
+    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage, Location, Observed,
+    Offer, ProviderError, ResourceRequest, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 /// The cloud name.
 pub const CLOUD: &str = "hyperstack";
+/// SSH port: 22, because VMs are created with `enable_port_randomization: false`.
+pub const SSH_PORT: u16 = 22;
 /// The API base URL when neither config nor environment overrides it (`servers[0].url`).
 pub const DEFAULT_ENDPOINT: &str = "https://infrahub-api.nexgencloud.com/v1";
 /// Environment variable overriding the endpoint (wins over `[cloud.hyperstack] endpoint`).
 pub const ENDPOINT_ENV: &str = "GPUPROV_HYPERSTACK_ENDPOINT";
 /// Environment variable holding the API key.
 pub const API_KEY_ENV: &str = "HYPERSTACK_API_KEY";
-/// SSH port: 22, because VMs are created with `enable_port_randomization: false`.
-pub const SSH_PORT: u16 = 22;
 /// Login user of Hyperstack's Ubuntu images (vendor docs; not in the API description).
 pub const SSH_USER: &str = "ubuntu";
 /// Longest VM, environment and key pair name the API accepts (`maxLength: 50` of
 /// `Create_Instances_Payload.name`, `Create_Environment.name`, `Import_Keypair_Payload.name`).
 pub const MAX_NAME_LEN: usize = 50;
-/// Per-request timeout, seconds.
-const REQUEST_TIMEOUT_SECS: u64 = 60;
 /// Items requested per page of a list call.
 const PAGE_SIZE: usize = 100;
-/// Upper bound on pages read from one list call (10,000 items).
-const MAX_PAGES: usize = 100;
-/// Names tried for the project key pair: the derived name, then `-2` … `-N`.
-const KEY_NAME_TRIES: usize = 3;
-
-/// The credential; its `Debug` never shows the value.
-pub use super::Secret as ApiKey;
 
 /// Configuration of the Hyperstack adapter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HyperstackSettings {
-    /// API base URL override, including the `/v1` prefix; `None` means [`DEFAULT_ENDPOINT`].
-    pub endpoint: Option<String>,
+    /// The state's lineage (a UUID): `observe` only sees VMs labelled with it.
+    pub lineage: Lineage,
     /// `None` when no key was found; calls then fail with `Credentials`.
     pub api_key: Option<ApiKey>,
-    /// The state's lineage (a UUID): `observe` only sees VMs labelled with it. Must be set
-    /// before `prepare`/`create`/`observe`.
-    pub lineage: Lineage,
+    /// API base URL override, including the `/v1` prefix; `None` means [`DEFAULT_ENDPOINT`].
+    pub endpoint: Option<String>,
 }
 
 impl HyperstackSettings {
     /// Settings from `[cloud.hyperstack] endpoint` and the environment: endpoint precedence
     /// `GPUPROV_HYPERSTACK_ENDPOINT` (non-empty) > `endpoint` > [`DEFAULT_ENDPOINT`]; the key
-    /// from `HYPERSTACK_API_KEY`. `lineage` is left empty: the caller sets it from the state.
+    /// from `HYPERSTACK_API_KEY` (through [`super::kit::Lookup`]).
     pub fn from_env_and_config(endpoint: Option<String>, lineage: Lineage) -> HyperstackSettings {
+        let (found, _) = Lookup::new().env(API_KEY_ENV).finish();
         HyperstackSettings {
-            endpoint: super::endpoint_from(ENDPOINT_ENV, endpoint),
-            api_key: super::env_nonempty(API_KEY_ENV).map(ApiKey::new),
             lineage,
+            api_key: found.map(|c| c.secret),
+            endpoint: super::endpoint_from(ENDPOINT_ENV, endpoint),
         }
     }
 }
@@ -134,465 +141,8 @@ impl HyperstackSettings {
 /// The Hyperstack adapter. Construction does no I/O.
 pub struct HyperstackProvider {
     settings: HyperstackSettings,
-    http: reqwest::Client,
-    capabilities: Option<Capabilities>,
-}
-
-// ---- API payloads (only the fields gpuprov reads; the description marks none required) ----
-
-#[derive(Debug, Clone, Default, Deserialize)]
-struct FlavorList {
-    #[serde(default)]
-    data: Vec<FlavorGroup>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-struct FlavorGroup {
-    #[serde(default)]
-    region_name: Option<String>,
-    #[serde(default)]
-    flavors: Vec<Flavor>,
-}
-
-/// `Flavor_Fields`.
-#[derive(Debug, Clone, Default, Deserialize)]
-struct Flavor {
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    region_name: Option<String>,
-    /// vCPUs.
-    #[serde(default)]
-    cpu: u32,
-    /// RAM, GB.
-    #[serde(default)]
-    ram: f64,
-    /// Root disk, GB.
-    #[serde(default)]
-    disk: u32,
-    /// Ephemeral disk, GB.
-    #[serde(default)]
-    ephemeral: u32,
-    /// GPU model as Hyperstack names it (`H100-80G-PCIe`); empty for CPU flavors.
-    #[serde(default)]
-    gpu: String,
-    #[serde(default)]
-    gpu_count: u32,
-    #[serde(default)]
-    stock_available: Option<bool>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-struct StockList {
-    #[serde(default)]
-    stocks: Vec<Stock>,
-}
-
-/// `New_Stock_Response`.
-#[derive(Debug, Clone, Default, Deserialize)]
-struct Stock {
-    #[serde(default)]
-    region: String,
-    #[serde(default)]
-    models: Vec<StockModel>,
-}
-
-/// `New_Model_Response`: `configurations` maps `1x`, `2x`, `4x`, `8x`, `10x` to the number
-/// of such VMs that can be created now.
-#[derive(Debug, Clone, Default, Deserialize)]
-struct StockModel {
-    #[serde(default)]
-    model: String,
-    #[serde(default)]
-    configurations: BTreeMap<String, Option<i64>>,
-}
-
-/// `PricebookModel`: `value` is USD per hour (per GPU for a GPU model's entry).
-#[derive(Debug, Clone, Default, Deserialize)]
-struct Price {
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    value: Value,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-struct Environment {
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    region: String,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-struct EnvironmentResponse {
-    environment: Environment,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-struct Keypair {
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    public_key: String,
-    #[serde(default)]
-    environment: Option<Environment>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-struct KeypairResponse {
-    keypair: Keypair,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-struct ImageGroup {
-    #[serde(default)]
-    region_name: Option<String>,
-    #[serde(default)]
-    images: Vec<Image>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-struct Image {
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    region_name: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-struct ImageList {
-    #[serde(default)]
-    images: Vec<ImageGroup>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-struct VmEnvironment {
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    region: Option<String>,
-}
-
-/// `Instance_Fields`.
-#[derive(Debug, Clone, Default, Deserialize)]
-struct Vm {
-    #[serde(default)]
-    id: Option<i64>,
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    status: String,
-    #[serde(default)]
-    power_state: Option<String>,
-    #[serde(default)]
-    floating_ip: Option<String>,
-    #[serde(default)]
-    floating_ip_status: Option<String>,
-    #[serde(default)]
-    environment: Option<VmEnvironment>,
-    #[serde(default)]
-    labels: Vec<String>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-struct CreateResponse {
-    #[serde(default)]
-    instances: Vec<Vm>,
-}
-
-// ---- pure helpers ----
-
-/// A name reduced to uppercase letters and digits (`H100-80G-PCIe` → `H10080GPCIE`).
-fn norm(s: &str) -> String {
-    s.chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .map(|c| c.to_ascii_uppercase())
-        .collect()
-}
-
-/// The tokens of a GPU name: split on `-`, `_`, space; uppercase; `80GB` reads as `80G`.
-fn gpu_tokens(s: &str) -> Vec<String> {
-    s.split(['-', '_', ' '])
-        .filter(|t| !t.is_empty())
-        .map(|t| {
-            let t = norm(t);
-            match t.strip_suffix("GB") {
-                Some(n) if n.chars().all(|c| c.is_ascii_digit()) && !n.is_empty() => {
-                    format!("{n}G")
-                }
-                _ => t,
-            }
-        })
-        .collect()
-}
-
-/// Whether the asked GPU model `want` names Hyperstack's `vendor` model: the ask's tokens
-/// are a prefix of the vendor's (`H100` and `h100-80gb` match `H100-80G-PCIe`; `L40` does
-/// not match `L40S`).
-pub fn gpu_matches(want: &str, vendor: &str) -> bool {
-    let w = gpu_tokens(want);
-    let v = gpu_tokens(vendor);
-    !w.is_empty() && w.len() <= v.len() && w.iter().zip(&v).all(|(a, b)| a == b)
-}
-
-/// The OpenSSH key without its comment (`type base64`), for comparing keys by value.
-fn key_value(k: &str) -> String {
-    k.split_whitespace().take(2).collect::<Vec<_>>().join(" ")
-}
-
-/// A `PricebookModel.value` as a number (the description says number; tolerate a numeric
-/// string).
-fn price_value(v: &Value) -> Option<f64> {
-    match v {
-        Value::Number(n) => n.as_f64(),
-        Value::String(s) => s.trim().parse().ok(),
-        _ => None,
-    }
-    .filter(|p| p.is_finite() && *p >= 0.0)
-}
-
-/// The hourly price of `flavor` in USD: a pricebook entry named exactly like the flavor
-/// (a whole-VM price), else the entry of its GPU model (USD per GPU-hour) times its GPU
-/// count. `None` when the pricebook has neither.
-fn price_of(prices: &[Price], flavor: &Flavor) -> Option<f64> {
-    if let Some(p) = prices
-        .iter()
-        .find(|p| p.name == flavor.name)
-        .and_then(|p| price_value(&p.value))
-    {
-        return Some(p);
-    }
-    if flavor.gpu.is_empty() || flavor.gpu_count == 0 {
-        return None;
-    }
-    prices
-        .iter()
-        .find(|p| norm(&p.name) == norm(&flavor.gpu))
-        .and_then(|p| price_value(&p.value))
-        .map(|per_gpu| (per_gpu * flavor.gpu_count as f64 * 10_000.0).round() / 10_000.0)
-}
-
-/// How many VMs of `gpu` × `count` the stock list says can be created in `region` now
-/// (exact region name; `configurations["<count>x"]`).
-fn stock_count(stocks: &[Stock], region: &str, gpu: &str, count: u32) -> i64 {
-    let key = format!("{count}x");
-    stocks
-        .iter()
-        .filter(|s| s.region == region)
-        .flat_map(|s| &s.models)
-        .filter(|m| norm(&m.model) == norm(gpu))
-        .filter_map(|m| m.configurations.get(&key).copied().flatten())
-        .max()
-        .unwrap_or(0)
-}
-
-/// The region of a flavor: its own `region_name`, else its group's.
-fn flavors_with_region(list: &FlavorList) -> Vec<(String, Flavor)> {
-    list.data
-        .iter()
-        .flat_map(|g| {
-            g.flavors.iter().filter_map(move |f| {
-                let region = f.region_name.clone().or_else(|| g.region_name.clone())?;
-                Some((region, f.clone()))
-            })
-        })
-        .collect()
-}
-
-/// Whether a flavor has stock now: not marked out of stock, and for GPU flavors a positive
-/// count in the stock list; CPU flavors need `stock_available: true`.
-fn in_stock(stocks: &[Stock], region: &str, f: &Flavor) -> bool {
-    if f.stock_available == Some(false) {
-        return false;
-    }
-    if f.gpu_count == 0 || f.gpu.is_empty() {
-        return f.stock_available == Some(true);
-    }
-    stock_count(stocks, region, &f.gpu, f.gpu_count) > 0
-}
-
-fn matches_ask(f: &Flavor, req: &ResourceRequest) -> bool {
-    if let Some(want) = &req.gpu {
-        if f.gpu_count == 0 || !gpu_matches(want, &f.gpu) {
-            return false;
-        }
-    }
-    req.gpu_count == 0 || f.gpu_count == req.gpu_count
-}
-
-/// Offers for the ask, in order: by the ask's region order when it names regions, then
-/// price, then flavor name. Regions match as exact names (`CANADA-1` never matches
-/// `CANADA-10`). Flavors without stock or without a price are left out.
-fn offers_for(
-    flavors: &[(String, Flavor)],
-    stocks: &[Stock],
-    prices: &[Price],
-    req: &ResourceRequest,
-) -> Vec<Offer> {
-    let mut offers = Vec::new();
-    for (region, f) in flavors {
-        if !req.regions.is_empty() && !req.regions.contains(region) {
-            continue;
-        }
-        if !matches_ask(f, req) || !in_stock(stocks, region, f) {
-            continue;
-        }
-        let Some(price) = price_of(prices, f) else {
-            continue;
-        };
-        offers.push(Offer {
-            id: format!("{CLOUD}/{region}/{}", f.name),
-            location: Location {
-                cloud: CLOUD.to_string(),
-                region: region.clone(),
-                zone: None,
-            },
-            instance_type: f.name.clone(),
-            gpu: (f.gpu_count > 0 && !f.gpu.is_empty()).then(|| f.gpu.clone()),
-            gpu_count: f.gpu_count,
-            spot: false,
-            price_per_hour: price,
-            detail: json!({
-                "vcpus": f.cpu,
-                "ram_gb": f.ram,
-                "disk_gb": f.disk,
-                "ephemeral_gb": f.ephemeral,
-            }),
-        });
-    }
-    let rank = |o: &Offer| {
-        req.regions
-            .iter()
-            .position(|r| *r == o.location.region)
-            .unwrap_or(0)
-    };
-    offers.sort_by(|a, b| {
-        rank(a)
-            .cmp(&rank(b))
-            .then(a.price_per_hour.total_cmp(&b.price_per_hour))
-            .then(a.instance_type.cmp(&b.instance_type))
-            .then(a.location.region.cmp(&b.location.region))
-    });
-    offers.dedup_by(|a, b| a.id == b.id);
-    offers
-}
-
-/// Normalised status of a VM and, once it is ready, its SSH endpoint; `None` for a
-/// deleted VM (gone). Ready = `status` `ACTIVE`, `power_state` `RUNNING` (when reported)
-/// and the floating IP attached (`floating_ip` set, `floating_ip_status` `ATTACHED`).
-fn status_of(vm: &Vm) -> Option<(InstanceStatus, Option<SshEndpoint>)> {
-    let up = |s: &Option<String>| s.as_deref().unwrap_or_default().trim().to_uppercase();
-    let status = vm.status.trim().to_uppercase();
-    let s = match status.as_str() {
-        "ACTIVE" => {
-            let ip = vm
-                .floating_ip
-                .as_deref()
-                .map(str::trim)
-                .filter(|ip| !ip.is_empty());
-            let power = up(&vm.power_state);
-            let attached = up(&vm.floating_ip_status) == "ATTACHED";
-            match ip {
-                Some(ip) if attached && (power.is_empty() || power == "RUNNING") => {
-                    return Some((
-                        InstanceStatus::Running,
-                        Some(SshEndpoint {
-                            host: ip.to_string(),
-                            port: SSH_PORT,
-                            user: Some(SSH_USER.to_string()),
-                        }),
-                    ))
-                }
-                _ => InstanceStatus::Pending,
-            }
-        }
-        "CREATING" | "BUILD" | "BUILDING" | "STARTING" | "REBOOTING" | "HARD_REBOOT"
-        | "RESTORING" | "RESIZING" | "RESIZED" | "PENDING" => InstanceStatus::Pending,
-        "STOPPING" | "HIBERNATING" => InstanceStatus::Stopping,
-        "SHUTOFF" | "STOPPED" | "HIBERNATED" => InstanceStatus::Stopped,
-        "DELETING" => InstanceStatus::Terminating,
-        "DELETED" => return None,
-        "ERROR" => InstanceStatus::Failed("ERROR".into()),
-        other => InstanceStatus::Failed(format!("unknown Hyperstack status `{other}`")),
-    };
-    Some((s, None))
-}
-
-/// The label a VM carries for `key`: `key=value`.
-fn label(key: &str, value: &str) -> String {
-    format!("{key}={value}")
-}
-
-/// Whether a listed VM is `vm_name` of `lineage` at `region`: the exact gpuprov name, the
-/// project's environment of the region, and (when the list shows labels) both identity
-/// labels.
-fn is_ours(vm: &Vm, env: &str, region: &str, vm_name: &str, lineage: &str) -> bool {
-    if vm.name != HyperstackProvider::object_name(vm_name, lineage) {
-        return false;
-    }
-    match &vm.environment {
-        Some(e) if e.name == env && e.region.as_deref().is_none_or(|r| r == region) => {}
-        Some(_) => return false,
-        // Listed without its environment: the query already filtered on the exact
-        // environment, but then the labels must prove it.
-        None if vm.labels.is_empty() => return false,
-        None => {}
-    }
-    if vm.labels.is_empty() {
-        return true;
-    }
-    vm.labels.contains(&label(IDENTITY_LABEL, vm_name))
-        && vm.labels.contains(&label(LINEAGE_LABEL, lineage))
-}
-
-/// Ingress rules for TCP 22 and `ports`, from anywhere (`Create_Security_Rule_Payload`).
-fn security_rules(ports: &[u16]) -> Vec<Value> {
-    let mut all: Vec<u16> = vec![22];
-    all.extend(ports.iter().copied());
-    all.sort_unstable();
-    all.dedup();
-    all.iter()
-        .map(|p| {
-            json!({
-                "direction": "ingress",
-                "ethertype": "IPv4",
-                "protocol": "tcp",
-                "remote_ip_prefix": "0.0.0.0/0",
-                "port_range_min": p,
-                "port_range_max": p,
-            })
-        })
-        .collect()
-}
-
-/// The default image of a region: the greatest name among its Ubuntu images with CUDA,
-/// else among its Ubuntu images (Hyperstack names them like
-/// `Ubuntu Server 22.04 LTS R535 CUDA 12.2`, so the greatest name is the newest).
-fn default_image(list: &ImageList, region: &str) -> Option<String> {
-    let names: Vec<&str> = list
-        .images
-        .iter()
-        .flat_map(|g| {
-            g.images.iter().filter(move |i| {
-                i.region_name
-                    .as_deref()
-                    .or(g.region_name.as_deref())
-                    .is_none_or(|r| r == region)
-            })
-        })
-        .map(|i| i.name.as_str())
-        .filter(|n| n.to_lowercase().contains("ubuntu"))
-        .collect();
-    let cuda = names
-        .iter()
-        .filter(|n| n.to_lowercase().contains("cuda"))
-        .max();
-    cuda.or(names.iter().max()).map(|s| s.to_string())
-}
-
-fn short(lineage: &str) -> String {
-    lineage.chars().take(8).collect()
+    api: RestClient,
+    capabilities: Capabilities,
 }
 
 fn invalid(msg: impl Into<String>) -> ProviderError {
@@ -600,45 +150,47 @@ fn invalid(msg: impl Into<String>) -> ProviderError {
 }
 
 impl HyperstackProvider {
-    /// An adapter for `settings`. Never fails and does no I/O.
+    /// An adapter for `settings`: one [`RestClient`] sending the key as the `api_key`
+    /// header, with Hyperstack's envelope decoder, 2xx envelope and table. Never fails and
+    /// does no I/O.
     pub fn new(settings: HyperstackSettings) -> HyperstackProvider {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(REQUEST_TIMEOUT_SECS))
-            .user_agent(concat!("gpuprov/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .unwrap_or_default();
+        let credential = settings.api_key.clone().map(|secret| Credential {
+            secret,
+            source: Source::Env(API_KEY_ENV),
+        });
+        let missing = format!(
+            "no Hyperstack API key: set {API_KEY_ENV} (looked in: the {API_KEY_ENV} \
+             environment variable; Hyperstack has no CLI configuration file)"
+        );
+        let base = settings.endpoint.as_deref().unwrap_or(DEFAULT_ENDPOINT);
+        let auth = Auth::Header("api_key");
+        let api = RestClient::new(base, auth, credential, missing, &CLASSIFIER)
+            .with_error_decoder(errors::decode)
+            .with_envelope(errors::envelope);
         HyperstackProvider {
             settings,
-            http,
-            capabilities: None,
+            api,
+            capabilities: Self::default_capabilities(),
         }
     }
 
     /// Replaces the declared capabilities (tests use short timeouts and poll intervals).
     pub fn with_capabilities(mut self, caps: Capabilities) -> HyperstackProvider {
-        self.capabilities = Some(caps);
+        self.capabilities = caps;
         self
     }
 
     /// The capabilities gpuprov declares for Hyperstack (see [`CloudProvider::capabilities`]).
     pub fn default_capabilities() -> Capabilities {
+        use Feature::*;
         Capabilities {
-            supported: vec![
-                Feature::BootScript,
-                Feature::Firewall,
-                Feature::Gpu,
-                Feature::Kubernetes,
-                Feature::Start,
-            ],
-            boot_timeout: Duration::from_secs(20 * 60),
-            ssh_timeout: Duration::from_secs(10 * 60),
-            delete_timeout: Duration::from_secs(15 * 60),
-            poll_interval: Duration::from_secs(10),
+            supported: vec![BootScript, Firewall, Gpu, Kubernetes, Start],
             max_concurrency: 4,
-            min_create_interval: Duration::ZERO,
-            create_list_lag: Duration::from_secs(20),
-            default_regions: Vec::new(),
-            keeps_offer_order: false,
+            poll_interval: Duration::from_secs(10),
+            delete_timeout: Duration::from_secs(15 * 60),
+            ssh_timeout: Duration::from_secs(10 * 60),
+            boot_timeout: Duration::from_secs(20 * 60),
+            ..Capabilities::default()
         }
     }
 
@@ -646,152 +198,17 @@ impl HyperstackProvider {
         &self.settings
     }
 
-    /// The VM name: `gpuprov-<vm>-<first 8 chars of lineage>` (at most [`MAX_NAME_LEN`]).
-    pub fn object_name(vm_name: &str, lineage: &str) -> String {
-        format!("gpuprov-{vm_name}-{}", short(lineage))
-    }
-
     /// The project's environment in `region`: `gpuprov-<lineage8>-<region, lowercase>`,
     /// cut to [`MAX_NAME_LEN`].
-    pub fn environment_name(lineage: &str, region: &str) -> String {
-        let mut n = format!("gpuprov-{}-{}", short(lineage), region.to_lowercase());
+    pub fn environment_name(lineage: &Lineage, region: &str) -> String {
+        let mut n = format!("gpuprov-{}-{}", lineage.short(), region.to_lowercase());
         n.truncate(MAX_NAME_LEN);
         n
     }
 
-    /// The name the project key pair is imported under:
-    /// [`super::project_key_name`] (`gpuprov-<lineage8>-<fp12>`, the key's fingerprint in
-    /// it), so a key pair of the same lineage with another value has another name.
-    pub fn key_name(lineage: &str, public_key: &str) -> String {
-        super::project_key_name(lineage, public_key)
-    }
-
-    fn base(&self) -> &str {
-        self.settings
-            .endpoint
-            .as_deref()
-            .unwrap_or(DEFAULT_ENDPOINT)
-            .trim_end_matches('/')
-    }
-
-    fn lineage(&self) -> &str {
-        self.settings.lineage.as_str()
-    }
-
-    fn secret(&self) -> Option<&str> {
-        self.settings.api_key.as_ref().map(ApiKey::expose)
-    }
-
-    fn classify(&self, e: &ApiError, what: &str) -> ProviderError {
-        classify(e, what, self.secret())
-    }
-
-    /// One API call; returns the body or the error as Hyperstack reported it (a 2xx whose
-    /// envelope says `status: false` is an error too).
-    async fn call_raw(
-        &self,
-        method: Method,
-        path: &str,
-        query: &[(&str, String)],
-        body: Option<&Value>,
-    ) -> Result<Result<Value, ApiError>, ProviderError> {
-        let Some(key) = &self.settings.api_key else {
-            return Err(ProviderError::new(
-                ErrorKind::Credentials,
-                format!(
-                    "no Hyperstack API key: set {API_KEY_ENV} (looked in: the {API_KEY_ENV} \
-                     environment variable; Hyperstack has no CLI configuration file)"
-                ),
-            ));
-        };
-        let url = format!("{}{path}", self.base());
-        let mut req = self
-            .http
-            .request(method, &url)
-            .header("api_key", key.expose());
-        if !query.is_empty() {
-            req = req.query(query);
-        }
-        if let Some(b) = body {
-            req = req.json(b);
-        }
-        let transport = |e: reqwest::Error| ApiError {
-            status: None,
-            message: format!("{} ({})", e.without_url(), super::redact::redact_url(&url)),
-            reason: None,
-            raw: false,
-            retry_after_secs: None,
-        };
-        let resp = match req.send().await {
-            Ok(r) => r,
-            // Nothing was sent: the endpoint is unreachable for every region at once.
-            Err(e) if super::cause::is_refused(&e) => {
-                return Err(ProviderError::new(
-                    ErrorKind::Unreachable,
-                    format!(
-                        "hyperstack: the API endpoint refused the connection ({})",
-                        super::redact::redact_url(&url)
-                    ),
-                ))
-            }
-            Err(e) => return Ok(Err(transport(e))),
-        };
-        let status = resp.status().as_u16();
-        let header = |name: reqwest::header::HeaderName| {
-            resp.headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
-        let retry_after = header(reqwest::header::RETRY_AFTER);
-        let content_type = header(reqwest::header::CONTENT_TYPE);
-        let text = match resp.text().await {
-            Ok(t) => t,
-            Err(e) => return Ok(Err(transport(e))),
-        };
-        if !(200..300).contains(&status) {
-            return Ok(Err(ApiError::from_http(
-                status,
-                content_type.as_deref(),
-                &text,
-                retry_after.as_deref(),
-            )));
-        }
-        let v: Value = serde_json::from_str(&text).map_err(|e| {
-            ProviderError::new(
-                ErrorKind::Failed,
-                format!("hyperstack {path}: unreadable response: {e}"),
-            )
-        })?;
-        if v.get("status") == Some(&Value::Bool(false)) {
-            return Ok(Err(ApiError::from_response(status, &text, None)));
-        }
-        Ok(Ok(v))
-    }
-
-    /// [`Self::call_raw`] with errors classified; parses the body into `T`.
-    async fn call<T: DeserializeOwned>(
-        &self,
-        method: Method,
-        path: &str,
-        query: &[(&str, String)],
-        body: Option<&Value>,
-        what: &str,
-    ) -> Result<T, ProviderError> {
-        let v = self
-            .call_raw(method, path, query, body)
-            .await?
-            .map_err(|e| self.classify(&e, what))?;
-        serde_json::from_value(v).map_err(|e| {
-            ProviderError::new(
-                ErrorKind::Failed,
-                format!("hyperstack {what}: unexpected response shape: {e}"),
-            )
-        })
-    }
-
     /// Every item of a paginated list (`page`, `pageSize`; the items under `field`),
-    /// reading pages until one comes back short or `count` items are in hand.
+    /// through [`paginate::all_pages`]: pages are read until one comes back short or
+    /// `count` items are in hand.
     async fn list_all<T: DeserializeOwned>(
         &self,
         path: &str,
@@ -799,47 +216,55 @@ impl HyperstackProvider {
         field: &str,
         what: &str,
     ) -> Result<Vec<T>, ProviderError> {
-        let mut out: Vec<T> = Vec::new();
-        for page in 1..=MAX_PAGES {
+        let seen = AtomicUsize::new(0);
+        paginate::all_pages(what, |cursor| {
+            let page = match cursor {
+                Cursor::Page(n) => n,
+                _ => 1,
+            };
             let mut q: Vec<(&str, String)> = query.to_vec();
             q.push(("page", page.to_string()));
             q.push(("pageSize", PAGE_SIZE.to_string()));
-            let v: Value = self.call(Method::GET, path, &q, None, what).await?;
-            let items: Vec<T> =
-                serde_json::from_value(v.get(field).cloned().unwrap_or(Value::Array(vec![])))
-                    .map_err(|e| {
-                        ProviderError::new(
-                            ErrorKind::Failed,
-                            format!("hyperstack {what}: unexpected response shape: {e}"),
-                        )
-                    })?;
-            let n = items.len();
-            out.extend(items);
-            let total = v.get("count").and_then(Value::as_u64).map(|c| c as usize);
-            if n < PAGE_SIZE || n == 0 || total.is_some_and(|t| out.len() >= t) {
-                break;
+            let seen = &seen;
+            async move {
+                let mut v: Value = self.api.get(path, &q, Call::other(what)).await?;
+                let items: Vec<T> = self.api.parse(
+                    v.get_mut(field).map(Value::take).unwrap_or(json!([])),
+                    Call::other(what),
+                )?;
+                let n = items.len();
+                let so_far = seen.fetch_add(n, Ordering::Relaxed) + n;
+                let total = v.get("count").and_then(Value::as_u64).map(|c| c as usize);
+                let done = n < PAGE_SIZE || total.is_some_and(|t| so_far >= t);
+                let next = if done {
+                    Next::Done
+                } else {
+                    Next::Page(page + 1)
+                };
+                Ok((items, next))
             }
-        }
-        Ok(out)
+        })
+        .await
     }
 
     /// The flavors of `regions` (all regions when empty), with their regions.
     async fn flavors(&self, regions: &[String]) -> Result<Vec<(String, Flavor)>, ProviderError> {
         if regions.is_empty() {
             let l: FlavorList = self
-                .call(Method::GET, "/core/flavors", &[], None, "list flavors")
+                .api
+                .get("/core/flavors", &[], Call::other("list flavors"))
                 .await?;
             return Ok(flavors_with_region(&l));
         }
         let mut out = Vec::new();
         for r in regions {
+            let what = format!("list flavors of {r}");
             let l: FlavorList = self
-                .call(
-                    Method::GET,
+                .api
+                .get(
                     "/core/flavors",
                     &[("region", r.clone())],
-                    None,
-                    &format!("list flavors of {r}"),
+                    Call::other(&what),
                 )
                 .await?;
             // The server filters; keep exact names only all the same.
@@ -853,37 +278,24 @@ impl HyperstackProvider {
     }
 
     async fn stocks(&self) -> Result<Vec<Stock>, ProviderError> {
-        match self
-            .call_raw(Method::GET, "/core/stocks", &[], None)
-            .await?
-        {
-            Ok(v) => serde_json::from_value::<StockList>(v)
-                .map(|l| l.stocks)
-                .map_err(|e| {
-                    ProviderError::new(
-                        ErrorKind::Failed,
-                        format!("hyperstack list stocks: unexpected response shape: {e}"),
-                    )
-                }),
+        let what = Call::other("list stocks");
+        match self.api.send(Method::GET, "/core/stocks", &[], None).await {
+            Ok(v) => Ok(self.api.parse::<StockList>(v, what)?.stocks),
             // "Stocks Not Found": no stock anywhere.
-            Err(e) if e.is_not_found() => Ok(vec![]),
-            Err(e) => Err(self.classify(&e, "list stocks")),
+            Err(f) if is_not_found(&f) => Ok(vec![]),
+            Err(f) => Err(self.api.fail(&f, what)),
         }
     }
 
     async fn prices(&self) -> Result<Vec<Price>, ProviderError> {
-        self.call(Method::GET, "/pricebook", &[], None, "read the pricebook")
+        self.api
+            .get("/pricebook", &[], Call::other("read the pricebook"))
             .await
     }
 
     /// The project's environment in `region`, created when missing. Returns its name.
-    async fn ensure_environment(
-        &self,
-        lineage: &str,
-        region: &str,
-    ) -> Result<String, ProviderError> {
-        let name = Self::environment_name(lineage, region);
-        let find = |envs: &[Environment]| envs.iter().any(|e| e.name == name && e.region == region);
+    async fn ensure_environment(&self, region: &str) -> Result<String, ProviderError> {
+        let name = Self::environment_name(&self.settings.lineage, region);
         let envs: Vec<Environment> = self
             .list_all(
                 "/core/environments",
@@ -892,7 +304,7 @@ impl HyperstackProvider {
                 "list environments",
             )
             .await?;
-        if find(&envs) {
+        if envs.iter().any(|e| e.name == name && e.region == region) {
             return Ok(name);
         }
         if let Some(other) = envs.iter().find(|e| e.name == name) {
@@ -903,102 +315,73 @@ impl HyperstackProvider {
         }
         let body = json!({ "name": name, "region": region });
         let what = format!("create environment {name} in {region}");
-        match self
-            .call_raw(Method::POST, "/core/environments", &[], Some(&body))
-            .await?
-        {
+        let sent = self
+            .api
+            .send(Method::POST, "/core/environments", &[], Some(&body));
+        match sent.await {
             Ok(v) => {
-                let created: EnvironmentResponse = serde_json::from_value(v).map_err(|e| {
-                    ProviderError::new(
-                        ErrorKind::Failed,
-                        format!("hyperstack {what}: unexpected response shape: {e}"),
-                    )
-                })?;
+                let created: EnvironmentResponse = self.api.parse(v, Call::other(&what))?;
                 Ok(created.environment.name)
             }
             // Created concurrently by another gpuprov run of the project: use it.
-            Err(e) if e.status == Some(409) => Ok(name),
-            Err(e) => Err(self.classify(&e, &what)),
+            Err(f) if f.http_status() == Some(409) => Ok(name),
+            Err(f) => Err(self.api.fail(&f, Call::other(&what))),
         }
     }
 
     /// The name of the key pair in environment `env` whose value is `public_key` (whatever
-    /// its name), importing it as [`Self::key_name`] when there is none. A key pair found
-    /// under that name (or the old `gpuprov-<lineage8>`) with another value is never used
-    /// and never stops the run: the import moves to `<name>-2`, `<name>-3`. A `409` on the
-    /// import (Hyperstack refuses a name already taken; the description says only
-    /// "Conflict") lists again: a concurrent run may have imported the same key, else the
-    /// next name is tried.
-    async fn ensure_key(
-        &self,
-        env: &str,
-        public_key: &str,
-        lineage: &str,
-    ) -> Result<String, ProviderError> {
-        let want = key_value(public_key);
-        if want.is_empty() {
-            return Err(invalid("the project's SSH public key is empty"));
-        }
-        let base = Self::key_name(lineage, public_key);
-        let names: Vec<String> = std::iter::once(base.clone())
-            .chain((2..=KEY_NAME_TRIES).map(|n| format!("{base}-{n}")))
-            .collect();
-        let mut taken: Vec<String> = Vec::new();
-        let mut keys: Option<Vec<Keypair>> = None;
-        for name in &names {
-            if keys.is_none() {
-                keys = Some(
-                    self.list_all("/core/keypairs", &[], "keypairs", "list key pairs")
-                        .await?,
-                );
-            }
-            let in_env: Vec<&Keypair> = keys
-                .iter()
-                .flatten()
+    /// its name), else imported ([`keys::find_or_register`]) as
+    /// [`super::project_key_name`]. A key pair of another value under that name (or the
+    /// old `gpuprov-<lineage8>`) is never used: the import moves to `<name>-2`, `<name>-3`
+    /// ([`keys::free_name`]). A `409` on the import (Hyperstack refuses a name already
+    /// taken; the description says only "Conflict") lists again: a concurrent run may
+    /// have imported the same key, else the next name is tried.
+    async fn ensure_key(&self, env: &str, public_key: &str) -> Result<String, ProviderError> {
+        let base = super::project_key_name(self.settings.lineage.as_str(), public_key);
+        // Names an import was refused for, though no listing showed them.
+        let refused = std::sync::Mutex::new(Vec::<String>::new());
+        let list = || async {
+            let all: Vec<Keypair> = self
+                .list_all("/core/keypairs", &[], "keypairs", "list key pairs")
+                .await?;
+            Ok(all
+                .into_iter()
                 .filter(|k| k.environment.as_ref().is_some_and(|e| e.name == env))
-                .collect();
-            if let Some(k) = in_env.iter().find(|k| key_value(&k.public_key) == want) {
-                return Ok(k.name.clone());
-            }
-            if in_env.iter().any(|k| k.name == *name) {
-                taken.push(name.clone());
-                continue;
-            }
-            let body = json!({
-                "environment_name": env,
-                "name": name,
-                "public_key": public_key.trim(),
+                .collect())
+        };
+        let register = |listed: Vec<Keypair>| {
+            let name = keys::free_name(&base, |n| {
+                listed.iter().any(|k| k.name == n)
+                    || refused.lock().expect("not poisoned").iter().any(|r| r == n)
             });
-            let what = format!("import key pair {name} into {env}");
-            match self
-                .call_raw(Method::POST, "/core/keypairs", &[], Some(&body))
-                .await?
-            {
-                Ok(v) => {
-                    let created: KeypairResponse = serde_json::from_value(v).map_err(|e| {
-                        ProviderError::new(
-                            ErrorKind::Failed,
-                            format!("hyperstack {what}: unexpected response shape: {e}"),
-                        )
-                    })?;
-                    return Ok(created.keypair.name);
+            let refused = &refused;
+            async move {
+                let body = json!({
+                    "environment_name": env,
+                    "name": name,
+                    "public_key": public_key.trim(),
+                });
+                let what = format!("import key pair {name} into {env}");
+                match self
+                    .api
+                    .send(Method::POST, "/core/keypairs", &[], Some(&body))
+                    .await
+                {
+                    Ok(v) => {
+                        let created: KeypairResponse = self.api.parse(v, Call::other(&what))?;
+                        Ok(Registered::Key(created.keypair))
+                    }
+                    Err(f) if f.http_status() == Some(409) => {
+                        refused.lock().expect("not poisoned").push(name);
+                        Ok(Registered::Conflict(self.api.fail(&f, Call::other(&what))))
+                    }
+                    Err(f) => Err(self.api.fail(&f, Call::other(&what))),
                 }
-                Err(e) if e.status == Some(409) => {
-                    taken.push(name.clone());
-                    keys = None;
-                }
-                Err(e) => return Err(self.classify(&e, &what)),
             }
-        }
-        Err(ProviderError::new(
-            ErrorKind::Failed,
-            format!(
-                "hyperstack: environment {env} has key pairs named {} holding other public \
-                 keys; gpuprov uses none of them and could not import the project's key \
-                 under those names",
-                taken.join(", ")
-            ),
-        ))
+        };
+        let k =
+            keys::find_or_register(public_key, list, |k: &Keypair| &k.public_key, register).await?;
+        Ok(k.name)
     }
 
     /// `spec_image` when set, else the region's default image (see [`default_image`]).
@@ -1010,13 +393,13 @@ impl HyperstackProvider {
         if let Some(i) = spec_image.map(str::trim).filter(|s| !s.is_empty()) {
             return Ok(i.to_string());
         }
+        let what = format!("list images of {region}");
         let list: ImageList = self
-            .call(
-                Method::GET,
+            .api
+            .get(
                 "/core/images",
                 &[("region", region.to_string())],
-                None,
-                &format!("list images of {region}"),
+                Call::other(&what),
             )
             .await?;
         default_image(&list, region).ok_or_else(|| {
@@ -1035,19 +418,20 @@ impl CloudProvider for HyperstackProvider {
     }
 
     fn endpoint_override(&self) -> Option<String> {
-        self.settings
-            .endpoint
-            .as_deref()
-            .map(super::redact::redact_url)
+        self.settings.endpoint.as_deref().map(redact_url)
+    }
+
+    /// `HYPERSTACK_API_KEY` (the only place: Hyperstack has no CLI configuration file).
+    async fn credentials(&self) -> CredentialReport {
+        let looked = [Source::Env(API_KEY_ENV).to_string()];
+        CredentialReport::of(self.api.credential(), &looked)
     }
 
     /// Boot script (cloud-init `user_data`), firewall (security rules at create) and GPUs;
     /// no spot. The API documents no rate limits: `max_concurrency` 4 keeps gpuprov modest,
     /// and a 429 is retried after its `Retry-After`.
     fn capabilities(&self) -> Capabilities {
-        self.capabilities
-            .clone()
-            .unwrap_or_else(Self::default_capabilities)
+        self.capabilities.clone()
     }
 
     /// Offers from flavors ⨝ stocks ⨝ pricebook (see the module docs). An empty list means
@@ -1057,7 +441,7 @@ impl CloudProvider for HyperstackProvider {
         if req.spot {
             return Err(invalid("Hyperstack has no spot VMs in its API"));
         }
-        let name_len = Self::object_name(&req.vm_name, "00000000").len();
+        let name_len = super::object_name(&req.vm_name, &self.settings.lineage).len();
         if name_len > MAX_NAME_LEN {
             return Err(invalid(format!(
                 "vm name {} is too long for Hyperstack: VM names are at most {MAX_NAME_LEN} \
@@ -1067,28 +451,7 @@ impl CloudProvider for HyperstackProvider {
         }
         let flavors = self.flavors(&req.regions).await?;
         if !flavors.iter().any(|(_, f)| matches_ask(f, req)) {
-            let mut have: Vec<String> = flavors
-                .iter()
-                .filter(|(_, f)| f.gpu_count > 0 && !f.gpu.is_empty())
-                .map(|(_, f)| format!("{} x{}", f.gpu, f.gpu_count))
-                .collect();
-            have.sort();
-            have.dedup();
-            return Err(invalid(format!(
-                "Hyperstack has no flavor with {} x{}{}; it has: {}",
-                req.gpu.as_deref().unwrap_or("any GPU"),
-                req.gpu_count,
-                if req.regions.is_empty() {
-                    String::new()
-                } else {
-                    format!(" in {}", req.regions.join(", "))
-                },
-                if have.is_empty() {
-                    "none".to_string()
-                } else {
-                    have.join(", ")
-                }
-            )));
+            return Err(invalid(no_flavor(&flavors, req)));
         }
         let stocks = self.stocks().await?;
         let prices = self.prices().await?;
@@ -1100,7 +463,6 @@ impl CloudProvider for HyperstackProvider {
     /// key pair, and picks the image. Returns `{"environment_name", "key_name",
     /// "image_name"}`.
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value, ProviderError> {
-        let lineage = self.lineage();
         let region = offer.location.region.as_str();
         let flavors = self.flavors(&[region.to_string()]).await?;
         let Some((_, flavor)) = flavors.iter().find(|(_, f)| f.name == offer.instance_type) else {
@@ -1133,8 +495,8 @@ impl CloudProvider for HyperstackProvider {
                 ),
             ));
         }
-        let env = self.ensure_environment(lineage, region).await?;
-        let key = self.ensure_key(&env, &spec.ssh_public_key, lineage).await?;
+        let env = self.ensure_environment(region).await?;
+        let key = self.ensure_key(&env, &spec.ssh_public_key).await?;
         let image = self.pick_image(spec.image.as_deref(), region).await?;
         Ok(json!({
             "environment_name": env,
@@ -1155,14 +517,14 @@ impl CloudProvider for HyperstackProvider {
         spec: &InstanceSpec,
     ) -> Result<String, ProviderError> {
         crate::provider::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?;
-        let lineage = self.settings.lineage.as_str();
+        let lineage = &self.settings.lineage;
         let field = |k: &str| {
             prepared
                 .get(k)
                 .and_then(Value::as_str)
                 .ok_or_else(|| invalid(format!("prepared data has no {k}")))
         };
-        let name = Self::object_name(&spec.vm_name, lineage);
+        let name = super::object_name(&spec.vm_name, lineage);
         if name.len() > MAX_NAME_LEN {
             return Err(invalid(format!(
                 "VM name {name} is longer than Hyperstack's {MAX_NAME_LEN} characters"
@@ -1179,47 +541,37 @@ impl CloudProvider for HyperstackProvider {
             "enable_port_randomization": false,
             "labels": [
                 label(IDENTITY_LABEL, &spec.vm_name),
-                label(LINEAGE_LABEL, lineage),
+                label(LINEAGE_LABEL, lineage.as_str()),
             ],
             "security_rules": security_rules(&spec.ports),
         });
         if let Some(b) = &spec.boot_script {
-            body["user_data"] = Value::String(super::cloud_init_user_data(b)?);
+            body["user_data"] = super::cloud_init_user_data(b)?.into();
         }
-        let what = format!(
-            "create VM {} in {}",
-            offer.instance_type, offer.location.region
-        );
+        let (flavor, region) = (&offer.instance_type, &offer.location.region);
+        let what = format!("create VM {flavor} in {region}");
         let r: CreateResponse = self
-            .call(
-                Method::POST,
-                "/core/virtual-machines",
-                &[],
-                Some(&body),
-                &what,
-            )
+            .api
+            .post("/core/virtual-machines", &body, Call::other(&what))
             .await?;
-        r.instances
-            .iter()
-            .find_map(|i| i.id)
-            .map(|id| id.to_string())
-            .ok_or_else(|| {
-                ProviderError::new(
-                    ErrorKind::Failed,
-                    format!("hyperstack {what}: no VM id in the response"),
-                )
-            })
+        match r.instances.iter().find_map(|i| i.id) {
+            Some(id) => Ok(id.to_string()),
+            None => Err(ProviderError::new(
+                ErrorKind::Failed,
+                format!("hyperstack {what}: no VM id in the response"),
+            )),
+        }
     }
 
     /// The VMs of the project's environment in `at.region` with the exact gpuprov name and
     /// both labels, except deleted ones, sorted by id (see [`status_of`] for readiness).
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
-        let lineage = self.lineage();
+        let lineage = &self.settings.lineage;
         if at.cloud != CLOUD {
             return Ok(vec![]);
         }
         let env = Self::environment_name(lineage, &at.region);
-        let name = Self::object_name(vm_name, lineage);
+        let name = super::object_name(vm_name, lineage);
         let vms: Vec<Vm> = self
             .list_all(
                 "/core/virtual-machines",
@@ -1250,48 +602,27 @@ impl CloudProvider for HyperstackProvider {
         Ok(out)
     }
 
+    /// Nothing to do: the security rules go with the VM; the environment and the key pair
+    /// are shared by the project's VMs in the region and stay (see the module docs).
+    async fn cleanup(&self, _: &Location, _: &str) -> Result<(), ProviderError> {
+        Ok(())
+    }
+
     /// `DELETE /core/virtual-machines/{id}` for each id. Not found (404), or an id that is
     /// not a Hyperstack VM id (not an integer), is success. A refusal because the VM is
-    /// mid-transition (still `CREATING`; see [`ApiError::is_busy`]) is `Transient`: the
+    /// mid-transition (still `CREATING`; a rule of [`errors`]) is `Transient`: the
     /// core retries, and nothing is taken for deleted until `observe` no longer sees it.
-    async fn delete(
-        &self,
-        _at: &Location,
-        _vm_name: &str,
-        instance_ids: &[String],
-    ) -> Result<(), ProviderError> {
-        for id in instance_ids {
+    async fn delete(&self, _: &Location, _: &str, ids: &[String]) -> Result<(), ProviderError> {
+        for id in ids {
             let Ok(n) = id.trim().parse::<i64>() else {
                 continue;
             };
             let what = format!("delete VM {n}");
-            match self
-                .call_raw(
-                    Method::DELETE,
-                    &format!("/core/virtual-machines/{n}"),
-                    &[],
-                    None,
-                )
-                .await?
-            {
-                Ok(_) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) if e.is_busy() => {
-                    let mut p = self.classify(&e, &what);
-                    p.kind = ErrorKind::Transient;
-                    p.msg = format!("{} (the VM is not deletable yet; will retry)", p.msg);
-                    p.retry_after_secs = e.retry_after_secs;
-                    return Err(p);
-                }
-                Err(e) => return Err(self.classify(&e, &what)),
-            }
+            let path = format!("/core/virtual-machines/{n}");
+            self.api
+                .delete(&path, is_not_found, Call::named(DELETE, &what))
+                .await?;
         }
-        Ok(())
-    }
-
-    /// Nothing to do: the security rules go with the VM; the environment and the key pair
-    /// are shared by the project's VMs in the region and stay (see the module docs).
-    async fn cleanup(&self, _at: &Location, _vm_name: &str) -> Result<(), ProviderError> {
         Ok(())
     }
 
@@ -1304,12 +635,7 @@ impl CloudProvider for HyperstackProvider {
     /// `Capacity`, one naming a quota is `Quota`, and anything else `Failed`; an id that
     /// is not a Hyperstack VM id → `InvalidRequest`; a VM that no longer exists (`404`) →
     /// `Failed`.
-    async fn start(
-        &self,
-        _at: &Location,
-        _vm_name: &str,
-        instance_id: &str,
-    ) -> Result<(), ProviderError> {
+    async fn start(&self, _: &Location, _: &str, instance_id: &str) -> Result<(), ProviderError> {
         let Ok(n) = instance_id.trim().parse::<i64>() else {
             return Err(invalid(format!(
                 "{instance_id} is not a Hyperstack VM id (an integer)"
@@ -1317,27 +643,25 @@ impl CloudProvider for HyperstackProvider {
         };
         let what = format!("start VM {n}");
         let vm = format!("/core/virtual-machines/{n}");
-        let refused = match self
-            .call_raw(Method::GET, &format!("{vm}/start"), &[], None)
-            .await?
-        {
+        let start = format!("{vm}/start");
+        let refused = match self.api.send(Method::GET, &start, &[], None).await {
             Ok(_) => return Ok(()),
-            Err(e) => e,
+            Err(f) => f,
         };
-        let mut err = self.classify(&refused, &what);
-        if refused.is_not_found() {
+        let mut err = self.api.fail(&refused, Call::other(&what));
+        if is_not_found(&refused) {
             // Gone since it was observed: not a request gpuprov built wrongly.
             err.kind = ErrorKind::Failed;
             return Err(err);
         }
-        if refused.status != Some(400) || err.kind != ErrorKind::Failed {
+        if refused.http_status() != Some(400) || err.kind != ErrorKind::Failed {
             return Err(err);
         }
         #[derive(Deserialize)]
         struct One {
             instance: Vm,
         }
-        let now: One = self.call(Method::GET, &vm, &[], None, &what).await?;
+        let now: One = self.api.get(&vm, &[], Call::other(&what)).await?;
         match now.instance.status.trim().to_uppercase().as_str() {
             "ACTIVE" | "STARTING" | "REBOOTING" | "HARD_REBOOT" => Ok(()),
             other => Err(ProviderError {
@@ -1345,314 +669,5 @@ impl CloudProvider for HyperstackProvider {
                 ..err
             }),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn flavor(name: &str, gpu: &str, n: u32, stock: Option<bool>) -> Flavor {
-        Flavor {
-            name: name.into(),
-            region_name: None,
-            cpu: 28 * n,
-            ram: 180.0 * n as f64,
-            disk: 100,
-            ephemeral: 750,
-            gpu: gpu.into(),
-            gpu_count: n,
-            stock_available: stock,
-        }
-    }
-
-    fn stock(region: &str, model: &str, cfg: &[(&str, i64)]) -> Stock {
-        Stock {
-            region: region.into(),
-            models: vec![StockModel {
-                model: model.into(),
-                configurations: cfg.iter().map(|(k, v)| (k.to_string(), Some(*v))).collect(),
-            }],
-        }
-    }
-
-    fn price(name: &str, v: Value) -> Price {
-        Price {
-            name: name.into(),
-            value: v,
-        }
-    }
-
-    fn ask(gpu: Option<&str>, count: u32, regions: &[&str]) -> ResourceRequest {
-        ResourceRequest {
-            vm_name: "a".into(),
-            regions: regions.iter().map(|r| (*r).into()).collect(),
-            zones: vec![],
-            gpu: gpu.map(str::to_string),
-            gpu_count: count,
-            spot: false,
-            max_price_per_hour: None,
-        }
-    }
-
-    #[test]
-    fn gpu_names_match_by_leading_tokens() {
-        assert!(gpu_matches("H100", "H100-80G-PCIe"));
-        assert!(gpu_matches("h100-80gb", "H100-80G-PCIe"));
-        assert!(gpu_matches("H100-80G-SXM5", "H100-80G-SXM5"));
-        assert!(!gpu_matches("H100-80G-SXM5", "H100-80G-PCIe"));
-        assert!(!gpu_matches("L40", "L40S"));
-        assert!(gpu_matches("RTX A6000", "RTX-A6000"));
-        assert!(!gpu_matches("A100", "H100-80G-PCIe"));
-        assert!(!gpu_matches("", "H100"));
-    }
-
-    #[test]
-    fn offers_join_flavors_stock_and_prices_with_exact_regions() {
-        let flavors = vec![
-            (
-                "CANADA-1".to_string(),
-                flavor("n3-H100x8", "H100-80G-PCIe", 8, Some(true)),
-            ),
-            (
-                "CANADA-10".to_string(),
-                flavor("n3-H100x8", "H100-80G-PCIe", 8, Some(true)),
-            ),
-            (
-                "NORWAY-1".to_string(),
-                flavor("n3-H100x8", "H100-80G-PCIe", 8, Some(true)),
-            ),
-            (
-                "CANADA-1".to_string(),
-                flavor("n3-H100x1", "H100-80G-PCIe", 1, Some(true)),
-            ),
-            // Marked out of stock by the flavor list itself.
-            (
-                "US-1".to_string(),
-                flavor("n3-H100x8", "H100-80G-PCIe", 8, Some(false)),
-            ),
-        ];
-        let stocks = vec![
-            stock("CANADA-1", "H100-80G-PCIe", &[("1x", 3), ("8x", 1)]),
-            stock("CANADA-10", "H100-80G-PCIe", &[("8x", 2)]),
-            stock("NORWAY-1", "H100-80G-PCIe", &[("8x", 0)]),
-            stock("US-1", "H100-80G-PCIe", &[("8x", 5)]),
-        ];
-        let prices = vec![price("H100-80G-PCIe", json!(1.9))];
-        let o = offers_for(
-            &flavors,
-            &stocks,
-            &prices,
-            &ask(Some("H100"), 8, &["CANADA-1"]),
-        );
-        let ids: Vec<&str> = o.iter().map(|o| o.id.as_str()).collect();
-        assert_eq!(ids, ["hyperstack/CANADA-1/n3-H100x8"]);
-        assert_eq!(o[0].price_per_hour, 15.2);
-        assert_eq!(
-            (o[0].gpu.as_deref(), o[0].gpu_count),
-            (Some("H100-80G-PCIe"), 8)
-        );
-        assert_eq!(o[0].detail["vcpus"], 224);
-        // No region named: every region with stock (NORWAY-1 has none, US-1 is marked out).
-        let o = offers_for(&flavors, &stocks, &prices, &ask(Some("H100"), 8, &[]));
-        let ids: Vec<&str> = o.iter().map(|o| o.id.as_str()).collect();
-        assert_eq!(
-            ids,
-            [
-                "hyperstack/CANADA-1/n3-H100x8",
-                "hyperstack/CANADA-10/n3-H100x8"
-            ]
-        );
-        assert!(offers_for(
-            &flavors,
-            &stocks,
-            &prices,
-            &ask(Some("H100"), 8, &["CANADA"])
-        )
-        .is_empty());
-        // No price: no offer.
-        assert!(offers_for(&flavors, &stocks, &[], &ask(Some("H100"), 8, &[])).is_empty());
-    }
-
-    #[test]
-    fn a_flavor_price_wins_over_the_gpu_price_and_strings_parse() {
-        let f = flavor("n3-A100x2", "A100-80G-PCIe", 2, Some(true));
-        assert_eq!(
-            price_of(&[price("A100-80G-PCIe", json!("1.35"))], &f),
-            Some(2.7)
-        );
-        assert_eq!(
-            price_of(
-                &[
-                    price("A100-80G-PCIe", json!(1.35)),
-                    price("n3-A100x2", json!(2.5))
-                ],
-                &f
-            ),
-            Some(2.5)
-        );
-        assert_eq!(price_of(&[price("A100-80G-PCIe", json!(null))], &f), None);
-    }
-
-    fn vm(status: &str, power: Option<&str>, ip: Option<&str>, fip: Option<&str>) -> Vm {
-        Vm {
-            id: Some(7),
-            name: "gpuprov-a-0f0e0d0c".into(),
-            status: status.into(),
-            power_state: power.map(str::to_string),
-            floating_ip: ip.map(str::to_string),
-            floating_ip_status: fip.map(str::to_string),
-            environment: None,
-            labels: vec![],
-        }
-    }
-
-    #[test]
-    fn ready_only_when_active_with_the_floating_ip_attached() {
-        let s = |v: &Vm| status_of(v).map(|(s, e)| (s, e.is_some()));
-        assert_eq!(
-            s(&vm(
-                "ACTIVE",
-                Some("RUNNING"),
-                Some("127.0.0.9"),
-                Some("ATTACHED")
-            )),
-            Some((InstanceStatus::Running, true))
-        );
-        assert_eq!(
-            s(&vm(
-                "ACTIVE",
-                Some("RUNNING"),
-                Some("127.0.0.9"),
-                Some("ATTACHING")
-            )),
-            Some((InstanceStatus::Pending, false))
-        );
-        assert_eq!(
-            s(&vm("ACTIVE", Some("RUNNING"), None, Some("ATTACHED"))),
-            Some((InstanceStatus::Pending, false))
-        );
-        assert_eq!(
-            s(&vm(
-                "ACTIVE",
-                Some("SHUTDOWN"),
-                Some("127.0.0.9"),
-                Some("ATTACHED")
-            )),
-            Some((InstanceStatus::Pending, false))
-        );
-        assert_eq!(
-            s(&vm("CREATING", None, None, None)),
-            Some((InstanceStatus::Pending, false))
-        );
-        assert_eq!(
-            s(&vm("BUILD", None, None, None)),
-            Some((InstanceStatus::Pending, false))
-        );
-        assert_eq!(
-            s(&vm("SHUTOFF", None, None, None)),
-            Some((InstanceStatus::Stopped, false))
-        );
-        assert_eq!(
-            s(&vm("DELETING", None, None, None)),
-            Some((InstanceStatus::Terminating, false))
-        );
-        assert_eq!(
-            s(&vm("ERROR", None, None, None)),
-            Some((InstanceStatus::Failed("ERROR".into()), false))
-        );
-        assert_eq!(s(&vm("DELETED", None, None, None)), None);
-        let (_, ssh) = status_of(&vm("ACTIVE", None, Some("127.0.0.9"), Some("ATTACHED"))).unwrap();
-        let ssh = ssh.unwrap();
-        assert_eq!((ssh.port, ssh.user.as_deref()), (22, Some("ubuntu")));
-    }
-
-    #[test]
-    fn ownership_needs_name_environment_and_labels() {
-        let lin = "0f0e0d0c-1111";
-        let env = HyperstackProvider::environment_name(lin, "CANADA-1");
-        assert_eq!(env, "gpuprov-0f0e0d0c-canada-1");
-        let mut v = vm("ACTIVE", None, None, None);
-        v.environment = Some(VmEnvironment {
-            name: env.clone(),
-            region: Some("CANADA-1".into()),
-        });
-        assert!(is_ours(&v, &env, "CANADA-1", "a", lin));
-        assert!(!is_ours(&v, &env, "CANADA-10", "a", lin));
-        assert!(!is_ours(&v, &env, "CANADA-1", "ab", lin));
-        v.labels = vec![label(IDENTITY_LABEL, "a"), label(LINEAGE_LABEL, "zzz")];
-        assert!(!is_ours(&v, &env, "CANADA-1", "a", lin));
-        v.labels = vec![label(IDENTITY_LABEL, "a"), label(LINEAGE_LABEL, lin)];
-        assert!(is_ours(&v, &env, "CANADA-1", "a", lin));
-        v.environment = None;
-        assert!(is_ours(&v, &env, "CANADA-1", "a", lin), "labels prove it");
-        v.labels.clear();
-        assert!(
-            !is_ours(&v, &env, "CANADA-1", "a", lin),
-            "nothing proves it"
-        );
-        v.environment = Some(VmEnvironment {
-            name: "someone-else".into(),
-            region: Some("CANADA-1".into()),
-        });
-        assert!(!is_ours(&v, &env, "CANADA-1", "a", lin));
-    }
-
-    #[test]
-    fn rules_open_22_and_the_ports_once() {
-        let r = security_rules(&[8080, 22]);
-        let ports: Vec<Value> = r.iter().map(|r| r["port_range_min"].clone()).collect();
-        assert_eq!(ports, [json!(22), json!(8080)]);
-        assert_eq!(r[0]["direction"], "ingress");
-        assert_eq!(r[0]["protocol"], "tcp");
-    }
-
-    #[test]
-    fn the_default_image_is_the_newest_ubuntu_cuda_of_the_region() {
-        let list = ImageList {
-            images: vec![ImageGroup {
-                region_name: Some("CANADA-1".into()),
-                images: vec![
-                    Image {
-                        name: "Ubuntu Server 22.04 LTS".into(),
-                        region_name: None,
-                    },
-                    Image {
-                        name: "Ubuntu Server 22.04 LTS R535 CUDA 12.2".into(),
-                        region_name: None,
-                    },
-                    Image {
-                        name: "Ubuntu Server 24.04 LTS R570 CUDA 12.8".into(),
-                        region_name: None,
-                    },
-                    Image {
-                        name: "Windows Server 2022".into(),
-                        region_name: None,
-                    },
-                ],
-            }],
-        };
-        assert_eq!(
-            default_image(&list, "CANADA-1").as_deref(),
-            Some("Ubuntu Server 24.04 LTS R570 CUDA 12.8")
-        );
-        assert_eq!(default_image(&list, "NORWAY-1"), None);
-    }
-
-    #[test]
-    fn keys_compare_by_value() {
-        assert_eq!(
-            key_value("ssh-ed25519 AAAAx me@laptop\n"),
-            key_value("ssh-ed25519 AAAAx gpuprov")
-        );
-    }
-
-    #[test]
-    fn api_key_debug_is_redacted() {
-        let s = HyperstackSettings {
-            api_key: Some(ApiKey::new("secret_sentinel")),
-            ..HyperstackSettings::from_env_and_config(None, Lineage::random())
-        };
-        assert!(!format!("{s:?}").contains("secret_sentinel"));
     }
 }

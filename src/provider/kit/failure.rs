@@ -50,7 +50,9 @@ pub enum Status {
 pub struct Failure {
     pub status: Status,
     /// The vendor's own error code (Lambda `error.code`, DigitalOcean `id`, EC2 `Code`),
-    /// when the body carried one.
+    /// when the body carried one. `Some("")` marks the vendor's own error body when it has
+    /// no code (Hyperstack's envelope): [`Rule::code`]`("*")` matches it, so phrase rules
+    /// can be kept to the vendor's words (never a proxy's page), and it is not shown.
     pub code: Option<String>,
     /// The vendor's message, a one-line cause for a body that is not the vendor's envelope
     /// (`provider::cause::http_cause`), or a transport description.
@@ -130,7 +132,8 @@ pub struct Rule {
     pub status: Option<(u16, u16)>,
     /// The gRPC code, when set.
     pub grpc: Option<i32>,
-    /// The vendor code: exact, or a prefix when it ends in `*`.
+    /// The vendor code: exact, or a prefix when it ends in `*` (`"*"`: any code, the
+    /// empty one included).
     pub code: Option<&'static str>,
     /// Message phrases (any of them, ignoring case), when non-empty.
     pub phrases: &'static [&'static str],
@@ -305,7 +308,10 @@ impl Classifier {
         if kind == ErrorKind::Credentials && help.is_none() {
             help = Some(self.credentials_help.to_string());
         }
-        let cause = match (f.status, f.code.as_deref()) {
+        // An empty code (a decoder's mark for the vendor's own body without a code, see
+        // `Failure::code`) is not shown.
+        let code = f.code.as_deref().filter(|c| !c.is_empty());
+        let cause = match (f.status, code) {
             (Status::Http(s), Some(c)) => format!("{c} (HTTP {s}): {}", f.message),
             (Status::Grpc(g), Some(c)) => format!("{c} (gRPC {g}): {}", f.message),
             (Status::Grpc(g), None) => format!("gRPC {g}: {}", f.message),
@@ -407,6 +413,26 @@ mod tests {
             Capacity
         );
         assert_eq!(kind(Failure::grpc(9, "precondition"), "c"), Failed);
+    }
+
+    #[test]
+    fn an_empty_code_marks_the_vendors_body_and_is_not_shown() {
+        const VENDOR: &[Rule] = &[Rule::code("*", ErrorKind::Capacity).phrases(&["out of stock"])];
+        let v = Classifier {
+            cloud: "acme",
+            rules: VENDOR,
+            credentials_help: "",
+        };
+        let e = v.classify(
+            &Failure::http(400, Some(String::new()), "HTTP 400: Out of stock"),
+            Call::other("create"),
+            [],
+        );
+        assert_eq!(e.kind, ErrorKind::Capacity);
+        assert_eq!(e.msg, "acme create: HTTP 400: Out of stock");
+        // The same words in a body that is not the vendor's (no code): not capacity.
+        let f = Failure::http(400, None, "HTTP 400 (text/html): Out of stock");
+        assert_eq!(v.classify(&f, Call::other("x"), []).kind, ErrorKind::Failed);
     }
 
     #[test]

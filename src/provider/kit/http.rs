@@ -173,11 +173,16 @@ impl RestClient {
         if let Some(b) = body {
             req = req.json(b);
         }
+        // A refused connection says so (the error's text alone reads "error sending
+        // request"): the user must see that nothing answered at that endpoint.
         let transport = |e: reqwest::Error| {
-            Failure::transport(
-                cause::is_refused(&e),
-                format!("{} ({})", e.without_url(), redact_url(&url)),
-            )
+            let refused = cause::is_refused(&e);
+            let what = if refused {
+                "the API endpoint refused the connection".to_string()
+            } else {
+                e.without_url().to_string()
+            };
+            Failure::transport(refused, format!("{what} ({})", redact_url(&url)))
         };
         let resp = req.send().await.map_err(transport)?;
         let status = resp.status().as_u16();
@@ -467,6 +472,7 @@ mod tests {
         assert_eq!(f.status, Status::Transport { refused: true }, "{f:?}");
         let e = c.fail(&f, Call::other("list"));
         assert_eq!(e.kind, ErrorKind::Unreachable);
+        assert!(e.msg.contains("refused the connection"), "{}", e.msg);
         assert!(!e.msg.contains("sk_test_sentinel"), "{}", e.msg);
         assert!(!format!("{c:?}").contains("sk_test_sentinel"));
     }

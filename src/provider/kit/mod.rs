@@ -20,6 +20,8 @@ pub mod gpu;
 pub mod http;
 pub mod keys;
 pub mod paginate;
+#[cfg(test)]
+pub mod testing;
 
 pub use credentials::{Credential, CredentialReport, Lookup, Source};
 pub use failure::{Call, Classifier, Failure, Rule, Status};

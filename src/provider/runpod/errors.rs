@@ -1,4 +1,5 @@
-//! Classification of RunPod REST v2 errors into [`ErrorKind`]s (design 4.1).
+//! RunPod REST v2 errors as data (design 4.1): the error-body decoder, the
+//! [`Classifier`] table, and the "not found" predicate.
 //!
 //! RunPod answers every error as RFC 9457 `application/problem+json`
 //! (`ErrorResponse{title, status, detail, errors?}`, spec `components.schemas`). There is
@@ -6,13 +7,34 @@
 //! machine-readable code of its own — only a human-readable `detail`". So the kind comes
 //! from the HTTP status and from which call failed ([`Call`]), following the retry table
 //! in the `createPod` description; `detail` only travels into the text shown to the user.
+//!
+//! The kit's defaults cover the rest of that table: no response (a timeout, a reset) and
+//! any `5xx` → `Transient` ("retry the same candidate"); `429` → `Transient` with the
+//! delay of `Retry-After` (integer seconds, spec `TooManyRequestsError`) or else of the
+//! exhausted window of the structured `RateLimit` header (spec `RateLimitHeader`), never
+//! a failover; a refused connection → `Unreachable`; `401` / `403` → `Credentials`; any
+//! other status (`404`, `409`, …) → `Failed`: an unknown error is never taken for
+//! capacity. Callers for which `404` means success (delete) test [`is_not_found`] first.
 
 use serde::Deserialize;
 
-use crate::provider::{ErrorKind, ProviderError};
+use crate::provider::kit::failure::{Classifier, Failure, Rule};
+use crate::provider::kit::http::RateHeaders;
+use crate::provider::kit::Call as KitCall;
+use crate::provider::{cause, ErrorKind, ProviderError};
+
+/// `ErrorResponse` (RFC 9457 problem document), the fields gpuprov shows.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Problem {
+    title: String,
+    detail: String,
+    errors: Vec<String>,
+}
 
 /// Which kind of call failed: a `400` means "try the next candidate" only for a pod
-/// create (the `createPod` table); anywhere else it is a request gpuprov built wrongly.
+/// create (the `createPod` table) or start; anywhere else it is a request gpuprov built
+/// wrongly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Call {
     /// `POST /v2/pods`.
@@ -23,194 +45,143 @@ pub enum Call {
     Other,
 }
 
-/// A failed API call as RunPod reported it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
-    /// HTTP status; `None` when no response arrived (connection, timeout).
-    pub status: Option<u16>,
-    /// `title` of the problem document, when the body was one.
-    pub title: Option<String>,
-    /// `detail` (plus the `errors` list of a `422`), or a transport description; for a body
-    /// that is not a problem document (an HTML page from a proxy, plain text), the whole
-    /// short cause from [`crate::provider::cause::http_cause`] (see `raw`).
-    pub message: String,
-    /// Whether the body was not RunPod's problem document: `message` then already names
-    /// the status and content type, and is never the dumped body.
-    pub raw: bool,
-    /// Seconds to wait before the next call: the `Retry-After` header (integer seconds,
-    /// spec `TooManyRequestsError`), else the reset time `t` of an exhausted window
-    /// (`r=0`) in the `RateLimit` header.
-    pub retry_after_secs: Option<u64>,
+impl Call {
+    /// The name [`Rule::on`] matches.
+    pub fn name(self) -> &'static str {
+        match self {
+            Call::CreatePod => "create",
+            Call::StartPod => "start",
+            Call::Other => "other",
+        }
+    }
+
+    /// The kit's call, described by `what` (which starts the message).
+    pub fn what(self, what: &str) -> KitCall<'_> {
+        KitCall::named(self.name(), what)
+    }
 }
 
-#[derive(Deserialize)]
-struct Problem {
-    #[serde(default)]
-    title: String,
-    #[serde(default)]
-    detail: String,
-    #[serde(default)]
-    errors: Vec<String>,
-}
+/// Shown with a `402` (in the message too: see [`decode`]).
+const ADD_FUNDS: &str =
+    "the RunPod account's balance is insufficient: add funds (no other offer can succeed)";
+/// Shown with a `401` / `403` and a missing key (in the message too for the statuses).
+const CHECK_KEY: &str =
+    "check the API key (RUNPOD_API_KEY or ~/.runpod/config.toml) and its permissions";
 
-/// The seconds until the first exhausted window resets, from a `RateLimit` header such as
-/// `"minute";r=0;t=12, "hour";r=2800;t=1812` (spec `RateLimitHeader`: one member per
-/// window, `r` = remaining requests, `t` = seconds until reset). The longest wait of the
-/// exhausted windows wins; `None` when no window is exhausted or the value is unreadable.
-pub fn exhausted_window_secs(rate_limit: &str) -> Option<u64> {
-    rate_limit
-        .split(',')
-        .filter_map(|member| {
-            let mut r = None;
-            let mut t = None;
-            for param in member.split(';').skip(1) {
-                match param.trim().split_once('=') {
-                    Some(("r", v)) => r = v.trim().parse::<u64>().ok(),
-                    Some(("t", v)) => t = v.trim().parse::<u64>().ok(),
-                    _ => {}
-                }
+/// The vendor's table, first match wins (the kit's defaults follow it).
+const RULES: &[Rule] = &[
+    // `createPod` 400: "this GPU and data center combination could not be placed" *or* a
+    // cross-field rule break, which the spec does not tell apart; "Try your next
+    // candidate".
+    Rule::status(400, ErrorKind::Capacity).on("create").help(
+        "RunPod answers both \"no capacity\" and a broken rule with 400; if every offer fails \
+         so, the request itself is the problem",
+    ),
+    // `podAction` documents no capacity answer (only the generic `BadRequestError`,
+    // "malformed or conflicts with request rules"); the body gpuprov sends (`{"action":
+    // "start"}`) breaks no rule, so a 400 is read as the `createPod` table reads it: the
+    // pod cannot be placed now (its host has no free GPU). Capacity on a start keeps the
+    // stopped pod and never fails over.
+    Rule::status(400, ErrorKind::Capacity)
+        .on("start")
+        .help("read as no capacity to start the stopped pod now: it is kept, with its disk"),
+    // `BadRequestError` on any other call: a request gpuprov built wrongly.
+    Rule::status(400, ErrorKind::InvalidRequest),
+    // `createPod` 402, insufficient balance: "Stop; no candidate will succeed". Not
+    // capacity, so the search aborts rather than trying other offers.
+    Rule::status(402, ErrorKind::Credentials).help(ADD_FUNDS),
+    // `createPod` 403 reads "your account cannot access the requested pool" (skip the
+    // candidate), but a 403 is also what a key without write access gets
+    // (`ForbiddenError`: "the bearer token is valid, but it does not grant access") and
+    // the two are not told apart; the kit's default (`Credentials`) is the reading that
+    // never loops through every offer on a bad key.
+    // `422` `ValidationError`, a contract violation: "Fix the request. Never retry."
+    Rule::status(422, ErrorKind::InvalidRequest),
+];
+
+/// RunPod's classifier.
+pub static CLASSIFIER: Classifier = Classifier {
+    cloud: "runpod",
+    rules: RULES,
+    credentials_help: CHECK_KEY,
+};
+
+/// The kit's error decoder for RunPod: no code; the message `HTTP <s>: <detail>` (the
+/// `title` when `detail` is empty, plus the `errors` list of a `422`) for a problem
+/// document, else the short cause of [`cause::http_cause`] (status, content type, first
+/// line), never a dumped page.
+///
+/// The core shows only an error's message in an abort reason, so the action a user must
+/// take on a `402` or a `401` / `403` is kept in the message too (after `; `), as it
+/// always was; it is also the error's `help`.
+pub fn decode(status: u16, content_type: Option<&str>, body: &str) -> (Option<String>, String) {
+    let mut message = match serde_json::from_str::<Problem>(body) {
+        Ok(p) if !p.title.is_empty() || !p.detail.is_empty() => {
+            let mut m = p.detail.trim().to_string();
+            if m.is_empty() {
+                m = p.title.trim().to_string();
             }
-            (r == Some(0)).then_some(t).flatten()
-        })
-        .max()
+            if !p.errors.is_empty() {
+                m = format!("{m} [{}]", p.errors.join("; "));
+            }
+            if m.is_empty() {
+                format!("HTTP {status}")
+            } else {
+                format!("HTTP {status}: {m}")
+            }
+        }
+        _ => cause::http_cause(status, content_type, body),
+    };
+    match status {
+        402 => message = format!("{message}; {ADD_FUNDS}"),
+        401 | 403 => message = format!("{message}; {CHECK_KEY}"),
+        _ => {}
+    }
+    (None, message)
 }
+
+/// Whether RunPod said the object does not exist (HTTP 404, `NotFoundError`).
+pub fn is_not_found(f: &Failure) -> bool {
+    f.http_status() == Some(404)
+}
+
+/// Builds the [`Failure`] of an HTTP answer outside the client (property tests).
+pub struct ApiError;
 
 impl ApiError {
-    /// An error from an HTTP response: status, raw body, and the `Retry-After` and
-    /// `RateLimit` header values (no `Content-Type` known; see [`ApiError::from_http`]).
+    /// The failure of an answer with `status`, `body`, and the `Retry-After` and
+    /// `RateLimit` header values, as the client would report it.
     pub fn from_response(
         status: u16,
         body: &str,
         retry_after: Option<&str>,
         rate_limit: Option<&str>,
-    ) -> ApiError {
+    ) -> Failure {
         ApiError::from_http(status, None, body, retry_after, rate_limit)
     }
 
-    /// [`ApiError::from_response`] with the response's `Content-Type`, which the short
-    /// cause of a body that is not a problem document names.
+    /// [`ApiError::from_response`] with the response's `Content-Type`.
     pub fn from_http(
         status: u16,
         content_type: Option<&str>,
         body: &str,
         retry_after: Option<&str>,
         rate_limit: Option<&str>,
-    ) -> ApiError {
-        let retry_after_secs = retry_after
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .or_else(|| rate_limit.and_then(exhausted_window_secs));
-        match serde_json::from_str::<Problem>(body) {
-            Ok(p) if !p.title.is_empty() || !p.detail.is_empty() => {
-                let mut message = p.detail.trim().to_string();
-                if message.is_empty() {
-                    message = p.title.trim().to_string();
-                }
-                if !p.errors.is_empty() {
-                    message = format!("{message} [{}]", p.errors.join("; "));
-                }
-                ApiError {
-                    status: Some(status),
-                    title: Some(p.title).filter(|t| !t.is_empty()),
-                    message,
-                    raw: false,
-                    retry_after_secs,
-                }
-            }
-            _ => ApiError {
-                status: Some(status),
-                title: None,
-                message: crate::provider::cause::http_cause(status, content_type, body),
-                raw: true,
-                retry_after_secs,
-            },
-        }
-    }
-
-    /// Whether RunPod said the object does not exist (HTTP 404, `NotFoundError`).
-    pub fn is_not_found(&self) -> bool {
-        self.status == Some(404)
+    ) -> Failure {
+        let (code, message) = decode(status, content_type, body);
+        let rate = RateHeaders {
+            retry_after: retry_after.map(str::to_string),
+            structured: rate_limit.map(str::to_string),
+            ..RateHeaders::default()
+        };
+        Failure::http(status, code, message).with_retry_after(rate.delay_secs(status, 0))
     }
 }
 
-/// Maps a RunPod error onto the provider contract's kinds. `what` names the call (for
-/// example `create pod on NVIDIA H100 80GB HBM3 x8 in US-KS-2`) and starts the message.
-///
-/// Following the retry table of the spec's `createPod` description:
-///
-/// - no response (a timeout, a reset) and any `5xx` → `Transient` (retry the same
-///   candidate); a refused connection never gets here: the adapter reports it as
-///   `Unreachable` before classifying;
-/// - `429` → `Transient` with `retry_after_secs` (back off per `Retry-After`; never a
-///   failover);
-/// - `400` on a pod create → `Capacity` (the spec: "this GPU and data center combination
-///   could not be placed" *or* a cross-field rule break, which it does not tell apart;
-///   "Try your next candidate"); `400` anywhere else → `InvalidRequest`;
-/// - `400` on a pod start → `Capacity`. The spec documents no capacity answer for
-///   `podAction` (only the generic `BadRequestError`, "malformed or conflicts with request
-///   rules"); the body gpuprov sends (`{"action": "start"}`) breaks no rule, so a `400`
-///   is read as the `createPod` table reads it: the pod cannot be placed now (its host has
-///   no free GPU). Capacity on a start keeps the stopped pod and never fails over;
-/// - `402` → `Credentials`: insufficient balance, "Stop; no candidate will succeed". Not
-///   capacity, so the search aborts rather than trying other offers;
-/// - `401` and `403` → `Credentials`. For `createPod` the spec reads a `403` as "your
-///   account cannot access the requested pool" (skip the candidate), but a `403` is also
-///   what a key without write access gets (`ForbiddenError`: "the bearer token is valid,
-///   but it does not grant access") and the two are not told apart; aborting with the
-///   detail is the reading that never loops through every offer on a bad key;
-/// - `422` → `InvalidRequest` (a contract violation: "Fix the request. Never retry.");
-/// - anything else (`404`, `409`, ...) → `Failed`: an unknown error is never taken for
-///   capacity. Callers for which `404` means success (delete) test for it first.
-///
-/// `secret` (the API key) is scrubbed from the message, in case a server ever echoes it.
-pub fn classify(e: &ApiError, call: Call, what: &str, secret: Option<&str>) -> ProviderError {
-    let kind = match (e.status, call) {
-        (None, _) => ErrorKind::Transient,
-        (Some(429), _) => ErrorKind::Transient,
-        (Some(s), _) if s >= 500 => ErrorKind::Transient,
-        (Some(400), Call::CreatePod | Call::StartPod) => ErrorKind::Capacity,
-        (Some(400), Call::Other) => ErrorKind::InvalidRequest,
-        (Some(401..=403), _) => ErrorKind::Credentials,
-        (Some(422), _) => ErrorKind::InvalidRequest,
-        _ => ErrorKind::Failed,
-    };
-    let mut msg = match (e.status, e.message.is_empty()) {
-        (Some(_), false) if e.raw => format!("runpod {what}: {}", e.message),
-        (Some(s), true) => format!("runpod {what}: HTTP {s}"),
-        (Some(s), false) => format!("runpod {what}: HTTP {s}: {}", e.message),
-        (None, _) => format!("runpod {what}: {}", e.message),
-    };
-    match e.status {
-        Some(402) => msg.push_str(
-            "; the RunPod account's balance is insufficient: add funds (no other offer can \
-             succeed)",
-        ),
-        Some(401 | 403) => msg.push_str(&format!(
-            "; check the API key ({} or ~/.runpod/config.toml) and its permissions",
-            super::API_KEY_ENV
-        )),
-        Some(400) if call == Call::CreatePod => msg.push_str(
-            " (RunPod answers both \"no capacity\" and a broken rule with 400; if every offer \
-             fails so, the request itself is the problem)",
-        ),
-        Some(400) if call == Call::StartPod => msg.push_str(
-            " (read as no capacity to start the stopped pod now: it is kept, with its disk)",
-        ),
-        _ => {}
-    }
-    if let Some(s) = secret.filter(|s| !s.is_empty()) {
-        msg = msg.replace(s, "REDACTED");
-    }
-    ProviderError {
-        kind,
-        msg,
-        block: None,
-        retry_after_secs: if kind == ErrorKind::Transient {
-            e.retry_after_secs
-        } else {
-            None
-        },
-        help: None,
-    }
+/// The contract's error for `f` on `call`; `what` starts the message, `secret` is
+/// scrubbed from it.
+pub fn classify(f: &Failure, call: Call, what: &str, secret: Option<&str>) -> ProviderError {
+    CLASSIFIER.classify(f, call.what(what), secret)
 }
 
 #[cfg(test)]
@@ -235,6 +206,7 @@ mod tests {
     #[test]
     fn statuses_follow_the_create_pod_table() {
         assert_eq!(kind(400, Call::CreatePod), ErrorKind::Capacity);
+        assert_eq!(kind(400, Call::StartPod), ErrorKind::Capacity);
         assert_eq!(kind(400, Call::Other), ErrorKind::InvalidRequest);
         assert_eq!(kind(402, Call::CreatePod), ErrorKind::Credentials);
         assert_eq!(kind(401, Call::Other), ErrorKind::Credentials);
@@ -289,16 +261,6 @@ mod tests {
     }
 
     #[test]
-    fn rate_limit_header_parsing() {
-        assert_eq!(
-            exhausted_window_secs("\"minute\";r=0;t=12, \"hour\";r=0;t=1812"),
-            Some(1812)
-        );
-        assert_eq!(exhausted_window_secs("\"minute\";r=3;t=12"), None);
-        assert_eq!(exhausted_window_secs("garbage"), None);
-    }
-
-    #[test]
     fn validation_errors_and_non_problem_bodies() {
         let b = serde_json::json!({
             "title": "Unprocessable Entity", "status": 422,
@@ -315,20 +277,14 @@ mod tests {
         assert_eq!(p.kind, ErrorKind::InvalidRequest);
         assert!(p.msg.contains("bogus"), "{}", p.msg);
         let e = ApiError::from_response(502, "<html>bad gateway</html>", None, None);
-        assert_eq!(e.title, None);
-        assert!(e.raw);
+        assert_eq!(e.code, None);
+        assert_eq!(e.message, "HTTP 502: bad gateway");
         assert_eq!(
             classify(&e, Call::Other, "x", None).kind,
             ErrorKind::Transient
         );
-        assert!(ApiError::from_response(404, "", None, None).is_not_found());
-        let transport = ApiError {
-            status: None,
-            title: None,
-            message: "connection reset".into(),
-            raw: false,
-            retry_after_secs: None,
-        };
+        assert!(is_not_found(&ApiError::from_response(404, "", None, None)));
+        let transport = Failure::transport(false, "connection reset");
         assert_eq!(
             classify(&transport, Call::CreatePod, "x", None).kind,
             ErrorKind::Transient
@@ -356,6 +312,7 @@ mod tests {
             "{}",
             p.msg
         );
+        assert!(p.help.unwrap().contains("it is kept"));
         // The vendor's detail, when the body is the problem document.
         let e = ApiError::from_http(
             503,
@@ -382,8 +339,14 @@ mod tests {
         assert_eq!(p.kind, ErrorKind::Credentials);
         assert!(!p.msg.contains("secret_sentinel_123"), "{}", p.msg);
         assert!(p.msg.contains("RUNPOD_API_KEY"), "{}", p.msg);
+        assert!(p.help.as_deref().unwrap().contains("RUNPOD_API_KEY"));
         let e = ApiError::from_response(402, &body(402, "insufficient balance"), None, None);
         let p = classify(&e, Call::CreatePod, "create", None);
         assert!(p.msg.contains("add funds"), "{}", p.msg);
+        assert_eq!(p.help.as_deref(), Some(ADD_FUNDS));
+        let e = ApiError::from_response(400, &body(400, "x"), None, None);
+        let p = classify(&e, Call::CreatePod, "create", None);
+        assert_eq!(p.msg, "runpod create: HTTP 400: x");
+        assert!(p.help.unwrap().contains("answers both"));
     }
 }

@@ -11,7 +11,9 @@
 //!   centre listed in `dataCenters` with availability other than `NONE`): region = the
 //!   data centre id, id `runpod/<dc>/<tier>/<gpu type id>`, price = `price.<tier>` ×
 //!   count USD per hour (the spec: `price` is per GPU, "the rate for a unit is the figure
-//!   times `gpu.count`"). RunPod's v2 API has no interruptible (spot) pods.
+//!   times `gpu.count`"). RunPod's v2 API has no interruptible (spot) pods. Offers are
+//!   emitted secure tier first; the core orders them (region, price, type, data centre),
+//!   and its stable sort keeps a secure offer ahead of the community one at equal price.
 //! - `prepare`: re-checks stock (`GET /v2/catalog/gpus/{id}` with the same filters); reads
 //!   the account's SSH keys (`GET /v2/account/ssh-keys`) and, when the project key is not
 //!   among them (compared by value, ignoring the comment), registers it with
@@ -38,6 +40,8 @@
 //!   stopped pod is `EXITED` (spec `PodStatus`: "container exited (stopped)"; `stop`
 //!   "releas[es] GPU/CPU compute while keeping its disk"), observed as `Stopped`.
 //!
+//! Calls go through one [`kit::RestClient`]; [`errors`] holds the vendor's part: the
+//! problem-document decoder and the classification table (the `createPod` retry table).
 //! Errors show a short cause: the problem document's `detail` when the body is one, else
 //! [`super::cause::http_cause`] (status, content type, first line), never a dumped page.
 //! A refused connection is `Unreachable` (the whole cloud), with the endpoint redacted.
@@ -58,12 +62,15 @@
 //! Rate limits: 60 requests a minute, 3,000 an hour, 50,000 a day per user (spec
 //! `RateLimitPolicyHeader` example). The core has no request-rate limiter, so the adapter
 //! declares a low concurrency, creates at least 1 s apart and a 10 s poll interval, and
-//! relies on `429` + `Retry-After` beyond that (classified `Transient` with the delay).
+//! relies on `429` + `Retry-After` (else the exhausted window of the `RateLimit` header)
+//! beyond that, classified `Transient` with the delay.
 
+mod api;
 mod errors;
+#[cfg(test)]
+mod tests;
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -71,11 +78,19 @@ use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-pub use errors::{classify, exhausted_window_secs, ApiError, Call};
+/// The credential; its `Debug` never shows the value.
+pub use super::Secret as ApiKey;
+pub use api::Tier;
+use api::{encode_segment, ssh_endpoint, status_of, GpuList, GpuType, Pod, PodList, SshKeys};
+pub use errors::{classify, is_not_found, ApiError, Call, CLASSIFIER};
 
+use super::kit::gpu::norm;
+use super::kit::keys::key_value;
+use super::kit::{self, Auth, Credential, CredentialReport, Lookup, RestClient, Source};
+use super::redact::redact_url;
 use super::{
-    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Lineage,
-    Location, Observed, Offer, ProviderError, ResourceRequest, SshEndpoint,
+    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage, Location, Observed,
+    Offer, ProviderError, ResourceRequest,
 };
 
 /// The cloud name.
@@ -99,25 +114,19 @@ pub const ENV_LINEAGE: &str = "GPUPROV_LINEAGE";
 pub const ENV_DATA_CENTER: &str = "GPUPROV_DATA_CENTER";
 /// The env key RunPod images read authorized keys from (spec `startSsh`).
 pub const ENV_PUBLIC_KEY: &str = "PUBLIC_KEY";
-/// Per-request timeout, seconds.
-const REQUEST_TIMEOUT_SECS: u64 = 60;
-
-/// The credential; its `Debug` never shows the value.
-pub use super::Secret as ApiKey;
 
 /// Configuration of the RunPod adapter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunpodSettings {
-    /// API base URL override; `None` means [`DEFAULT_ENDPOINT`].
-    pub endpoint: Option<String>,
-    /// `None` when no key was found; calls then fail with `Credentials`.
-    pub api_key: Option<ApiKey>,
+    /// The state's lineage (a UUID): `observe` only sees pods carrying it.
+    pub lineage: Lineage,
     /// Where the key was found (`RUNPOD_API_KEY` or the file's path), or where gpuprov
     /// looked when it was not: shown in the `Credentials` error, never the key itself.
     pub key_source: String,
-    /// The state's lineage (a UUID): `observe` only sees pods carrying it. Must be set
-    /// before `prepare`/`create`/`observe`.
-    pub lineage: Lineage,
+    /// `None` when no key was found; calls then fail with `Credentials`.
+    pub api_key: Option<ApiKey>,
+    /// API base URL override; `None` means [`DEFAULT_ENDPOINT`].
+    pub endpoint: Option<String>,
 }
 
 /// The API key in a RunPod CLI configuration file's text: top-level `apiKey` (runpodctl;
@@ -143,50 +152,27 @@ pub fn api_key_from_config(text: &str) -> Option<String> {
 }
 
 /// The API key and where it came from: `env_value` (the value of `RUNPOD_API_KEY`) when
-/// non-empty, else `<home>/.runpod/config.toml`. Without a key, the source names every
-/// place looked at. Never puts the key (or file text that may hold it) in the source.
+/// non-empty, else `<home>/.runpod/config.toml` (through [`kit::Lookup`]). Without a key,
+/// the source names every place looked at. Never puts the key (or file text that may
+/// hold it) in the source.
 pub fn find_api_key(env_value: Option<String>, home: Option<&Path>) -> (Option<ApiKey>, String) {
-    if let Some(k) = env_value
-        .map(|k| k.trim().to_string())
-        .filter(|k| !k.is_empty())
-    {
-        return (
-            Some(ApiKey::new(k)),
-            format!("the {API_KEY_ENV} environment variable"),
-        );
-    }
-    let Some(path) = home.map(|h| h.join(CONFIG_FILE)) else {
-        return (
-            None,
-            format!("the {API_KEY_ENV} environment variable (no home directory to look in)"),
-        );
-    };
-    let looked = |what: &str| {
-        format!(
-            "the {API_KEY_ENV} environment variable, {} ({what})",
-            path.display()
-        )
-    };
-    match std::fs::read_to_string(&path) {
-        Ok(text) => match api_key_from_config(&text) {
-            Some(k) => (Some(ApiKey::new(k)), path.display().to_string()),
-            None => (
-                None,
-                looked("no apiKey, and no api_key in [default], or not valid TOML"),
-            ),
-        },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (None, looked("not found")),
-        Err(e) => (None, looked(&format!("unreadable: {}", e.kind()))),
+    let file = home.map(|h| h.join(CONFIG_FILE));
+    let (found, looked) = Lookup::new()
+        .env_value(API_KEY_ENV, env_value)
+        .file(file.as_deref(), api_key_from_config)
+        .finish();
+    match found {
+        Some(c) => (Some(c.secret), c.source.to_string()),
+        None => (None, looked.join(", ")),
     }
 }
 
 impl RunpodSettings {
     /// Settings from `[cloud.runpod] endpoint` and the environment: endpoint precedence
     /// `GPUPROV_RUNPOD_ENDPOINT` (non-empty) > `endpoint` > [`DEFAULT_ENDPOINT`]; the key
-    /// from [`find_api_key`] with the user's home directory. `lineage` is left empty: the
-    /// caller sets it from the state.
+    /// from [`find_api_key`] with the user's home directory.
     pub fn from_env_and_config(endpoint: Option<String>, lineage: Lineage) -> RunpodSettings {
-        let home: Option<PathBuf> = dirs::home_dir();
+        let home = dirs::home_dir();
         let (api_key, key_source) = find_api_key(std::env::var(API_KEY_ENV).ok(), home.as_deref());
         RunpodSettings {
             endpoint: super::endpoint_from(ENDPOINT_ENV, endpoint),
@@ -200,169 +186,8 @@ impl RunpodSettings {
 /// The RunPod adapter. Construction does no I/O.
 pub struct RunpodProvider {
     settings: RunpodSettings,
-    http: reqwest::Client,
-    capabilities: Option<Capabilities>,
-}
-
-/// A RunPod cloud tier (spec `Cloud`: `SECURE` = RunPod-owned data centres, `COMMUNITY` =
-/// community-hosted hardware).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Tier {
-    Secure,
-    Community,
-}
-
-impl Tier {
-    /// Both tiers, in the order offers of equal price are tried.
-    pub const ALL: [Tier; 2] = [Tier::Secure, Tier::Community];
-
-    /// The API spelling (`SECURE`, `COMMUNITY`).
-    pub fn as_api(self) -> &'static str {
-        match self {
-            Tier::Secure => "SECURE",
-            Tier::Community => "COMMUNITY",
-        }
-    }
-
-    /// The tier an API spelling names.
-    pub fn from_api(s: &str) -> Option<Tier> {
-        Tier::ALL.into_iter().find(|t| t.as_api() == s)
-    }
-}
-
-// ---- API payloads (only the fields gpuprov reads) ----
-
-#[derive(Debug, Clone, Deserialize)]
-struct GpuList {
-    gpus: Vec<GpuType>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-struct GpuType {
-    id: String,
-    name: String,
-    #[serde(default)]
-    secure: bool,
-    #[serde(default)]
-    community: bool,
-    price: PerTier<f64>,
-    #[serde(rename = "maxCount")]
-    max_count: PerTier<u32>,
-    #[serde(default, rename = "dataCenters")]
-    data_centers: Vec<DataCenterStock>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-struct PerTier<T> {
-    secure: T,
-    community: T,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-struct DataCenterStock {
-    id: String,
-    availability: String,
-}
-
-impl GpuType {
-    fn in_tier(&self, t: Tier) -> bool {
-        match t {
-            Tier::Secure => self.secure,
-            Tier::Community => self.community,
-        }
-    }
-    fn price(&self, t: Tier) -> f64 {
-        match t {
-            Tier::Secure => self.price.secure,
-            Tier::Community => self.price.community,
-        }
-    }
-    fn max_count(&self, t: Tier) -> u32 {
-        match t {
-            Tier::Secure => self.max_count.secure,
-            Tier::Community => self.max_count.community,
-        }
-    }
-    /// The data centres with stock (`availability` other than `NONE`).
-    fn stocked(&self) -> impl Iterator<Item = &DataCenterStock> {
-        self.data_centers
-            .iter()
-            .filter(|d| d.availability != "NONE")
-    }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-struct SshKeys {
-    keys: Vec<String>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-struct PodList {
-    pods: Vec<Pod>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-struct Pod {
-    id: String,
-    #[serde(default)]
-    name: String,
-    status: String,
-    #[serde(default)]
-    env: Option<BTreeMap<String, Value>>,
-    #[serde(default, rename = "dataCenterId")]
-    data_center_id: Option<String>,
-    #[serde(default)]
-    ssh: Option<PodSsh>,
-    #[serde(default)]
-    runtime: Option<PodRuntime>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-struct PodSsh {
-    #[serde(default)]
-    direct: Option<PodSshEndpoint>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-struct PodSshEndpoint {
-    #[serde(default)]
-    host: String,
-    #[serde(default)]
-    port: i64,
-    #[serde(default)]
-    username: Option<String>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-struct PodRuntime {
-    #[serde(default)]
-    ports: Option<Vec<RuntimePort>>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-struct RuntimePort {
-    #[serde(default)]
-    private: Option<i64>,
-    #[serde(default)]
-    public: Option<i64>,
-    #[serde(default, rename = "type")]
-    kind: Option<String>,
-    #[serde(default)]
-    ip: Option<String>,
-}
-
-impl Pod {
-    fn env(&self, key: &str) -> Option<&str> {
-        self.env.as_ref()?.get(key)?.as_str()
-    }
-}
-
-/// A GPU name reduced to uppercase letters and digits (`RTX 4090` = `rtx4090`).
-fn norm(s: &str) -> String {
-    s.chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .map(|c| c.to_ascii_uppercase())
-        .collect()
+    api: RestClient,
+    capabilities: Capabilities,
 }
 
 /// Whether the ask's GPU model `want` names the catalog type `id` / `name`: the type id
@@ -375,7 +200,7 @@ pub fn gpu_matches(want: &str, id: &str, name: &str) -> bool {
     if want.is_empty() {
         return false;
     }
-    if want.eq_ignore_ascii_case(id) || norm(want) == norm(name) {
+    if want.eq_ignore_ascii_case(id) || kit::gpu::same_model(want, name) {
         return true;
     }
     let w: Vec<String> = want.split_whitespace().map(norm).collect();
@@ -383,83 +208,15 @@ pub fn gpu_matches(want: &str, id: &str, name: &str) -> bool {
     n.len() > w.len() && n[..w.len()] == w[..]
 }
 
-/// The OpenSSH key without its comment (`type base64`), for comparing keys by value.
-fn key_value(k: &str) -> String {
-    k.split_whitespace().take(2).collect::<Vec<_>>().join(" ")
-}
-
-/// A path segment percent-encoded (GPU type ids hold spaces: `NVIDIA H100 80GB HBM3`).
-fn encode_segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// Normalised status of a RunPod `PodStatus`; `None` for `TERMINATED` (gone).
-/// `PROVISIONING`/`STARTING` → Pending, `RUNNING` → Running, `EXITED` → Stopped,
-/// `ERROR` → Failed.
-fn status_of(s: &str) -> Option<InstanceStatus> {
-    Some(match s {
-        "PROVISIONING" | "STARTING" => InstanceStatus::Pending,
-        "RUNNING" => InstanceStatus::Running,
-        "EXITED" => InstanceStatus::Stopped,
-        "ERROR" => InstanceStatus::Failed("container in an unrecoverable error state".into()),
-        "TERMINATED" => return None,
-        other => InstanceStatus::Failed(format!("unknown RunPod status `{other}`")),
-    })
-}
-
-/// The pod's direct SSH endpoint: `ssh.direct`, else the published `22/tcp` mapping of
-/// `runtime.ports`. `None` while the port is not mapped yet (null `direct`, null
-/// `runtime`, a null `public` port or `ip`): not ready, not an error.
-fn ssh_endpoint(p: &Pod) -> Option<SshEndpoint> {
-    if let Some(d) = p.ssh.as_ref().and_then(|s| s.direct.as_ref()) {
-        if let (false, Ok(port)) = (d.host.trim().is_empty(), u16::try_from(d.port)) {
-            if port != 0 {
-                let user = d
-                    .username
-                    .as_deref()
-                    .map(str::trim)
-                    .filter(|u| !u.is_empty())
-                    .unwrap_or(SSH_USER);
-                return Some(SshEndpoint {
-                    host: d.host.trim().to_string(),
-                    port,
-                    user: Some(user.to_string()),
-                });
-            }
-        }
-    }
-    let ports = p.runtime.as_ref()?.ports.as_ref()?;
-    ports.iter().find_map(|m| {
-        if m.private != Some(22) || m.kind.as_deref() != Some("tcp") {
-            return None;
-        }
-        let host = m.ip.as_deref().map(str::trim).filter(|h| !h.is_empty())?;
-        let port = u16::try_from(m.public?).ok().filter(|p| *p != 0)?;
-        Some(SshEndpoint {
-            host: host.to_string(),
-            port,
-            user: Some(SSH_USER.to_string()),
-        })
-    })
-}
-
 /// Whether a listed pod belongs to `vm_name` of `lineage` at data centre `region`: both
 /// identity env values (or, for a pod without them, the gpuprov name), and the data
 /// centre — `dataCenterId`, else the one asked for at create (`GPUPROV_DATA_CENTER`); a
 /// pod with neither is seen everywhere rather than missed (a missed pod would be created
 /// twice). Data centre ids compare as whole ids, ignoring case (`US-KS-2` ≠ `US-KS-20`).
-fn is_ours(p: &Pod, region: &str, vm_name: &str, lineage: &str) -> bool {
+fn is_ours(p: &Pod, region: &str, vm_name: &str, lineage: &Lineage) -> bool {
     let identity = match (p.env(ENV_VM_NAME), p.env(ENV_LINEAGE)) {
-        (Some(vm), Some(lin)) => vm == vm_name && lin == lineage,
-        (None, None) => p.name == RunpodProvider::object_name(vm_name, lineage),
+        (Some(vm), Some(lin)) => vm == vm_name && *lineage == *lin,
+        (None, None) => p.name == super::object_name(vm_name, lineage),
         _ => false,
     };
     let dc = p
@@ -470,9 +227,10 @@ fn is_ours(p: &Pod, region: &str, vm_name: &str, lineage: &str) -> bool {
     identity && dc.is_none_or(|d| d.eq_ignore_ascii_case(region))
 }
 
-/// Offers of the catalog (`(tier, gpu types)` per tier) for the ask, in order: by the
-/// ask's region order when it names regions, then price, then tier (secure first), then
-/// GPU type and data centre. Regions match data centre ids as whole ids, ignoring case.
+/// Offers of the catalog (`(tier, gpu types)` per tier, secure first) for the ask, in
+/// the catalog's order; the core orders them ([`crate::vm::offers::order`]), keeping a
+/// secure offer ahead of the community one of the same type, data centre and price.
+/// Regions match data centre ids as whole ids, ignoring case.
 fn offers_for(catalog: &[(Tier, Vec<GpuType>)], req: &ResourceRequest, count: u32) -> Vec<Offer> {
     let mut offers = Vec::new();
     for (tier, gpus) in catalog {
@@ -517,199 +275,55 @@ fn offers_for(catalog: &[(Tier, Vec<GpuType>)], req: &ResourceRequest, count: u3
             }
         }
     }
-    let rank = |o: &Offer| {
-        req.regions
-            .iter()
-            .position(|r| r.eq_ignore_ascii_case(&o.location.region))
-            .unwrap_or(0)
-    };
-    let tier = |o: &Offer| {
-        o.detail["tier"]
-            .as_str()
-            .and_then(Tier::from_api)
-            .unwrap_or(Tier::Community)
-    };
-    offers.sort_by(|a, b| {
-        rank(a)
-            .cmp(&rank(b))
-            .then(a.price_per_hour.total_cmp(&b.price_per_hour))
-            .then(tier(a).cmp(&tier(b)))
-            .then(a.instance_type.cmp(&b.instance_type))
-            .then(a.location.region.cmp(&b.location.region))
-    });
     offers
 }
 
 impl RunpodProvider {
-    /// An adapter for `settings`. Never fails and does no I/O.
+    /// An adapter for `settings`: one bearer-auth [`RestClient`] with RunPod's decoder and
+    /// table. Never fails and does no I/O.
     pub fn new(settings: RunpodSettings) -> RunpodProvider {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(REQUEST_TIMEOUT_SECS))
-            .user_agent(concat!("gpuprov/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .unwrap_or_default();
+        let credential = settings.api_key.clone().map(|secret| Credential {
+            secret,
+            source: Source::Other(settings.key_source.clone()),
+        });
+        let missing = format!(
+            "no RunPod API key: set {API_KEY_ENV} or run `runpodctl config --apiKey …` \
+             (looked in: {})",
+            settings.key_source
+        );
+        let base = settings.endpoint.as_deref().unwrap_or(DEFAULT_ENDPOINT);
+        let api = RestClient::new(base, Auth::Bearer, credential, missing, &CLASSIFIER)
+            .with_error_decoder(errors::decode);
         RunpodProvider {
             settings,
-            http,
-            capabilities: None,
+            api,
+            capabilities: Self::default_capabilities(),
         }
     }
 
     /// Replaces the declared capabilities (tests use short timeouts and poll intervals).
     pub fn with_capabilities(mut self, caps: Capabilities) -> RunpodProvider {
-        self.capabilities = Some(caps);
+        self.capabilities = caps;
         self
     }
 
     /// The capabilities RunPod's documentation implies (see [`CloudProvider::capabilities`]).
     pub fn default_capabilities() -> Capabilities {
+        let minutes = |m: u64| Duration::from_secs(m * 60);
         Capabilities {
             supported: vec![Feature::Gpu, Feature::Start],
-            boot_timeout: Duration::from_secs(20 * 60),
-            ssh_timeout: Duration::from_secs(10 * 60),
-            delete_timeout: Duration::from_secs(10 * 60),
+            boot_timeout: minutes(20),
+            ssh_timeout: minutes(10),
+            delete_timeout: minutes(10),
             poll_interval: Duration::from_secs(10),
             max_concurrency: 2,
             min_create_interval: Duration::from_secs(1),
-            create_list_lag: Duration::from_secs(20),
-            default_regions: Vec::new(),
-            keeps_offer_order: false,
+            ..Capabilities::default()
         }
     }
 
     pub fn settings(&self) -> &RunpodSettings {
         &self.settings
-    }
-
-    /// The pod name: `gpuprov-<vm>-<first 8 chars of lineage>`.
-    pub fn object_name(vm_name: &str, lineage: &str) -> String {
-        let short: String = lineage.chars().take(8).collect();
-        format!("gpuprov-{vm_name}-{short}")
-    }
-
-    fn base(&self) -> &str {
-        self.settings
-            .endpoint
-            .as_deref()
-            .unwrap_or(DEFAULT_ENDPOINT)
-            .trim_end_matches('/')
-    }
-
-    fn lineage(&self) -> &str {
-        self.settings.lineage.as_str()
-    }
-
-    fn secret(&self) -> Option<&str> {
-        self.settings.api_key.as_ref().map(ApiKey::expose)
-    }
-
-    fn classify(&self, e: &ApiError, call: Call, what: &str) -> ProviderError {
-        classify(e, call, what, self.secret())
-    }
-
-    /// One API call; returns the JSON body (`Null` for an empty one, such as a `204`) or
-    /// the error as RunPod reported it.
-    async fn call_raw(
-        &self,
-        method: Method,
-        path: &str,
-        query: &[(&str, String)],
-        body: Option<&Value>,
-    ) -> Result<Result<Value, ApiError>, ProviderError> {
-        let Some(key) = &self.settings.api_key else {
-            return Err(ProviderError::new(
-                ErrorKind::Credentials,
-                format!(
-                    "no RunPod API key: set {API_KEY_ENV} or run `runpodctl config --apiKey …` \
-                     (looked in: {})",
-                    self.settings.key_source
-                ),
-            ));
-        };
-        let url = format!("{}{path}", self.base());
-        let mut req = self.http.request(method, &url).bearer_auth(key.expose());
-        if !query.is_empty() {
-            req = req.query(query);
-        }
-        if let Some(b) = body {
-            req = req.json(b);
-        }
-        let transport = |e: reqwest::Error| ApiError {
-            status: None,
-            title: None,
-            message: format!("{} ({})", e.without_url(), super::redact::redact_url(&url)),
-            raw: false,
-            retry_after_secs: None,
-        };
-        let resp = match req.send().await {
-            Ok(r) => r,
-            // Nothing was sent: the endpoint is unreachable for every region at once.
-            Err(e) if super::cause::is_refused(&e) => {
-                return Err(ProviderError::new(
-                    ErrorKind::Unreachable,
-                    format!(
-                        "runpod: the API endpoint refused the connection ({})",
-                        super::redact::redact_url(&url)
-                    ),
-                ))
-            }
-            Err(e) => return Ok(Err(transport(e))),
-        };
-        let status = resp.status().as_u16();
-        let header = |name: &str| {
-            resp.headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
-        let retry_after = header("retry-after");
-        let rate_limit = header("ratelimit");
-        let content_type = header("content-type");
-        let text = match resp.text().await {
-            Ok(t) => t,
-            Err(e) => return Ok(Err(transport(e))),
-        };
-        if !(200..300).contains(&status) {
-            return Ok(Err(ApiError::from_http(
-                status,
-                content_type.as_deref(),
-                &text,
-                retry_after.as_deref(),
-                rate_limit.as_deref(),
-            )));
-        }
-        if text.trim().is_empty() {
-            return Ok(Ok(Value::Null));
-        }
-        let v: Value = serde_json::from_str(&text).map_err(|e| {
-            ProviderError::new(
-                ErrorKind::Failed,
-                format!("runpod {path}: unreadable response: {e}"),
-            )
-        })?;
-        Ok(Ok(v))
-    }
-
-    /// [`Self::call_raw`] with errors classified as `call`; parses the body into `T`.
-    async fn call<T: serde::de::DeserializeOwned>(
-        &self,
-        method: Method,
-        path: &str,
-        query: &[(&str, String)],
-        body: Option<&Value>,
-        call: Call,
-        what: &str,
-    ) -> Result<T, ProviderError> {
-        let v = self
-            .call_raw(method, path, query, body)
-            .await?
-            .map_err(|e| self.classify(&e, call, what))?;
-        serde_json::from_value(v).map_err(|e| {
-            ProviderError::new(
-                ErrorKind::Failed,
-                format!("runpod {what}: unexpected response shape: {e}"),
-            )
-        })
     }
 
     /// The availability filters of a catalog read: `include=AVAILABILITY&product=POD`
@@ -726,14 +340,13 @@ impl RunpodProvider {
 
     /// The GPU catalog of `tier` with pod stock for `count` GPUs.
     async fn catalog(&self, tier: Tier, count: u32) -> Result<Vec<GpuType>, ProviderError> {
+        let what = format!("list GPU types ({} cloud)", tier.as_api());
         let list: GpuList = self
-            .call(
-                Method::GET,
+            .api
+            .get(
                 "/v2/catalog/gpus",
                 &Self::stock_query(tier, count),
-                None,
-                Call::Other,
-                &format!("list GPU types ({} cloud)", tier.as_api()),
+                Call::Other.what(&what),
             )
             .await?;
         Ok(list.gpus)
@@ -750,13 +363,11 @@ impl RunpodProvider {
             ));
         }
         let have: SshKeys = self
-            .call(
-                Method::GET,
+            .api
+            .get(
                 "/v2/account/ssh-keys",
                 &[],
-                None,
-                Call::Other,
-                "list SSH keys",
+                Call::Other.what("list SSH keys"),
             )
             .await?;
         let keys: Vec<String> = have
@@ -771,15 +382,12 @@ impl RunpodProvider {
         // The PUT replaces the whole set: send every existing key plus ours.
         let mut merged = keys;
         merged.push(public_key.trim().to_string());
-        let body = json!({ "keys": merged });
         let now: SshKeys = self
-            .call(
-                Method::PUT,
+            .api
+            .put(
                 "/v2/account/ssh-keys",
-                &[],
-                Some(&body),
-                Call::Other,
-                "register the project's SSH key",
+                &json!({ "keys": merged }),
+                Call::Other.what("register the project's SSH key"),
             )
             .await?;
         Ok(now.keys)
@@ -810,22 +418,23 @@ impl CloudProvider for RunpodProvider {
         CLOUD
     }
 
-    fn endpoint_override(&self) -> Option<String> {
-        self.settings
-            .endpoint
-            .as_deref()
-            .map(super::redact::redact_url)
-    }
-
     /// GPUs only: no boot script (pods are containers started from an image), no firewall
     /// API (exposed ports are mapped to other public ports), no k3s, no spot. Pods pull
     /// their image while booting, so the boot timeout is generous. `max_concurrency` and
     /// `min_create_interval` keep one process well inside the documented 60 requests a
     /// minute; a 429 beyond that carries `Retry-After`.
     fn capabilities(&self) -> Capabilities {
-        self.capabilities
-            .clone()
-            .unwrap_or_else(Self::default_capabilities)
+        self.capabilities.clone()
+    }
+
+    /// `RUNPOD_API_KEY`, else `~/.runpod/config.toml` (see [`find_api_key`]).
+    async fn credentials(&self) -> CredentialReport {
+        let looked = std::slice::from_ref(&self.settings.key_source);
+        CredentialReport::of(self.api.credential(), looked)
+    }
+
+    fn endpoint_override(&self) -> Option<String> {
+        self.settings.endpoint.as_deref().map(redact_url)
     }
 
     /// Offers from the GPU catalog with pod stock, once per tier (see the module docs).
@@ -854,7 +463,8 @@ impl CloudProvider for RunpodProvider {
             })
         });
         if !exists {
-            let mut have: Vec<String> = catalog
+            // Sorted and without repeats: a type listed in both tiers shows once.
+            let have: std::collections::BTreeSet<String> = catalog
                 .iter()
                 .flat_map(|(tier, gpus)| {
                     gpus.iter()
@@ -862,16 +472,13 @@ impl CloudProvider for RunpodProvider {
                         .map(|g| format!("{} x{}", g.name, g.max_count(*tier)))
                 })
                 .collect();
-            have.sort();
-            have.dedup();
-            return Err(ProviderError::new(
-                ErrorKind::InvalidRequest,
-                format!(
-                    "RunPod has no GPU type with {} x{count}; it has (name x max count): {}",
-                    req.gpu.as_deref().unwrap_or("any GPU"),
-                    have.join(", ")
-                ),
-            ));
+            let have: Vec<String> = have.into_iter().collect();
+            let want = req.gpu.as_deref().unwrap_or("any GPU");
+            let msg = format!(
+                "RunPod has no GPU type with {want} x{count}; it has (name x max count): {}",
+                have.join(", ")
+            );
+            return Err(ProviderError::new(ErrorKind::InvalidRequest, msg));
         }
         Ok(offers_for(&catalog, req, count))
     }
@@ -881,7 +488,6 @@ impl CloudProvider for RunpodProvider {
     /// account without dropping the user's keys. Returns `{"public_keys": [..]}`, the
     /// account's key set including the project key (public keys only).
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value, ProviderError> {
-        self.lineage();
         let (tier, gpu_id) = offer_tier(offer)?;
         let path = format!("/v2/catalog/gpus/{}", encode_segment(&gpu_id));
         let what = format!("re-check stock of {gpu_id} ({} cloud)", tier.as_api());
@@ -897,15 +503,10 @@ impl CloudProvider for RunpodProvider {
                 ),
             )
         };
-        let gpu: GpuType = match self.call_raw(Method::GET, &path, &query, None).await? {
-            Ok(v) => serde_json::from_value(v).map_err(|e| {
-                ProviderError::new(
-                    ErrorKind::Failed,
-                    format!("runpod {what}: unexpected response shape: {e}"),
-                )
-            })?,
-            Err(e) if e.is_not_found() => return Err(gone()),
-            Err(e) => return Err(self.classify(&e, Call::Other, &what)),
+        let gpu: GpuType = match self.api.send(Method::GET, &path, &query, None).await {
+            Ok(v) => self.api.parse(v, Call::Other.what(&what))?,
+            Err(f) if is_not_found(&f) => return Err(gone()),
+            Err(f) => return Err(self.api.fail(&f, Call::Other.what(&what))),
         };
         if !gpu
             .stocked()
@@ -929,8 +530,8 @@ impl CloudProvider for RunpodProvider {
         prepared: &Value,
         spec: &InstanceSpec,
     ) -> Result<String, ProviderError> {
-        crate::provider::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?;
-        let lineage = self.settings.lineage.as_str();
+        let lineage = &self.settings.lineage;
+        crate::provider::check_spec_lineage(CLOUD, lineage, spec)?;
         if spec.boot_script.is_some() {
             return Err(ProviderError::new(
                 ErrorKind::InvalidRequest,
@@ -958,7 +559,7 @@ impl CloudProvider for RunpodProvider {
         }
         let region = &offer.location.region;
         let mut body = json!({
-            "name": Self::object_name(&spec.vm_name, lineage),
+            "name": super::object_name(&spec.vm_name, lineage),
             "image": spec
                 .image
                 .as_deref()
@@ -972,7 +573,7 @@ impl CloudProvider for RunpodProvider {
             "env": {
                 ENV_PUBLIC_KEY: keys.join("\n"),
                 ENV_VM_NAME: spec.vm_name,
-                ENV_LINEAGE: lineage,
+                ENV_LINEAGE: lineage.as_str(),
                 ENV_DATA_CENTER: region,
             },
         });
@@ -989,14 +590,8 @@ impl CloudProvider for RunpodProvider {
             id: String,
         }
         let pod: Created = self
-            .call(
-                Method::POST,
-                "/v2/pods",
-                &[],
-                Some(&body),
-                Call::CreatePod,
-                &what,
-            )
+            .api
+            .post("/v2/pods", &body, Call::CreatePod.what(&what))
             .await?;
         Ok(pod.id)
     }
@@ -1005,17 +600,17 @@ impl CloudProvider for RunpodProvider {
     /// `TERMINATED` ones, sorted by id, with the direct SSH endpoint once the pod's `22/tcp`
     /// is mapped (none before: the core keeps waiting).
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
-        let lineage = self.lineage();
         if at.cloud != CLOUD {
             return Ok(vec![]);
         }
         let list: PodList = self
-            .call(Method::GET, "/v2/pods", &[], None, Call::Other, "list pods")
+            .api
+            .get("/v2/pods", &[], Call::Other.what("list pods"))
             .await?;
         let mut out: Vec<Observed> = list
             .pods
             .iter()
-            .filter(|p| is_ours(p, &at.region, vm_name, lineage))
+            .filter(|p| is_ours(p, &at.region, vm_name, &self.settings.lineage))
             .filter_map(|p| {
                 Some(Observed {
                     instance_id: p.id.clone(),
@@ -1029,26 +624,20 @@ impl CloudProvider for RunpodProvider {
     }
 
     /// `DELETE /v2/pods/{id}` for each id; `404` (unknown or already deleted) is success.
-    async fn delete(
-        &self,
-        _at: &Location,
-        _vm_name: &str,
-        instance_ids: &[String],
-    ) -> Result<(), ProviderError> {
-        for id in instance_ids {
+    async fn delete(&self, _: &Location, _: &str, ids: &[String]) -> Result<(), ProviderError> {
+        for id in ids {
+            let what = format!("delete pod {id}");
             let path = format!("/v2/pods/{}", encode_segment(id));
-            match self.call_raw(Method::DELETE, &path, &[], None).await? {
-                Ok(_) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(self.classify(&e, Call::Other, &format!("delete pod {id}"))),
-            }
+            self.api
+                .delete(&path, is_not_found, Call::Other.what(&what))
+                .await?;
         }
         Ok(())
     }
 
     /// Nothing to clean: a pod has no side resources, and the project key stays registered
     /// on the account (it is shared by the project's pods).
-    async fn cleanup(&self, _at: &Location, _vm_name: &str) -> Result<(), ProviderError> {
+    async fn cleanup(&self, _: &Location, _: &str) -> Result<(), ProviderError> {
         Ok(())
     }
 
@@ -1058,310 +647,24 @@ impl CloudProvider for RunpodProvider {
     /// the pod already `RUNNING`, `STARTING` or `PROVISIONING`. Errors: `400` → `Capacity`
     /// (see [`classify`]: the spec documents no capacity answer for a start), others as
     /// [`classify`] says; a pod that no longer exists (`404`) → `Failed`.
-    async fn start(
-        &self,
-        _at: &Location,
-        _vm_name: &str,
-        instance_id: &str,
-    ) -> Result<(), ProviderError> {
+    async fn start(&self, _: &Location, _: &str, instance_id: &str) -> Result<(), ProviderError> {
         let what = format!("start pod {instance_id}");
         let pod = format!("/v2/pods/{}", encode_segment(instance_id));
         let body = json!({ "action": "start" });
-        let refused = match self
-            .call_raw(Method::POST, &format!("{pod}/action"), &[], Some(&body))
-            .await?
-        {
+        let action = format!("{pod}/action");
+        let refused = match self.api.send(Method::POST, &action, &[], Some(&body)).await {
             Ok(_) => return Ok(()),
-            Err(e) if e.status == Some(409) => e,
-            Err(e) => return Err(self.classify(&e, Call::StartPod, &what)),
+            Err(f) if f.http_status() == Some(409) => f,
+            Err(f) => return Err(self.api.fail(&f, Call::StartPod.what(&what))),
         };
-        let now: Pod = self
-            .call(Method::GET, &pod, &[], None, Call::Other, &what)
-            .await?;
+        let now: Pod = self.api.get(&pod, &[], Call::Other.what(&what)).await?;
         match now.status.as_str() {
             "RUNNING" | "STARTING" | "PROVISIONING" => Ok(()),
             other => {
-                let mut e = self.classify(&refused, Call::StartPod, &what);
+                let mut e = self.api.fail(&refused, Call::StartPod.what(&what));
                 e.msg = format!("{} (the pod is {other})", e.msg);
                 Err(e)
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn gpu(id: &str, name: &str, price: (f64, f64), max: (u32, u32), dcs: &[&str]) -> GpuType {
-        GpuType {
-            id: id.into(),
-            name: name.into(),
-            secure: max.0 > 0,
-            community: max.1 > 0,
-            price: PerTier {
-                secure: price.0,
-                community: price.1,
-            },
-            max_count: PerTier {
-                secure: max.0,
-                community: max.1,
-            },
-            data_centers: dcs
-                .iter()
-                .map(|d| DataCenterStock {
-                    id: (*d).into(),
-                    availability: "HIGH".into(),
-                })
-                .collect(),
-        }
-    }
-
-    fn ask(gpu: Option<&str>, count: u32, regions: &[&str]) -> ResourceRequest {
-        ResourceRequest {
-            vm_name: "a".into(),
-            regions: regions.iter().map(|r| (*r).into()).collect(),
-            zones: vec![],
-            gpu: gpu.map(str::to_string),
-            gpu_count: count,
-            spot: false,
-            max_price_per_hour: None,
-        }
-    }
-
-    fn pod(v: Value) -> Pod {
-        serde_json::from_value(v).unwrap()
-    }
-
-    #[test]
-    fn gpu_models_match_by_id_name_or_leading_words() {
-        assert!(gpu_matches("H100", "NVIDIA H100 80GB HBM3", "H100 SXM"));
-        assert!(gpu_matches("h100 sxm", "NVIDIA H100 80GB HBM3", "H100 SXM"));
-        assert!(gpu_matches(
-            "nvidia h100 80gb hbm3",
-            "NVIDIA H100 80GB HBM3",
-            "H100 SXM"
-        ));
-        assert!(gpu_matches(
-            "rtx4090",
-            "NVIDIA GeForce RTX 4090",
-            "RTX 4090"
-        ));
-        assert!(!gpu_matches("L40", "NVIDIA L40S", "L40S"));
-        assert!(!gpu_matches("A40", "NVIDIA RTX A4000", "RTX A4000"));
-        assert!(!gpu_matches("H100 SXM", "NVIDIA H100 NVL", "H100 NVL"));
-        assert!(!gpu_matches("", "x", "y"));
-    }
-
-    #[test]
-    fn offers_per_tier_and_data_centre_with_exact_regions() {
-        let h100 = gpu(
-            "NVIDIA H100 80GB HBM3",
-            "H100 SXM",
-            (2.99, 2.69),
-            (8, 8),
-            &["US-KS-2", "US-KS-20"],
-        );
-        let a100 = gpu(
-            "NVIDIA A100 80GB PCIe",
-            "A100 PCIe",
-            (1.64, 1.19),
-            (8, 0),
-            &["US-KS-2"],
-        );
-        let catalog = vec![
-            (Tier::Secure, vec![h100.clone(), a100.clone()]),
-            (Tier::Community, vec![h100.clone(), a100.clone()]),
-        ];
-        let o = offers_for(&catalog, &ask(Some("H100"), 8, &["US-KS-2"]), 8);
-        let ids: Vec<&str> = o.iter().map(|o| o.id.as_str()).collect();
-        assert_eq!(
-            ids,
-            [
-                "runpod/US-KS-2/community/NVIDIA H100 80GB HBM3",
-                "runpod/US-KS-2/secure/NVIDIA H100 80GB HBM3"
-            ]
-        );
-        assert!(
-            (o[0].price_per_hour - 21.52).abs() < 1e-9,
-            "{}",
-            o[0].price_per_hour
-        );
-        assert_eq!(o[0].gpu.as_deref(), Some("H100 SXM"));
-        assert_eq!(o[0].detail["tier"], "COMMUNITY");
-        // `us-ks-2` names US-KS-2 only, never US-KS-20; `US-KS` names nothing.
-        let o = offers_for(&catalog, &ask(Some("H100"), 8, &["us-ks-2"]), 8);
-        assert!(o.iter().all(|o| o.location.region == "US-KS-2"));
-        assert!(offers_for(&catalog, &ask(Some("H100"), 8, &["US-KS"]), 8).is_empty());
-        // The A100 has no community machines: one secure offer.
-        let o = offers_for(&catalog, &ask(Some("A100"), 2, &[]), 2);
-        assert_eq!(o.len(), 1);
-        assert_eq!(o[0].detail["tier"], "SECURE");
-        // More GPUs than the largest machine: none.
-        assert!(offers_for(&catalog, &ask(Some("A100"), 16, &[]), 16).is_empty());
-        // Region preference first, then price.
-        let o = offers_for(&catalog, &ask(None, 1, &["US-KS-20", "US-KS-2"]), 1);
-        assert_eq!(o[0].location.region, "US-KS-20");
-    }
-
-    #[test]
-    fn statuses_map_and_terminated_is_gone() {
-        assert_eq!(status_of("PROVISIONING"), Some(InstanceStatus::Pending));
-        assert_eq!(status_of("STARTING"), Some(InstanceStatus::Pending));
-        assert_eq!(status_of("RUNNING"), Some(InstanceStatus::Running));
-        assert_eq!(status_of("EXITED"), Some(InstanceStatus::Stopped));
-        assert!(matches!(
-            status_of("ERROR"),
-            Some(InstanceStatus::Failed(_))
-        ));
-        assert_eq!(status_of("TERMINATED"), None);
-    }
-
-    #[test]
-    fn ssh_endpoint_from_direct_then_runtime_ports_and_none_while_unmapped() {
-        let base = json!({"id": "p", "name": "n", "status": "RUNNING"});
-        let with = |extra: Value| {
-            let mut v = base.clone();
-            for (k, x) in extra.as_object().unwrap() {
-                v[k] = x.clone();
-            }
-            pod(v)
-        };
-        let direct = with(json!({"ssh": {"proxy": null, "direct": {
-            "host": "127.0.0.9", "port": 34446, "username": "root", "command": "ssh"}}}));
-        assert_eq!(
-            ssh_endpoint(&direct),
-            Some(SshEndpoint {
-                host: "127.0.0.9".into(),
-                port: 34446,
-                user: Some("root".into())
-            })
-        );
-        let mapped = with(
-            json!({"ssh": {"proxy": null, "direct": null}, "runtime": {"ports": [
-            {"private": 8888, "public": 40000, "type": "http", "ip": "127.0.0.9"},
-            {"private": 22, "public": 40022, "type": "tcp", "ip": "127.0.0.9"}]}}),
-        );
-        assert_eq!(ssh_endpoint(&mapped).unwrap().port, 40022);
-        for unmapped in [
-            json!({}),
-            json!({"ssh": {"proxy": null, "direct": null}, "runtime": null}),
-            json!({"runtime": {}}),
-            json!({"runtime": {"ports": null}}),
-            json!({"runtime": {"ports": []}}),
-            json!({"runtime": {"ports": [{"private": 22, "public": null, "type": "tcp", "ip": null}]}}),
-            json!({"runtime": {"ports": [{"private": 22, "public": 40022, "type": "tcp", "ip": null}]}}),
-        ] {
-            assert_eq!(ssh_endpoint(&with(unmapped.clone())), None, "{unmapped}");
-        }
-    }
-
-    #[test]
-    fn ownership_needs_identity_and_data_centre() {
-        let lin = "0f0e0d0c-1111";
-        let p = |env: Value, dc: Value, name: &str| {
-            pod(
-                json!({"id": "p", "name": name, "status": "RUNNING", "env": env, "dataCenterId": dc}),
-            )
-        };
-        let ours = json!({ENV_VM_NAME: "a", ENV_LINEAGE: lin, ENV_DATA_CENTER: "US-KS-2"});
-        assert!(is_ours(
-            &p(ours.clone(), json!("US-KS-2"), "x"),
-            "US-KS-2",
-            "a",
-            lin
-        ));
-        assert!(!is_ours(
-            &p(ours.clone(), json!("US-KS-2"), "x"),
-            "US-KS-20",
-            "a",
-            lin
-        ));
-        // Not yet scheduled: the data centre asked for at create decides.
-        assert!(is_ours(
-            &p(ours.clone(), Value::Null, "x"),
-            "US-KS-2",
-            "a",
-            lin
-        ));
-        assert!(!is_ours(&p(ours, Value::Null, "x"), "EU-RO-1", "a", lin));
-        let other = json!({ENV_VM_NAME: "a", ENV_LINEAGE: "zzz"});
-        assert!(!is_ours(
-            &p(other, json!("US-KS-2"), "gpuprov-a-0f0e0d0c"),
-            "US-KS-2",
-            "a",
-            lin
-        ));
-        // No identity env: the gpuprov name.
-        assert!(is_ours(
-            &p(json!({}), json!("US-KS-2"), "gpuprov-a-0f0e0d0c"),
-            "US-KS-2",
-            "a",
-            lin
-        ));
-        assert!(!is_ours(
-            &p(json!({}), json!("US-KS-2"), "mine"),
-            "US-KS-2",
-            "a",
-            lin
-        ));
-    }
-
-    #[test]
-    fn api_key_from_the_runpod_cli_config_files() {
-        assert_eq!(
-            api_key_from_config("apiUrl = \"https://api.runpod.io/graphql\"\napiKey = \"rpa_x\"\n")
-                .as_deref(),
-            Some("rpa_x")
-        );
-        assert_eq!(
-            api_key_from_config("apikey = 'rpa_y'").as_deref(),
-            Some("rpa_y")
-        );
-        assert_eq!(
-            api_key_from_config("[default]\napi_key = \"rpa_z\"\n").as_deref(),
-            Some("rpa_z")
-        );
-        assert_eq!(api_key_from_config("apiKey = \"\""), None);
-        assert_eq!(api_key_from_config("not toml = = ="), None);
-
-        let home = tempfile::tempdir().unwrap();
-        let (k, src) = find_api_key(Some("  env_key ".into()), Some(home.path()));
-        assert_eq!(k, Some(ApiKey::new("env_key")));
-        assert!(src.contains(API_KEY_ENV));
-        let (k, src) = find_api_key(None, Some(home.path()));
-        assert_eq!(k, None);
-        assert!(
-            src.contains(API_KEY_ENV) && src.contains("config.toml"),
-            "{src}"
-        );
-        std::fs::create_dir_all(home.path().join(".runpod")).unwrap();
-        std::fs::write(home.path().join(CONFIG_FILE), "apiKey = \"file_key\"\n").unwrap();
-        let (k, src) = find_api_key(Some(String::new()), Some(home.path()));
-        assert_eq!(k, Some(ApiKey::new("file_key")));
-        assert!(!src.contains("file_key"));
-        std::fs::write(home.path().join(CONFIG_FILE), "apiKey = \"file_key\" junk").unwrap();
-        let (k, src) = find_api_key(None, Some(home.path()));
-        assert_eq!(k, None);
-        assert!(!src.contains("file_key"), "{src}");
-    }
-
-    #[test]
-    fn segments_are_percent_encoded() {
-        assert_eq!(
-            encode_segment("NVIDIA H100 80GB HBM3"),
-            "NVIDIA%20H100%2080GB%20HBM3"
-        );
-        assert_eq!(encode_segment("abc-12_x.y"), "abc-12_x.y");
-        assert_eq!(encode_segment("a/b"), "a%2Fb");
-    }
-
-    #[test]
-    fn api_key_debug_is_redacted() {
-        let s = RunpodSettings {
-            api_key: Some(ApiKey::new("secret_sentinel")),
-            ..RunpodSettings::from_env_and_config(None, Lineage::random())
-        };
-        assert!(!format!("{s:?}").contains("secret_sentinel"));
     }
 }
