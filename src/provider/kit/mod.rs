@@ -24,3 +24,7 @@ pub mod paginate;
 pub use credentials::{Credential, CredentialReport, Lookup, Source};
 pub use failure::{Call, Classifier, Failure, Rule, Status};
 pub use http::{Auth, RestClient};
+
+pub mod ports;
+#[cfg(test)]
+pub mod testing;
