@@ -25,6 +25,7 @@ pub use credentials::{Credential, CredentialReport, Lookup, Source};
 pub use failure::{Call, Classifier, Failure, Rule, Status};
 pub use http::{Auth, RestClient};
 
+pub mod offer;
 pub mod ports;
 #[cfg(test)]
 pub mod testing;
