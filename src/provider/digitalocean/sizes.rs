@@ -4,8 +4,8 @@
 use serde_json::json;
 
 use super::api::{Region, Size};
-use super::{Capabilities, Location, Offer, ResourceRequest, CLOUD, DEFAULT_IMAGE};
-use crate::provider::kit::gpu;
+use super::{Capabilities, Offer, ResourceRequest, CLOUD, DEFAULT_IMAGE};
+use crate::provider::kit::{gpu, offer};
 
 /// Upper bound on offers for a CPU-only ask (every size × region would be hundreds).
 const MAX_CPU_OFFERS: usize = 50;
@@ -55,17 +55,8 @@ pub(super) fn offers_for(sizes: &[Size], regions: &[Region], req: &ResourceReque
                 continue;
             }
             offers.push(Offer {
-                id: format!("{CLOUD}/{r}/{}", s.slug),
-                location: Location {
-                    cloud: CLOUD.to_string(),
-                    region: r.clone(),
-                    zone: None,
-                },
-                instance_type: s.slug.clone(),
                 gpu: model.clone(),
                 gpu_count: count,
-                spot: false,
-                price_per_hour: s.price_hourly,
                 detail: json!({
                     "description": s.description,
                     "vcpus": s.vcpus,
@@ -74,6 +65,7 @@ pub(super) fn offers_for(sizes: &[Size], regions: &[Region], req: &ResourceReque
                     "gpu_model": gpu.map(|g| g.model.clone()),
                     "gpu_vram": gpu.and_then(|g| g.vram.as_ref()).map(|v| format!("{} {}", v.amount, v.unit)),
                 }),
+                ..offer::on_demand(CLOUD, r, &s.slug, s.price_hourly)
             });
         }
     }

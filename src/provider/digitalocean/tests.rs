@@ -212,11 +212,17 @@ fn doctl_contexts_pick_their_token() {
     );
 }
 
-#[test]
-fn token_debug_is_redacted() {
-    let s = DigitalOceanSettings {
-        token: Some(Token::new("dop_v1_secret_sentinel")),
-        ..DigitalOceanSettings::from_env_and_config(None, Lineage::random())
-    };
-    assert!(!format!("{s:?}").contains("dop_v1_secret_sentinel"));
+#[tokio::test]
+async fn the_token_is_never_shown() {
+    let (token, _) = find_token(|_| Some("dop_v1_secret_sentinel".into()), &[]);
+    let p = DigitalOceanProvider::new(DigitalOceanSettings {
+        endpoint: None,
+        token: token.map(|c| c.secret),
+        token_source: "test".into(),
+        lineage: Lineage::random(),
+    });
+    let report = p.credentials().await;
+    assert_eq!(report, CredentialReport::Found("test".into()));
+    let shown = format!("{:?} {:?} {report:?}", p.settings(), p.api);
+    assert!(!shown.contains("dop_v1_secret_sentinel"), "{shown}");
 }

@@ -341,19 +341,12 @@ fn offers_for(types: &[TypesItem], req: &ResourceRequest) -> Vec<Offer> {
             if !req.regions.is_empty() && !req.regions.contains(&r.name) {
                 continue;
             }
+            let price = it.price_cents_per_hour as f64 / 100.0;
             offers.push(Offer {
-                id: format!("{CLOUD}/{}/{}", r.name, it.name),
-                location: Location {
-                    cloud: CLOUD.to_string(),
-                    region: r.name.clone(),
-                    zone: None,
-                },
-                instance_type: it.name.clone(),
                 gpu: model.clone(),
                 gpu_count: it.specs.gpus,
-                spot: false,
-                price_per_hour: it.price_cents_per_hour as f64 / 100.0,
                 detail: json!({ "description": it.description }),
+                ..kit::offer::on_demand(CLOUD, &r.name, &it.name, price)
             });
         }
     }

@@ -152,5 +152,7 @@ fn api_key_debug_is_redacted() {
         api_key: Some(ApiKey::new("secret_sentinel")),
         ..LambdaSettings::from_env_and_config(None, Lineage::random())
     };
-    assert!(!format!("{s:?}").contains("secret_sentinel"));
+    let p = LambdaProvider::new(s.clone());
+    let shown = format!("{s:?} {:?}", p.api);
+    assert!(!shown.contains("secret_sentinel"), "{shown}");
 }
