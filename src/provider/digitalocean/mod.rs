@@ -34,7 +34,7 @@
 //! - `start`: `POST /v2/droplets/{id}/actions` `{"type": "power_on"}` for a droplet that
 //!   is `off` (`Feature::Start`); one already `new` or `active` is left alone.
 //!
-//! Errors ([`errors`]): the `error` object's `id` and `message`, classified by status and,
+//! Errors (`errors.rs`): the `error` object's `id` and `message`, classified by status and,
 //! for 422, by known message phrases through a table; a body that is not the `error`
 //! object (a proxy's HTML page) is shown as one short line (`provider::cause::http_cause`);
 //! a refused connection is `Unreachable`.

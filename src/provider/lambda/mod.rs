@@ -25,7 +25,7 @@
 //!   instance) but no stopped state (`InstanceStatus` has none), so `Feature::Start` is not
 //!   declared.
 //!
-//! Errors ([`errors`]): the `{"error": {code, message, suggestion}}` envelope decoded and
+//! Errors (`errors.rs`): the `{"error": {code, message, suggestion}}` envelope decoded and
 //! classified by `code` through a table; a body that is not the envelope (a proxy's HTML
 //! page) is shown as one short line (`provider::cause::http_cause`); a refused connection
 //! is `Unreachable`. Successful answers are read from their `{"data": …}` envelope.
