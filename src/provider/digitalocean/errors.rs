@@ -1,4 +1,5 @@
-//! Classification of DigitalOcean API errors into [`ErrorKind`]s (design 4.1).
+//! DigitalOcean's errors as data (design 4.1): the error body decoder and the table that
+//! classifies a [`Failure`] into the contract's kinds.
 //!
 //! Every 4xx/5xx answer carries the `error` schema of the API description: `{"id",
 //! "message", "request_id"?}`, where `id` names the HTTP status (`not_found`,
@@ -7,10 +8,17 @@
 //! `unprocessable_entity` and differ only in `message` (SOURCES.md, "Capacity / quota",
 //! from DigitalOcean issue threads). So the kind comes from the status, and for 422 from a
 //! short list of known message phrases; an unknown message is `Failed`, never `Capacity`.
+//!
+//! Beyond the table, the kit's defaults hold: a refused connection → `Unreachable`, no
+//! response otherwise → `Transient`, 429 → `Transient` with `retry-after`, else the wait
+//! until `ratelimit-reset` (spec "Rate Limit"; never failover), 5xx → `Transient`,
+//! 401 / 403 → `Credentials`, anything else (including any other 422) → `Failed`.
 
 use serde::Deserialize;
 
-use crate::provider::{ErrorKind, ProviderError};
+use crate::provider::kit::http::{failure_of, RateHeaders as Headers};
+use crate::provider::kit::{Call, Classifier, Failure, Rule};
+use crate::provider::{cause, ErrorKind, ProviderError};
 
 /// `error.id` of a 404 (spec `error` schema example).
 pub const NOT_FOUND: &str = "not_found";
@@ -29,24 +37,37 @@ pub const SIZE_UNAVAILABLE_PHRASES: &[&str] = &[
 /// Phrases (lowercase) of a 422 `message` meaning the region takes no new droplets at all
 /// ("Region is not available"): `Capacity` blocking the whole region.
 pub const REGION_UNAVAILABLE_PHRASES: &[&str] = &["region is not available"];
+/// Phrase of the 422 refusing a key whose value is already registered ("SSH Key is already
+/// in use on your account").
+pub const KEY_IN_USE_PHRASES: &[&str] = &["in use"];
+/// Phrase of the 422 refusing a tag that exists already.
+pub const TAG_EXISTS_PHRASES: &[&str] = &["exist"];
 
-/// A failed API call as DigitalOcean reported it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
-    /// HTTP status; `None` when no response arrived (connection, timeout).
-    pub status: Option<u16>,
-    /// `error.id`, when the body was the documented error object.
-    pub id: Option<String>,
-    /// `error.message`; for a body that is not the error object, a short cause
-    /// ([`crate::provider::cause::http_cause`]); or a transport description.
-    pub message: String,
-    /// Seconds to wait before the next call: `retry-after` (sent on burst-limit 429s), else
-    /// on a 429 `ratelimit-reset` (Unix epoch seconds) minus now.
-    pub retry_after_secs: Option<u64>,
-    /// No response: the endpoint refused the connection (or its name did not resolve),
-    /// [`crate::provider::cause::is_refused`].
-    pub refused: bool,
-}
+/// DigitalOcean's statuses and 422 messages, in the order they are tried.
+const RULES: &[Rule] = &[
+    // 422 `unprocessable_entity`, `message` naming the droplet limit: blocks the region
+    // (the kind's default scope).
+    Rule::status(422, ErrorKind::Quota).phrases(QUOTA_PHRASES),
+    // 422, the region takes no droplets: blocks every offer of the region (on the calls
+    // that name one: create, start).
+    Rule::status(422, ErrorKind::Capacity)
+        .phrases(REGION_UNAVAILABLE_PHRASES)
+        .region_wide(),
+    // 422, the size cannot be created in the region now: blocks the offer.
+    Rule::status(422, ErrorKind::Capacity).phrases(SIZE_UNAVAILABLE_PHRASES),
+    // 400 `bad_request`, 404 `not_found` (delete, cleanup and start test for not found
+    // first).
+    Rule::status(400, ErrorKind::InvalidRequest),
+    Rule::status(404, ErrorKind::InvalidRequest),
+];
+
+/// DigitalOcean's classifier.
+pub static CLASSIFIER: Classifier = Classifier {
+    cloud: super::CLOUD,
+    rules: RULES,
+    credentials_help: "check the token in DIGITALOCEAN_TOKEN / DIGITALOCEAN_ACCESS_TOKEN or \
+                       doctl's config.yaml",
+};
 
 #[derive(Deserialize)]
 struct ErrorBody {
@@ -55,7 +76,31 @@ struct ErrorBody {
     message: String,
 }
 
-/// The rate-limit headers of a response (spec `components.headers`, "Rate Limit").
+/// The error body decoder: `error.id` as the code and `error.message`. A body that is not
+/// the error object (an HTML page from a proxy, plain text) is reduced to one short line
+/// naming the status and content type, never kept whole.
+pub fn decode_error(
+    status: u16,
+    content_type: Option<&str>,
+    body: &str,
+) -> (Option<String>, String) {
+    match serde_json::from_str::<ErrorBody>(body) {
+        Ok(e) => (Some(e.id), e.message.trim().to_string()),
+        Err(_) => (None, cause::http_cause(status, content_type, body)),
+    }
+}
+
+/// Whether DigitalOcean said the object does not exist (HTTP 404, `not_found`).
+pub fn is_not_found(f: &Failure) -> bool {
+    f.http_status() == Some(404) || (f.http_status().is_some() && f.has_code(NOT_FOUND))
+}
+
+/// Whether the failure is a 422 whose message has one of `phrases`.
+pub fn is_422(f: &Failure, phrases: &[&str]) -> bool {
+    f.http_status() == Some(422) && f.message_has(phrases)
+}
+
+/// The rate-limit headers of a response as numbers (spec `components.headers`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RateHeaders {
     /// `retry-after`, seconds.
@@ -64,63 +109,6 @@ pub struct RateHeaders {
     pub remaining: Option<u64>,
     /// `ratelimit-reset`, Unix epoch seconds when the oldest counted request expires.
     pub reset_epoch: Option<u64>,
-}
-
-/// Longest delay a `ratelimit-reset` hint may ask for (DigitalOcean's window is one hour).
-const MAX_RESET_WAIT_SECS: u64 = 3600;
-
-impl ApiError {
-    /// An error from an HTTP response: status, `Content-Type`, raw body, rate-limit headers
-    /// and the current Unix time in seconds (to turn `ratelimit-reset` into a delay). A
-    /// body that is not the error object (an HTML page from a proxy, plain text) is reduced
-    /// to one short line naming the status and content type, never kept whole.
-    pub fn from_response(
-        status: u16,
-        content_type: Option<&str>,
-        body: &str,
-        rate: RateHeaders,
-        now_epoch: u64,
-    ) -> ApiError {
-        let retry_after_secs = if status == 429 {
-            rate.retry_after.or_else(|| {
-                rate.reset_epoch
-                    .filter(|_| rate.remaining.is_none_or(|r| r == 0))
-                    .map(|reset| {
-                        reset
-                            .saturating_sub(now_epoch)
-                            .clamp(1, MAX_RESET_WAIT_SECS)
-                    })
-            })
-        } else {
-            rate.retry_after
-        };
-        match serde_json::from_str::<ErrorBody>(body) {
-            Ok(e) => ApiError {
-                status: Some(status),
-                id: Some(e.id),
-                message: e.message.trim().to_string(),
-                retry_after_secs,
-                refused: false,
-            },
-            Err(_) => ApiError {
-                status: Some(status),
-                id: None,
-                message: crate::provider::cause::http_cause(status, content_type, body),
-                retry_after_secs,
-                refused: false,
-            },
-        }
-    }
-
-    /// Whether DigitalOcean said the object does not exist (HTTP 404, `not_found`).
-    pub fn is_not_found(&self) -> bool {
-        self.status == Some(404) || (self.status.is_some() && self.id.as_deref() == Some(NOT_FOUND))
-    }
-
-    fn message_has(&self, phrases: &[&str]) -> bool {
-        let m = self.message.to_lowercase();
-        phrases.iter().any(|p| m.contains(p))
-    }
 }
 
 /// The scope a classified error asks the core to block, beyond the kind's default.
@@ -132,69 +120,45 @@ pub enum Scope {
     Region,
 }
 
-/// Maps a DigitalOcean error onto the contract's kinds. `what` names the call (for example
-/// `create gpu-h100x1-80gb in tor1`) and starts the message. Returns the error and the
-/// scope to block.
-///
-/// - no response because the endpoint refused the connection → `Unreachable` (the core
-///   blocks the whole cloud at once);
-/// - no response otherwise (timeout, reset) → `Transient`;
-/// - HTTP 429 → `Transient` with the hinted delay (never failover);
-/// - 5xx → `Transient`;
-/// - 401 / 403 → `Credentials`;
-/// - 422 whose message says the droplet limit is exceeded → `Quota` (blocks the region);
-/// - 422 saying the size is unavailable (in this region) → `Capacity` (blocks the offer);
-/// - 422 saying the region is not available → `Capacity` blocking the whole region;
-/// - 400 and 404 → `InvalidRequest` (callers for which "not found" means success test
-///   for it first);
-/// - anything else, including any other 422 → `Failed`: an unknown error is never taken
-///   for capacity.
-///
-/// `secret` (the token) is scrubbed from the message, in case a server ever echoes it.
+/// One error response as DigitalOcean sent it (status, `Content-Type`, body, rate-limit
+/// headers, the time), decoded; for classifying answers without a server (the property
+/// tests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError(pub Failure);
+
+impl ApiError {
+    pub fn from_response(
+        status: u16,
+        content_type: Option<&str>,
+        body: &str,
+        rate: RateHeaders,
+        now_epoch: u64,
+    ) -> ApiError {
+        let text = |v: Option<u64>| v.map(|n| n.to_string());
+        let headers = Headers {
+            retry_after: text(rate.retry_after),
+            remaining: text(rate.remaining),
+            reset: text(rate.reset_epoch),
+            structured: None,
+        };
+        ApiError(failure_of(
+            decode_error,
+            status,
+            content_type,
+            body,
+            &headers,
+            now_epoch,
+        ))
+    }
+}
+
+/// [`CLASSIFIER`] on `e`, the message starting `digitalocean <what>: `, `secret` scrubbed;
+/// with the scope its rule asks for.
 pub fn classify(e: &ApiError, what: &str, secret: Option<&str>) -> (ProviderError, Scope) {
-    let mut scope = Scope::Default;
-    let kind = match e.status {
-        None if e.refused => ErrorKind::Unreachable,
-        None => ErrorKind::Transient,
-        Some(429) => ErrorKind::Transient,
-        Some(s) if s >= 500 => ErrorKind::Transient,
-        Some(401 | 403) => ErrorKind::Credentials,
-        Some(422) if e.message_has(QUOTA_PHRASES) => ErrorKind::Quota,
-        Some(422) if e.message_has(REGION_UNAVAILABLE_PHRASES) => {
-            scope = Scope::Region;
-            ErrorKind::Capacity
-        }
-        Some(422) if e.message_has(SIZE_UNAVAILABLE_PHRASES) => ErrorKind::Capacity,
-        Some(400 | 404) => ErrorKind::InvalidRequest,
-        Some(_) => ErrorKind::Failed,
-    };
-    let mut msg = match (e.status, e.id.as_deref()) {
-        (Some(s), Some(id)) => format!("digitalocean {what}: {id} (HTTP {s}): {}", e.message),
-        (Some(s), None) if e.message.is_empty() => format!("digitalocean {what}: HTTP {s}"),
-        // `message` is already the short cause, starting with the status.
-        (Some(_), None) => format!("digitalocean {what}: {}", e.message),
-        (None, _) => format!("digitalocean {what}: {}", e.message),
-    };
-    if kind == ErrorKind::Credentials {
-        msg.push_str(&format!(
-            "; check the token in {} / {} or doctl's config.yaml",
-            super::TOKEN_ENV,
-            super::ACCESS_TOKEN_ENV
-        ));
-    }
-    if let Some(s) = secret.filter(|s| !s.is_empty()) {
-        msg = msg.replace(s, "REDACTED");
-    }
-    let err = ProviderError {
-        kind,
-        msg,
-        block: None,
-        retry_after_secs: if kind == ErrorKind::Transient {
-            e.retry_after_secs
-        } else {
-            None
-        },
-        help: None,
+    let mut err = CLASSIFIER.classify(&e.0, Call::other(what).in_region(""), secret);
+    let scope = match err.block.take() {
+        Some(_) => Scope::Region,
+        None => Scope::Default,
     };
     (err, scope)
 }
@@ -202,8 +166,11 @@ pub fn classify(e: &ApiError, what: &str, secret: Option<&str>) -> (ProviderErro
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::kit::testing::proxy_page;
 
     const JSON: Option<&str> = Some("application/json");
+    /// A Unix time in the range `ratelimit-reset` is sent in.
+    const NOW: u64 = 1_700_000_000;
 
     fn body(id: &str, message: &str) -> String {
         serde_json::json!({"id": id, "message": message, "request_id": "4d9d8375"}).to_string()
@@ -280,32 +247,22 @@ mod tests {
             classified(503, "service_unavailable", "").0,
             ErrorKind::Transient
         );
-        let transport = ApiError {
-            status: None,
-            id: None,
-            message: "operation timed out".into(),
-            retry_after_secs: None,
-            refused: false,
-        };
-        assert_eq!(classify(&transport, "x", None).0.kind, ErrorKind::Transient);
-        let refused = ApiError {
-            message: "connection refused".into(),
-            refused: true,
-            ..transport
-        };
-        assert_eq!(classify(&refused, "x", None).0.kind, ErrorKind::Unreachable);
+        let transport = Failure::transport(false, "operation timed out");
+        let p = CLASSIFIER.classify(&transport, Call::other("x"), None);
+        assert_eq!(p.kind, ErrorKind::Transient);
+        let refused = Failure::transport(true, "connection refused");
+        let p = CLASSIFIER.classify(&refused, Call::other("x"), None);
+        assert_eq!(p.kind, ErrorKind::Unreachable);
         let html =
             ApiError::from_response(502, Some("text/html"), "<html>", RateHeaders::default(), 0);
         assert_eq!(classify(&html, "x", None).0.kind, ErrorKind::Transient);
-        assert!(ApiError::from_response(404, None, "", RateHeaders::default(), 0).is_not_found());
+        let gone = ApiError::from_response(404, None, "", RateHeaders::default(), 0);
+        assert!(is_not_found(&gone.0));
     }
 
     #[test]
     fn a_page_that_is_not_the_error_object_becomes_one_short_line() {
-        let page = format!(
-            "<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>\n<body>{}</body></html>",
-            "<p>cloudflare</p>".repeat(200)
-        );
+        let page = proxy_page();
         let e = ApiError::from_response(
             502,
             Some("text/html; charset=UTF-8"),
@@ -324,55 +281,24 @@ mod tests {
     #[test]
     fn a_429_carries_the_hinted_delay() {
         let b = body("too_many_requests", "API Rate limit exceeded.");
+        let delay = |retry_after, remaining, reset_epoch| {
+            let rate = RateHeaders {
+                retry_after,
+                remaining,
+                reset_epoch,
+            };
+            let e = ApiError::from_response(429, JSON, &b, rate, NOW);
+            let (p, _) = classify(&e, "x", None);
+            assert_eq!(p.kind, ErrorKind::Transient);
+            p.retry_after_secs
+        };
         // Burst limit: retry-after wins.
-        let rate = RateHeaders {
-            retry_after: Some(7),
-            remaining: Some(0),
-            reset_epoch: Some(1_000_100),
-        };
-        let p = classify(
-            &ApiError::from_response(429, JSON, &b, rate, 1_000_000),
-            "x",
-            None,
-        )
-        .0;
-        assert_eq!(
-            (p.kind, p.retry_after_secs),
-            (ErrorKind::Transient, Some(7))
-        );
+        assert_eq!(delay(Some(7), Some(0), Some(NOW + 100)), Some(7));
         // Hourly limit: no retry-after, wait until ratelimit-reset.
-        let rate = RateHeaders {
-            retry_after: None,
-            remaining: Some(0),
-            reset_epoch: Some(1_000_042),
-        };
-        let p = classify(
-            &ApiError::from_response(429, JSON, &b, rate, 1_000_000),
-            "x",
-            None,
-        )
-        .0;
-        assert_eq!(p.retry_after_secs, Some(42));
+        assert_eq!(delay(None, Some(0), Some(NOW + 42)), Some(42));
         // A reset in the past still waits a second; no headers: no hint.
-        let rate = RateHeaders {
-            retry_after: None,
-            remaining: Some(0),
-            reset_epoch: Some(5),
-        };
-        let p = classify(
-            &ApiError::from_response(429, JSON, &b, rate, 1_000_000),
-            "x",
-            None,
-        )
-        .0;
-        assert_eq!(p.retry_after_secs, Some(1));
-        let p = classify(
-            &ApiError::from_response(429, JSON, &b, RateHeaders::default(), 0),
-            "x",
-            None,
-        )
-        .0;
-        assert_eq!((p.kind, p.retry_after_secs), (ErrorKind::Transient, None));
+        assert_eq!(delay(None, Some(0), Some(NOW - 5)), Some(1));
+        assert_eq!(delay(None, None, None), None);
     }
 
     #[test]
@@ -386,7 +312,8 @@ mod tests {
         );
         let (p, _) = classify(&e, "list", Some("dop_v1_sentinel"));
         assert_eq!(p.kind, ErrorKind::Credentials);
-        assert!(!p.msg.contains("dop_v1_sentinel"), "{}", p.msg);
-        assert!(p.msg.contains("DIGITALOCEAN_TOKEN"), "{}", p.msg);
+        assert!(!p.text().contains("dop_v1_sentinel"), "{}", p.text());
+        // The hint is the help, shown after the message.
+        assert!(p.text().contains("DIGITALOCEAN_TOKEN"), "{}", p.text());
     }
 }

@@ -366,6 +366,21 @@ pub fn exhausted_window_secs(rate_limit: &str) -> Option<u64> {
         .max()
 }
 
+/// The [`Failure`] of one error response as [`RestClient::send`] makes it: the vendor's
+/// `decode` on the body, the delay the rate-limit headers ask for at `now_epoch`. For
+/// classifying answers without a server (property tests, adapters' compatibility shims).
+pub fn failure_of(
+    decode: ErrorDecoder,
+    status: u16,
+    content_type: Option<&str>,
+    body: &str,
+    rate: &RateHeaders,
+    now_epoch: u64,
+) -> Failure {
+    let (code, message) = decode(status, content_type, body);
+    Failure::http(status, code, message).with_retry_after(rate.delay_secs(status, now_epoch))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -475,5 +490,18 @@ mod tests {
         assert!(e.msg.contains("refused the connection"), "{}", e.msg);
         assert!(!e.msg.contains("sk_test_sentinel"), "{}", e.msg);
         assert!(!format!("{c:?}").contains("sk_test_sentinel"));
+    }
+
+    #[test]
+    fn a_recorded_response_fails_as_a_sent_one() {
+        let rate = RateHeaders {
+            retry_after: Some("4".into()),
+            ..RateHeaders::default()
+        };
+        let f = failure_of(plain_error, 429, None, "", &rate, 0);
+        assert_eq!(
+            f,
+            Failure::http(429, None, plain_error(429, None, "").1).with_retry_after(Some(4))
+        );
     }
 }

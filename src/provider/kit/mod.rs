@@ -9,7 +9,8 @@
 //! - [`keys`]: the project's SSH key found by value or registered;
 //! - [`credentials`]: a credential plus where it was found, and the report for
 //!   `gpuprov validate`;
-//! - [`gpu`]: GPU-name normalisation.
+//! - [`gpu`]: GPU-name normalisation and the "no such type" error;
+//! - [`offer`], [`ports`]: an on-demand offer, the inbound port list (22 plus the VM's).
 //!
 //! Nothing here loops beyond one call's pagination (and the bounded key registration,
 //! which lists before each attempt), sleeps or retries: the executor does.
@@ -19,10 +20,13 @@ pub mod failure;
 pub mod gpu;
 pub mod http;
 pub mod keys;
+pub mod offer;
 pub mod paginate;
+pub mod ports;
 #[cfg(test)]
 pub mod testing;
 
 pub use credentials::{Credential, CredentialReport, Lookup, Source};
 pub use failure::{Call, Classifier, Failure, Rule, Status};
 pub use http::{Auth, RestClient};
+

@@ -1,9 +1,8 @@
-//! Test helpers the adapters' unit tests share.
+//! Shared fixtures of the adapters' unit tests.
 
 use super::super::ResourceRequest;
 
-/// The ask of VM `a` for `count` GPUs of model `gpu` (any when `None`) in `regions` (any
-/// when empty), on demand and without a price cap.
+/// An on-demand ask of VM `a` for `count` × `gpu` (`None`: any) in `regions` (empty: any).
 pub fn ask(gpu: Option<&str>, count: u32, regions: &[&str]) -> ResourceRequest {
     ResourceRequest {
         vm_name: "a".into(),
@@ -16,11 +15,19 @@ pub fn ask(gpu: Option<&str>, count: u32, regions: &[&str]) -> ResourceRequest {
     }
 }
 
+/// The 502 page a proxy in front of an API answers with (HTML, long, not the vendor's
+/// error body), which every adapter must reduce to one short line.
+pub fn proxy_page() -> String {
+    format!(
+        "<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>\n<body>{}</body></html>",
+        "<p>cloudflare</p>".repeat(200)
+    )
+}
+
 #[test]
-fn an_ask_names_what_it_is_given() {
-    let a = ask(Some("H100"), 8, &["CANADA-1"]);
-    assert_eq!(
-        (a.gpu.as_deref(), a.gpu_count, a.regions.len(), a.spot),
-        (Some("H100"), 8, 1, false)
-    );
+fn fixtures_are_what_they_say() {
+    let a = ask(Some("H100"), 8, &["us-east-1"]);
+    assert_eq!((a.gpu.as_deref(), a.gpu_count), (Some("H100"), 8));
+    assert_eq!(a.regions, ["us-east-1"]);
+    assert!(proxy_page().len() > 1000);
 }

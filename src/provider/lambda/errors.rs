@@ -1,13 +1,23 @@
-//! Classification of Lambda Cloud API errors into [`ErrorKind`]s (design 4.1).
+//! Lambda Cloud's errors as data (design 4.1): the error body decoder, the success
+//! envelope, and the table that classifies a [`Failure`] into the contract's kinds.
 //!
 //! Lambda answers every error with the envelope `{"error": {"code", "message",
-//! "suggestion"?}}` and asks clients to switch on `code`, never on `message` (spec 1.8.3,
-//! "Error responses"). So the kind comes from `code` (then the HTTP status when the body is
-//! not the envelope); the message only travels into the text shown to the user.
+//! "suggestion"?}}` (schemas `ApiError*`) and asks clients to switch on `code`, never on
+//! `message` (spec 1.8.3, "Error responses"). So the kind comes from `code` (then the HTTP
+//! status when the body is not the envelope); the message only travels into the text shown
+//! to the user. Successful answers wrap their payload as `{"data": …}`.
+//!
+//! Beyond the table, the kit's defaults hold: a refused connection → `Unreachable`, no
+//! response otherwise → `Transient`, 429 → `Transient` with `Retry-After` (never failover),
+//! any other 5xx → `Transient`, a 401/403 without the envelope → `Credentials`, anything
+//! else → `Failed`: an unknown error is never taken for capacity.
 
 use serde::Deserialize;
+use serde_json::Value;
 
-use crate::provider::{ErrorKind, ProviderError};
+use crate::provider::kit::http::{failure_of, RateHeaders};
+use crate::provider::kit::{Call, Classifier, Failure, Rule};
+use crate::provider::{cause, ErrorKind, ProviderError};
 
 /// `instance-operations/launch` had no capacity for the type in the region (HTTP 400).
 pub const INSUFFICIENT_CAPACITY: &str = "instance-operations/launch/insufficient-capacity";
@@ -19,32 +29,55 @@ pub const INVALID_API_KEY: &str = "global/invalid-api-key";
 pub const ACCOUNT_INACTIVE: &str = "global/account-inactive";
 /// Billing address missing or invalid (HTTP 403).
 pub const INVALID_ADDRESS: &str = "global/invalid-address";
-/// A request field is invalid (HTTP 400).
+/// A request field is invalid (HTTP 400); also a key name already taken ("Key name must
+/// be unique").
 pub const INVALID_PARAMETERS: &str = "global/invalid-parameters";
 /// An object named in the request does not exist (HTTP 400/404).
 pub const OBJECT_DOES_NOT_EXIST: &str = "global/object-does-not-exist";
-/// A firewall ruleset still attached to an instance (HTTP 400 on delete,
-/// `ApiErrorFirewallRulesetInUse`).
+/// A firewall ruleset still attached to an instance (HTTP 400 on delete).
 pub const RULESET_IN_USE: &str = "firewall-rulesets/firewall-ruleset-in-use";
-/// Prefix of errors from Lambda's upstream providers (outages, unavailability).
-pub const PROVIDER_PREFIX: &str = "provider/";
+/// A launch naming a file system of another region (HTTP 400).
+pub const FILE_SYSTEM_IN_WRONG_REGION: &str =
+    "instance-operations/launch/file-system-in-wrong-region";
 
-/// A failed API call as Lambda reported it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
-    /// HTTP status; `None` when no response arrived (connection, timeout).
-    pub status: Option<u16>,
-    /// `error.code` of the envelope, when the body was one.
-    pub code: Option<String>,
-    /// `error.message` (and `suggestion`); for a body that is not the envelope, a short
-    /// cause ([`crate::provider::cause::http_cause`]); or a transport description.
-    pub message: String,
-    /// `Retry-After` in seconds, when the server sent one as a number.
-    pub retry_after_secs: Option<u64>,
-    /// No response: the endpoint refused the connection (or its name did not resolve),
-    /// [`crate::provider::cause::is_refused`].
-    pub refused: bool,
-}
+/// Lambda's codes, in the order they are tried.
+const RULES: &[Rule] = &[
+    // `ApiErrorInternal.code`, and the `provider/*` family of Lambda's upstream providers
+    // (`provider/internal-unavailable`): outages, retried.
+    Rule::code("global/internal-error", ErrorKind::Transient),
+    Rule::code("provider/*", ErrorKind::Transient),
+    // `ApiErrorInsufficientCapacity.code`: blocks the offer.
+    Rule::code(INSUFFICIENT_CAPACITY, ErrorKind::Capacity),
+    // `ApiErrorQuotaExceeded.code`: blocks the whole region (the kind's default scope).
+    Rule::code(QUOTA_EXCEEDED, ErrorKind::Quota),
+    // `ApiErrorUnauthorized.code`, `ApiErrorAccountInactive.code`,
+    // `ApiErrorInvalidBillingAddress.code`.
+    Rule::code(INVALID_API_KEY, ErrorKind::Credentials),
+    Rule::code(ACCOUNT_INACTIVE, ErrorKind::Credentials),
+    Rule::code(INVALID_ADDRESS, ErrorKind::Credentials),
+    // `ApiErrorInvalidParameters.code`, the `*NotFound` schemas' `global/object-does-not-exist`
+    // (delete and cleanup test for it first: there it is success),
+    // `ApiErrorFileSystemInWrongRegion.code`.
+    Rule::code(INVALID_PARAMETERS, ErrorKind::InvalidRequest),
+    Rule::code(OBJECT_DOES_NOT_EXIST, ErrorKind::InvalidRequest),
+    Rule::code(FILE_SYSTEM_IN_WRONG_REGION, ErrorKind::InvalidRequest),
+    // `ApiErrorFirewallRulesetInUse.code`: an instance still uses the ruleset; the core
+    // observes again before retrying.
+    Rule::code(RULESET_IN_USE, ErrorKind::InUse),
+    // A 401/403 whose envelope carries a code not listed above: the code decides, and an
+    // unknown one is `Failed` (only a 401/403 without the envelope is `Credentials`).
+    Rule {
+        status: Some((401, 403)),
+        ..Rule::code("*", ErrorKind::Failed)
+    },
+];
+
+/// Lambda's classifier.
+pub static CLASSIFIER: Classifier = Classifier {
+    cloud: super::CLOUD,
+    rules: RULES,
+    credentials_help: "check the API key in LAMBDA_API_KEY",
+};
 
 #[derive(Deserialize)]
 struct Envelope {
@@ -60,127 +93,73 @@ struct EnvelopeError {
     suggestion: Option<String>,
 }
 
+/// The error body decoder: `error.code`, and `error.message` with the `suggestion` in
+/// parentheses. A body that is not the envelope (an HTML page from a proxy, plain text) is
+/// reduced to one short line naming the status and content type, never kept whole.
+pub fn decode_error(
+    status: u16,
+    content_type: Option<&str>,
+    body: &str,
+) -> (Option<String>, String) {
+    match serde_json::from_str::<Envelope>(body) {
+        Ok(Envelope { error }) => {
+            let message = match error.suggestion.filter(|s| !s.trim().is_empty()) {
+                Some(s) => format!("{} ({})", error.message.trim(), s.trim()),
+                None => error.message.trim().to_string(),
+            };
+            (Some(error.code), message)
+        }
+        Err(_) => (None, cause::http_cause(status, content_type, body)),
+    }
+}
+
+/// The success envelope: the payload is `data` (`Null` when absent).
+pub fn data(_status: u16, v: Value) -> Result<Value, (Option<String>, String)> {
+    Ok(v.get("data").cloned().unwrap_or(Value::Null))
+}
+
+/// Whether Lambda said the object does not exist (`global/object-does-not-exist`, or a
+/// 404 without the envelope).
+pub fn is_not_found(f: &Failure) -> bool {
+    f.has_code(OBJECT_DOES_NOT_EXIST) || (f.code.is_none() && f.http_status() == Some(404))
+}
+
+/// One error response as Lambda sent it (status, `Content-Type`, body, `Retry-After`),
+/// decoded; for classifying answers without a server (the property tests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError(pub Failure);
+
 impl ApiError {
-    /// An error from an HTTP response: status, `Content-Type`, raw body and the
-    /// `Retry-After` header value. A body that is not Lambda's envelope (an HTML page from
-    /// a proxy, plain text) is reduced to one short line naming the status and content
-    /// type, never kept whole.
     pub fn from_response(
         status: u16,
         content_type: Option<&str>,
         body: &str,
         retry_after: Option<&str>,
     ) -> ApiError {
-        let retry_after_secs = retry_after.and_then(|v| v.trim().parse::<u64>().ok());
-        match serde_json::from_str::<Envelope>(body) {
-            Ok(Envelope { error }) => {
-                let message = match error.suggestion.filter(|s| !s.trim().is_empty()) {
-                    Some(s) => format!("{} ({})", error.message.trim(), s.trim()),
-                    None => error.message.trim().to_string(),
-                };
-                ApiError {
-                    status: Some(status),
-                    code: Some(error.code),
-                    message,
-                    retry_after_secs,
-                    refused: false,
-                }
-            }
-            Err(_) => ApiError {
-                status: Some(status),
-                code: None,
-                message: crate::provider::cause::http_cause(status, content_type, body),
-                retry_after_secs,
-                refused: false,
-            },
-        }
-    }
-
-    /// Whether Lambda said the object does not exist (`global/object-does-not-exist`, or a
-    /// 404 without an envelope).
-    pub fn is_not_found(&self) -> bool {
-        self.code.as_deref() == Some(OBJECT_DOES_NOT_EXIST)
-            || (self.code.is_none() && self.status == Some(404))
-    }
-
-    /// The error code when it is `code`.
-    pub fn has_code(&self, code: &str) -> bool {
-        self.code.as_deref() == Some(code)
+        let rate = RateHeaders {
+            retry_after: retry_after.map(str::to_string),
+            ..RateHeaders::default()
+        };
+        ApiError(failure_of(
+            decode_error,
+            status,
+            content_type,
+            body,
+            &rate,
+            0,
+        ))
     }
 }
 
-/// Maps a Lambda error onto the provider contract's kinds. `what` names the call (for
-/// example `launch gpu_8x_h100_sxm5 in us-east-1`) and starts the message.
-///
-/// - no response because the endpoint refused the connection → `Unreachable` (the core
-///   blocks the whole cloud at once);
-/// - no response otherwise (timeout, reset) → `Transient`;
-/// - HTTP 429 → `Transient` with `retry_after_secs` from `Retry-After` (never failover);
-/// - `provider/*` codes, `global/internal-error` and any 5xx → `Transient`;
-/// - `instance-operations/launch/insufficient-capacity` → `Capacity` (blocks the offer);
-/// - `global/quota-exceeded` → `Quota` (blocks the whole region);
-/// - `global/invalid-api-key`, `global/account-inactive`, `global/invalid-address`, and a
-///   401/403 without an envelope → `Credentials`;
-/// - `global/invalid-parameters`, `global/object-does-not-exist`,
-///   `instance-operations/launch/file-system-in-wrong-region` → `InvalidRequest` (callers
-///   for which "does not exist" means success, delete and cleanup, test for it first);
-/// - `firewall-rulesets/firewall-ruleset-in-use` → `InUse` (an instance still uses the
-///   ruleset: the core observes again before retrying);
-/// - anything else → `Failed`: an unknown error is never taken for capacity.
-///
-/// `secret` (the API key) is scrubbed from the message, in case a server ever echoes it.
+/// [`CLASSIFIER`] on `e`, the message starting `lambda <what>: `, `secret` scrubbed.
 pub fn classify(e: &ApiError, what: &str, secret: Option<&str>) -> ProviderError {
-    let code = e.code.as_deref().unwrap_or_default();
-    let kind = match (e.status, code) {
-        (None, _) if e.refused => ErrorKind::Unreachable,
-        (None, _) => ErrorKind::Transient,
-        (Some(429), _) => ErrorKind::Transient,
-        (_, c) if c.starts_with(PROVIDER_PREFIX) || c == "global/internal-error" => {
-            ErrorKind::Transient
-        }
-        (_, INSUFFICIENT_CAPACITY) => ErrorKind::Capacity,
-        (_, QUOTA_EXCEEDED) => ErrorKind::Quota,
-        (_, INVALID_API_KEY | ACCOUNT_INACTIVE | INVALID_ADDRESS) => ErrorKind::Credentials,
-        (
-            _,
-            INVALID_PARAMETERS
-            | OBJECT_DOES_NOT_EXIST
-            | "instance-operations/launch/file-system-in-wrong-region",
-        ) => ErrorKind::InvalidRequest,
-        (_, RULESET_IN_USE) => ErrorKind::InUse,
-        (Some(s), _) if s >= 500 => ErrorKind::Transient,
-        (Some(401 | 403), "") => ErrorKind::Credentials,
-        _ => ErrorKind::Failed,
-    };
-    let mut msg = match (e.status, e.code.as_deref()) {
-        (Some(s), Some(c)) => format!("lambda {what}: {c} (HTTP {s}): {}", e.message),
-        (Some(s), None) if e.message.is_empty() => format!("lambda {what}: HTTP {s}"),
-        // `message` is already the short cause, starting with the status.
-        (Some(_), None) => format!("lambda {what}: {}", e.message),
-        (None, _) => format!("lambda {what}: {}", e.message),
-    };
-    if kind == ErrorKind::Credentials {
-        msg.push_str(&format!("; check the API key in {}", super::API_KEY_ENV));
-    }
-    if let Some(s) = secret.filter(|s| !s.is_empty()) {
-        msg = msg.replace(s, "REDACTED");
-    }
-    ProviderError {
-        kind,
-        msg,
-        block: None,
-        retry_after_secs: if kind == ErrorKind::Transient {
-            e.retry_after_secs
-        } else {
-            None
-        },
-        help: None,
-    }
+    CLASSIFIER.classify(&e.0, Call::other(what), secret)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::kit::testing::proxy_page;
 
     const JSON: Option<&str> = Some("application/json");
 
@@ -212,10 +191,7 @@ mod tests {
         assert_eq!(kind(400, INVALID_PARAMETERS), ErrorKind::InvalidRequest);
         assert_eq!(kind(404, OBJECT_DOES_NOT_EXIST), ErrorKind::InvalidRequest);
         assert_eq!(
-            kind(
-                400,
-                "instance-operations/launch/file-system-in-wrong-region"
-            ),
+            kind(400, FILE_SYSTEM_IN_WRONG_REGION),
             ErrorKind::InvalidRequest
         );
         assert_eq!(
@@ -225,6 +201,8 @@ mod tests {
         assert_eq!(kind(400, "provider/quota-whatever"), ErrorKind::Transient);
         assert_eq!(kind(500, "global/internal-error"), ErrorKind::Transient);
         assert_eq!(kind(400, RULESET_IN_USE), ErrorKind::InUse);
+        assert_eq!(kind(401, "global/something-new"), ErrorKind::Failed);
+        assert_eq!(kind(502, "global/something-new"), ErrorKind::Transient);
     }
 
     #[test]
@@ -290,29 +268,20 @@ mod tests {
         assert_eq!(k(401), ErrorKind::Credentials);
         assert_eq!(k(403), ErrorKind::Credentials);
         assert_eq!(k(400), ErrorKind::Failed);
-        assert!(ApiError::from_response(404, None, "", None).is_not_found());
-        let transport = ApiError {
-            status: None,
-            code: None,
-            message: "operation timed out".into(),
-            retry_after_secs: None,
-            refused: false,
-        };
-        assert_eq!(classify(&transport, "x", None).kind, ErrorKind::Transient);
-        let refused = ApiError {
-            message: "connection refused".into(),
-            refused: true,
-            ..transport
-        };
-        assert_eq!(classify(&refused, "x", None).kind, ErrorKind::Unreachable);
+        assert!(is_not_found(
+            &ApiError::from_response(404, None, "", None).0
+        ));
+        let transport = Failure::transport(false, "operation timed out");
+        let p = CLASSIFIER.classify(&transport, Call::other("x"), None);
+        assert_eq!(p.kind, ErrorKind::Transient);
+        let refused = Failure::transport(true, "connection refused");
+        let p = CLASSIFIER.classify(&refused, Call::other("x"), None);
+        assert_eq!(p.kind, ErrorKind::Unreachable);
     }
 
     #[test]
     fn a_page_that_is_not_the_envelope_becomes_one_short_line() {
-        let page = format!(
-            "<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>\n<body>{}</body></html>",
-            "<p>cloudflare</p>".repeat(200)
-        );
+        let page = proxy_page();
         let e = ApiError::from_response(502, Some("text/html; charset=UTF-8"), &page, None);
         let p = classify(&e, "list instances", None);
         assert_eq!(p.kind, ErrorKind::Transient);
@@ -332,7 +301,8 @@ mod tests {
         );
         let p = classify(&e, "list", Some("secret_sentinel_123"));
         assert_eq!(p.kind, ErrorKind::Credentials);
-        assert!(!p.msg.contains("secret_sentinel_123"), "{}", p.msg);
-        assert!(p.msg.contains("LAMBDA_API_KEY"), "{}", p.msg);
+        assert!(!p.text().contains("secret_sentinel_123"), "{}", p.text());
+        // The hint is the help, shown after the message.
+        assert!(p.text().contains("LAMBDA_API_KEY"), "{}", p.text());
     }
 }

@@ -1,0 +1,80 @@
+//! Lambda's wire types (OpenAPI 1.8.3 schemas), only the fields gpuprov reads.
+
+use serde::Deserialize;
+
+/// An entry of `GET /api/v1/instance-types` (`InstanceTypesItem`).
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct TypesItem {
+    pub instance_type: InstanceType,
+    #[serde(default)]
+    pub regions_with_capacity_available: Vec<Region>,
+}
+
+/// `InstanceType`.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct InstanceType {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub gpu_description: String,
+    pub price_cents_per_hour: i64,
+    pub specs: Specs,
+}
+
+/// `InstanceTypeSpecs`.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct Specs {
+    #[serde(default)]
+    pub gpus: u32,
+}
+
+/// `Region`.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct Region {
+    pub name: String,
+}
+
+/// `SSHKey`.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct SshKey {
+    pub name: String,
+    #[serde(default)]
+    pub public_key: String,
+}
+
+/// `FirewallRuleset`.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct Ruleset {
+    pub id: String,
+    pub name: String,
+    pub region: Region,
+}
+
+/// `TagEntry`.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct Tag {
+    pub key: String,
+    pub value: String,
+}
+
+/// `Instance`.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct Instance {
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub ip: Option<String>,
+    pub status: String,
+    #[serde(default)]
+    pub region: Option<Region>,
+    #[serde(default)]
+    pub tags: Option<Vec<Tag>>,
+}
+
+/// `InstanceLaunchResponse`.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct LaunchResponse {
+    pub instance_ids: Vec<String>,
+}
