@@ -13,13 +13,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use drive::{LINEAGE, PUBKEY};
-use gpuprov::config::{Cloud, VmSpec};
-use gpuprov::machine::{ExecError, MemoryJournal};
+use gpuprov::config::Cloud;
+use gpuprov::machine::ExecError;
 use gpuprov::provider::digitalocean::{DigitalOceanProvider, DigitalOceanSettings, Token};
-use gpuprov::provider::fake::FakeConnector;
 use gpuprov::provider::{
-    project_key_name, BootScript, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
-    InstanceStatus, Location, ResourceRequest,
+    project_key_name, BootScript, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus,
+    Location, ResourceRequest,
 };
 use gpuprov::vm::{LaunchState, Target, TeardownState};
 use serde_json::{json, Value};
@@ -630,13 +629,7 @@ impl Cloud2 {
     }
 
     fn provider_with_token(&self, token: Option<&str>) -> Arc<DigitalOceanProvider> {
-        let caps = Capabilities {
-            poll_interval: Duration::from_millis(5),
-            boot_timeout: Duration::from_secs(5),
-            ssh_timeout: Duration::from_secs(2),
-            delete_timeout: Duration::from_secs(5),
-            ..DigitalOceanProvider::default_capabilities()
-        };
+        let caps = drive::test_capabilities(DigitalOceanProvider::default_capabilities());
         Arc::new(
             DigitalOceanProvider::new(DigitalOceanSettings {
                 endpoint: Some(self.server.uri()),
@@ -663,52 +656,18 @@ impl Cloud2 {
     }
 }
 
-struct Run {
-    cloud: Cloud2,
-    provider: Arc<DigitalOceanProvider>,
-    journal: Arc<MemoryJournal>,
-    connector: Arc<FakeConnector>,
-    vm: VmSpec,
-}
+/// The shared launch/teardown harness over this vendor's local server.
+type Run = drive::Run<Cloud2, DigitalOceanProvider>;
 
-impl Run {
-    async fn new(world: World) -> Run {
-        let cloud = Cloud2::start(world).await;
-        let provider = cloud.provider();
-        let mut vm = VmSpec::new("trainer", vec![Cloud::Digitalocean]);
-        vm.gpu = Some("H100".into());
-        vm.gpu_count = 1;
-        Run {
-            cloud,
-            provider,
-            journal: Arc::new(MemoryJournal::new()),
-            connector: Arc::new(FakeConnector::default()),
-            vm,
-        }
-    }
-
-    async fn launch(&self) -> Result<LaunchState, ExecError> {
-        drive::launch(
-            &self.vm,
-            self.provider.clone(),
-            self.journal.clone(),
-            self.connector.clone(),
-        )
-        .await
-    }
-
-    async fn teardown(&self, target: Target) -> TeardownState {
-        drive::teardown(
-            self.provider.clone(),
-            target,
-            Arc::new(MemoryJournal::new()),
-        )
-        .await
-    }
-
-    fn labels(&self) -> Vec<String> {
-        drive::labels(&self.journal)
-    }
+/// A run of `trainer` asking for 1 × H100 against a server serving `world`.
+async fn run(world: World) -> Run {
+    let cloud = Cloud2::start(world).await;
+    let provider = cloud.provider();
+    Run::new(
+        cloud,
+        provider,
+        drive::gpu_vm(Cloud::Digitalocean, "H100", 1),
+    )
 }
 
 fn h100_world() -> World {
@@ -772,7 +731,7 @@ fn listings(server: &SpecServer) -> Vec<(Option<String>, Option<String>)> {
 
 #[tokio::test]
 async fn full_launch_then_teardown_against_the_spec() {
-    let mut r = Run::new(h100_world()).await;
+    let mut r = run(h100_world()).await;
     r.vm.ports = vec![8080];
     r.vm.regions = vec!["tor1".into()];
     let end = r.launch().await.unwrap();
@@ -884,7 +843,7 @@ async fn full_launch_then_teardown_against_the_spec() {
 /// the GPU droplet and adopt it (exactly one create).
 #[tokio::test]
 async fn gpu_droplets_need_type_gpus_without_tag_name() {
-    let r = Run::new(h100_world()).await;
+    let r = run(h100_world()).await;
     r.journal.crash_before("booting");
     let first = r.launch().await.unwrap_err();
     assert!(matches!(first, ExecError::Journal { .. }), "{first:?}");
@@ -928,7 +887,7 @@ async fn gpu_droplets_need_type_gpus_without_tag_name() {
 
 #[tokio::test]
 async fn a_crash_between_create_and_journal_adopts_a_cpu_droplet() {
-    let mut r = Run::new(h100_world()).await;
+    let mut r = run(h100_world()).await;
     r.vm.gpu = None;
     r.vm.gpu_count = 0;
     r.vm.regions = vec!["nyc1".into()];
@@ -948,7 +907,7 @@ async fn a_crash_between_create_and_journal_adopts_a_cpu_droplet() {
 
 #[tokio::test]
 async fn size_unavailable_fails_over_to_the_next_offer() {
-    let mut r = Run::new(h100_world()).await;
+    let mut r = run(h100_world()).await;
     r.vm.regions = vec!["tor1".into(), "nyc2".into()];
     r.cloud.world.lock().unwrap().fault(
         "POST",
@@ -983,7 +942,7 @@ async fn droplet_limit_is_quota_and_blocks_the_whole_region() {
         3.49,
         &["tor1"],
     );
-    let mut r = Run::new(world).await;
+    let mut r = run(world).await;
     r.vm.regions = vec!["tor1".into(), "nyc2".into()];
     r.cloud.world.lock().unwrap().fault(
         "POST",
@@ -1018,7 +977,7 @@ async fn droplet_limit_is_quota_and_blocks_the_whole_region() {
 
 #[tokio::test]
 async fn a_429_with_ratelimit_headers_is_retried_on_the_same_offer() {
-    let mut r = Run::new(h100_world()).await;
+    let mut r = run(h100_world()).await;
     r.vm.regions = vec!["tor1".into(), "nyc2".into()];
     r.cloud.world.lock().unwrap().fault(
         "POST",
@@ -1246,7 +1205,7 @@ async fn unknown_droplet_delete_and_missing_firewall_cleanup_succeed() {
 
 #[tokio::test]
 async fn the_token_never_appears_in_errors() {
-    let r = Run::new(h100_world()).await;
+    let r = run(h100_world()).await;
     {
         let mut w = r.cloud.world.lock().unwrap();
         w.echo_auth = true;
@@ -1433,7 +1392,7 @@ async fn keys_named_like_ours_with_another_value_are_never_used() {
         json!({"id": 7, "fingerprint": "aa", "public_key": "ssh-ed25519 AAAAC3NzaForeignOldName x", "name": "gpuprov-0f0e0d0c"}),
         json!({"id": 8, "fingerprint": "bb", "public_key": "ssh-ed25519 AAAAC3NzaForeignDerived y", "name": derived}),
     ];
-    let r = Run::new(world).await;
+    let r = run(world).await;
     let end = r.launch().await.unwrap();
     assert!(end.ready().is_some(), "{end:?} {:?}", r.labels());
     let posts = r.cloud.server.requests_to("POST", "/v2/account/keys");

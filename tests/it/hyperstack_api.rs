@@ -12,13 +12,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use drive::{LINEAGE, PUBKEY};
-use gpuprov::config::{Cloud, VmSpec};
+use gpuprov::config::Cloud;
 use gpuprov::machine::{ExecError, MemoryJournal};
-use gpuprov::provider::fake::FakeConnector;
 use gpuprov::provider::hyperstack::{ApiKey, HyperstackProvider, HyperstackSettings};
 use gpuprov::provider::{
-    BootScript, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus,
-    Location, ResourceRequest,
+    BootScript, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location,
+    ResourceRequest,
 };
 use gpuprov::vm::{LaunchState, Target, TeardownState};
 use serde_json::{json, Value};
@@ -517,13 +516,7 @@ impl Fake {
     }
 
     fn provider_with_key(&self, key: Option<&str>) -> Arc<HyperstackProvider> {
-        let caps = Capabilities {
-            poll_interval: Duration::from_millis(5),
-            boot_timeout: Duration::from_secs(5),
-            ssh_timeout: Duration::from_secs(2),
-            delete_timeout: Duration::from_secs(5),
-            ..HyperstackProvider::default_capabilities()
-        };
+        let caps = drive::test_capabilities(HyperstackProvider::default_capabilities());
         Arc::new(
             HyperstackProvider::new(HyperstackSettings {
                 endpoint: Some(self.endpoint()),
@@ -547,47 +540,14 @@ impl Fake {
     }
 }
 
-struct Run {
-    fake: Fake,
-    provider: Arc<HyperstackProvider>,
-    journal: Arc<MemoryJournal>,
-    connector: Arc<FakeConnector>,
-    vm: VmSpec,
-}
+/// The shared launch/teardown harness over this vendor's local server.
+type Run = drive::Run<Fake, HyperstackProvider>;
 
-impl Run {
-    async fn new(world: World) -> Run {
-        let fake = Fake::start(world).await;
-        let provider = fake.provider();
-        let mut vm = VmSpec::new("trainer", vec![Cloud::Hyperstack]);
-        vm.gpu = Some("H100".into());
-        vm.gpu_count = 8;
-        Run {
-            fake,
-            provider,
-            journal: Arc::new(MemoryJournal::new()),
-            connector: Arc::new(FakeConnector::default()),
-            vm,
-        }
-    }
-
-    async fn launch(&self) -> Result<LaunchState, ExecError> {
-        drive::launch(
-            &self.vm,
-            self.provider.clone(),
-            self.journal.clone(),
-            self.connector.clone(),
-        )
-        .await
-    }
-
-    async fn teardown_with(&self, target: Target, journal: Arc<MemoryJournal>) -> TeardownState {
-        drive::teardown(self.provider.clone(), target, journal).await
-    }
-
-    fn labels(&self) -> Vec<String> {
-        drive::labels(&self.journal)
-    }
+/// A run of `trainer` asking for 8 × H100 against a server serving `world`.
+async fn run(world: World) -> Run {
+    let cloud = Fake::start(world).await;
+    let provider = cloud.provider();
+    Run::new(cloud, provider, drive::gpu_vm(Cloud::Hyperstack, "H100", 8))
 }
 
 /// H100 x8 in CANADA-1 and NORWAY-1 (same price), an A100 x1 in CANADA-1.
@@ -640,7 +600,7 @@ fn instance_spec() -> InstanceSpec {
 
 #[tokio::test]
 async fn full_launch_then_teardown_against_the_spec() {
-    let mut r = Run::new(h100_world()).await;
+    let mut r = run(h100_world()).await;
     r.vm.ports = vec![8080];
     r.vm.regions = vec!["CANADA-1".into()];
     let end = r.launch().await.unwrap();
@@ -655,7 +615,7 @@ async fn full_launch_then_teardown_against_the_spec() {
     assert_eq!(r.connector.logins(), 1);
 
     // Every request carried the key in the `api_key` header.
-    for q in r.fake.server.requests() {
+    for q in r.cloud.server.requests() {
         assert!(
             q.headers
                 .iter()
@@ -666,13 +626,13 @@ async fn full_launch_then_teardown_against_the_spec() {
         );
     }
     // prepare: the environment of the region, then the key imported into it.
-    let envs = r.fake.server.requests_to("POST", "/v1/core/environments");
+    let envs = r.cloud.server.requests_to("POST", "/v1/core/environments");
     assert_eq!(envs.len(), 1);
     assert_eq!(
         envs[0].body.clone().unwrap(),
         json!({"name": ENV_CA, "region": "CANADA-1"})
     );
-    let keys = r.fake.server.requests_to("POST", "/v1/core/keypairs");
+    let keys = r.cloud.server.requests_to("POST", "/v1/core/keypairs");
     assert_eq!(keys.len(), 1);
     assert_eq!(
         keys[0].body.clone().unwrap(),
@@ -680,7 +640,7 @@ async fn full_launch_then_teardown_against_the_spec() {
     );
 
     // create: one VM, named, labelled, public IP, port 22 kept, rules for 22 and 8080.
-    let creates = r.fake.creates();
+    let creates = r.cloud.creates();
     assert_eq!(creates.len(), 1);
     let b = &creates[0];
     assert_eq!(b["name"], VM_NAME);
@@ -720,7 +680,7 @@ async fn full_launch_then_teardown_against_the_spec() {
     assert!(b.get("user_data").is_none(), "no boot script, no user_data");
 
     // observe: by the project's environment (exact match) and the exact name.
-    let lists = r.fake.server.requests_to("GET", VMS);
+    let lists = r.cloud.server.requests_to("GET", VMS);
     assert!(!lists.is_empty());
     let q = &lists[0].query;
     assert!(q.contains(&("environment".into(), ENV_CA.into())), "{q:?}");
@@ -746,21 +706,21 @@ async fn full_launch_then_teardown_against_the_spec() {
         .await;
     assert_eq!(end, TeardownState::Done);
     let d = r
-        .fake
+        .cloud
         .server
         .requests_to("DELETE", &format!("{VMS}/{}", vm.instance_id));
     assert_eq!(d.len(), 1);
-    assert!(r.fake.world.lock().unwrap().vms.is_empty());
+    assert!(r.cloud.world.lock().unwrap().vms.is_empty());
     // The environment and the key pair are shared per project and region: they stay.
-    assert_eq!(r.fake.world.lock().unwrap().environments.len(), 1);
-    assert_eq!(r.fake.world.lock().unwrap().keypairs.len(), 1);
+    assert_eq!(r.cloud.world.lock().unwrap().environments.len(), 1);
+    assert_eq!(r.cloud.world.lock().unwrap().keypairs.len(), 1);
     assert!(r
         .provider
         .observe(&vm.location, "trainer")
         .await
         .unwrap()
         .is_empty());
-    r.fake.server.verify();
+    r.cloud.server.verify();
 }
 
 #[tokio::test]
@@ -815,7 +775,7 @@ async fn not_ready_until_the_floating_ip_is_attached() {
     // The launch machine waits for the same thing.
     let mut world = h100_world();
     world.attach_lag = 3;
-    let r = Run::new(world).await;
+    let r = run(world).await;
     let end = r.launch().await.unwrap();
     assert!(end.ready().is_some(), "{end:?}");
     assert_eq!(
@@ -824,7 +784,7 @@ async fn not_ready_until_the_floating_ip_is_attached() {
         "SSH was tried only once the IP was attached"
     );
     fake.server.verify();
-    r.fake.server.verify();
+    r.cloud.server.verify();
 }
 
 /// Field report: Hyperstack refuses to delete a VM that is still `CREATING` (HTTP 400
@@ -835,7 +795,7 @@ async fn not_ready_until_the_floating_ip_is_attached() {
 async fn hyperstack_delete_refusal_during_creation() {
     let mut world = h100_world();
     world.creating_for = 3;
-    let r = Run::new(world).await;
+    let r = run(world).await;
     let p = r.provider.clone();
     let offer = p.plan(&ask(&["CANADA-1"])).await.unwrap().remove(0);
     let spec = instance_spec();
@@ -849,7 +809,7 @@ async fn hyperstack_delete_refusal_during_creation() {
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Transient, "{e}");
     assert!(e.msg.contains("CREATING"), "{e}");
-    assert_eq!(r.fake.world.lock().unwrap().vms[0]["status"], "CREATING");
+    assert_eq!(r.cloud.world.lock().unwrap().vms[0]["status"], "CREATING");
 
     // The teardown machine retries (observing each time, which lets the fake move on)
     // until the delete is accepted, then waits for the VM to go.
@@ -861,7 +821,7 @@ async fn hyperstack_delete_refusal_during_creation() {
         )
         .await;
     assert_eq!(end, TeardownState::Done);
-    let w = r.fake.world.lock().unwrap();
+    let w = r.cloud.world.lock().unwrap();
     assert!(
         w.refused_deletes >= 2,
         "refused {} times",
@@ -869,7 +829,7 @@ async fn hyperstack_delete_refusal_during_creation() {
     );
     assert!(w.vms.is_empty());
     drop(w);
-    let deletes = r.fake.server.requests_to("DELETE", &format!("{VMS}/{id}"));
+    let deletes = r.cloud.server.requests_to("DELETE", &format!("{VMS}/{id}"));
     assert!(deletes.len() >= 3, "{}", deletes.len());
     // The journal: Requesting until the accepted delete, never AwaitingGone/Done before.
     let states: Vec<String> = journal.history().into_iter().map(|(_, l)| l).collect();
@@ -885,14 +845,14 @@ async fn hyperstack_delete_refusal_during_creation() {
         "{states:?}"
     );
     assert_eq!(states.last().unwrap(), "destroyed", "{states:?}");
-    r.fake.server.verify();
+    r.cloud.server.verify();
 }
 
 #[tokio::test]
 async fn no_stock_fails_over_to_the_next_offer() {
-    let mut r = Run::new(h100_world()).await;
+    let mut r = run(h100_world()).await;
     r.vm.regions = vec!["CANADA-1".into(), "NORWAY-1".into()];
-    r.fake.world.lock().unwrap().fault(
+    r.cloud.world.lock().unwrap().fault(
         "POST",
         VMS,
         Canned::status(
@@ -907,7 +867,7 @@ async fn no_stock_fails_over_to_the_next_offer() {
     let vm = end.ready().unwrap_or_else(|| panic!("{end:?}"));
     assert_eq!(vm.offer.id, "hyperstack/NORWAY-1/n3-H100x8");
     let envs: Vec<Value> = r
-        .fake
+        .cloud
         .creates()
         .iter()
         .map(|b| b["environment_name"].clone())
@@ -917,16 +877,16 @@ async fn no_stock_fails_over_to_the_next_offer() {
         [json!(ENV_CA), json!("gpuprov-0f0e0d0c-norway-1")],
         "one environment per region"
     );
-    assert_eq!(r.fake.world.lock().unwrap().vms.len(), 1);
-    r.fake.server.verify();
+    assert_eq!(r.cloud.world.lock().unwrap().vms.len(), 1);
+    r.cloud.server.verify();
 }
 
 #[tokio::test]
 async fn stock_gone_by_prepare_skips_the_offer_without_creating() {
-    let mut r = Run::new(h100_world()).await;
+    let mut r = run(h100_world()).await;
     r.vm.regions = vec!["CANADA-1".into(), "NORWAY-1".into()];
     // Stock visible at plan, gone at prepare's re-check.
-    let fake_world = r.fake.world.clone();
+    let fake_world = r.cloud.world.clone();
     let p = r.provider.clone();
     let offers = p.plan(&ask(&["CANADA-1", "NORWAY-1"])).await.unwrap();
     assert_eq!(offers.len(), 2);
@@ -944,14 +904,14 @@ async fn stock_gone_by_prepare_skips_the_offer_without_creating() {
         end.ready().expect("ready").offer.id,
         "hyperstack/NORWAY-1/n3-H100x8"
     );
-    assert_eq!(r.fake.creates().len(), 1, "nothing created in CANADA-1");
+    assert_eq!(r.cloud.creates().len(), 1, "nothing created in CANADA-1");
     // A disk larger than the flavor's root disk is Unavailable too (another flavor may fit).
     let mut spec = instance_spec();
     spec.disk_gb = Some(500);
     let e = p.prepare(&offers[1], &spec).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
     assert!(e.msg.contains("100 GB"), "{e}");
-    r.fake.server.verify();
+    r.cloud.server.verify();
 }
 
 #[tokio::test]
@@ -959,9 +919,9 @@ async fn quota_blocks_the_whole_region() {
     let world = h100_world()
         .with_flavor("CANADA-1", "n3-H100x8-NVLink", H100, 8, 1)
         .with_price("n3-H100x8-NVLink", 16.0);
-    let mut r = Run::new(world).await;
+    let mut r = run(world).await;
     r.vm.regions = vec!["CANADA-1".into(), "NORWAY-1".into()];
-    r.fake.world.lock().unwrap().fault(
+    r.cloud.world.lock().unwrap().fault(
         "POST",
         VMS,
         Canned::status(
@@ -976,7 +936,7 @@ async fn quota_blocks_the_whole_region() {
     let vm = end.ready().unwrap_or_else(|| panic!("{end:?}"));
     assert_eq!(vm.offer.id, "hyperstack/NORWAY-1/n3-H100x8");
     let tried: Vec<(Value, Value)> = r
-        .fake
+        .cloud
         .creates()
         .iter()
         .map(|b| (b["environment_name"].clone(), b["flavor_name"].clone()))
@@ -989,14 +949,14 @@ async fn quota_blocks_the_whole_region() {
         ],
         "the second CANADA-1 flavor shares the region's quota and is skipped"
     );
-    r.fake.server.verify();
+    r.cloud.server.verify();
 }
 
 #[tokio::test]
 async fn a_429_is_retried_on_the_same_offer_after_retry_after() {
-    let mut r = Run::new(h100_world()).await;
+    let mut r = run(h100_world()).await;
     r.vm.regions = vec!["CANADA-1".into(), "NORWAY-1".into()];
-    r.fake.world.lock().unwrap().fault(
+    r.cloud.world.lock().unwrap().fault(
         "POST",
         VMS,
         Canned::status(429, err("Too many requests", "rate_limited")).header("Retry-After", "1"),
@@ -1005,7 +965,7 @@ async fn a_429_is_retried_on_the_same_offer_after_retry_after() {
     let end = r.launch().await.unwrap();
     let vm = end.ready().unwrap_or_else(|| panic!("{end:?}"));
     assert_eq!(vm.offer.id, "hyperstack/CANADA-1/n3-H100x8");
-    let creates = r.fake.creates();
+    let creates = r.cloud.creates();
     assert_eq!(creates.len(), 2);
     assert_eq!(
         creates[0]["environment_name"], creates[1]["environment_name"],
@@ -1015,14 +975,14 @@ async fn a_429_is_retried_on_the_same_offer_after_retry_after() {
         started.elapsed() >= Duration::from_secs(1),
         "Retry-After respected"
     );
-    r.fake.server.verify();
+    r.cloud.server.verify();
 }
 
 #[tokio::test]
 async fn a_500_on_create_is_retried_on_the_same_offer() {
-    let mut r = Run::new(h100_world()).await;
+    let mut r = run(h100_world()).await;
     r.vm.regions = vec!["CANADA-1".into(), "NORWAY-1".into()];
-    r.fake
+    r.cloud
         .world
         .lock()
         .unwrap()
@@ -1032,22 +992,22 @@ async fn a_500_on_create_is_retried_on_the_same_offer() {
         end.ready().expect("ready").offer.id,
         "hyperstack/CANADA-1/n3-H100x8"
     );
-    assert_eq!(r.fake.creates().len(), 2);
-    r.fake.server.verify();
+    assert_eq!(r.cloud.creates().len(), 2);
+    r.cloud.server.verify();
 }
 
 #[tokio::test]
 async fn a_crash_between_create_and_journal_adopts_the_vm() {
-    let r = Run::new(h100_world()).await;
+    let r = run(h100_world()).await;
     r.journal.crash_before("booting");
     let first = r.launch().await.unwrap_err();
     assert!(matches!(first, ExecError::Journal { .. }), "{first:?}");
-    assert_eq!(r.fake.creates().len(), 1, "the create happened");
+    assert_eq!(r.cloud.creates().len(), 1, "the create happened");
     let end = r.launch().await.unwrap();
     assert!(end.ready().is_some(), "{end:?}");
-    assert_eq!(r.fake.creates().len(), 1, "adopted, not created twice");
-    assert_eq!(r.fake.world.lock().unwrap().vms.len(), 1);
-    r.fake.server.verify();
+    assert_eq!(r.cloud.creates().len(), 1, "adopted, not created twice");
+    assert_eq!(r.cloud.world.lock().unwrap().vms.len(), 1);
+    r.cloud.server.verify();
 }
 
 #[tokio::test]
@@ -1069,7 +1029,7 @@ async fn deleting_an_unknown_vm_succeeds() {
         .unwrap();
     p.cleanup(&loc("CANADA-1"), "trainer").await.unwrap();
     // A teardown of a VM the cloud never had ends Done.
-    let r = Run::new(h100_world()).await;
+    let r = run(h100_world()).await;
     let end = r
         .teardown_with(
             Target::new(loc("CANADA-1"), "trainer", vec!["424242".into()]),
@@ -1078,14 +1038,14 @@ async fn deleting_an_unknown_vm_succeeds() {
         .await;
     assert_eq!(end, TeardownState::Done);
     fake.server.verify();
-    r.fake.server.verify();
+    r.cloud.server.verify();
 }
 
 #[tokio::test]
 async fn the_api_key_never_appears_in_errors() {
-    let r = Run::new(h100_world()).await;
+    let r = run(h100_world()).await;
     {
-        let mut w = r.fake.world.lock().unwrap();
+        let mut w = r.cloud.world.lock().unwrap();
         w.echo_key = true;
         w.fault(
             "GET",
@@ -1111,7 +1071,7 @@ async fn the_api_key_never_appears_in_errors() {
     // Every primitive, each answered by an error that echoes the key.
     let p = r.provider.clone();
     {
-        let mut w = r.fake.world.lock().unwrap();
+        let mut w = r.cloud.world.lock().unwrap();
         w.fault(
             "GET",
             VMS,
@@ -1150,19 +1110,19 @@ async fn the_api_key_never_appears_in_errors() {
         assert!(!e.to_string().contains(SENTINEL), "{e}");
         assert!(!format!("{e:?}").contains(SENTINEL), "{e:?}");
     }
-    r.fake.server.verify();
+    r.cloud.server.verify();
 
     // No key at all: a Credentials error naming where it looked, and no request.
-    let before = r.fake.server.requests().len();
+    let before = r.cloud.server.requests().len();
     let e = r
-        .fake
+        .cloud
         .provider_with_key(None)
         .observe(&loc("CANADA-1"), "trainer")
         .await
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Credentials);
     assert!(e.msg.contains("HYPERSTACK_API_KEY"), "{}", e.msg);
-    assert_eq!(r.fake.server.requests().len(), before);
+    assert_eq!(r.cloud.server.requests().len(), before);
 }
 
 #[tokio::test]
@@ -1184,32 +1144,32 @@ async fn environment_and_key_are_found_not_created_twice() {
                "created_at": "2026-11-30T20:00:00Z"}),
     ];
     world.next = 10;
-    let mut r = Run::new(world).await;
+    let mut r = run(world).await;
     r.vm.regions = vec!["CANADA-1".into()];
     r.vm.image = Some("Ubuntu Server 24.04 LTS".into());
     let end = r.launch().await.unwrap();
     assert!(end.ready().is_some(), "{end:?}");
     assert!(r
-        .fake
+        .cloud
         .server
         .requests_to("POST", "/v1/core/environments")
         .is_empty());
     assert!(r
-        .fake
+        .cloud
         .server
         .requests_to("POST", "/v1/core/keypairs")
         .is_empty());
     assert!(
-        r.fake
+        r.cloud
             .server
             .requests_to("GET", "/v1/core/images")
             .is_empty(),
         "the configured image is used as is"
     );
-    let c = &r.fake.creates()[0];
+    let c = &r.cloud.creates()[0];
     assert_eq!(c["key_name"], "my-laptop");
     assert_eq!(c["image_name"], "Ubuntu Server 24.04 LTS");
-    r.fake.server.verify();
+    r.cloud.server.verify();
 }
 
 #[tokio::test]
@@ -1437,26 +1397,26 @@ async fn key_pairs_of_the_same_name_but_another_value_are_never_used() {
         keypair(4, &key_name(), FOREIGN_KEY, ENV_CA),
     ];
     world.next = 10;
-    let mut r = Run::new(world).await;
+    let mut r = run(world).await;
     r.vm.regions = vec!["CANADA-1".into()];
     let end = r.launch().await.unwrap();
     assert!(end.ready().is_some(), "{end:?} {:?}", r.labels());
     let second = format!("{}-2", key_name());
-    let imports = r.fake.server.requests_to("POST", "/v1/core/keypairs");
+    let imports = r.cloud.server.requests_to("POST", "/v1/core/keypairs");
     assert_eq!(imports.len(), 1);
     assert_eq!(
         imports[0].body.clone().unwrap(),
         json!({"environment_name": ENV_CA, "name": second, "public_key": PUBKEY})
     );
-    assert_eq!(r.fake.creates()[0]["key_name"], second.as_str());
+    assert_eq!(r.cloud.creates()[0]["key_name"], second.as_str());
     // The foreign key pairs are left as they were.
     {
-        let w = r.fake.world.lock().unwrap();
+        let w = r.cloud.world.lock().unwrap();
         assert_eq!(w.keypairs.len(), 3);
         assert_eq!(w.keypairs[0]["public_key"], FOREIGN_KEY);
         assert_eq!(w.keypairs[1]["public_key"], FOREIGN_KEY);
     }
-    r.fake.server.verify();
+    r.cloud.server.verify();
 
     // A name taken but not listed yet: the import's 409 moves on to the next name.
     let mut world = h100_world();

@@ -12,13 +12,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use drive::{LINEAGE, PUBKEY};
-use gpuprov::config::{Cloud, VmSpec};
-use gpuprov::machine::{ExecError, MemoryJournal};
-use gpuprov::provider::fake::FakeConnector;
+use gpuprov::config::Cloud;
+use gpuprov::machine::ExecError;
 use gpuprov::provider::lambda::{ApiKey, LambdaProvider, LambdaSettings};
 use gpuprov::provider::{
-    project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
-    InstanceStatus, Location, ResourceRequest,
+    project_key_name, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location,
+    ResourceRequest,
 };
 use gpuprov::vm::{LaunchState, Target, TeardownState};
 use serde_json::{json, Value};
@@ -349,13 +348,7 @@ impl Cloud2 {
     }
 
     fn provider_with_key(&self, key: Option<&str>) -> Arc<LambdaProvider> {
-        let caps = Capabilities {
-            poll_interval: Duration::from_millis(5),
-            boot_timeout: Duration::from_secs(5),
-            ssh_timeout: Duration::from_secs(2),
-            delete_timeout: Duration::from_secs(5),
-            ..LambdaProvider::default_capabilities()
-        };
+        let caps = drive::test_capabilities(LambdaProvider::default_capabilities());
         Arc::new(
             LambdaProvider::new(LambdaSettings {
                 endpoint: Some(self.server.uri()),
@@ -379,52 +372,14 @@ impl Cloud2 {
     }
 }
 
-struct Run {
-    cloud: Cloud2,
-    provider: Arc<LambdaProvider>,
-    journal: Arc<MemoryJournal>,
-    connector: Arc<FakeConnector>,
-    vm: VmSpec,
-}
+/// The shared launch/teardown harness over this vendor's local server.
+type Run = drive::Run<Cloud2, LambdaProvider>;
 
-impl Run {
-    async fn new(world: World) -> Run {
-        let cloud = Cloud2::start(world).await;
-        let provider = cloud.provider();
-        let mut vm = VmSpec::new("trainer", vec![Cloud::Lambda]);
-        vm.gpu = Some("H100".into());
-        vm.gpu_count = 8;
-        Run {
-            cloud,
-            provider,
-            journal: Arc::new(MemoryJournal::new()),
-            connector: Arc::new(FakeConnector::default()),
-            vm,
-        }
-    }
-
-    async fn launch(&self) -> Result<LaunchState, ExecError> {
-        drive::launch(
-            &self.vm,
-            self.provider.clone(),
-            self.journal.clone(),
-            self.connector.clone(),
-        )
-        .await
-    }
-
-    async fn teardown(&self, target: Target) -> TeardownState {
-        drive::teardown(
-            self.provider.clone(),
-            target,
-            Arc::new(MemoryJournal::new()),
-        )
-        .await
-    }
-
-    fn labels(&self) -> Vec<String> {
-        drive::labels(&self.journal)
-    }
+/// A run of `trainer` asking for 8 × H100 against a server serving `world`.
+async fn run(world: World) -> Run {
+    let cloud = Cloud2::start(world).await;
+    let provider = cloud.provider();
+    Run::new(cloud, provider, drive::gpu_vm(Cloud::Lambda, "H100", 8))
 }
 
 fn h100_world() -> World {
@@ -449,7 +404,7 @@ fn tag(body: &Value, key: &str) -> Option<String> {
 
 #[tokio::test]
 async fn full_launch_then_teardown_against_the_spec() {
-    let mut r = Run::new(h100_world()).await;
+    let mut r = run(h100_world()).await;
     r.vm.ports = vec![8080];
     r.vm.regions = vec!["us-east-1".into()];
     let end = r.launch().await.unwrap();
@@ -554,7 +509,7 @@ async fn the_project_key_is_found_by_value_not_registered_twice() {
         // The same key under the user's own name and comment.
         json!({"id": "k2", "name": "my-laptop", "public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuprovTestKeyOnly me@laptop"}),
     ];
-    let r = Run::new(world).await;
+    let r = run(world).await;
     let end = r.launch().await.unwrap();
     assert!(end.ready().is_some(), "{end:?}");
     assert!(r
@@ -575,7 +530,7 @@ async fn the_project_key_is_found_by_value_not_registered_twice() {
 
 #[tokio::test]
 async fn insufficient_capacity_fails_over_to_the_next_offer() {
-    let mut r = Run::new(h100_world()).await;
+    let mut r = run(h100_world()).await;
     r.vm.regions = vec!["us-east-1".into(), "us-west-1".into()];
     r.cloud.world.lock().unwrap().fault(
         "POST",
@@ -611,7 +566,7 @@ async fn quota_blocks_the_whole_region() {
         2592,
         &["us-east-1"],
     );
-    let mut r = Run::new(world).await;
+    let mut r = run(world).await;
     r.vm.regions = vec!["us-east-1".into(), "us-west-1".into()];
     r.cloud.world.lock().unwrap().fault(
         "POST",
@@ -643,7 +598,7 @@ async fn quota_blocks_the_whole_region() {
 
 #[tokio::test]
 async fn a_429_is_retried_on_the_same_offer_after_retry_after() {
-    let r = Run::new(h100_world()).await;
+    let r = run(h100_world()).await;
     r.cloud.world.lock().unwrap().fault(
         "POST",
         LAUNCH,
@@ -672,7 +627,7 @@ async fn a_429_is_retried_on_the_same_offer_after_retry_after() {
 
 #[tokio::test]
 async fn a_crash_between_launch_and_journal_adopts_the_instance() {
-    let r = Run::new(h100_world()).await;
+    let r = run(h100_world()).await;
     r.journal.crash_before("booting");
     let first = r.launch().await.unwrap_err();
     assert!(matches!(first, ExecError::Journal { .. }), "{first:?}");
@@ -758,7 +713,7 @@ async fn region_names_that_are_prefixes_of_each_other_match_exactly() {
 
 #[tokio::test]
 async fn the_api_key_never_appears_in_errors() {
-    let r = Run::new(h100_world()).await;
+    let r = run(h100_world()).await;
     {
         let mut w = r.cloud.world.lock().unwrap();
         w.echo_auth = true;
@@ -1017,7 +972,7 @@ async fn prepare_reuses_the_rulesets_of_its_region_and_rechecks_capacity() {
 
 #[tokio::test]
 async fn a_provider_outage_on_launch_is_retried_on_the_same_offer() {
-    let mut r = Run::new(h100_world()).await;
+    let mut r = run(h100_world()).await;
     r.vm.regions = vec!["us-east-1".into(), "us-west-1".into()];
     r.cloud.world.lock().unwrap().fault(
         "POST",
@@ -1093,7 +1048,7 @@ async fn keys_named_like_ours_with_another_value_are_never_used() {
         json!({"id": "k1", "name": "gpuprov-0f0e0d0c", "public_key": "ssh-ed25519 AAAAC3NzaForeignOldName x"}),
         json!({"id": "k2", "name": derived, "public_key": "ssh-ed25519 AAAAC3NzaForeignDerived y"}),
     ];
-    let r = Run::new(world).await;
+    let r = run(world).await;
     let end = r.launch().await.unwrap();
     assert!(end.ready().is_some(), "{end:?} {:?}", r.labels());
     let ours = format!("{derived}-2");

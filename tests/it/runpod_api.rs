@@ -12,9 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use drive::{LINEAGE, PUBKEY};
-use gpuprov::config::{Cloud, VmSpec};
-use gpuprov::machine::{ExecError, MemoryJournal};
-use gpuprov::provider::fake::FakeConnector;
+use gpuprov::config::Cloud;
+use gpuprov::machine::ExecError;
 use gpuprov::provider::runpod::{ApiKey, RunpodProvider, RunpodSettings};
 use gpuprov::provider::{
     Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location,
@@ -459,12 +458,8 @@ impl Fake {
 
     fn provider_with_key(&self, key: Option<&str>) -> Arc<RunpodProvider> {
         let caps = Capabilities {
-            poll_interval: Duration::from_millis(5),
-            boot_timeout: Duration::from_secs(5),
-            ssh_timeout: Duration::from_secs(2),
-            delete_timeout: Duration::from_secs(5),
             min_create_interval: Duration::ZERO,
-            ..RunpodProvider::default_capabilities()
+            ..drive::test_capabilities(RunpodProvider::default_capabilities())
         };
         Arc::new(
             RunpodProvider::new(RunpodSettings {
@@ -492,52 +487,14 @@ impl Fake {
     }
 }
 
-struct Run {
-    fake: Fake,
-    provider: Arc<RunpodProvider>,
-    journal: Arc<MemoryJournal>,
-    connector: Arc<FakeConnector>,
-    vm: VmSpec,
-}
+/// The shared launch/teardown harness over this vendor's local server.
+type Run = drive::Run<Fake, RunpodProvider>;
 
-impl Run {
-    async fn new(world: World) -> Run {
-        let fake = Fake::start(world).await;
-        let provider = fake.provider();
-        let mut vm = VmSpec::new("trainer", vec![Cloud::Runpod]);
-        vm.gpu = Some("H100".into());
-        vm.gpu_count = 8;
-        Run {
-            fake,
-            provider,
-            journal: Arc::new(MemoryJournal::new()),
-            connector: Arc::new(FakeConnector::default()),
-            vm,
-        }
-    }
-
-    async fn launch(&self) -> Result<LaunchState, ExecError> {
-        drive::launch(
-            &self.vm,
-            self.provider.clone(),
-            self.journal.clone(),
-            self.connector.clone(),
-        )
-        .await
-    }
-
-    async fn teardown(&self, target: Target) -> TeardownState {
-        drive::teardown(
-            self.provider.clone(),
-            target,
-            Arc::new(MemoryJournal::new()),
-        )
-        .await
-    }
-
-    fn labels(&self) -> Vec<String> {
-        drive::labels(&self.journal)
-    }
+/// A run of `trainer` asking for 8 × H100 against a server serving `world`.
+async fn run(world: World) -> Run {
+    let cloud = Fake::start(world).await;
+    let provider = cloud.provider();
+    Run::new(cloud, provider, drive::gpu_vm(Cloud::Runpod, "H100", 8))
 }
 
 /// H100 SXM: secure $2.99 / community $2.69 per GPU-hour, 8 per machine in both tiers;
@@ -595,7 +552,7 @@ fn placements(fake: &Fake) -> Vec<(Value, Value)> {
 
 #[tokio::test]
 async fn full_launch_then_teardown_against_the_spec() {
-    let mut r = Run::new(h100_world()).await;
+    let mut r = run(h100_world()).await;
     r.vm.ports = vec![8080];
     r.vm.regions = vec!["US-KS-2".into()];
     r.vm.disk_gb = Some(100);
@@ -615,7 +572,7 @@ async fn full_launch_then_teardown_against_the_spec() {
     assert_eq!(r.connector.logins(), 1);
 
     // plan: one catalog read per tier, with the filters availability requires.
-    let reads = r.fake.server.requests_to("GET", CATALOG);
+    let reads = r.cloud.server.requests_to("GET", CATALOG);
     let tiers: Vec<&str> = reads
         .iter()
         .map(|q| query(q, "cloud").unwrap_or_default())
@@ -631,20 +588,20 @@ async fn full_launch_then_teardown_against_the_spec() {
     }
     // prepare: the stock re-check, then one PUT that keeps the user's key.
     assert!(!r
-        .fake
+        .cloud
         .server
         .requests_to("GET", "/v2/catalog/gpus/NVIDIA%20H100%2080GB%20HBM3")
         .is_empty());
-    let puts = r.fake.server.requests_to("PUT", KEYS);
+    let puts = r.cloud.server.requests_to("PUT", KEYS);
     assert_eq!(puts.len(), 1);
     assert_eq!(
         puts[0].body.clone().unwrap()["keys"],
         json!([USER_KEY, PUBKEY])
     );
-    assert_eq!(r.fake.world.lock().unwrap().keys, [USER_KEY, PUBKEY]);
+    assert_eq!(r.cloud.world.lock().unwrap().keys, [USER_KEY, PUBKEY]);
 
     // create: one pod, named, with the identity env, 22/tcp, SSH on, both keys.
-    let creates = r.fake.creates();
+    let creates = r.cloud.creates();
     assert_eq!(creates.len(), 1);
     let b = &creates[0];
     assert_eq!(b["name"], "gpuprov-trainer-0f0e0d0c");
@@ -677,7 +634,7 @@ async fn full_launch_then_teardown_against_the_spec() {
         .await;
     assert_eq!(end, TeardownState::Done);
     let path = format!("{PODS}/{}", vm.instance_id);
-    assert_eq!(r.fake.server.requests_to("DELETE", &path).len(), 1);
+    assert_eq!(r.cloud.server.requests_to("DELETE", &path).len(), 1);
     assert!(r
         .provider
         .observe(&vm.location, "trainer")
@@ -685,8 +642,8 @@ async fn full_launch_then_teardown_against_the_spec() {
         .unwrap()
         .is_empty());
     // The project key stays registered (shared by the project's pods); the user's too.
-    assert_eq!(r.fake.world.lock().unwrap().keys, [USER_KEY, PUBKEY]);
-    r.fake.server.verify();
+    assert_eq!(r.cloud.world.lock().unwrap().keys, [USER_KEY, PUBKEY]);
+    r.cloud.server.verify();
 }
 
 #[tokio::test]
@@ -696,16 +653,16 @@ async fn a_registered_project_key_is_found_by_value_and_not_put_again() {
         USER_KEY.into(),
         "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuprovTestKeyOnly me@other-comment".into(),
     ];
-    let r = Run::new(world).await;
+    let r = run(world).await;
     let end = r.launch().await.unwrap();
     assert!(end.ready().is_some(), "{end:?}");
-    assert!(r.fake.server.requests_to("PUT", KEYS).is_empty());
-    let env = &r.fake.creates()[0]["env"];
+    assert!(r.cloud.server.requests_to("PUT", KEYS).is_empty());
+    let env = &r.cloud.creates()[0]["env"];
     assert!(env["PUBLIC_KEY"]
         .as_str()
         .unwrap()
         .contains("me@other-comment"));
-    r.fake.server.verify();
+    r.cloud.server.verify();
 }
 
 /// Field report: RunPod lists a RUNNING pod whose ports are not mapped yet (`ssh.direct`
@@ -716,16 +673,16 @@ async fn a_registered_project_key_is_found_by_value_and_not_put_again() {
 async fn runpod_ports_not_mapped_yet_keep_booting_then_connect() {
     let mut world = h100_world();
     world.hold_unmapped = 4;
-    let r = Run::new(world).await;
+    let r = run(world).await;
     let end = r.launch().await.unwrap();
     let vm = end
         .ready()
         .unwrap_or_else(|| panic!("not ready: {end:?} {:?}", r.labels()));
     assert_eq!(r.connector.logins(), 1);
     assert!(vm.ssh.host.starts_with("127.0.0."));
-    assert_eq!(r.fake.creates().len(), 1, "waited, no failover");
+    assert_eq!(r.cloud.creates().len(), 1, "waited, no failover");
     // Booting polled through every unmapped listing (observe said Running, no endpoint).
-    let lists = r.fake.server.requests_to("GET", PODS).len();
+    let lists = r.cloud.server.requests_to("GET", PODS).len();
     assert!(
         lists >= 6,
         "observe before create + provisioning + 4 unmapped + mapped: {lists}"
@@ -766,14 +723,14 @@ async fn runpod_ports_not_mapped_yet_keep_booting_then_connect() {
     let ssh = mapped[0].ssh.clone().expect("mapped now");
     assert_eq!(ssh.user.as_deref(), Some("root"));
     fake.server.verify();
-    r.fake.server.verify();
+    r.cloud.server.verify();
 }
 
 #[tokio::test]
 async fn a_400_on_create_fails_over_to_the_next_offer() {
-    let mut r = Run::new(h100_world()).await;
+    let mut r = run(h100_world()).await;
     r.vm.regions = vec!["US-KS-2".into(), "EU-RO-1".into()];
-    r.fake.world.lock().unwrap().fault(
+    r.cloud.world.lock().unwrap().fault(
         "POST",
         PODS,
         Canned::status(
@@ -787,22 +744,22 @@ async fn a_400_on_create_fails_over_to_the_next_offer() {
     let end = r.launch().await.unwrap();
     let vm = end.ready().unwrap_or_else(|| panic!("{end:?}"));
     assert_eq!(
-        placements(&r.fake),
+        placements(&r.cloud),
         [
             (json!("US-KS-2"), json!("SECURE")),
             (json!("EU-RO-1"), json!("COMMUNITY")),
         ]
     );
     assert_eq!(vm.offer.id, format!("runpod/EU-RO-1/community/{H100}"));
-    assert_eq!(r.fake.world.lock().unwrap().pods.len(), 1);
-    r.fake.server.verify();
+    assert_eq!(r.cloud.world.lock().unwrap().pods.len(), 1);
+    r.cloud.server.verify();
 }
 
 #[tokio::test]
 async fn a_402_insufficient_balance_aborts_without_trying_other_offers() {
-    let mut r = Run::new(h100_world()).await;
+    let mut r = run(h100_world()).await;
     r.vm.regions = vec!["US-KS-2".into(), "EU-RO-1".into()];
-    r.fake.world.lock().unwrap().fault(
+    r.cloud.world.lock().unwrap().fault(
         "POST",
         PODS,
         Canned::status(402, problem(402, "insufficient balance")),
@@ -815,16 +772,16 @@ async fn a_402_insufficient_balance_aborts_without_trying_other_offers() {
         }
         other => panic!("expected Aborted, got {other:?}"),
     }
-    assert_eq!(r.fake.creates().len(), 1, "no failover on 402");
-    assert!(r.fake.world.lock().unwrap().pods.is_empty());
-    r.fake.server.verify();
+    assert_eq!(r.cloud.creates().len(), 1, "no failover on 402");
+    assert!(r.cloud.world.lock().unwrap().pods.is_empty());
+    r.cloud.server.verify();
 }
 
 #[tokio::test]
 async fn a_422_contract_violation_aborts() {
-    let mut r = Run::new(h100_world()).await;
+    let mut r = run(h100_world()).await;
     r.vm.regions = vec!["US-KS-2".into(), "EU-RO-1".into()];
-    r.fake.world.lock().unwrap().fault(
+    r.cloud.world.lock().unwrap().fault(
         "POST",
         PODS,
         Canned::status(
@@ -839,15 +796,15 @@ async fn a_422_contract_violation_aborts() {
         LaunchState::Aborted { reason, .. } => assert!(reason.contains("gpu.count"), "{reason}"),
         other => panic!("expected Aborted, got {other:?}"),
     }
-    assert_eq!(r.fake.creates().len(), 1);
-    r.fake.server.verify();
+    assert_eq!(r.cloud.creates().len(), 1);
+    r.cloud.server.verify();
 }
 
 #[tokio::test]
 async fn a_429_is_retried_on_the_same_offer_after_retry_after() {
-    let mut r = Run::new(h100_world()).await;
+    let mut r = run(h100_world()).await;
     r.vm.regions = vec!["US-KS-2".into(), "EU-RO-1".into()];
-    r.fake.world.lock().unwrap().fault(
+    r.cloud.world.lock().unwrap().fault(
         "POST",
         PODS,
         Canned::status(
@@ -866,7 +823,7 @@ async fn a_429_is_retried_on_the_same_offer_after_retry_after() {
     let vm = end.ready().unwrap_or_else(|| panic!("{end:?}"));
     assert_eq!(vm.offer.id, format!("runpod/US-KS-2/secure/{H100}"));
     assert_eq!(
-        placements(&r.fake),
+        placements(&r.cloud),
         [
             (json!("US-KS-2"), json!("SECURE")),
             (json!("US-KS-2"), json!("SECURE")),
@@ -877,23 +834,23 @@ async fn a_429_is_retried_on_the_same_offer_after_retry_after() {
         started.elapsed() >= Duration::from_secs(1),
         "Retry-After respected"
     );
-    r.fake.server.verify();
+    r.cloud.server.verify();
 }
 
 #[tokio::test]
 async fn a_crash_between_create_and_journal_adopts_the_pod() {
-    let r = Run::new(h100_world()).await;
+    let r = run(h100_world()).await;
     r.journal.crash_before("booting");
     let first = r.launch().await.unwrap_err();
     assert!(matches!(first, ExecError::Journal { .. }), "{first:?}");
-    assert_eq!(r.fake.creates().len(), 1, "the create happened");
+    assert_eq!(r.cloud.creates().len(), 1, "the create happened");
     // The pod is still PROVISIONING with no data centre assigned: the identity env finds it.
-    assert!(r.fake.world.lock().unwrap().pods[0]["dataCenterId"].is_null());
+    assert!(r.cloud.world.lock().unwrap().pods[0]["dataCenterId"].is_null());
     let end = r.launch().await.unwrap();
     assert!(end.ready().is_some(), "{end:?}");
-    assert_eq!(r.fake.creates().len(), 1, "adopted, not created twice");
-    assert_eq!(r.fake.world.lock().unwrap().pods.len(), 1);
-    r.fake.server.verify();
+    assert_eq!(r.cloud.creates().len(), 1, "adopted, not created twice");
+    assert_eq!(r.cloud.world.lock().unwrap().pods.len(), 1);
+    r.cloud.server.verify();
 }
 
 #[tokio::test]
@@ -982,9 +939,9 @@ async fn data_centre_ids_match_as_whole_ids() {
 
 #[tokio::test]
 async fn the_api_key_never_appears_in_errors() {
-    let r = Run::new(h100_world()).await;
+    let r = run(h100_world()).await;
     {
-        let mut w = r.fake.world.lock().unwrap();
+        let mut w = r.cloud.world.lock().unwrap();
         w.echo_auth = true;
         // A hostile server echoing the Authorization header in its problem detail.
         w.fault(
@@ -1019,7 +976,7 @@ async fn the_api_key_never_appears_in_errors() {
         ("GET", KEYS),
         ("POST", PODS),
     ] {
-        r.fake.world.lock().unwrap().fault(
+        r.cloud.world.lock().unwrap().fault(
             m,
             path,
             Canned::status(403, problem(403, "access denied")),
@@ -1041,11 +998,11 @@ async fn the_api_key_never_appears_in_errors() {
         assert!(!e.to_string().contains(SENTINEL), "{e}");
         assert!(e.msg.contains("REDACTED"), "the echo was scrubbed: {e}");
     }
-    r.fake.server.verify();
+    r.cloud.server.verify();
 
     // No key at all: a Credentials error naming where it looked.
     let e = r
-        .fake
+        .cloud
         .provider_with_key(None)
         .observe(&at("US-KS-2"), "trainer")
         .await

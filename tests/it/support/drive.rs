@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpuprov::config::VmSpec;
+use gpuprov::config::{Cloud, VmSpec};
 use gpuprov::machine::{CancelToken, ExecError, Executor, MemoryJournal, RetryPolicy};
 use gpuprov::provider::fake::FakeConnector;
-use gpuprov::provider::{CloudProvider, Providers};
+use gpuprov::provider::{Capabilities, CloudProvider, Providers};
 use gpuprov::vm::{LaunchMachine, LaunchState, Target, TeardownMachine, TeardownState};
 
 /// The state lineage every adapter test uses (a UUID, as the core requires).
@@ -121,4 +121,78 @@ pub async fn teardown(
 /// The labels the journal recorded, in order.
 pub fn labels(journal: &MemoryJournal) -> Vec<String> {
     journal.history().into_iter().map(|(_, l)| l).collect()
+}
+
+/// The capabilities every adapter test runs with: polls every 5 ms, a 5 s boot and delete
+/// deadline and a 2 s SSH one, over the adapter's own defaults.
+pub fn test_capabilities(defaults: Capabilities) -> Capabilities {
+    Capabilities {
+        poll_interval: Duration::from_millis(5),
+        boot_timeout: Duration::from_secs(5),
+        ssh_timeout: Duration::from_secs(2),
+        delete_timeout: Duration::from_secs(5),
+        ..defaults
+    }
+}
+
+/// The VM `trainer` on `cloud` asking for `count` × `gpu`.
+pub fn gpu_vm(cloud: Cloud, gpu: &str, count: u32) -> VmSpec {
+    let mut vm = VmSpec::new("trainer", vec![cloud]);
+    vm.gpu = Some(gpu.into());
+    vm.gpu_count = count;
+    vm
+}
+
+/// One launch/teardown run against an adapter: `cloud` is the test's handle on the
+/// cloud (a vendor's local server and its world), `provider` the adapter under test.
+pub struct Run<C, P> {
+    pub cloud: C,
+    pub provider: Arc<P>,
+    pub journal: Arc<MemoryJournal>,
+    pub connector: Arc<FakeConnector>,
+    pub vm: VmSpec,
+}
+
+impl<C, P: CloudProvider + 'static> Run<C, P> {
+    /// A run of `vm` with a fresh journal and connector.
+    pub fn new(cloud: C, provider: Arc<P>, vm: VmSpec) -> Self {
+        Run {
+            cloud,
+            provider,
+            journal: Arc::new(MemoryJournal::new()),
+            connector: Arc::new(FakeConnector::default()),
+            vm,
+        }
+    }
+
+    /// Runs (or resumes, from the run's journal) the launch machine to a terminal state.
+    pub async fn launch(&self) -> Result<LaunchState, ExecError> {
+        launch(
+            &self.vm,
+            self.provider.clone(),
+            self.journal.clone(),
+            self.connector.clone(),
+        )
+        .await
+    }
+
+    /// Runs the teardown machine on `target` with a fresh journal.
+    pub async fn teardown(&self, target: Target) -> TeardownState {
+        self.teardown_with(target, Arc::new(MemoryJournal::new()))
+            .await
+    }
+
+    /// Runs the teardown machine on `target` with `journal`.
+    pub async fn teardown_with(
+        &self,
+        target: Target,
+        journal: Arc<MemoryJournal>,
+    ) -> TeardownState {
+        teardown(self.provider.clone(), target, journal).await
+    }
+
+    /// The labels the launch journal recorded, in order.
+    pub fn labels(&self) -> Vec<String> {
+        labels(&self.journal)
+    }
 }
