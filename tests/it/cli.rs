@@ -1,4 +1,5 @@
-//! Golden tests of the CLI (assert_cmd + insta snapshots in tests/it/snapshots/). None of
+//! Golden tests of the CLI (assert_cmd + insta snapshots in tests/it/snapshots/, taken
+//! under insta filters for temp paths, ids, digests, timestamps and durations). None of
 //! these needs Docker: they plan with `--refresh=false` or stop before any cloud call.
 //! Review changes with `cargo insta review`.
 
@@ -36,43 +37,51 @@ impl Project {
             .args(args);
         c
     }
-    /// Runs and returns (exit code, stdout, stderr) with temp paths and ids normalised.
+    /// Runs and returns (exit code, stdout, stderr) as the binary wrote them.
     fn run(&self, args: &[&str]) -> (i32, String, String) {
         let out = self.cmd(args).output().unwrap();
-        let norm = |b: &[u8]| self.normalise(&String::from_utf8_lossy(b));
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
         (
             out.status.code().unwrap_or(-1),
-            norm(&out.stdout),
-            norm(&out.stderr),
+            text(&out.stdout),
+            text(&out.stderr),
         )
     }
-    fn normalise(&self, s: &str) -> String {
-        let mut s = s.replace(&self.dir.path().display().to_string(), "[TMP]");
-        // UUIDs (lineage) and SHA-256 digests.
-        let re_like = |s: &str, len: usize, tag: &str| {
-            let mut out = String::new();
-            let chars: Vec<char> = s.chars().collect();
-            let mut i = 0;
-            while i < chars.len() {
-                let run = chars[i..]
-                    .iter()
-                    .take_while(|c| c.is_ascii_hexdigit() || **c == '-')
-                    .count();
-                if run == len
-                    && chars[i..i + run].iter().filter(|c| **c == '-').count()
-                        == if len == 36 { 4 } else { 0 }
-                {
-                    out.push_str(tag);
-                    i += run;
-                } else {
-                    out.extend(&chars[i..i + run.max(1)]);
-                    i += run.max(1);
-                }
-            }
-            out
-        };
-        s = re_like(&s, 36, "[UUID]");
-        re_like(&s, 64, "[SHA256]")
+
+    /// The insta settings every snapshot of this project is taken under: its temp
+    /// directory, UUIDs (the lineage), SHA-256 digests, RFC 3339 timestamps and measured
+    /// durations become placeholders, so a snapshot keeps only what the CLI means.
+    fn settings(&self) -> insta::Settings {
+        let mut s = insta::Settings::clone_current();
+        s.add_filter(
+            &regex_escape(&self.dir.path().display().to_string()),
+            "[TMP]",
+        );
+        s.add_filter(
+            r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b",
+            "[UUID]",
+        );
+        s.add_filter(r"\b[0-9a-fA-F]{64}\b", "[SHA256]");
+        s.add_filter(
+            r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})",
+            "[TIMESTAMP]",
+        );
+        s.add_filter(r"\b\d+(\.\d+)?(ms|µs|ns)\b", "[DURATION]");
+        s
+    }
+
+    /// Snapshots `value` as `name` under [`Project::settings`].
+    fn snapshot(&self, name: &str, value: &str) {
+        self.settings()
+            .bind(|| insta::assert_snapshot!(name, value));
+    }
+
+    /// Snapshots a run's exit code, stdout and stderr together as `name`.
+    fn snap(&self, name: &str, code: i32, stdout: &str, stderr: &str) {
+        self.snapshot(
+            name,
+            &format!("exit: {code}\n--- stdout\n{stdout}--- stderr\n{stderr}"),
+        );
     }
 
     /// Writes a state where `vm.NAME` is up, applied with `desired`.
@@ -133,18 +142,23 @@ fn dev() -> VmSpec {
     v
 }
 
-fn snap(name: &str, code: i32, stdout: &str, stderr: &str) {
-    insta::assert_snapshot!(
-        name,
-        format!("exit: {code}\n--- stdout\n{stdout}--- stderr\n{stderr}")
-    );
+/// `s` with the regex metacharacters escaped (a literal path as an insta filter).
+fn regex_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 #[test]
 fn plan_create() {
     let p = Project::new(DOCKER_TOML);
     let (code, out, err) = p.run(&["plan", "--refresh=false"]);
-    snap("plan_create", code, &out, &err);
+    p.snap("plan_create", code, &out, &err);
     assert_eq!(code, 0);
 }
 
@@ -167,7 +181,7 @@ fn plan_no_op() {
     let p = Project::new(DOCKER_TOML);
     p.with_ready(&dev());
     let (code, out, err) = p.run(&["plan", "--refresh=false"]);
-    snap("plan_no_op", code, &out, &err);
+    p.snap("plan_no_op", code, &out, &err);
 }
 
 #[test]
@@ -175,7 +189,7 @@ fn plan_replace() {
     let p = Project::new(&format!("{DOCKER_TOML}image = \"debian:12\"\n"));
     p.with_ready(&dev());
     let (code, out, err) = p.run(&["plan", "--refresh=false", "--detailed-exitcode"]);
-    snap("plan_replace", code, &out, &err);
+    p.snap("plan_replace", code, &out, &err);
     assert_eq!(code, 2);
 }
 
@@ -184,7 +198,7 @@ fn plan_update_in_place() {
     let p = Project::new(&format!("{DOCKER_TOML}retry_until_up = true\n"));
     p.with_ready(&dev());
     let (code, out, err) = p.run(&["plan", "--refresh=false"]);
-    snap("plan_update_in_place", code, &out, &err);
+    p.snap("plan_update_in_place", code, &out, &err);
 }
 
 #[test]
@@ -195,7 +209,7 @@ fn plan_destroy() {
     old.name = "old".into();
     p.with_ready(&old);
     let (code, out, err) = p.run(&["plan", "--refresh=false"]);
-    snap("plan_destroy", code, &out, &err);
+    p.snap("plan_destroy", code, &out, &err);
 }
 
 #[test]
@@ -205,7 +219,7 @@ fn plan_json() {
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).expect("stdout is JSON only");
     assert_eq!(v["changes"][0]["action"], "create");
-    insta::assert_snapshot!("plan_json", out);
+    p.snapshot("plan_json", &out);
 }
 
 #[test]
@@ -254,7 +268,7 @@ fn bad_config(name: &str, text: &str) {
     let p = Project::new(text);
     let (code, out, err) = p.run(&["plan", "--refresh=false"]);
     assert_eq!(code, 1, "{err}");
-    snap(name, code, &out, &err);
+    p.snap(name, code, &out, &err);
 }
 
 #[test]
@@ -359,7 +373,7 @@ fn a_truncated_state_file_is_refused_and_left_untouched() {
         );
     }
     let (_, _, err) = p.run(&["plan", "--refresh=false"]);
-    snap("bad_truncated_state", 1, "", &err);
+    p.snap("bad_truncated_state", 1, "", &err);
 }
 
 #[test]
@@ -410,7 +424,7 @@ fn graph_prints_dot_with_dependency_edges() {
     );
     let (code, out, _) = p.run(&["graph"]);
     assert_eq!(code, 0);
-    insta::assert_snapshot!("graph", out);
+    p.snapshot("graph", &out);
 }
 
 #[test]
