@@ -25,6 +25,7 @@ mod k3s_machine;
 mod lambda_api;
 mod launch;
 mod multi_cloud;
+mod persisted_states;
 mod properties;
 mod runpod_api;
 mod spec_harness;
