@@ -32,3 +32,4 @@ mod spec_harness;
 mod ssh_local;
 mod state_file;
 mod state_journal;
+mod validate;
