@@ -24,32 +24,32 @@ use serde_json::{json, Value};
 use spec::{Canned, Seen, SpecServer};
 
 /// A sentinel API key: it must never appear in any error, reason or journal entry.
-const SENTINEL: &str = "secret_sentinel_key_7f3a9c";
+pub(crate) const SENTINEL: &str = "secret_sentinel_key_7f3a9c";
 
-const LAUNCH: &str = "/api/v1/instance-operations/launch";
-const TERMINATE: &str = "/api/v1/instance-operations/terminate";
+pub(crate) const LAUNCH: &str = "/api/v1/instance-operations/launch";
+pub(crate) const TERMINATE: &str = "/api/v1/instance-operations/terminate";
 
 /// The fake Lambda account.
 #[derive(Default)]
-struct World {
+pub(crate) struct World {
     /// instance type name → (gpu description, gpus, cents per hour, regions with capacity)
-    types: BTreeMap<String, (String, u32, i64, Vec<String>)>,
-    keys: Vec<Value>,
-    rulesets: Vec<Value>,
-    instances: Vec<Value>,
+    pub(crate) types: BTreeMap<String, (String, u32, i64, Vec<String>)>,
+    pub(crate) keys: Vec<Value>,
+    pub(crate) rulesets: Vec<Value>,
+    pub(crate) instances: Vec<Value>,
     /// Per (method, path): error responses served before the normal behaviour.
     faults: BTreeMap<(String, String), VecDeque<Canned>>,
     next: u32,
     /// Every error body echoes the Authorization header (a hostile server), to prove the
     /// adapter scrubs the key.
-    echo_auth: bool,
+    pub(crate) echo_auth: bool,
 }
 
-fn region(name: &str) -> Value {
+pub(crate) fn region(name: &str) -> Value {
     json!({"name": name, "description": format!("{name} test region")})
 }
 
-fn type_json(name: &str, desc: &str, gpus: u32, cents: i64) -> Value {
+pub(crate) fn type_json(name: &str, desc: &str, gpus: u32, cents: i64) -> Value {
     json!({
         "name": name,
         "description": format!("{gpus}x {desc}"),
@@ -61,12 +61,12 @@ fn type_json(name: &str, desc: &str, gpus: u32, cents: i64) -> Value {
 
 /// An error body in Lambda's envelope (`suggestion` included: several `ApiError*`
 /// schemas require it).
-fn err_body(code: &str, message: &str) -> Value {
+pub(crate) fn err_body(code: &str, message: &str) -> Value {
     json!({"error": {"code": code, "message": message, "suggestion": "Try again later."}})
 }
 
 impl World {
-    fn with_type(
+    pub(crate) fn with_type(
         mut self,
         name: &str,
         desc: &str,
@@ -86,7 +86,7 @@ impl World {
         self
     }
 
-    fn fault(&mut self, method: &str, path: &str, c: Canned) {
+    pub(crate) fn fault(&mut self, method: &str, path: &str, c: Canned) {
         self.faults
             .entry((method.into(), path.into()))
             .or_default()
@@ -248,13 +248,13 @@ impl World {
     }
 }
 
-struct Cloud2 {
-    server: SpecServer,
-    world: Arc<Mutex<World>>,
+pub(crate) struct Cloud2 {
+    pub(crate) server: SpecServer,
+    pub(crate) world: Arc<Mutex<World>>,
 }
 
 impl Cloud2 {
-    async fn start(world: World) -> Cloud2 {
+    pub(crate) async fn start(world: World) -> Cloud2 {
         let server = SpecServer::start(Arc::new(spec::lambda())).await;
         let world = Arc::new(Mutex::new(world));
         macro_rules! route {
@@ -347,7 +347,7 @@ impl Cloud2 {
         Cloud2 { server, world }
     }
 
-    fn provider_with_key(&self, key: Option<&str>) -> Arc<LambdaProvider> {
+    pub(crate) fn provider_with_key(&self, key: Option<&str>) -> Arc<LambdaProvider> {
         let caps = drive::test_capabilities(LambdaProvider::default_capabilities());
         Arc::new(
             LambdaProvider::new(LambdaSettings {
@@ -359,11 +359,11 @@ impl Cloud2 {
         )
     }
 
-    fn provider(&self) -> Arc<LambdaProvider> {
+    pub(crate) fn provider(&self) -> Arc<LambdaProvider> {
         self.provider_with_key(Some(SENTINEL))
     }
 
-    fn launches(&self) -> Vec<Value> {
+    pub(crate) fn launches(&self) -> Vec<Value> {
         self.server
             .requests_to("POST", LAUNCH)
             .into_iter()
@@ -382,7 +382,7 @@ async fn run(world: World) -> Run {
     Run::new(cloud, provider, drive::gpu_vm(Cloud::Lambda, "H100", 8))
 }
 
-fn h100_world() -> World {
+pub(crate) fn h100_world() -> World {
     World::default()
         .with_type(
             "gpu_8x_h100_sxm5",
@@ -394,7 +394,7 @@ fn h100_world() -> World {
         .with_type("gpu_1x_a10", "A10 (24 GB PCIe)", 1, 75, &["us-east-1"])
 }
 
-fn tag(body: &Value, key: &str) -> Option<String> {
+pub(crate) fn tag(body: &Value, key: &str) -> Option<String> {
     body["tags"]
         .as_array()?
         .iter()

@@ -10,6 +10,7 @@ mod aws_moto;
 mod cli;
 mod cli_kube;
 mod config;
+mod conformance;
 mod crash_docker;
 mod crash_sweep;
 mod digitalocean_api;
