@@ -25,21 +25,21 @@ use serde_json::{json, Value};
 use spec::{Canned, Seen, SpecServer};
 
 /// A sentinel token: it must never appear in any error, reason or journal entry.
-const SENTINEL: &str = "dop_v1_secret_sentinel_7f3a9c";
+pub(crate) const SENTINEL: &str = "dop_v1_secret_sentinel_7f3a9c";
 
-const DROPLETS: &str = "/v2/droplets";
-const H100X1: &str = "gpu-h100x1-80gb";
+pub(crate) const DROPLETS: &str = "/v2/droplets";
+pub(crate) const H100X1: &str = "gpu-h100x1-80gb";
 const ID_TAG: &str = "gpuprov-vm-name:trainer";
 const LINEAGE_TAG: &str = "gpuprov-lineage:0f0e0d0c-1111-4222-8333-444455556666";
 
 /// The fake DigitalOcean account.
-struct World {
-    sizes: Vec<Value>,
-    regions: Vec<Value>,
-    keys: Vec<Value>,
+pub(crate) struct World {
+    pub(crate) sizes: Vec<Value>,
+    pub(crate) regions: Vec<Value>,
+    pub(crate) keys: Vec<Value>,
     tags: BTreeSet<String>,
     firewalls: Vec<Value>,
-    droplets: Vec<Value>,
+    pub(crate) droplets: Vec<Value>,
     /// Droplet actions taken (spec `action` objects, `resource_id` = droplet id).
     actions: Vec<Value>,
     /// Ids of in-progress actions a listing already showed.
@@ -51,7 +51,7 @@ struct World {
     page_cap: usize,
     /// Every error body echoes the Authorization header (a hostile server), to prove the
     /// adapter scrubs the token.
-    echo_auth: bool,
+    pub(crate) echo_auth: bool,
 }
 
 impl Default for World {
@@ -76,7 +76,7 @@ impl Default for World {
     }
 }
 
-fn region_json(slug: &str, available: bool) -> Value {
+pub(crate) fn region_json(slug: &str, available: bool) -> Value {
     json!({
         "name": format!("{slug} test region"),
         "slug": slug,
@@ -110,7 +110,7 @@ fn size_json(slug: &str, gpu: Option<(&str, u32)>, price: f64, regions: &[&str])
 }
 
 /// An error body in the spec's `error` shape.
-fn err_body(id: &str, message: &str) -> Value {
+pub(crate) fn err_body(id: &str, message: &str) -> Value {
     json!({"id": id, "message": message, "request_id": "4d9d8375-3c56-4925-a3e7-eb137fed17e9"})
 }
 
@@ -122,7 +122,7 @@ fn query<'a>(req: &'a Seen, k: &str) -> Option<&'a str> {
 }
 
 impl World {
-    fn with_size(
+    pub(crate) fn with_size(
         mut self,
         slug: &str,
         gpu: Option<(&str, u32)>,
@@ -133,7 +133,7 @@ impl World {
         self
     }
 
-    fn fault(&mut self, method: &str, path: &str, c: Canned) {
+    pub(crate) fn fault(&mut self, method: &str, path: &str, c: Canned) {
         self.faults
             .entry((method.into(), path.into()))
             .or_default()
@@ -536,13 +536,13 @@ fn spec_with_tag_delete() -> spec::Spec {
     })
 }
 
-struct Cloud2 {
-    server: SpecServer,
-    world: Arc<Mutex<World>>,
+pub(crate) struct Cloud2 {
+    pub(crate) server: SpecServer,
+    pub(crate) world: Arc<Mutex<World>>,
 }
 
 impl Cloud2 {
-    async fn start(world: World) -> Cloud2 {
+    pub(crate) async fn start(world: World) -> Cloud2 {
         let server = SpecServer::start(Arc::new(spec_with_tag_delete())).await;
         let world = Arc::new(Mutex::new(world));
         macro_rules! route {
@@ -643,11 +643,11 @@ impl Cloud2 {
         )
     }
 
-    fn provider(&self) -> Arc<DigitalOceanProvider> {
+    pub(crate) fn provider(&self) -> Arc<DigitalOceanProvider> {
         self.provider_with_token(Some(SENTINEL))
     }
 
-    fn creates(&self) -> Vec<Value> {
+    pub(crate) fn creates(&self) -> Vec<Value> {
         self.server
             .requests_to("POST", DROPLETS)
             .into_iter()

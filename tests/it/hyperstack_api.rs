@@ -24,24 +24,24 @@ use serde_json::{json, Value};
 use spec::{Canned, Seen, SpecServer};
 
 /// A sentinel API key: it must never appear in any error, reason or journal entry.
-const SENTINEL: &str = "secret_sentinel_key_7f3a9c";
-const VMS: &str = "/v1/core/virtual-machines";
-const ENV_CA: &str = "gpuprov-0f0e0d0c-canada-1";
+pub(crate) const SENTINEL: &str = "secret_sentinel_key_7f3a9c";
+pub(crate) const VMS: &str = "/v1/core/virtual-machines";
+pub(crate) const ENV_CA: &str = "gpuprov-0f0e0d0c-canada-1";
 const VM_NAME: &str = "gpuprov-trainer-0f0e0d0c";
-const H100: &str = "H100-80G-PCIe";
+pub(crate) const H100: &str = "H100-80G-PCIe";
 
 /// The fake Hyperstack organisation.
 #[derive(Default)]
-struct World {
+pub(crate) struct World {
     /// (region, flavor name, GPU model, GPU count, root disk GB, stock_available)
     flavors: Vec<(String, String, String, u32, u32, bool)>,
     /// (region, GPU model) → configuration (`8x`) → count
     stocks: BTreeMap<(String, String), BTreeMap<String, i64>>,
     /// (name, USD per hour)
     prices: Vec<(String, f64)>,
-    environments: Vec<Value>,
-    keypairs: Vec<Value>,
-    vms: Vec<Value>,
+    pub(crate) environments: Vec<Value>,
+    pub(crate) keypairs: Vec<Value>,
+    pub(crate) vms: Vec<Value>,
     /// Per VM id: listings it has been through.
     ages: BTreeMap<i64, u32>,
     /// Listings a new VM stays `CREATING`.
@@ -50,10 +50,10 @@ struct World {
     attach_lag: u32,
     /// Per (method, path): error responses served before the normal behaviour.
     faults: BTreeMap<(String, String), VecDeque<Canned>>,
-    next: i64,
+    pub(crate) next: i64,
     /// Every fault's message echoes the `api_key` header (a hostile server), to prove the
     /// adapter scrubs the key.
-    echo_key: bool,
+    pub(crate) echo_key: bool,
     /// Delete requests refused because the VM was still being created.
     refused_deletes: u32,
     /// Key pairs that hold their name in their environment but that the listing does not
@@ -61,17 +61,24 @@ struct World {
     unlisted_keypairs: Vec<Value>,
 }
 
-fn err(message: &str, reason: &str) -> Value {
+pub(crate) fn err(message: &str, reason: &str) -> Value {
     json!({"status": false, "message": message, "error_reason": reason})
 }
 
-fn env_json(id: i64, name: &str, region: &str) -> Value {
+pub(crate) fn env_json(id: i64, name: &str, region: &str) -> Value {
     json!({"id": id, "name": name, "region": region, "created_at": "2026-11-30T20:00:00Z",
            "features": {"network_optimised": false}})
 }
 
 impl World {
-    fn with_flavor(mut self, region: &str, name: &str, gpu: &str, n: u32, stock: i64) -> Self {
+    pub(crate) fn with_flavor(
+        mut self,
+        region: &str,
+        name: &str,
+        gpu: &str,
+        n: u32,
+        stock: i64,
+    ) -> Self {
         self.flavors
             .push((region.into(), name.into(), gpu.into(), n, 100, stock > 0));
         self.stocks
@@ -81,12 +88,12 @@ impl World {
         self
     }
 
-    fn with_price(mut self, name: &str, usd: f64) -> Self {
+    pub(crate) fn with_price(mut self, name: &str, usd: f64) -> Self {
         self.prices.push((name.into(), usd));
         self
     }
 
-    fn fault(&mut self, method: &str, path: &str, c: Canned) {
+    pub(crate) fn fault(&mut self, method: &str, path: &str, c: Canned) {
         self.faults
             .entry((method.into(), path.into()))
             .or_default()
@@ -423,13 +430,13 @@ impl World {
     }
 }
 
-struct Fake {
-    server: SpecServer,
-    world: Arc<Mutex<World>>,
+pub(crate) struct Fake {
+    pub(crate) server: SpecServer,
+    pub(crate) world: Arc<Mutex<World>>,
 }
 
 impl Fake {
-    async fn start(world: World) -> Fake {
+    pub(crate) async fn start(world: World) -> Fake {
         let server = SpecServer::start(Arc::new(spec::hyperstack())).await;
         let world = Arc::new(Mutex::new(world));
         macro_rules! route {
@@ -527,11 +534,11 @@ impl Fake {
         )
     }
 
-    fn provider(&self) -> Arc<HyperstackProvider> {
+    pub(crate) fn provider(&self) -> Arc<HyperstackProvider> {
         self.provider_with_key(Some(SENTINEL))
     }
 
-    fn creates(&self) -> Vec<Value> {
+    pub(crate) fn creates(&self) -> Vec<Value> {
         self.server
             .requests_to("POST", VMS)
             .into_iter()

@@ -24,14 +24,14 @@ use serde_json::{json, Value};
 use spec::{Canned, Seen, SpecServer};
 
 /// The user's own key, already registered on the account: it must survive the merge.
-const USER_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIUserOwnKey me@laptop";
+pub(crate) const USER_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIUserOwnKey me@laptop";
 /// A sentinel API key: it must never appear in any error, reason or journal entry.
-const SENTINEL: &str = "rpa_secret_sentinel_key_7f3a9c";
-const H100: &str = "NVIDIA H100 80GB HBM3";
+pub(crate) const SENTINEL: &str = "rpa_secret_sentinel_key_7f3a9c";
+pub(crate) const H100: &str = "NVIDIA H100 80GB HBM3";
 
-const PODS: &str = "/v2/pods";
-const CATALOG: &str = "/v2/catalog/gpus";
-const KEYS: &str = "/v2/account/ssh-keys";
+pub(crate) const PODS: &str = "/v2/pods";
+pub(crate) const CATALOG: &str = "/v2/catalog/gpus";
+pub(crate) const KEYS: &str = "/v2/account/ssh-keys";
 
 /// One GPU type of the fake catalog.
 #[derive(Clone)]
@@ -47,10 +47,10 @@ struct Gpu {
 
 /// The fake RunPod account.
 #[derive(Default)]
-struct World {
+pub(crate) struct World {
     gpus: BTreeMap<String, Gpu>,
-    keys: Vec<String>,
-    pods: Vec<Value>,
+    pub(crate) keys: Vec<String>,
+    pub(crate) pods: Vec<Value>,
     /// Per pod id: how many more listings show it RUNNING with its ports not mapped yet.
     unmapped: BTreeMap<String, u32>,
     /// Listings a new pod stays RUNNING-but-unmapped (the field-reported case).
@@ -60,11 +60,11 @@ struct World {
     next: u32,
     /// Every error body echoes the Authorization header (a hostile server), to prove the
     /// adapter scrubs the key.
-    echo_auth: bool,
+    pub(crate) echo_auth: bool,
 }
 
 /// An RFC 9457 problem body in the spec's `ErrorResponse` shape.
-fn problem(status: u16, detail: &str) -> Value {
+pub(crate) fn problem(status: u16, detail: &str) -> Value {
     let title = match status {
         400 => "Bad Request",
         401 => "Unauthorized",
@@ -105,7 +105,13 @@ fn query<'a>(req: &'a Seen, k: &str) -> Option<&'a str> {
 }
 
 impl World {
-    fn with_gpu(mut self, id: &str, name: &str, price: (f64, f64), max: (u32, u32)) -> Self {
+    pub(crate) fn with_gpu(
+        mut self,
+        id: &str,
+        name: &str,
+        price: (f64, f64),
+        max: (u32, u32),
+    ) -> Self {
         self.gpus.insert(
             id.into(),
             Gpu {
@@ -118,7 +124,7 @@ impl World {
         self
     }
 
-    fn with_stock(mut self, id: &str, tier: &str, dcs: &[&str]) -> Self {
+    pub(crate) fn with_stock(mut self, id: &str, tier: &str, dcs: &[&str]) -> Self {
         self.gpus
             .get_mut(id)
             .unwrap()
@@ -127,7 +133,7 @@ impl World {
         self
     }
 
-    fn fault(&mut self, method: &str, path: &str, c: Canned) {
+    pub(crate) fn fault(&mut self, method: &str, path: &str, c: Canned) {
         self.faults
             .entry((method.into(), path.into()))
             .or_default()
@@ -402,13 +408,13 @@ impl World {
     }
 }
 
-struct Fake {
-    server: SpecServer,
-    world: Arc<Mutex<World>>,
+pub(crate) struct Fake {
+    pub(crate) server: SpecServer,
+    pub(crate) world: Arc<Mutex<World>>,
 }
 
 impl Fake {
-    async fn start(world: World) -> Fake {
+    pub(crate) async fn start(world: World) -> Fake {
         let server = SpecServer::start(Arc::new(spec::runpod())).await;
         let world = Arc::new(Mutex::new(world));
         macro_rules! route {
@@ -474,11 +480,11 @@ impl Fake {
         )
     }
 
-    fn provider(&self) -> Arc<RunpodProvider> {
+    pub(crate) fn provider(&self) -> Arc<RunpodProvider> {
         self.provider_with_key(Some(SENTINEL))
     }
 
-    fn creates(&self) -> Vec<Value> {
+    pub(crate) fn creates(&self) -> Vec<Value> {
         self.server
             .requests_to("POST", PODS)
             .into_iter()

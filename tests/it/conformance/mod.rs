@@ -13,8 +13,11 @@
 //! `*_api` servers), AWS (moto) and Docker still run their own copies of these scenarios
 //! in their modules, until their drivers are written.
 
+mod digitalocean;
 mod fake;
+mod hyperstack;
 mod lambda;
+mod runpod;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -120,12 +123,27 @@ pub trait Driver: Sync {
     fn unplannable_gpu(&self) -> &'static str {
         "B200"
     }
+    /// Whether the cloud answers an ask in a region it does not know as `InvalidRequest`
+    /// (rather than with no offers).
+    fn unknown_region_is_invalid(&self) -> bool {
+        false
+    }
+    /// An instance id of this cloud's form that names no instance.
+    fn unknown_instance_id(&self) -> &'static str {
+        "0123456789abcdef0123456789abcdef"
+    }
     async fn start(&self, world: World) -> Box<dyn Cloud>;
 }
 
 /// Every driver of the suite.
 pub fn drivers() -> Vec<Box<dyn Driver>> {
-    vec![Box::new(fake::FakeDriver), Box::new(lambda::LambdaDriver)]
+    vec![
+        Box::new(fake::FakeDriver),
+        Box::new(lambda::LambdaDriver),
+        Box::new(runpod::RunpodDriver),
+        Box::new(digitalocean::DigitalOceanDriver),
+        Box::new(hyperstack::HyperstackDriver),
+    ]
 }
 
 /// [`drive::Run`] over a driver's cloud, with the adapter behind `dyn`.
@@ -357,10 +375,16 @@ async fn scenario(d: &dyn Driver, s: Scenario) {
                 "{name}: {r0} is not {r1}"
             );
             let prefix = &r0[..r0.len() - 1];
-            assert!(
-                p.plan(&ask(&vm, &[prefix])).await.unwrap().is_empty(),
-                "{name}: {prefix} matches nothing"
-            );
+            let by_prefix = p.plan(&ask(&vm, &[prefix])).await;
+            if d.unknown_region_is_invalid() {
+                let e = by_prefix.unwrap_err();
+                assert_eq!(e.kind, ErrorKind::InvalidRequest, "{name}: {prefix}: {e}");
+            } else {
+                assert!(
+                    by_prefix.unwrap().is_empty(),
+                    "{name}: {prefix} matches nothing"
+                );
+            }
             let o = p.plan(&ask(&vm, &[r1])).await.unwrap();
             assert_eq!(o.len(), 1, "{name}: {o:?}");
             assert_eq!(o[0].location.region, r1, "{name}");
@@ -430,7 +454,7 @@ async fn scenario(d: &dyn Driver, s: Scenario) {
                 .await;
             let p = cloud.provider();
             let at = cloud.at(r0);
-            p.delete(&at, "trainer", &["0123456789abcdef0123456789abcdef".into()])
+            p.delete(&at, "trainer", &[d.unknown_instance_id().into()])
                 .await
                 .unwrap_or_else(|e| panic!("{name}: deleting an unknown instance: {e}"));
             p.cleanup(&at, "trainer").await.unwrap();
