@@ -9,9 +9,10 @@
 //! every driver that supports it. Vendor-only behaviour stays in the vendor's own module
 //! (`lambda_api` …) beside its driver.
 //!
-//! Drivers so far: the FakeProvider and Lambda. RunPod, DigitalOcean, Hyperstack (their
-//! `*_api` servers), AWS (moto) and Docker still run their own copies of these scenarios
-//! in their modules, until their drivers are written.
+//! Drivers: the FakeProvider, and Lambda, RunPod, DigitalOcean and Hyperstack over the
+//! spec-checked servers of their `*_api` modules. AWS (moto) and Docker still run their
+//! own copies of these scenarios in `aws_moto` and `docker_provider`, and the `*_api`
+//! modules keep theirs (with their vendor-only assertions), until they are folded in.
 
 mod digitalocean;
 mod fake;
