@@ -1,0 +1,712 @@
+//! Golden tests of the CLI (assert_cmd + insta snapshots in tests/it/snapshots/, taken
+//! under insta filters for temp paths, ids, digests, timestamps and durations). None of
+//! these needs Docker: they plan with `--refresh=false` or stop before any cloud call.
+//! Review changes with `cargo insta review`.
+
+use std::path::PathBuf;
+
+use assert_cmd::Command;
+use gpuprov::config::{Cloud, VmSpec};
+use gpuprov::provider::{Location, Offer, SshEndpoint};
+use gpuprov::ssh::HostKey;
+use gpuprov::state::{MachineRecord, ResourceRecord, StateStore};
+use gpuprov::vm::{LaunchState, VmRecord};
+
+struct Project {
+    dir: tempfile::TempDir,
+}
+
+const DOCKER_TOML: &str = "#:schema ../schemas/gpuprov.schema.json\n[defaults]\nclouds = [\"docker\"]\n\n[vm.dev]\nregions = [\"local\"]\n";
+
+impl Project {
+    fn new(config: &str) -> Project {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("gpuprov.toml"), config).unwrap();
+        Project { dir }
+    }
+    fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::cargo_bin("gpuprov").unwrap();
+        c.current_dir(self.dir.path())
+            .env("GPUPROV_HOME", self.path("home"))
+            .env("NO_COLOR", "1")
+            .env_remove("GPUPROV_CONFIG")
+            .env_remove("GPUPROV_STATE")
+            .args(args);
+        c
+    }
+    /// Runs and returns (exit code, stdout, stderr) as the binary wrote them.
+    fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let out = self.cmd(args).output().unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (
+            out.status.code().unwrap_or(-1),
+            text(&out.stdout),
+            text(&out.stderr),
+        )
+    }
+
+    /// The insta settings every snapshot of this project is taken under: its temp
+    /// directory, UUIDs (the lineage), SHA-256 digests, RFC 3339 timestamps and measured
+    /// durations become placeholders, so a snapshot keeps only what the CLI means.
+    fn settings(&self) -> insta::Settings {
+        let mut s = insta::Settings::clone_current();
+        s.add_filter(
+            &regex_escape(&self.dir.path().display().to_string()),
+            "[TMP]",
+        );
+        s.add_filter(
+            r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b",
+            "[UUID]",
+        );
+        s.add_filter(r"\b[0-9a-fA-F]{64}\b", "[SHA256]");
+        s.add_filter(
+            r"\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})",
+            "[TIMESTAMP]",
+        );
+        s.add_filter(r"\b\d+(\.\d+)?(ms|µs|ns)\b", "[DURATION]");
+        s
+    }
+
+    /// Snapshots `value` as `name` under [`Project::settings`].
+    fn snapshot(&self, name: &str, value: &str) {
+        self.settings()
+            .bind(|| insta::assert_snapshot!(name, value));
+    }
+
+    /// Snapshots a run's exit code, stdout and stderr together as `name`.
+    fn snap(&self, name: &str, code: i32, stdout: &str, stderr: &str) {
+        self.snapshot(
+            name,
+            &format!("exit: {code}\n--- stdout\n{stdout}--- stderr\n{stderr}"),
+        );
+    }
+
+    /// Writes a state where `vm.NAME` is up, applied with `desired`.
+    fn with_ready(&self, desired: &VmSpec) {
+        let (mut store, mut state) = StateStore::open(self.path("gpuprov.state.json")).unwrap();
+        state.lineage = "00000000-0000-4000-8000-000000000000".into();
+        let offer = Offer {
+            id: "docker/local/container".into(),
+            location: Location {
+                cloud: "docker".into(),
+                region: "local".into(),
+                zone: None,
+            },
+            instance_type: "container".into(),
+            gpu: None,
+            gpu_count: 0,
+            spot: false,
+            price_per_hour: 0.0,
+            detail: serde_json::Value::Null,
+        };
+        let vm = VmRecord {
+            instance_id: "c0ffee".into(),
+            location: offer.location.clone(),
+            offer,
+            ssh: SshEndpoint {
+                host: "127.0.0.1".into(),
+                port: 32768,
+                user: Some("root".into()),
+            },
+            user: "root".into(),
+            host_key: HostKey {
+                algorithm: "ssh-ed25519".into(),
+                key_base64: "AAAA".into(),
+                fingerprint: "SHA256:x".into(),
+            },
+            ready_at: chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+                .unwrap()
+                .into(),
+        };
+        let s = LaunchState::Ready { vm: Box::new(vm) };
+        let mut rec = ResourceRecord::new(MachineRecord {
+            kind: "launch".into(),
+            state: serde_json::to_value(&s).unwrap(),
+            label: "ready c0ffee".into(),
+            updated_at: chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+                .unwrap()
+                .into(),
+        });
+        rec.desired = Some(serde_json::to_value(desired).unwrap());
+        state.resources.insert(format!("vm.{}", desired.name), rec);
+        store.save(&mut state).unwrap();
+    }
+}
+
+fn dev() -> VmSpec {
+    let mut v = VmSpec::new("dev", vec![Cloud::Docker]);
+    v.regions = vec!["local".into()];
+    v
+}
+
+/// `s` with the regex metacharacters escaped (a literal path as an insta filter).
+fn regex_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[test]
+fn plan_create() {
+    let p = Project::new(DOCKER_TOML);
+    let (code, out, err) = p.run(&["plan", "--refresh=false"]);
+    p.snap("plan_create", code, &out, &err);
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn plan_detailed_exitcode_is_2_with_changes_and_0_without() {
+    let p = Project::new(DOCKER_TOML);
+    assert_eq!(
+        p.run(&["plan", "--refresh=false", "--detailed-exitcode"]).0,
+        2
+    );
+    p.with_ready(&dev());
+    assert_eq!(
+        p.run(&["plan", "--refresh=false", "--detailed-exitcode"]).0,
+        0
+    );
+}
+
+#[test]
+fn plan_no_op() {
+    let p = Project::new(DOCKER_TOML);
+    p.with_ready(&dev());
+    let (code, out, err) = p.run(&["plan", "--refresh=false"]);
+    p.snap("plan_no_op", code, &out, &err);
+}
+
+#[test]
+fn plan_replace() {
+    let p = Project::new(&format!("{DOCKER_TOML}image = \"debian:12\"\n"));
+    p.with_ready(&dev());
+    let (code, out, err) = p.run(&["plan", "--refresh=false", "--detailed-exitcode"]);
+    p.snap("plan_replace", code, &out, &err);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn plan_update_in_place() {
+    let p = Project::new(&format!("{DOCKER_TOML}retry_until_up = true\n"));
+    p.with_ready(&dev());
+    let (code, out, err) = p.run(&["plan", "--refresh=false"]);
+    p.snap("plan_update_in_place", code, &out, &err);
+}
+
+#[test]
+fn plan_destroy() {
+    let p = Project::new(DOCKER_TOML);
+    p.with_ready(&dev());
+    let mut old = dev();
+    old.name = "old".into();
+    p.with_ready(&old);
+    let (code, out, err) = p.run(&["plan", "--refresh=false"]);
+    p.snap("plan_destroy", code, &out, &err);
+}
+
+#[test]
+fn plan_json() {
+    let p = Project::new(DOCKER_TOML);
+    let (code, out, _) = p.run(&["plan", "--refresh=false", "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("stdout is JSON only");
+    assert_eq!(v["changes"][0]["action"], "create");
+    p.snapshot("plan_json", &out);
+}
+
+#[test]
+fn saved_plan_is_refused_once_the_state_moved_on() {
+    let p = Project::new(DOCKER_TOML);
+    let (code, out, _) = p.run(&["plan", "--refresh=false", "-out", "tfplan.json"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("gpuprov apply tfplan.json"), "{out}");
+    p.with_ready(&dev()); // another apply wrote the state meanwhile
+    let (code, _, err) = p.run(&["apply", "tfplan.json"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("saved plan tfplan.json is stale"), "{err}");
+}
+
+#[test]
+fn saved_plan_is_refused_after_a_config_edit() {
+    let p = Project::new(DOCKER_TOML);
+    assert_eq!(p.run(&["plan", "--refresh=false", "-out=tfplan.json"]).0, 0);
+    std::fs::write(
+        p.path("gpuprov.toml"),
+        format!("{DOCKER_TOML}ports = [8080]\n"),
+    )
+    .unwrap();
+    let (code, _, err) = p.run(&["apply", "tfplan.json"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("was made from a different"), "{err}");
+}
+
+#[test]
+fn apply_without_a_terminal_needs_auto_approve() {
+    let p = Project::new(DOCKER_TOML);
+    let (code, _, err) = p.run(&["apply", "--refresh=false"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("needs confirmation, but standard input is not a terminal"),
+        "{err}"
+    );
+    assert!(err.contains("--auto-approve"), "{err}");
+    assert!(
+        !p.path("gpuprov.state.json").exists(),
+        "nothing was written"
+    );
+}
+
+fn bad_config(name: &str, text: &str) {
+    let p = Project::new(text);
+    let (code, out, err) = p.run(&["plan", "--refresh=false"]);
+    assert_eq!(code, 1, "{err}");
+    p.snap(name, code, &out, &err);
+}
+
+#[test]
+fn diagnostic_unknown_key() {
+    bad_config(
+        "bad_unknown_key",
+        "[vm.dev]\nclouds = [\"docker\"]\ngpus = 1\n",
+    );
+}
+
+#[test]
+fn diagnostic_wrong_type() {
+    bad_config(
+        "bad_wrong_type",
+        "[vm.dev]\nclouds = [\"docker\"]\ndisk_gb = \"100\"\n",
+    );
+}
+
+#[test]
+fn diagnostic_unknown_cloud() {
+    bad_config("bad_unknown_cloud", "[vm.dev]\nclouds = [\"dokcer\"]\n");
+}
+
+#[test]
+fn diagnostic_cycle() {
+    bad_config(
+        "bad_cycle",
+        "[defaults]\nclouds = [\"docker\"]\n\n[vm.a]\ndepends_on = [\"b\"]\n\n[vm.b]\ndepends_on = [\"a\"]\n",
+    );
+}
+
+#[test]
+fn diagnostic_dangling_dependency() {
+    bad_config(
+        "bad_dangling",
+        "[defaults]\nclouds = [\"docker\"]\n\n[vm.a]\ndepends_on = [\"db\"]\n",
+    );
+}
+
+#[test]
+fn diagnostic_toml_syntax() {
+    bad_config("bad_syntax", "[vm.dev\nclouds = [\"docker\"]\n");
+}
+
+#[test]
+fn diagnostic_gpu_on_docker() {
+    bad_config(
+        "bad_gpu_on_docker",
+        "[vm.dev]\nclouds = [\"docker\"]\ngpu = \"H100\"\n",
+    );
+}
+
+#[test]
+fn diagnostic_explicit_kubernetes_on_docker() {
+    bad_config(
+        "bad_k8s_on_docker",
+        "[vm.dev]\nclouds = [\"docker\"]\nkubernetes = true\n",
+    );
+}
+
+#[test]
+fn kubernetes_by_default_is_skipped_on_docker_with_a_note() {
+    let p = Project::new(DOCKER_TOML);
+    let (_, _, err) = p.run(&["plan", "--refresh=false"]);
+    assert!(
+        err.contains("note: vm.dev: kubernetes skipped: docker cannot host k3s"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_config_is_a_clear_error() {
+    let p = Project::new(DOCKER_TOML);
+    let (code, _, err) = p.run(&["plan", "-c", "nope.toml"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot read config file nope.toml"), "{err}");
+}
+
+#[test]
+fn a_truncated_state_file_is_refused_and_left_untouched() {
+    let p = Project::new(DOCKER_TOML);
+    p.with_ready(&dev());
+    let full = std::fs::read(p.path("gpuprov.state.json")).unwrap();
+    let truncated = &full[..full.len() / 2];
+    std::fs::write(p.path("gpuprov.state.json"), truncated).unwrap();
+    for args in [
+        &["plan", "--refresh=false"][..],
+        &["apply", "--auto-approve", "--refresh=false"],
+        &["destroy", "--auto-approve"],
+        &["status"],
+    ] {
+        let (code, _, err) = p.run(args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(
+            err.contains("gpuprov.state.json"),
+            "{args:?} names the file: {err}"
+        );
+        assert_eq!(
+            std::fs::read(p.path("gpuprov.state.json")).unwrap(),
+            truncated,
+            "{args:?} changed the file"
+        );
+    }
+    let (_, _, err) = p.run(&["plan", "--refresh=false"]);
+    p.snap("bad_truncated_state", 1, "", &err);
+}
+
+#[test]
+fn a_held_lock_fails_within_the_timeout_naming_the_holder() {
+    let p = Project::new(DOCKER_TOML);
+    let (lock, _) = gpuprov::state::StateLock::acquire(
+        &p.path("gpuprov.state.json"),
+        "apply",
+        std::time::Duration::ZERO,
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = p
+        .cmd(&["plan", "--refresh=false", "--lock-timeout", "1s"])
+        .output()
+        .unwrap();
+    let waited = started.elapsed();
+    let (code, err) = (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
+    assert_eq!(code, 1);
+    assert!(
+        waited >= std::time::Duration::from_millis(900),
+        "waited {waited:?}"
+    );
+    assert!(err.contains("apply"), "names the holder's operation: {err}");
+    assert!(
+        err.contains(&std::process::id().to_string()),
+        "names the holder's pid: {err}"
+    );
+    assert!(
+        err.contains(&lock.info().id),
+        "gives the lock id for force-unlock: {err}"
+    );
+    drop(lock);
+    assert_eq!(
+        p.run(&["plan", "--refresh=false"]).0,
+        0,
+        "free again once released"
+    );
+}
+
+#[test]
+fn graph_prints_dot_with_dependency_edges() {
+    let p = Project::new(
+        "[defaults]\nclouds = [\"docker\"]\n[vm.db]\n[vm.web]\ndepends_on = [\"db\"]\n",
+    );
+    let (code, out, _) = p.run(&["graph"]);
+    assert_eq!(code, 0);
+    p.snapshot("graph", &out);
+}
+
+#[test]
+fn state_list_and_show() {
+    let p = Project::new(DOCKER_TOML);
+    p.with_ready(&dev());
+    let (code, out, _) = p.run(&["state", "list"]);
+    assert_eq!((code, out.as_str()), (0, "vm.dev\n"));
+    let (code, out, _) = p.run(&["state", "show", "vm.dev"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["machine"]["state"]["state"], "ready");
+    let (code, _, err) = p.run(&["state", "show", "vm.nope"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("no resource vm.nope") && err.contains("vm.dev"),
+        "{err}"
+    );
+}
+
+#[test]
+fn every_command_has_help() {
+    let p = Project::new(DOCKER_TOML);
+    for cmd in [
+        "plan",
+        "apply",
+        "destroy",
+        "status",
+        "list",
+        "ssh",
+        "graph",
+        "validate",
+        "state",
+        "force-unlock",
+        "offers",
+        "kubeconfig",
+        "tunnel",
+    ] {
+        let (code, out, _) = p.run(&[cmd, "--help"]);
+        assert_eq!(code, 0, "{cmd}");
+        assert!(out.contains("Usage: gpuprov"), "{cmd}: {out}");
+    }
+}
+
+/// Regression (newcomer report): destroy dropped a record it could not read and left the
+/// machine running untracked.
+#[test]
+fn destroy_refuses_a_record_it_cannot_read_and_changes_nothing() {
+    for (field, value) in [("state", "\"exploded\""), ("kind", "\"teleport\"")] {
+        let p = Project::new(DOCKER_TOML);
+        p.with_ready(&dev());
+        let path = p.path("gpuprov.state.json");
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let new: serde_json::Value = serde_json::from_str(value).unwrap();
+        if field == "state" {
+            v["resources"]["vm.dev"]["machine"]["state"]["state"] = new;
+        } else {
+            v["resources"]["vm.dev"]["machine"]["kind"] = new;
+        }
+        std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+        let before = std::fs::read(&path).unwrap();
+        for args in [
+            &["destroy", "--auto-approve"][..],
+            &["plan", "--refresh=false"],
+            &["apply", "--auto-approve", "--refresh=false"],
+        ] {
+            let (code, _, err) = p.run(args);
+            assert_eq!(code, 1, "{args:?}: {err}");
+            assert!(err.contains("vm.dev"), "{args:?} names the record: {err}");
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                before,
+                "{args:?} changed the state"
+            );
+        }
+    }
+}
+
+/// Regression (newcomer report): `gpuprov status | head -1` panicked on the broken pipe.
+#[test]
+fn a_closed_stdout_is_not_a_panic() {
+    let p = Project::new(DOCKER_TOML);
+    p.with_ready(&dev());
+    for args in [
+        &["graph"][..],
+        &["state", "list"],
+        &["plan", "--refresh=false"],
+        &["status", "--refresh=false"],
+    ] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpuprov"))
+            .current_dir(p.dir.path())
+            .env("GPUPROV_HOME", p.path("home"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // the reader goes away before anything is written
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_ne!(out.status.code(), Some(101), "{args:?}: {stderr}");
+    }
+}
+
+/// A saved plan's lineage can become a new state's lineage, which names a directory.
+#[test]
+fn a_saved_plan_with_a_forged_lineage_is_refused() {
+    let p = Project::new(DOCKER_TOML);
+    assert_eq!(
+        p.run(&["plan", "--refresh=false", "-out", "tfplan.json"]).0,
+        0
+    );
+    let path = p.path("tfplan.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    v["lineage"] = "../../../tmp/evil".into();
+    std::fs::write(&path, v.to_string()).unwrap();
+    let (code, _, err) = p.run(&["apply", "tfplan.json"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("invalid lineage"), "{err}");
+    assert!(!p.path("gpuprov.state.json").exists());
+}
+
+/// Issue 3: `plan` on the AWS example prints the offers in the order apply tries them,
+/// with prices, offline (the catalog is built in).
+#[test]
+fn plan_lists_the_ordered_offers_with_prices() {
+    let example =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/aws.toml")).unwrap();
+    let p = Project::new(&example);
+    let (code, out, err) = p.run(&["plan", "--refresh=false"]);
+    assert_eq!(code, 0, "{err}");
+    let trainer = out.split("# vm.trainer").nth(1).expect("trainer planned");
+    let lines: Vec<&str> = trainer
+        .lines()
+        .filter(|l| l.trim_start().starts_with("# ") && l.contains("/h"))
+        .collect();
+    assert!(lines.len() >= 2, "{out}");
+    assert!(
+        lines[0].contains("1. aws/us-east-1/p5.48xlarge") && lines[0].contains('$'),
+        "{lines:?}"
+    );
+    // One offer per zone: every zone of us-east-1 before us-west-2.
+    let west = lines
+        .iter()
+        .position(|l| l.contains(". aws/us-west-2/"))
+        .unwrap_or_else(|| panic!("us-west-2 planned: {lines:?}"));
+    assert!(
+        west > 1 && lines[..west].iter().all(|l| l.contains(". aws/us-east-1/")),
+        "regions in the order the config lists them: {lines:?}"
+    );
+    assert!(
+        lines[1].contains("2. aws/us-east-1/p5.48xlarge/us-east-1b"),
+        "{lines:?}"
+    );
+    let (_, json, _) = p.run(&["plan", "--refresh=false", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let trainer = v["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["vm"] == "trainer")
+        .unwrap();
+    assert_eq!(
+        trainer["offers"][0]["id"],
+        "aws/us-east-1/p5.48xlarge/us-east-1a"
+    );
+    assert_eq!(
+        trainer["price_per_hour"], trainer["offers"][0]["price_per_hour"],
+        "priced by the first offer tried"
+    );
+}
+
+#[test]
+fn offers_lists_the_catalog_cheapest_first_without_a_config() {
+    let p = Project::new("");
+    std::fs::remove_file(p.path("gpuprov.toml")).unwrap();
+    let (code, out, err) = p.run(&["offers", "--cloud", "aws", "--gpu", "a10g"]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<&str> = out.lines().skip(1).collect();
+    assert!(out.starts_with("CLOUD"), "{out}");
+    assert!(rows.len() >= 2, "{out}");
+    let prices: Vec<f64> = rows
+        .iter()
+        .map(|l| l.split_whitespace().last().unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        prices.windows(2).all(|w| w[0] <= w[1]),
+        "cheapest first: {out}"
+    );
+    assert!(rows.iter().all(|l| l.contains("A10G")), "{out}");
+
+    let (code, json, err) = p.run(&[
+        "offers",
+        "--cloud",
+        "aws",
+        "--gpu",
+        "A10G",
+        "--max-price",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let list = v.as_array().unwrap();
+    assert!(!list.is_empty(), "{json}");
+    assert!(list
+        .iter()
+        .all(|o| o["price_per_hour"].as_f64().unwrap() <= 2.0
+            && o["cloud"] == "aws"
+            && o.get("detail").is_none()));
+
+    let (code, json, _) = p.run(&[
+        "offers", "--cloud", "aws", "--gpu", "A10G", "--limit", "1", "--json",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&json)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn offers_for_a_config_machine_keep_applys_order() {
+    let example =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/aws.toml")).unwrap();
+    let p = Project::new(&example);
+    let (code, out, err) = p.run(&["offers", "--vm", "trainer", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let offers: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    let (_, plan, _) = p.run(&["plan", "--refresh=false", "--json"]);
+    let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
+    let planned = plan["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["vm"] == "trainer")
+        .unwrap()["offers"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let ids = |l: &[serde_json::Value]| l.iter().map(|o| o["id"].clone()).collect::<Vec<_>>();
+    assert_eq!(
+        ids(&offers),
+        ids(&planned),
+        "same offers, same order as plan"
+    );
+
+    let (code, _, err) = p.run(&["offers", "--vm", "nope"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("no [vm.nope]") && err.contains("trainer"),
+        "{err}"
+    );
+}
+
+#[test]
+fn offers_rejects_unknown_clouds_and_bad_prices() {
+    let p = Project::new("");
+    std::fs::remove_file(p.path("gpuprov.toml")).unwrap();
+    let (code, _, err) = p.run(&["offers", "--cloud", "nimbus"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("--cloud nimbus: unknown cloud") && err.contains("known clouds: aws"),
+        "{err}"
+    );
+    let (code, _, err) = p.run(&["offers", "--cloud", "aws", "--max-price", "-3"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--max-price -3"), "{err}");
+    let (code, out, err) = p.run(&["offers", "--cloud", "aws"]);
+    assert_eq!(
+        code, 0,
+        "a cloud that refuses the ask still answered: {err}"
+    );
+    assert!(
+        err.contains("note: aws:") && out.contains("No offers match."),
+        "{out}{err}"
+    );
+}

@@ -1,0 +1,112 @@
+//! The conformance driver of the FakeProvider (`src/provider/fake.rs`): the contract the
+//! core is written against, without a vendor. Offers are `fake/<region>/<type>` on a
+//! provider named `aws` (the name the launch tests give it).
+
+use std::sync::Arc;
+
+use gpuprov::config::{Cloud as CloudName, VmSpec};
+use gpuprov::provider::fake::{FakeProvider, Op};
+use gpuprov::provider::{CloudProvider, ErrorKind, Location, ProviderError};
+
+use super::{Cloud, Driver, Fault, Scenario, World};
+
+pub struct FakeDriver;
+
+struct FakeCloud {
+    fake: Arc<FakeProvider>,
+}
+
+#[async_trait::async_trait]
+impl Driver for FakeDriver {
+    fn name(&self) -> &'static str {
+        "fake"
+    }
+
+    fn unsupported(&self, s: Scenario) -> Option<&'static str> {
+        match s {
+            Scenario::KeyFoundByValueNeverRegisteredTwice => {
+                Some("the fake cloud has no key registry")
+            }
+            Scenario::SecretsNeverInErrors => Some("the fake cloud needs no credential"),
+            Scenario::UnplannableAskIsInvalidRequest => {
+                Some("the fake cloud has no GPU catalog: it plans every ask")
+            }
+            _ => None,
+        }
+    }
+
+    fn regions(&self) -> [&'static str; 2] {
+        ["east-1", "east-13"]
+    }
+
+    async fn start(&self, world: World) -> Box<dyn Cloud> {
+        let [r0, _] = self.regions();
+        let mut fake = FakeProvider::new("aws");
+        // The main offer, cheaper in the first region (the core orders by price); the
+        // second offer in the first region sits between the two.
+        for (n, region) in world.capacity_in.iter().enumerate() {
+            let price = if *region == r0 { 10.0 } else { 11.0 + n as f64 };
+            fake = fake.with_offer(&format!("fake/{region}/h100"), region, "h100", price);
+        }
+        if world.second_offer_in_first_region {
+            fake = fake.with_offer(&format!("fake/{r0}/h100-b"), r0, "h100-b", 10.5);
+        }
+        if let Some(f) = world.create_fault {
+            let e = match f {
+                Fault::Capacity => ProviderError::new(ErrorKind::Capacity, "no capacity"),
+                Fault::Quota => ProviderError::new(ErrorKind::Quota, "quota exceeded"),
+                Fault::RateLimited { retry_after_secs } => {
+                    let mut e = ProviderError::new(ErrorKind::Transient, "429 too many requests");
+                    e.retry_after_secs = Some(retry_after_secs);
+                    e
+                }
+            };
+            fake = fake.with_fault(Op::Create, None, e, 1);
+        }
+        Box::new(FakeCloud {
+            fake: Arc::new(fake),
+        })
+    }
+}
+
+impl Cloud for FakeCloud {
+    fn provider(&self) -> Arc<dyn CloudProvider> {
+        self.fake.clone()
+    }
+
+    fn vm(&self) -> VmSpec {
+        VmSpec::new("trainer", vec![CloudName::Aws])
+    }
+
+    fn creates(&self) -> Vec<String> {
+        self.fake
+            .calls()
+            .into_iter()
+            .filter(|(op, _)| *op == Op::Create)
+            .map(|(_, detail)| {
+                // "<vm> fake/<region>/<type>"
+                detail.split('/').nth(1).unwrap_or_default().to_string()
+            })
+            .collect()
+    }
+
+    fn instances(&self) -> usize {
+        self.fake.instances().len()
+    }
+
+    fn key_registrations(&self) -> usize {
+        0
+    }
+
+    fn secret(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn at(&self, region: &str) -> Location {
+        Location {
+            cloud: "aws".into(),
+            region: region.into(),
+            zone: None,
+        }
+    }
+}

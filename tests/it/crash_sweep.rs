@@ -1,0 +1,632 @@
+//! Crash sweep (issue 6) on the FakeProvider: every crash point a clean run passes
+//! (journal writes of the launch and teardown machines, the engine's record removal, and
+//! every provider side effect) is enumerated from a trace of clean runs; then, for each
+//! point and each of its occurrences, a run dies there, and the next runs (a fresh engine,
+//! the state reopened from disk) apply again and destroy. The cloud's own view is checked:
+//! never two live instances for one VM, nothing left, and the state file is JSON that
+//! `StateStore::open` accepts.
+//!
+//! "Dies" means: the armed point pends forever and notifies the test, which drops the
+//! runtime and with it the engine, the journal handle and every task; the fake cloud and
+//! the files on disk survive, as they would a `kill -9`.
+//!
+//! Needs the `crash-points` feature, which the self dev-dependency in Cargo.toml turns on
+//! for every test build (this file does not compile without it).
+
+use crate::support::clouds;
+use crate::support::figures;
+use crate::support::k3s as k3s_rig;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpuprov::cluster::k3s::{K3sState, K3sTimeouts};
+use gpuprov::config::Config;
+use gpuprov::crash;
+use gpuprov::engine::{Engine, K3sSetup, Outcome, StateJournal};
+use gpuprov::machine::Providers;
+use gpuprov::machine::{CancelToken, Executor};
+use gpuprov::plan;
+use gpuprov::provider::fake::{FakeConnector, FakeProvider, Op};
+use gpuprov::provider::{ErrorKind, Feature, ProviderError};
+use gpuprov::ssh::SshError;
+use gpuprov::state::StateStore;
+
+const ONE_VM: &str = "[defaults]\nclouds = [\"aws\"]\n[vm.dev]\n";
+
+/// A scenario: how its fake cloud and SSH behave, and what a clean apply ends in.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Scenario {
+    /// One VM, first offer works.
+    Plain,
+    /// The first offer has no capacity at create: compensation, then the next offer.
+    Failover,
+    /// The first SSH login fails locally: the new instance is torn down (compensation),
+    /// the launch aborts.
+    Compensation,
+    /// Both offers are out of capacity once: the launch ends exhausted.
+    Exhausted,
+    /// As `Compensation`, but the compensating delete is refused once: the launch ends
+    /// leaked, and the destroy resolves it.
+    Leaked,
+    /// A k3s cluster installed at boot (cloud-init): probe, API wait, kubeconfig,
+    /// validation.
+    K3sBoot,
+    /// A k3s cluster on a cloud without boot scripts: the installer is pushed over SSH.
+    K3sPush,
+    /// A cloud that ignores the idempotency token and lists new instances late, as
+    /// Lambda, DigitalOcean, RunPod and Hyperstack can.
+    NoTokenListLag,
+    /// A stopped instance carrying the machine's identity exists before the first
+    /// apply (not in the state): apply leaves it untouched (`unowned`); only destroy
+    /// deletes it.
+    PreExisting,
+    /// The recorded machine was stopped and its restart is refused (quota): apply keeps
+    /// it and creates nothing; only destroy deletes it.
+    RestartRefused,
+    /// The first offer's prepare fails after creating its side resource: it is cleaned
+    /// up before the next offer (another region) is tried.
+    SideAbandoned,
+}
+
+impl Scenario {
+    fn cloud(self) -> FakeProvider {
+        let c = FakeProvider::new("aws")
+            .with_offer("east", "us-east-1", "p5.48xlarge", 98.0)
+            .with_offer("west", "us-west-2", "p5.48xlarge", 99.0);
+        match self {
+            Scenario::Failover => c.with_fault(
+                Op::Create,
+                Some("east"),
+                ProviderError::new(ErrorKind::Capacity, "no capacity"),
+                1,
+            ),
+            Scenario::Exhausted => c
+                .with_fault(
+                    Op::Create,
+                    Some("east"),
+                    ProviderError::new(ErrorKind::Capacity, "no capacity"),
+                    1,
+                )
+                .with_fault(
+                    Op::Create,
+                    Some("west"),
+                    ProviderError::new(ErrorKind::Capacity, "no capacity"),
+                    1,
+                ),
+            Scenario::Leaked => c.with_fault(
+                Op::Delete,
+                None,
+                ProviderError::new(ErrorKind::Failed, "delete refused"),
+                1,
+            ),
+            Scenario::K3sBoot => c.with_capabilities(caps(&[
+                Feature::BootScript,
+                Feature::Kubernetes,
+                Feature::Firewall,
+            ])),
+            Scenario::K3sPush => c.with_capabilities(caps(&[Feature::Kubernetes])),
+            Scenario::NoTokenListLag => c.with_list_lag(2),
+            Scenario::RestartRefused => c.with_capabilities(caps(&[Feature::Start])),
+            Scenario::SideAbandoned => c.with_fault(
+                Op::Prepare,
+                Some("east"),
+                ProviderError::new(ErrorKind::Failed, "authorizing the security group failed"),
+                1,
+            ),
+            _ => c,
+        }
+    }
+    /// Whether the scenario starts with an instance that apply must never delete.
+    fn has_kept_instance(self) -> bool {
+        matches!(self, Scenario::PreExisting | Scenario::RestartRefused)
+    }
+    fn k3s(self) -> bool {
+        matches!(self, Scenario::K3sBoot | Scenario::K3sPush)
+    }
+    fn connector(self) -> FakeConnector {
+        let c = FakeConnector::default();
+        if let Scenario::Compensation | Scenario::Leaked = self {
+            c.fail_with(vec![SshError::Local("key file unreadable (test)".into())]);
+        }
+        c
+    }
+    /// Whether `o` is an acceptable end of an apply that was not interrupted.
+    fn apply_ok(self, o: &Outcome) -> bool {
+        match self {
+            Scenario::Compensation => {
+                matches!(o, Outcome::Ready(_))
+                    || matches!(o, Outcome::Failed(m) if m.starts_with("aborted"))
+            }
+            Scenario::Exhausted => {
+                matches!(o, Outcome::Ready(_))
+                    || matches!(o, Outcome::Failed(m) if m.starts_with("exhausted"))
+            }
+            Scenario::Leaked => {
+                matches!(o, Outcome::Ready(_) | Outcome::Leaked(_))
+                    || matches!(o, Outcome::Failed(m) if m.starts_with("aborted"))
+            }
+            // Ready once a destroy (deliberately) removed the pre-existing instance.
+            Scenario::PreExisting => {
+                matches!(o, Outcome::Ready(_))
+                    || matches!(o, Outcome::Failed(m) if m.starts_with("unowned"))
+            }
+            Scenario::RestartRefused => {
+                matches!(o, Outcome::Ready(_))
+                    || matches!(o, Outcome::Failed(m) if m.starts_with("aborted") && m.contains("no replacement"))
+            }
+            _ => matches!(o, Outcome::Ready(_)),
+        }
+    }
+}
+
+fn caps(features: &[Feature]) -> gpuprov::provider::Capabilities {
+    let mut c = FakeProvider::new("aws").capabilities_for_test();
+    c.supported = features.to_vec();
+    c
+}
+
+/// The VM side of a k3s scenario: the scripted node and the API stand-in, which (like
+/// the cloud) outlive every run; the API server runs on a runtime of its own.
+struct K3sWorld {
+    node: Arc<k3s_rig::Node>,
+    connector: Arc<k3s_rig::StandIn>,
+    _api: k3s_rig::ApiServer,
+    _api_rt: tokio::runtime::Runtime,
+}
+
+impl K3sWorld {
+    fn new(s: Scenario) -> K3sWorld {
+        let pki = k3s_rig::Pki::new();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let api = rt.block_on(k3s_rig::ApiServer::start(
+            &pki,
+            &["127.0.0.1", "localhost"],
+            1,
+        ));
+        let node = k3s_rig::Node::new(&pki);
+        if s == Scenario::K3sBoot {
+            node.installed_at_boot();
+        }
+        K3sWorld {
+            connector: Arc::new(k3s_rig::StandIn {
+                port: api.port,
+                opened: Default::default(),
+            }),
+            node,
+            _api: api,
+            _api_rt: rt,
+        }
+    }
+}
+
+/// One project: a state file in a temp dir, one fake cloud that outlives every run.
+struct World {
+    dir: tempfile::TempDir,
+    cloud: Arc<FakeProvider>,
+    /// What the engine talks to: the fake itself, or a wrapper around it.
+    provider: Arc<dyn gpuprov::provider::CloudProvider>,
+    connector: Arc<FakeConnector>,
+    k3s: Option<K3sWorld>,
+    /// The instance apply must never delete ([`Scenario::has_kept_instance`]).
+    kept: Option<String>,
+    /// Apply plans with refresh (asks the cloud), as `gpuprov apply` does by default.
+    refresh: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Phase {
+    Apply,
+    Destroy,
+}
+
+impl World {
+    fn new(s: Scenario) -> World {
+        let cloud = Arc::new(s.cloud());
+        let mut w = World::bare(s, cloud);
+        match s {
+            Scenario::PreExisting => {
+                let at = gpuprov::provider::Location {
+                    cloud: "aws".into(),
+                    region: "us-east-1".into(),
+                    zone: None,
+                };
+                w.kept = Some(w.cloud.insert_instance(
+                    "dev",
+                    at,
+                    gpuprov::provider::InstanceStatus::Stopped,
+                ));
+            }
+            Scenario::RestartRefused => {
+                // Set up before any crash point is armed or traced: the machine is up,
+                // then stopped, and its restart is refused from now on.
+                let out = w.run(Phase::Apply, None).expect("setup apply");
+                assert!(matches!(out["vm.dev"], Outcome::Ready(_)), "{out:?}");
+                let id = w.cloud.instances()[0].id.clone();
+                w.cloud.stop_instance(&id);
+                w.cloud.fault(
+                    Op::Start,
+                    None,
+                    ProviderError::new(ErrorKind::Quota, "VcpuLimitExceeded"),
+                    u32::MAX,
+                );
+                w.kept = Some(id);
+            }
+            _ => {}
+        }
+        w
+    }
+
+    fn bare(s: Scenario, cloud: Arc<FakeProvider>) -> World {
+        World {
+            dir: tempfile::tempdir().unwrap(),
+            provider: match s {
+                Scenario::NoTokenListLag => Arc::new(clouds::TestCloud {
+                    inner: cloud.clone(),
+                    no_token: true,
+                    gate: None,
+                }),
+                _ => cloud.clone(),
+            },
+            cloud,
+            connector: Arc::new(s.connector()),
+            k3s: s.k3s().then(|| K3sWorld::new(s)),
+            kept: None,
+            refresh: s == Scenario::RestartRefused,
+        }
+    }
+
+    /// Whether the instance apply must never delete is still there.
+    fn kept_alive(&self) -> bool {
+        self.kept
+            .as_ref()
+            .is_none_or(|id| self.cloud.instances().iter().any(|i| &i.id == id))
+    }
+
+    fn state_path(&self) -> PathBuf {
+        self.dir.path().join("gpuprov.state.json")
+    }
+
+    /// A fresh engine on the state as it is on disk (a new process would do the same).
+    fn engine(&self) -> (Engine, Arc<StateJournal>) {
+        let (store, state) = StateStore::open(self.state_path()).unwrap();
+        let lineage = state.lineage.clone();
+        let journal = Arc::new(StateJournal::new(store, state).unwrap());
+        let mut providers = Providers::new();
+        providers.insert(self.provider.clone());
+        let engine = Engine {
+            providers,
+            connector: self.connector.clone(),
+            journal: journal.clone(),
+            executor: Executor::new(journal.clone(), CancelToken::new()),
+            lineage,
+            ssh_public_key: "ssh-ed25519 AAAAtest".into(),
+            parallelism: 4,
+            retry_until_up: false,
+            k3s: self.k3s.as_ref().map(|k| K3sSetup {
+                shell: k.node.clone(),
+                api: k.connector.clone(),
+                kubeconfig_dir: self.dir.path().join("kube"),
+                installer: Default::default(),
+                timeouts: K3sTimeouts {
+                    boot_install: Duration::from_secs(5),
+                    probe_interval: Duration::from_millis(2),
+                    install: Duration::from_secs(5),
+                    api: Duration::from_secs(2),
+                    validate: Duration::from_secs(3),
+                    api_poll: Duration::from_millis(2),
+                },
+            }),
+        };
+        (engine, journal)
+    }
+
+    /// Runs one phase in a runtime of its own. `None`: it died at the armed point (the
+    /// runtime, engine and journal handle are dropped without a final save).
+    fn run(&self, phase: Phase, hit: Option<&crash::Hit>) -> Option<BTreeMap<String, Outcome>> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let out = rt.block_on(async {
+            let (engine, journal) = self.engine();
+            let work = async {
+                match phase {
+                    Phase::Apply => {
+                        let config =
+                            Config::parse(Path::new("gpuprov.toml"), ONE_VM.to_string()).unwrap();
+                        let snapshot = journal.snapshot();
+                        let observed = match self.refresh {
+                            true => {
+                                Some(plan::refresh(&snapshot, &engine.providers).await.unwrap())
+                            }
+                            false => None,
+                        };
+                        let plan =
+                            plan::compute(&config, &snapshot, observed.as_ref(), &|_| Some(1.0))
+                                .unwrap();
+                        engine.apply(&plan).await
+                    }
+                    Phase::Destroy => {
+                        let addresses: Vec<String> =
+                            journal.snapshot().resources.keys().cloned().collect();
+                        engine.destroy(&addresses).await
+                    }
+                }
+            };
+            let died = async {
+                match hit {
+                    Some(h) => h.wait().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let res = tokio::time::timeout(Duration::from_secs(20), async {
+                tokio::select! {
+                    out = work => Some(out),
+                    () = died => None,
+                }
+            })
+            .await
+            .unwrap_or_else(|_| panic!("{phase:?} hung"));
+            if res.is_some() {
+                journal.save_final().unwrap();
+            }
+            res
+        });
+        drop(rt);
+        out
+    }
+
+    /// Live instances per VM name, as the cloud lists them.
+    fn live(&self) -> BTreeMap<String, usize> {
+        let mut m = BTreeMap::new();
+        for i in self.cloud.instances() {
+            *m.entry(i.vm_name).or_insert(0) += 1;
+        }
+        m
+    }
+
+    /// The state on disk is JSON and the tool accepts it; returns its resource count.
+    fn check_state(&self) -> Result<usize, String> {
+        if let Ok(text) = std::fs::read_to_string(self.state_path()) {
+            serde_json::from_str::<serde_json::Value>(&text)
+                .map_err(|e| format!("state file is not JSON: {e}"))?;
+        }
+        let (_, st) =
+            StateStore::open(self.state_path()).map_err(|e| format!("state refused: {e}"))?;
+        Ok(st.resources.len())
+    }
+}
+
+/// Runs apply then destroy cleanly, tracing every crash point passed.
+fn clean_trace(s: Scenario) -> Vec<String> {
+    crash::disarm();
+    let w = World::new(s);
+    crash::trace_start();
+    let applied = w.run(Phase::Apply, None).expect("clean apply");
+    let destroyed = w.run(Phase::Destroy, None).expect("clean destroy");
+    let trace = crash::trace_take();
+    assert!(s.apply_ok(&applied["vm.dev"]), "{s:?}: {applied:?}");
+    assert_eq!(destroyed["vm.dev"], Outcome::Destroyed, "{s:?}");
+    assert!(w.cloud.instances().is_empty());
+    assert!(w.cloud.side_resources().is_empty(), "{s:?}");
+    trace
+}
+
+/// The machine kind a point belongs to, for the figures: the machine of a journal write
+/// (`journal.before:<kind>:<state>`), `provider calls`, the engine's record removal, or
+/// for any other point (for example the k3s layer's) the name up to its first `.` or `:`.
+fn kind_of(point: &str) -> String {
+    let mut parts = point.split(':');
+    let head = parts.next().unwrap_or_default();
+    match (head, parts.next()) {
+        ("journal.before" | "journal.after", Some("remove")) => "engine (record removal)".into(),
+        ("journal.before" | "journal.after", Some(kind)) => kind.into(),
+        ("provider.before" | "provider.after", _) => "provider calls".into(),
+        _ => head.split('.').next().unwrap_or(head).into(),
+    }
+}
+
+/// Crashes at the `nth` hit of `point`, recovers, and returns what went wrong (empty:
+/// nothing).
+fn crash_and_recover(s: Scenario, point: &str, nth: u32) -> Vec<String> {
+    let w = World::new(s);
+    let mut problems = Vec::new();
+    let hit = crash::arm(point, nth);
+    let mut died = w.run(Phase::Apply, Some(&hit)).is_none();
+    let died_in_apply = died;
+    if !w.kept_alive() {
+        problems.push("pre-existing destroyed by the crashed apply".into());
+    }
+    if !died {
+        died = w.run(Phase::Destroy, Some(&hit)).is_none();
+    }
+    let at = crash::crashed();
+    crash::disarm();
+    if !died || at.as_deref() != Some(&format!("{point}#{nth}")) {
+        return vec![format!(
+            "never stopped at {point}#{nth} (stopped at {at:?})"
+        )];
+    }
+    if let Err(e) = w.check_state() {
+        problems.push(format!("after the crash: {e}"));
+    }
+    // The next runs: apply again, then destroy.
+    match w.run(Phase::Apply, None) {
+        // Unchanged: the crash came after the machine was recorded up, and it still is.
+        Some(out)
+            if out
+                .get("vm.dev")
+                .is_some_and(|o| s.apply_ok(o) || *o == Outcome::Unchanged) => {}
+        other => problems.push(format!("apply after the crash ended {other:?}")),
+    }
+    if w.live().values().any(|&n| n > 1) {
+        problems.push(format!(
+            "duplicate after re-apply: {:?}",
+            w.cloud.instances()
+        ));
+    }
+    // A destroy that ran (before its crash) may have removed it deliberately.
+    if died_in_apply && !w.kept_alive() {
+        problems.push("pre-existing destroyed by the apply after the crash".into());
+    }
+    // A cluster is whole again: recorded ready with its kubeconfig written.
+    if s.k3s() {
+        let kube = w.dir.path().join("kube/dev.yaml");
+        let ready = StateStore::open(w.state_path())
+            .ok()
+            .and_then(|(_, st)| st.resources.get("vm.dev").cloned())
+            .and_then(|r| serde_json::from_value::<K3sState>(r.machine.state).ok())
+            .is_some_and(|k| {
+                matches!(
+                    k,
+                    K3sState::Ready {
+                        cluster: Some(_),
+                        ..
+                    }
+                )
+            });
+        if !ready || !kube.exists() {
+            problems.push(format!(
+                "cluster not whole after re-apply (recorded ready: {ready}, kubeconfig: {})",
+                kube.exists()
+            ));
+        }
+    }
+    // A teardown the cloud refused ends leaked; the next run resolves it (a scripted
+    // refusal the crashed run never reached is met here).
+    let mut destroyed = w.run(Phase::Destroy, None);
+    if let Some(out) = &destroyed {
+        if out.values().any(|o| matches!(o, Outcome::Leaked(_))) {
+            destroyed = w.run(Phase::Destroy, None);
+        }
+    }
+    match destroyed {
+        Some(out) if out.values().all(|o| *o == Outcome::Destroyed) => {}
+        other => problems.push(format!("destroy ended {other:?}")),
+    }
+    if w.cloud.peak_instances_per_vm() > 1 {
+        problems.push(format!(
+            "duplicate: {} live instances for one VM at once",
+            w.cloud.peak_instances_per_vm()
+        ));
+    }
+    if !w.cloud.instances().is_empty() {
+        problems.push(format!("leaked: {:?}", w.cloud.instances()));
+    }
+    if !w.cloud.side_resources().is_empty() {
+        problems.push(format!(
+            "leaked side resources: {:?}",
+            w.cloud.side_resources()
+        ));
+    }
+    if w.dir.path().join("kube/dev.yaml").exists() {
+        problems.push("the destroyed cluster's kubeconfig (client key) was left".into());
+    }
+    match w.check_state() {
+        Ok(0) => {}
+        Ok(n) => problems.push(format!("{n} resources left in the state")),
+        Err(e) => problems.push(e),
+    }
+    problems
+}
+
+#[test]
+fn every_crash_point_recovers_without_duplicates_or_leaks() {
+    let scenarios = [
+        ("plain", Scenario::Plain),
+        ("failover", Scenario::Failover),
+        ("compensation", Scenario::Compensation),
+        ("exhausted", Scenario::Exhausted),
+        ("leaked", Scenario::Leaked),
+        ("k3s-boot", Scenario::K3sBoot),
+        ("k3s-push", Scenario::K3sPush),
+        ("no-token-list-lag", Scenario::NoTokenListLag),
+        ("pre-existing", Scenario::PreExisting),
+        ("restart-refused", Scenario::RestartRefused),
+        ("side-abandoned", Scenario::SideAbandoned),
+    ];
+    let mut failures = Vec::new();
+    // Per machine kind: every point name seen, and those whose every occurrence passed.
+    let mut total: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut bad: BTreeSet<String> = BTreeSet::new();
+    let (mut runs, mut leaks, mut duplicates, mut kept_destroyed) = (0u32, 0u32, 0u32, 0u32);
+    let mut per_scenario = serde_json::Map::new();
+    for (label, s) in scenarios {
+        let trace = clean_trace(s);
+        assert!(
+            s.has_kept_instance() || trace.iter().any(|p| p == "provider.after:create"),
+            "{label}: the trace covers a create call: {trace:?}"
+        );
+        let mut seen: BTreeMap<&str, u32> = BTreeMap::new();
+        for point in &trace {
+            let nth = seen.entry(point).or_insert(0);
+            *nth += 1;
+            total
+                .entry(kind_of(point))
+                .or_default()
+                .insert(point.clone());
+            runs += 1;
+            let problems = crash_and_recover(s, point, *nth);
+            leaks += problems.iter().filter(|p| p.starts_with("leaked")).count() as u32;
+            duplicates += problems
+                .iter()
+                .filter(|p| p.starts_with("duplicate"))
+                .count() as u32;
+            kept_destroyed += problems
+                .iter()
+                .filter(|p| p.starts_with("pre-existing destroyed"))
+                .count() as u32;
+            if !problems.is_empty() {
+                bad.insert(point.clone());
+                failures.push(format!("{label} {point}#{nth}: {}", problems.join("; ")));
+            }
+        }
+        per_scenario.insert(label.into(), serde_json::json!(trace.len()));
+    }
+    let kinds: serde_json::Map<String, serde_json::Value> = total
+        .iter()
+        .map(|(k, names)| {
+            let covered = names.iter().filter(|n| !bad.contains(*n)).count();
+            (
+                k.to_string(),
+                serde_json::json!({"covered": covered, "total": names.len()}),
+            )
+        })
+        .collect();
+    figures::write(
+        "crash_sweep_fake",
+        &serde_json::json!({
+            "cloud": "fake",
+            "kinds": kinds,
+            "crash_runs": runs,
+            "occurrences_per_scenario": per_scenario,
+            "leaks": leaks,
+            "duplicates": duplicates,
+            "pre_existing_destroyed": kept_destroyed,
+            "failures": failures,
+        }),
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} crash runs went wrong:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    // The sweep must have covered both machines and the provider side effects.
+    for k in [
+        "launch",
+        "teardown",
+        "k3s",
+        "provider calls",
+        "engine (record removal)",
+    ] {
+        assert!(total.contains_key(k), "no crash point of {k} was traced");
+    }
+}

@@ -1,0 +1,36 @@
+//! The single integration test of gpuprov (one binary, one link: the layout of
+//! matklad's "Delete Cargo Integration Tests"). Each former `tests/<name>.rs` is the
+//! module `<name>` here; the shared harnesses live in [`support`]. Run it with the
+//! README's command, `cargo nextest run --locked --no-fail-fast`; one module's tests with
+//! a filter, e.g. `cargo nextest run cli::`.
+
+mod support;
+
+mod aws_moto;
+mod cli;
+mod cli_kube;
+mod config;
+mod conformance;
+mod crash_docker;
+mod crash_sweep;
+mod digitalocean_api;
+mod docker_e2e;
+mod docker_provider;
+mod engine;
+mod executor;
+mod faults;
+mod host_keys;
+mod hyperstack_api;
+mod k3s_docker;
+mod k3s_machine;
+mod lambda_api;
+mod launch;
+mod multi_cloud;
+mod persisted_states;
+mod properties;
+mod runpod_api;
+mod spec_harness;
+mod ssh_local;
+mod state_file;
+mod state_journal;
+mod validate;

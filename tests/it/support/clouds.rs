@@ -1,0 +1,82 @@
+//! Test clouds built on the FakeProvider with behaviours of real clouds that the fake
+//! itself does not have (shared by `tests/it/launch.rs` and `tests/it/crash_sweep.rs`).
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use gpuprov::provider::fake::FakeProvider;
+use gpuprov::provider::{CloudProvider, Location, ProviderError};
+
+/// The fake cloud with two behaviours of real ones: it ignores the idempotency token
+/// (`no_token`, as Lambda, DigitalOcean, RunPod and Hyperstack do: every create starts a
+/// new instance), and a `gate` that holds every create call open after the cloud has
+/// acted on it, until the test releases it (its answer is still on the wire).
+pub struct TestCloud {
+    pub inner: Arc<FakeProvider>,
+    pub no_token: bool,
+    pub gate: Option<Gate>,
+}
+
+#[derive(Clone, Default)]
+pub struct Gate {
+    pub entered: Arc<tokio::sync::Notify>,
+    pub release: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait::async_trait]
+impl CloudProvider for TestCloud {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn capabilities(&self) -> gpuprov::provider::Capabilities {
+        self.inner.capabilities()
+    }
+    async fn plan(
+        &self,
+        req: &gpuprov::provider::ResourceRequest,
+    ) -> Result<Vec<gpuprov::provider::Offer>, ProviderError> {
+        self.inner.plan(req).await
+    }
+    async fn prepare(
+        &self,
+        offer: &gpuprov::provider::Offer,
+        spec: &gpuprov::provider::InstanceSpec,
+    ) -> Result<serde_json::Value, ProviderError> {
+        self.inner.prepare(offer, spec).await
+    }
+    async fn create(
+        &self,
+        offer: &gpuprov::provider::Offer,
+        prepared: &serde_json::Value,
+        spec: &gpuprov::provider::InstanceSpec,
+    ) -> Result<String, ProviderError> {
+        let mut spec = spec.clone();
+        if self.no_token {
+            spec.client_token = uuid::Uuid::new_v4().to_string();
+        }
+        let out = self.inner.create(offer, prepared, &spec).await;
+        if let Some(g) = &self.gate {
+            g.entered.notify_one();
+            g.release.notified().await;
+        }
+        out
+    }
+    async fn observe(
+        &self,
+        at: &Location,
+        vm_name: &str,
+    ) -> Result<Vec<gpuprov::provider::Observed>, ProviderError> {
+        self.inner.observe(at, vm_name).await
+    }
+    async fn delete(
+        &self,
+        at: &Location,
+        vm_name: &str,
+        instance_ids: &[String],
+    ) -> Result<(), ProviderError> {
+        self.inner.delete(at, vm_name, instance_ids).await
+    }
+    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
+        self.inner.cleanup(at, vm_name).await
+    }
+}

@@ -1,0 +1,1046 @@
+//! Spec-checked adapter test harness (issue 4): holds an adapter to the vendor's own API
+//! description.
+//!
+//! - [`Spec`] loads an OpenAPI 3.x document (JSON or YAML), matches a request to an
+//!   operation by method and path template (literal segments win over `{param}` ones, so
+//!   `/firewall-rulesets/global` is not `/firewall-rulesets/{id}`), checks query parameters
+//!   are declared (and required ones present), validates JSON bodies against the request
+//!   schema and responses against the schema of their status (else `4XX`/`5XX`, else
+//!   `default`). Schemas are validated as JSON Schema 2020-12 with the document's
+//!   `components` as the root, so `#/components/...` references resolve as written.
+//!   OpenAPI 3.0 documents are converted first (`nullable: true` → `"null"` added to
+//!   `type`, or `anyOf [.., {type: null}]` when there is no `type`; boolean
+//!   `exclusiveMinimum`/`exclusiveMaximum` → numeric).
+//! - [`SpecServer`] is a wiremock server whose canned responses are validated when they
+//!   are mounted (a fixture that does not validate panics) and which checks every request
+//!   it receives against the spec as it arrives. Requests that match no operation, carry
+//!   an undeclared query parameter, an invalid body (or one without a JSON Content-Type)
+//!   or no credentials of a declared security scheme, and requests no canned response answers, are recorded as violations;
+//!   [`SpecServer::verify`] (or `Drop`) fails the test if there is any.
+//!
+//! Known defects of a vendor's document are patched in code through [`Spec::patch`] by
+//! the test file of that vendor, each with a comment naming the defect.
+//!
+//! Used as `crate::support::spec` from the single integration test (`tests/it/main.rs`).
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Value};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+/// A loaded OpenAPI document, ready to check requests and responses.
+pub struct Spec {
+    doc: Value,
+    /// Prefix the server's URLs carry before the document's paths (for example `/v1`
+    /// when `servers[0].url` ends in `/v1`); stripped before matching.
+    base_path: String,
+    ops: Vec<Operation>,
+    validators: Mutex<HashMap<String, Arc<jsonschema::Validator>>>,
+}
+
+#[derive(Clone)]
+struct Operation {
+    method: String,
+    template: String,
+    segments: Vec<Segment>,
+    /// The operation object, with path-level parameters merged into `parameters`.
+    op: Value,
+}
+
+#[derive(Clone)]
+enum Segment {
+    Literal(String),
+    Param,
+}
+
+/// What a request was matched to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Matched {
+    pub method: String,
+    pub template: String,
+    pub operation_id: Option<String>,
+}
+
+const METHODS: &[&str] = &["get", "put", "post", "delete", "patch", "head", "options"];
+
+impl Spec {
+    /// Loads a document from a `.json`, `.yaml` or `.yml` file. Panics on a missing or
+    /// unparsable file (a test setup error).
+    pub fn load(path: impl AsRef<Path>) -> Spec {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let doc: Value = match path.extension().and_then(|e| e.to_str()) {
+            Some("yaml" | "yml") => serde_yaml::from_str(&text)
+                .unwrap_or_else(|e| panic!("parsing {}: {e}", path.display())),
+            _ => serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("parsing {}: {e}", path.display())),
+        };
+        Spec::from_value(doc)
+    }
+
+    /// A spec from an already parsed document.
+    pub fn from_value(doc: Value) -> Spec {
+        let version = doc["openapi"].as_str().unwrap_or_default().to_string();
+        assert!(
+            version.starts_with("3."),
+            "not an OpenAPI 3.x document (openapi = {version:?})"
+        );
+        let mut spec = Spec {
+            doc,
+            base_path: String::new(),
+            ops: vec![],
+            validators: Mutex::new(HashMap::new()),
+        };
+        spec.reindex();
+        spec
+    }
+
+    /// Strips `prefix` from request paths before matching.
+    pub fn with_base_path(mut self, prefix: &str) -> Spec {
+        self.base_path = prefix.trim_end_matches('/').to_string();
+        self
+    }
+
+    /// Edits the document (to patch a known vendor defect; say which in a comment at the
+    /// call site), then re-indexes it.
+    pub fn patch(mut self, f: impl FnOnce(&mut Value)) -> Spec {
+        f(&mut self.doc);
+        self.reindex();
+        self
+    }
+
+    /// The (possibly patched) document.
+    pub fn doc(&self) -> &Value {
+        &self.doc
+    }
+
+    fn is_30(&self) -> bool {
+        self.doc["openapi"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("3.0"))
+    }
+
+    fn reindex(&mut self) {
+        let mut ops = Vec::new();
+        if let Some(paths) = self.doc["paths"].as_object() {
+            for (template, item) in paths {
+                let item = self.deref(item).clone();
+                let shared: Vec<Value> = item["parameters"].as_array().cloned().unwrap_or_default();
+                for m in METHODS {
+                    let Some(op) = item.get(*m) else { continue };
+                    let mut op = op.clone();
+                    // Operation-level parameters override path-level ones of the same
+                    // (name, in).
+                    let own: Vec<Value> = op["parameters"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|p| self.deref(p).clone())
+                        .collect();
+                    let mut params = own.clone();
+                    for p in &shared {
+                        let p = self.deref(p).clone();
+                        if !own
+                            .iter()
+                            .any(|o| o["name"] == p["name"] && o["in"] == p["in"])
+                        {
+                            params.push(p);
+                        }
+                    }
+                    op["parameters"] = Value::Array(params);
+                    ops.push(Operation {
+                        method: m.to_uppercase(),
+                        template: template.clone(),
+                        segments: split(template)
+                            .into_iter()
+                            .map(|s| {
+                                if s.starts_with('{') && s.ends_with('}') {
+                                    Segment::Param
+                                } else {
+                                    Segment::Literal(s.to_string())
+                                }
+                            })
+                            .collect(),
+                        op,
+                    });
+                }
+            }
+        }
+        self.ops = ops;
+        self.validators.lock().unwrap().clear();
+    }
+
+    /// Follows a local `$ref` (`#/...`) chain; other values are returned as they are.
+    fn deref<'a>(&'a self, v: &'a Value) -> &'a Value {
+        let mut v = v;
+        for _ in 0..16 {
+            match v.get("$ref").and_then(Value::as_str) {
+                Some(r) if r.starts_with("#/") => match self.doc.pointer(&r[1..]) {
+                    Some(t) => v = t,
+                    None => return v,
+                },
+                _ => return v,
+            }
+        }
+        v
+    }
+
+    /// The operation `method path` matches. Of several matching templates the one with the
+    /// most literal segments wins (OpenAPI: concrete paths before templated ones).
+    fn find(&self, method: &str, path: &str) -> Result<&Operation, String> {
+        let path = path.strip_prefix(&self.base_path).unwrap_or(path);
+        let parts = split(path);
+        let method = method.to_uppercase();
+        let mut best: Option<(&Operation, usize)> = None;
+        let mut path_known = false;
+        for op in &self.ops {
+            if op.segments.len() != parts.len() {
+                continue;
+            }
+            let mut literals = 0;
+            let ok = op.segments.iter().zip(&parts).all(|(s, p)| match s {
+                Segment::Literal(l) => {
+                    literals += 1;
+                    l == p
+                }
+                Segment::Param => !p.is_empty(),
+            });
+            if !ok {
+                continue;
+            }
+            path_known = true;
+            if op.method != method {
+                continue;
+            }
+            if best.is_none_or(|(_, n)| literals > n) {
+                best = Some((op, literals));
+            }
+        }
+        match best {
+            Some((op, _)) => Ok(op),
+            None if path_known => Err(format!("{method} {path}: method not allowed by the spec")),
+            None => Err(format!("{method} {path}: no such path in the spec")),
+        }
+    }
+
+    /// Checks a request: operation (method + path template), query parameters (declared,
+    /// required ones present, values valid against their schema), and the JSON body against
+    /// the request body schema (a body where none is declared, or none where one is
+    /// required, is an error).
+    pub fn check_request(
+        &self,
+        method: &str,
+        path: &str,
+        query: &[(String, String)],
+        body: Option<&Value>,
+    ) -> Result<Matched, String> {
+        let op = self.find(method, path)?;
+        let what = format!("{} {}", op.method, op.template);
+        let params = op.op["parameters"].as_array().cloned().unwrap_or_default();
+        let declared: Vec<&Value> = params.iter().filter(|p| p["in"] == "query").collect();
+        let mut errors = Vec::new();
+        for (k, v) in query {
+            match declared.iter().find(|p| p["name"] == k.as_str()) {
+                None => errors.push(format!("query parameter `{k}` is not declared")),
+                Some(p) => {
+                    if let Some(schema) = p.get("schema") {
+                        let value = query_value(v, self.deref(schema));
+                        if let Err(e) = self.validate(schema, &value) {
+                            errors.push(format!("query parameter `{k}`: {e}"));
+                        }
+                    }
+                }
+            }
+        }
+        for p in &declared {
+            if p["required"] == true && !query.iter().any(|(k, _)| p["name"] == k.as_str()) {
+                errors.push(format!("required query parameter `{}` missing", p["name"]));
+            }
+        }
+        let rb = op.op.get("requestBody").map(|b| self.deref(b));
+        match (rb, body) {
+            (None, Some(b)) => errors.push(format!("body sent but none is declared: {b}")),
+            (Some(rb), None) if rb["required"] == true => {
+                errors.push("required request body missing".into())
+            }
+            (Some(rb), Some(b)) => match json_schema(rb) {
+                Some(schema) => {
+                    if let Err(e) = self.validate(schema, b) {
+                        errors.push(format!("request body: {e}"));
+                    }
+                }
+                None => errors.push("JSON body sent but no application/json body declared".into()),
+            },
+            _ => {}
+        }
+        if errors.is_empty() {
+            Ok(Matched {
+                method: op.method.clone(),
+                template: op.template.clone(),
+                operation_id: op.op["operationId"].as_str().map(str::to_string),
+            })
+        } else {
+            Err(format!("{what} ({method} {path}): {}", errors.join("; ")))
+        }
+    }
+
+    /// Checks a response body against the schema for `status` (exact, else `4XX`/`5XX`,
+    /// else `default`). A status the operation does not declare is an error; `body` `None`
+    /// means an empty body, allowed only when the response declares no content.
+    pub fn check_response(
+        &self,
+        method: &str,
+        path: &str,
+        status: u16,
+        body: Option<&Value>,
+    ) -> Result<(), String> {
+        let op = self.find(method, path)?;
+        let what = format!("{} {} → {status}", op.method, op.template);
+        let responses = &op.op["responses"];
+        let class = format!("{}XX", status / 100);
+        let resp = [status.to_string(), class, "default".to_string()]
+            .iter()
+            .find_map(|k| responses.get(k))
+            .map(|r| self.deref(r))
+            .ok_or_else(|| format!("{what}: status not declared by the spec"))?;
+        match (json_schema(resp), body) {
+            (Some(schema), Some(b)) => self.validate(schema, b).map_err(|e| format!("{what}: {e}")),
+            (Some(_), None) => Err(format!("{what}: empty body where JSON is declared")),
+            (None, Some(b)) if resp.get("content").is_none() => {
+                Err(format!("{what}: body {b} where the spec declares none"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The security schemes an operation accepts (names from `components.securitySchemes`);
+    /// empty when it needs none.
+    fn security_schemes(&self, op: &Operation) -> Vec<Value> {
+        let reqs = op
+            .op
+            .get("security")
+            .or_else(|| self.doc.get("security"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let mut out = Vec::new();
+        for r in reqs {
+            let Some(obj) = r.as_object() else { continue };
+            if obj.is_empty() {
+                // `{}` = anonymous access allowed.
+                return vec![];
+            }
+            for name in obj.keys() {
+                if let Some(s) = self
+                    .doc
+                    .pointer(&format!("/components/securitySchemes/{name}"))
+                {
+                    out.push(self.deref(s).clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether the request's headers satisfy one of the operation's security schemes
+    /// (HTTP bearer/basic and API-key headers are checked; other kinds pass).
+    fn check_security(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(String, String)],
+    ) -> Result<(), String> {
+        let op = self.find(method, path)?;
+        let schemes = self.security_schemes(op);
+        if schemes.is_empty() {
+            return Ok(());
+        }
+        let header = |n: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(n))
+                .map(|(_, v)| v.as_str())
+        };
+        let ok = schemes
+            .iter()
+            .any(|s| match (s["type"].as_str(), s["scheme"].as_str()) {
+                (Some("http"), Some(scheme)) => header("authorization").is_some_and(|v| {
+                    v.len() > scheme.len() + 1
+                        && v[..scheme.len()].eq_ignore_ascii_case(scheme)
+                        && v.as_bytes()[scheme.len()] == b' '
+                }),
+                (Some("apiKey"), _) if s["in"] == "header" => {
+                    s["name"].as_str().and_then(header).is_some()
+                }
+                _ => true,
+            });
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} {}: no credentials for any declared security scheme",
+                op.method, op.template
+            ))
+        }
+    }
+
+    /// Validates `instance` against `schema` (a schema object of this document).
+    fn validate(&self, schema: &Value, instance: &Value) -> Result<(), String> {
+        let validator = self.validator(schema)?;
+        let errors: Vec<String> = validator
+            .iter_errors(instance)
+            .map(|e| format!("at `{}`: {e}", e.instance_path))
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{} (value: {instance})", errors.join("; ")))
+        }
+    }
+
+    fn validator(&self, schema: &Value) -> Result<Arc<jsonschema::Validator>, String> {
+        let key = schema.to_string();
+        if let Some(v) = self.validators.lock().unwrap().get(&key) {
+            return Ok(v.clone());
+        }
+        // The document's components are the root, so `#/components/...` references in
+        // the schema resolve exactly as the document writes them.
+        let mut components = self.doc.get("components").cloned().unwrap_or(json!({}));
+        let mut target = schema.clone();
+        if self.is_30() {
+            convert_30(&mut components);
+            convert_30(&mut target);
+        }
+        let root = json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "components": components,
+            "allOf": [target],
+        });
+        let v = jsonschema::draft202012::new(&root)
+            .map_err(|e| format!("schema does not compile: {e}"))?;
+        let v = Arc::new(v);
+        self.validators.lock().unwrap().insert(key, v.clone());
+        Ok(v)
+    }
+}
+
+fn split(path: &str) -> Vec<&str> {
+    path.trim_matches('/').split('/').collect()
+}
+
+/// The `application/json` (or `+json`) schema of a request body or response object.
+fn json_schema(obj: &Value) -> Option<&Value> {
+    let content = obj.get("content")?.as_object()?;
+    content
+        .iter()
+        .find(|(k, _)| {
+            let k = k.split(';').next().unwrap_or_default().trim();
+            k == "application/json" || k.ends_with("+json")
+        })
+        .and_then(|(_, v)| v.get("schema"))
+}
+
+/// A query string value as JSON, typed by its (dereferenced) schema.
+fn query_value(raw: &str, schema: &Value) -> Value {
+    let ty = schema["type"].as_str().unwrap_or_default();
+    match ty {
+        "integer" | "number" => serde_json::from_str(raw).unwrap_or(Value::String(raw.into())),
+        "boolean" => match raw {
+            "true" => Value::Bool(true),
+            "false" => Value::Bool(false),
+            _ => Value::String(raw.into()),
+        },
+        "array" => Value::Array(
+            raw.split(',')
+                .map(|s| query_value(s, &schema["items"]))
+                .collect(),
+        ),
+        _ => Value::String(raw.into()),
+    }
+}
+
+/// OpenAPI 3.0 schema dialect → JSON Schema 2020-12, in place: `nullable: true` and the
+/// boolean forms of `exclusiveMinimum` / `exclusiveMaximum`.
+fn convert_30(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            for (_, child) in map.iter_mut() {
+                convert_30(child);
+            }
+            for (flag, bound) in [
+                ("exclusiveMinimum", "minimum"),
+                ("exclusiveMaximum", "maximum"),
+            ] {
+                if let Some(Value::Bool(b)) = map.get(flag).cloned() {
+                    map.remove(flag);
+                    if b {
+                        if let Some(n) = map.remove(bound) {
+                            map.insert(flag.into(), n);
+                        }
+                    }
+                }
+            }
+            if map.remove("nullable") == Some(Value::Bool(true)) {
+                match map.get_mut("type") {
+                    Some(Value::String(t)) => {
+                        let t = t.clone();
+                        map.insert("type".into(), json!([t, "null"]));
+                        if let Some(Value::Array(e)) = map.get_mut("enum") {
+                            e.push(Value::Null);
+                        }
+                    }
+                    Some(Value::Array(ts)) => {
+                        if !ts.contains(&json!("null")) {
+                            ts.push(json!("null"));
+                        }
+                    }
+                    _ => {
+                        let inner = Value::Object(std::mem::take(map));
+                        map.insert("anyOf".into(), json!([inner, {"type": "null"}]));
+                    }
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(convert_30),
+        _ => {}
+    }
+}
+
+/// A canned response: status, JSON body (or none) and headers.
+#[derive(Debug, Clone)]
+pub struct Canned {
+    pub status: u16,
+    pub body: Option<Value>,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Canned {
+    /// `200` with a JSON body.
+    pub fn ok(body: Value) -> Canned {
+        Canned::status(200, body)
+    }
+    /// `status` with a JSON body.
+    pub fn status(status: u16, body: Value) -> Canned {
+        Canned {
+            status,
+            body: Some(body),
+            headers: vec![],
+        }
+    }
+    /// `status` with an empty body.
+    pub fn empty(status: u16) -> Canned {
+        Canned {
+            status,
+            body: None,
+            headers: vec![],
+        }
+    }
+    pub fn header(mut self, name: &str, value: &str) -> Canned {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+    fn template(&self) -> ResponseTemplate {
+        let mut t = ResponseTemplate::new(self.status);
+        if let Some(b) = &self.body {
+            t = t.set_body_json(b.clone());
+        }
+        for (k, v) in &self.headers {
+            t = t.insert_header(k.as_str(), v.as_str());
+        }
+        t
+    }
+}
+
+/// One request as the server saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: String,
+    pub path: String,
+    pub query: Vec<(String, String)>,
+    pub headers: Vec<(String, String)>,
+    pub body: Option<Value>,
+}
+
+impl Seen {
+    fn from(req: &Request) -> Seen {
+        Seen {
+            method: req.method.to_string(),
+            path: req.url.path().to_string(),
+            query: req
+                .url
+                .query_pairs()
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+            headers: req
+                .headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v.as_bytes()).into()))
+                .collect(),
+            body: if req.body.is_empty() {
+                None
+            } else {
+                Some(
+                    serde_json::from_slice(&req.body).unwrap_or_else(|_| {
+                        Value::String(String::from_utf8_lossy(&req.body).into())
+                    }),
+                )
+            },
+        }
+    }
+}
+
+#[derive(Default)]
+struct Log {
+    requests: Vec<Seen>,
+    violations: Vec<String>,
+}
+
+/// A function producing the response to a request (a stateful fake cloud).
+type Handler = Box<dyn Fn(&Seen) -> Canned + Send + Sync>;
+
+enum Answer {
+    /// Validated when mounted.
+    Fixed(Canned),
+    /// Validated as each response is produced.
+    Dynamic(Handler),
+    /// The catch-all: no canned response answers this request.
+    Nothing,
+}
+
+/// Answers after checking the request against the spec.
+struct Checked {
+    spec: Arc<Spec>,
+    log: Arc<Mutex<Log>>,
+    answer: Answer,
+}
+
+impl Respond for Checked {
+    fn respond(&self, req: &Request) -> ResponseTemplate {
+        let seen = Seen::from(req);
+        let mut problems = Vec::new();
+        if let Err(e) =
+            self.spec
+                .check_request(&seen.method, &seen.path, &seen.query, seen.body.as_ref())
+        {
+            problems.push(e);
+        } else if let Err(e) = self
+            .spec
+            .check_security(&seen.method, &seen.path, &seen.headers)
+        {
+            problems.push(e);
+        }
+        if seen.body.is_some() {
+            let json_type = seen.headers.iter().any(|(k, v)| {
+                k.eq_ignore_ascii_case("content-type") && v.to_ascii_lowercase().contains("json")
+            });
+            if !json_type {
+                problems.push(format!(
+                    "{} {}: body sent without a JSON Content-Type",
+                    seen.method, seen.path
+                ));
+            }
+        }
+        let template = match &self.answer {
+            Answer::Fixed(c) => c.template(),
+            Answer::Dynamic(f) => {
+                let c = f(&seen);
+                if let Err(e) =
+                    self.spec
+                        .check_response(&seen.method, &seen.path, c.status, c.body.as_ref())
+                {
+                    problems.push(format!("response does not match the spec: {e}"));
+                }
+                c.template()
+            }
+            Answer::Nothing => {
+                problems.push(format!(
+                    "{} {}: no canned response answers this request",
+                    seen.method, seen.path
+                ));
+                ResponseTemplate::new(599)
+            }
+        };
+        let mut log = self.log.lock().unwrap();
+        log.violations.extend(problems);
+        log.requests.push(seen);
+        template
+    }
+}
+
+/// A local wiremock server holding an adapter to a [`Spec`]. See the module docs.
+pub struct SpecServer {
+    server: MockServer,
+    spec: Arc<Spec>,
+    log: Arc<Mutex<Log>>,
+}
+
+impl SpecServer {
+    /// Starts a server on 127.0.0.1 with a catch-all that records any request no canned
+    /// response answers.
+    pub async fn start(spec: Arc<Spec>) -> SpecServer {
+        let server = MockServer::start().await;
+        let log = Arc::new(Mutex::new(Log::default()));
+        Mock::given(wiremock::matchers::any())
+            .respond_with(Checked {
+                spec: spec.clone(),
+                log: log.clone(),
+                answer: Answer::Nothing,
+            })
+            .with_priority(u8::MAX)
+            .mount(&server)
+            .await;
+        SpecServer { server, spec, log }
+    }
+
+    /// The server's base URL (`http://127.0.0.1:PORT`).
+    pub fn uri(&self) -> String {
+        self.server.uri()
+    }
+
+    pub fn spec(&self) -> &Spec {
+        &self.spec
+    }
+
+    /// Answers `method path` (an exact path) with `canned`, forever or the first `times`
+    /// times. Earlier mounts win over later ones while they last. Panics when the canned
+    /// response does not validate against the spec.
+    pub async fn mount(&self, method: &str, path: &str, canned: Canned, times: Option<u64>) {
+        self.mount_matching(
+            method,
+            path,
+            None::<wiremock::matchers::MethodExactMatcher>,
+            canned,
+            times,
+        )
+        .await
+    }
+
+    /// [`SpecServer::mount`] with an extra wiremock matcher (for example on the body).
+    pub async fn mount_matching<M: wiremock::Match + 'static>(
+        &self,
+        method: &str,
+        path: &str,
+        extra: Option<M>,
+        canned: Canned,
+        times: Option<u64>,
+    ) {
+        if let Err(e) = self
+            .spec
+            .check_response(method, path, canned.status, canned.body.as_ref())
+        {
+            panic!("canned response does not match the spec: {e}");
+        }
+        let mut mock =
+            Mock::given(wiremock::matchers::method(method)).and(wiremock::matchers::path(path));
+        if let Some(m) = extra {
+            mock = mock.and(m);
+        }
+        let mut mock = mock.respond_with(Checked {
+            spec: self.spec.clone(),
+            log: self.log.clone(),
+            answer: Answer::Fixed(canned),
+        });
+        if let Some(n) = times {
+            mock = mock.up_to_n_times(n);
+        }
+        mock.mount(&self.server).await;
+    }
+
+    /// Answers `method` requests whose path matches `path_regex` with `f(request)`, for a
+    /// stateful fake. Each response is checked against the spec as it is produced; one that
+    /// does not validate is recorded as a violation.
+    pub async fn mount_fn(
+        &self,
+        method: &str,
+        path_regex: &str,
+        f: impl Fn(&Seen) -> Canned + Send + Sync + 'static,
+    ) {
+        Mock::given(wiremock::matchers::method(method))
+            .and(wiremock::matchers::path_regex(path_regex))
+            .respond_with(Checked {
+                spec: self.spec.clone(),
+                log: self.log.clone(),
+                answer: Answer::Dynamic(Box::new(f)),
+            })
+            .mount(&self.server)
+            .await;
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<Seen> {
+        self.log.lock().unwrap().requests.clone()
+    }
+
+    /// The requests for `method path` (exact path).
+    pub fn requests_to(&self, method: &str, path: &str) -> Vec<Seen> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.method.eq_ignore_ascii_case(method) && r.path == path)
+            .collect()
+    }
+
+    /// The violations recorded so far.
+    pub fn violations(&self) -> Vec<String> {
+        self.log.lock().unwrap().violations.clone()
+    }
+
+    /// Fails the test if any request violated the spec or went unanswered.
+    pub fn verify(&self) {
+        let v = self.violations();
+        assert!(
+            v.is_empty(),
+            "requests that break the spec or had no canned response:\n  {}",
+            v.join("\n  ")
+        );
+    }
+}
+
+impl Drop for SpecServer {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.verify();
+        }
+    }
+}
+
+/// Where the vendors' API descriptions live (they are not vendored into this repository;
+/// see `shared/vendor-apis/SOURCES.md`): `GPUPROV_VENDOR_APIS`, else the first
+/// `shared/vendor-apis` found beside the repository or one of its ancestors. Panics with
+/// what to set when there is none.
+pub fn vendor_apis_dir() -> std::path::PathBuf {
+    if let Some(d) = std::env::var_os("GPUPROV_VENDOR_APIS") {
+        return d.into();
+    }
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .skip(1)
+        .map(|a| a.join("shared/vendor-apis"))
+        .find(|d| d.is_dir())
+        .unwrap_or_else(|| {
+            panic!(
+                "no vendor API descriptions: set GPUPROV_VENDOR_APIS to the shared/vendor-apis \
+                 folder (looked for shared/vendor-apis beside {} and its ancestors)",
+                manifest.display()
+            )
+        })
+}
+
+/// The generic error envelope every Lambda error uses (info.description, "Error
+/// responses"): `{"error": {"code", "message", "suggestion"?}}`.
+fn lambda_error_envelope() -> Value {
+    json!({
+        "description": "gpuprov harness patch (see lambda())",
+        "content": {"application/json": {"schema": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["error"],
+            "properties": {"error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {
+                    "code": {"type": "string"},
+                    "message": {"type": "string"},
+                    "suggestion": {"type": "string"}
+                }
+            }}
+        }}}
+    })
+}
+
+/// Lambda Cloud API 1.8.3 (`lambda/openapi-1.8.3.json`), with its known defects patched:
+///
+/// 1. Rate limits: the description limits requests (about 1/s, launch 1 per 12 s) but no
+///    operation declares a `429` response or `Retry-After` (SOURCES.md: "No 429 response or
+///    Retry-After header is described in the spec"). Patched: every operation gets a `429`
+///    with the documented error envelope.
+/// 2. Provider errors: the description documents `provider/*` upstream errors (example
+///    `provider/internal-unavailable`) but no operation declares a `5XX` response.
+///    Patched: every operation gets a `5XX` with the documented error envelope.
+/// 3. `PublicRegionCode` is a closed enum of the 17 regions of 1.8.3; Lambda adds regions
+///    between versions (1.10.0 exists upstream), so a region missing from the enum is not a
+///    contract violation. Patched: any lowercase `name-…-N` region code.
+pub fn lambda() -> Spec {
+    let path = vendor_apis_dir().join("lambda/openapi-1.8.3.json");
+    Spec::load(path).patch(|doc| {
+        let envelope = lambda_error_envelope();
+        if let Some(paths) = doc["paths"].as_object_mut() {
+            for item in paths.values_mut() {
+                for m in METHODS {
+                    if let Some(responses) = item
+                        .get_mut(*m)
+                        .and_then(|op| op.get_mut("responses"))
+                        .and_then(Value::as_object_mut)
+                    {
+                        responses.entry("429").or_insert_with(|| envelope.clone());
+                        responses.entry("5XX").or_insert_with(|| envelope.clone());
+                    }
+                }
+            }
+        }
+        doc["components"]["schemas"]["PublicRegionCode"] = json!({
+            "title": "PublicRegionCode",
+            "type": "string",
+            "pattern": "^[a-z]+(-[a-z]+)*-[0-9]+$"
+        });
+    })
+}
+
+// ---- RunPod ----
+
+/// RunPod REST API v2 (`runpod/api-reference-v2/openapi.json`, OpenAPI 3.1, API 2.0.0),
+/// with its known defect patched:
+///
+/// 1. Insufficient balance: the `createPod` description's retry table documents
+///    "`402` Insufficient balance. Stop; no candidate will succeed", but the operation
+///    declares no `402` response (it only validates through `default`). Patched: `createPod`
+///    gets an explicit `402` with the documented `ErrorResponse` problem body, so a fixture
+///    for it is checked against what the vendor says it sends.
+///
+/// Rules the document states only in prose and a schema cannot carry (for example
+/// "`include=AVAILABILITY` requires `product`; `count` and `cloud` are valid only with it")
+/// are enforced by the fake in `tests/it/runpod_api.rs`, which answers `400` as the API does.
+pub fn runpod() -> Spec {
+    let path = vendor_apis_dir().join("runpod/api-reference-v2/openapi.json");
+    Spec::load(path).patch(|doc| {
+        let responses = &mut doc["paths"]["/v2/pods"]["post"]["responses"];
+        assert!(
+            responses.get("402").is_none(),
+            "createPod declares 402 now: drop this patch"
+        );
+        responses["402"] = json!({
+            "description": "gpuprov harness patch (see runpod()): insufficient balance",
+            "content": {"application/problem+json": {"schema": {
+                "$ref": "#/components/schemas/ErrorResponse"
+            }}}
+        });
+    })
+}
+
+// ---- DigitalOcean ----
+
+/// DigitalOcean API v2, the gpuprov subset (`digitalocean/DigitalOcean-public.v2.gpuprov-subset.yaml`),
+/// with its known gaps patched:
+///
+/// 1. `POST /v2/tags` is not in the subset, but a firewall may only name tags that exist
+///    (`existing_tags_array`), so the adapter creates its firewall tag first. Patched: the
+///    operation as the whole-API bundle (`DigitalOcean-public.v2.bundled.yaml`,
+///    `tags_create`) declares it, with its `tags` schema reduced to `name` (the only field
+///    a client writes; `resources` is read-only). Its `400` (schema
+///    `error_with_root_causes`, not in the subset) is left out: `default` answers for it.
+/// 2. Tag names are limited to `^[a-zA-Z0-9_\-\:]+$`, at most 255 characters (bundled
+///    schema `tags.name`), but the subset's `droplet_create.tags`, `tags_array` and
+///    `existing_tags_array` items are unconstrained strings, so a tag with `=` would pass.
+///    Patched: those items carry the pattern and length.
+/// 3. `POST /v2/droplets` declares no 422 although capacity and quota refusals are 422
+///    `unprocessable_entity` (SOURCES.md, "Capacity / quota"); `default` (the `error`
+///    schema) covers them, so nothing is patched, and the same holds for 404/422 on other
+///    operations.
+pub fn digitalocean() -> Spec {
+    let path = vendor_apis_dir().join("digitalocean/DigitalOcean-public.v2.gpuprov-subset.yaml");
+    Spec::load(path).patch(|doc| {
+        let tag_name = json!({"type": "string", "pattern": "^[a-zA-Z0-9_\\-\\:]+$", "maxLength": 255});
+        doc["components"]["schemas"]["droplet_create"]["properties"]["tags"]["items"] =
+            tag_name.clone();
+        doc["components"]["schemas"]["tags_array"]["items"] = tag_name.clone();
+        doc["components"]["schemas"]["existing_tags_array"]["items"] = tag_name.clone();
+        let ratelimit = json!({
+            "ratelimit-limit": {"$ref": "#/components/headers/ratelimit-limit"},
+            "ratelimit-remaining": {"$ref": "#/components/headers/ratelimit-remaining"},
+            "ratelimit-reset": {"$ref": "#/components/headers/ratelimit-reset"}
+        });
+        doc["components"]["schemas"]["tags"] = json!({
+            "type": "object",
+            "description": "gpuprov harness patch (see digitalocean()): bundled `tags`, client-written fields",
+            "properties": {"name": tag_name},
+            "required": ["name"]
+        });
+        doc["paths"]["/v2/tags"] = json!({"post": {
+            "operationId": "tags_create",
+            "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/tags"}}}},
+            "responses": {
+                "201": {
+                    "description": "The response will be a JSON object with a key called `tag`.",
+                    "headers": ratelimit,
+                    "content": {"application/json": {"schema": {
+                        "type": "object",
+                        "properties": {"tag": {"$ref": "#/components/schemas/tags"}}
+                    }}}
+                },
+                "401": {"$ref": "#/components/responses/unauthorized"},
+                "429": {"$ref": "#/components/responses/too_many_requests"},
+                "500": {"$ref": "#/components/responses/server_error"},
+                "default": {"$ref": "#/components/responses/unexpected_error"}
+            },
+            "security": [{"bearer_auth": ["tag:create"]}]
+        }});
+    })
+}
+
+// ---- Hyperstack (NexGen Cloud Infrahub API) ----
+
+/// The error envelope Hyperstack documents for 400/401/404/405/409
+/// (`components.schemas.ErrorResponseModel`), reused for the responses patched in below.
+fn hyperstack_error_response() -> Value {
+    json!({
+        "description": "gpuprov harness patch (see hyperstack())",
+        "content": {"application/json": {"schema": {
+            "$ref": "#/components/schemas/ErrorResponseModel"
+        }}}
+    })
+}
+
+/// Hyperstack's Infrahub API (`hyperstack/openapi.yaml`, OpenAPI 3.0.1 as normalised by
+/// openapi-generator in the vendor's Go SDK), served under `/v1` (`servers[0].url`), with
+/// its known defects patched:
+///
+/// 1. Undefined security scheme: every operation (and the document) lists `accessToken`,
+///    which `components.securitySchemes` does not define (SOURCES.md, Hyperstack
+///    "Auth"). Patched: the `accessToken` alternatives are removed, so a request must carry
+///    the one defined scheme, the `api_key` header (`apiKey`), which is what gpuprov sends.
+/// 2. `Create_Security_Rule_Payload` (the items of `Create_Instances_Payload.security_rules`)
+///    requires `virtual_machine_id`, a property it does not declare and that a VM being
+///    created cannot have yet. Patched: `virtual_machine_id` is no longer required.
+/// 3. Rate limits: no operation declares a `429` (the vendor documents rate limiting in
+///    its API reference, not in the description). Patched: every operation gets a `429`
+///    with the `ErrorResponseModel` envelope (and may carry `Retry-After`).
+pub fn hyperstack() -> Spec {
+    let path = vendor_apis_dir().join("hyperstack/openapi.yaml");
+    Spec::load(path)
+        .patch(|doc| {
+            fn drop_access_token(security: &mut Value) {
+                if let Some(reqs) = security.as_array_mut() {
+                    reqs.retain(|r| r.get("accessToken").is_none());
+                }
+            }
+            drop_access_token(&mut doc["security"]);
+            let envelope = hyperstack_error_response();
+            if let Some(paths) = doc["paths"].as_object_mut() {
+                for item in paths.values_mut() {
+                    for m in METHODS {
+                        let Some(op) = item.get_mut(*m) else { continue };
+                        if let Some(sec) = op.get_mut("security") {
+                            drop_access_token(sec);
+                        }
+                        if let Some(responses) =
+                            op.get_mut("responses").and_then(Value::as_object_mut)
+                        {
+                            responses.entry("429").or_insert_with(|| envelope.clone());
+                        }
+                    }
+                }
+            }
+            if let Some(req) = doc
+                .pointer_mut("/components/schemas/Create_Security_Rule_Payload/required")
+                .and_then(Value::as_array_mut)
+            {
+                req.retain(|r| r != "virtual_machine_id");
+            }
+        })
+        .with_base_path("/v1")
+}
