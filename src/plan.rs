@@ -241,7 +241,7 @@ pub async fn refresh(
         let seen = p
             .observe(&vm.location, name)
             .await
-            .map_err(|e| format!("cannot refresh {address} on {}: {}", vm.location, e.msg))?;
+            .map_err(|e| format!("cannot refresh {address} on {}: {}", vm.location, e.text()))?;
         let obs = match seen
             .iter()
             .find(|o| o.exists() && o.instance_id == vm.instance_id)

@@ -179,7 +179,7 @@ fn lineage_of(state: &crate::state::StateFile) -> Result<Lineage, Report> {
         miette!(
             help = "the lineage is the state's identity; restore the state from its .backup",
             "the state's lineage is unusable: {}",
-            e.msg
+            e.text()
         )
     })
 }
@@ -248,13 +248,15 @@ async fn preflight(config: &Config, providers: &Providers) -> Result<Preflight, 
             };
             match p.plan(&vm.request()).await {
                 Err(e) if e.kind == crate::provider::ErrorKind::InvalidRequest => {
-                    rejections.push(format!("{c}: {}", e.msg))
+                    rejections.push(format!("{c}: {}", e.text()))
                 }
                 // Other errors (capacity, credentials, an unreachable catalog) are for
                 // apply to handle; the plan says why this cloud shows no offers.
                 Err(e) => notes.push(format!(
                     "vm.{}: {c} shows no offers: {} ({:?})",
-                    vm.name, e.msg, e.kind
+                    vm.name,
+                    e.text(),
+                    e.kind
                 )),
                 // The same filter and order as the launch machine's Planning step.
                 Ok(mut found) => {
@@ -1134,7 +1136,7 @@ async fn cmd_validate(project: &Project) -> Result<ExitCode, Report> {
                     ),
                     Err(e) => {
                         ok = false;
-                        outln!("  docker: NOT usable: {}", e.msg)
+                        outln!("  docker: NOT usable: {}", e.text())
                     }
                 }
             }

@@ -174,9 +174,9 @@ pub(super) async fn cmd_offers(project: &Project, a: &OffersArgs) -> Result<Exit
             }
             Err(e) if e.kind == ErrorKind::InvalidRequest => {
                 answered += 1;
-                errln!("note: {cloud}: {}", e.msg);
+                errln!("note: {cloud}: {}", e.text());
             }
-            Err(e) => errln!("warning: {cloud}: {}", e.msg),
+            Err(e) => errln!("warning: {cloud}: {}", e.text()),
         }
     }
     if !q.apply_order {

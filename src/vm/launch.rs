@@ -502,7 +502,7 @@ impl LaunchMachine {
         let search = search.record(format!("{stage}: {}", e.msg), Some(e.kind), scope);
         match e.kind {
             ErrorKind::InvalidRequest | ErrorKind::Credentials => {
-                let reason = format!("{stage} failed ({:?}): {}", e.kind, e.msg);
+                let reason = format!("{stage} failed ({:?}): {}", e.kind, e.text());
                 self.compensate(
                     search,
                     ids,
@@ -660,9 +660,9 @@ impl LaunchMachine {
                 }
                 Err(e) if e.kind == ErrorKind::Transient => return retry_step(e),
                 Err(e) if matches!(e.kind, ErrorKind::InvalidRequest | ErrorKind::Credentials) => {
-                    fatal.push(format!("{cloud}: {}", e.msg))
+                    fatal.push(format!("{cloud}: {}", e.text()))
                 }
-                Err(e) => other.push(format!("{cloud}: {}", e.msg)),
+                Err(e) => other.push(format!("{cloud}: {}", e.text())),
             }
         }
         if offers.is_empty() {
@@ -737,7 +737,7 @@ impl LaunchMachine {
             Err(e) if e.kind.retried_in_place() => return retry_step(e),
             Err(e) => {
                 return Step::Next(LaunchState::Aborted {
-                    reason: e.msg,
+                    reason: e.text(),
                     owned: Some(prev.clone()),
                 })
             }
@@ -814,7 +814,7 @@ impl LaunchMachine {
             Err(e) if e.kind.retried_in_place() => return retry_step(e),
             Err(e) => {
                 return Step::Next(LaunchState::Aborted {
-                    reason: e.msg,
+                    reason: e.text(),
                     owned: Some(prev.clone()),
                 })
             }
@@ -952,7 +952,7 @@ impl Machine for LaunchMachine {
             ErrorKind::Failed,
             format!("gave up after repeated errors: {last_error}"),
         );
-        if let Some(end) = self.leave_unowned_or_kept(s, &e.msg) {
+        if let Some(end) = self.leave_unowned_or_kept(s, &e.text()) {
             return end;
         }
         if let Some((search, ids, lag, stage)) = self.attempt(s) {
@@ -960,21 +960,21 @@ impl Machine for LaunchMachine {
         }
         match s {
             LaunchState::Reconciling { previous } => LaunchState::Aborted {
-                reason: e.msg,
+                reason: e.text(),
                 owned: previous.clone(),
             },
             LaunchState::Planning { .. } => LaunchState::Aborted {
-                reason: e.msg,
+                reason: e.text(),
                 owned: None,
             },
             LaunchState::Compensating { teardown, .. } => match teardown.owned() {
                 Some(o) => LaunchState::Leaked {
                     location: o.location,
                     instance_ids: o.instance_ids,
-                    reason: e.msg,
+                    reason: e.text(),
                 },
                 None => LaunchState::Aborted {
-                    reason: e.msg,
+                    reason: e.text(),
                     owned: None,
                 },
             },
@@ -1066,7 +1066,7 @@ impl Machine for LaunchMachine {
                     // Rejected credentials created nothing (and would fail the cleanup).
                     Err(e) if e.kind == ErrorKind::Credentials => {
                         Step::Next(LaunchState::Aborted {
-                            reason: format!("prepare failed ({:?}): {}", e.kind, e.msg),
+                            reason: format!("prepare failed ({:?}): {}", e.kind, e.text()),
                             owned: None,
                         })
                     }
@@ -1244,7 +1244,9 @@ impl Machine for LaunchMachine {
                         format!(
                             "could not start stopped instance {} ({:?}): {}; no replacement \
                              was created",
-                            vm.instance_id, e.kind, e.msg
+                            vm.instance_id,
+                            e.kind,
+                            e.text()
                         ),
                     )),
                 }
@@ -1273,8 +1275,8 @@ impl Machine for LaunchMachine {
                 // Only what this run created is compensated; the rest is kept or left.
                 let fail = |e: ProviderError, stage: &str| {
                     Step::Next(match (kept, adopted) {
-                        (Some(vm), _) => self.keep(vm, format!("{stage}: {}", e.msg)),
-                        (None, true) => self.unowned(search, instance_id, &e.msg),
+                        (Some(vm), _) => self.keep(vm, format!("{stage}: {}", e.text())),
+                        (None, true) => self.unowned(search, instance_id, &e.text()),
                         (None, false) => {
                             self.on_offer_error(search.clone(), ids.clone(), Lag::Named, &e, stage)
                         }

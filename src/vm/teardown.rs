@@ -220,7 +220,7 @@ impl Machine for TeardownMachine {
                 let seen = match p.observe(&target.location, &target.vm_name).await {
                     Ok(v) => crate::provider::existing(v),
                     Err(e) if e.kind.retried_in_place() => return retry_step(e),
-                    Err(e) => return Step::Next(Self::leaked(target, e.msg)),
+                    Err(e) => return Step::Next(Self::leaked(target, e.text())),
                 };
                 let ids = union(
                     &target.instance_ids,
@@ -247,7 +247,7 @@ impl Machine for TeardownMachine {
                 {
                     Ok(()) => Step::Next(TeardownState::AwaitingGone { target }),
                     Err(e) if e.kind.retried_in_place() => retry_step(e),
-                    Err(e) => Step::Next(Self::leaked(&target, e.msg)),
+                    Err(e) => Step::Next(Self::leaked(&target, e.text())),
                 }
             }
             TeardownState::AwaitingGone { target } => {
@@ -262,7 +262,7 @@ impl Machine for TeardownMachine {
                         .filter(|o| target.covers(&o.instance_id))
                         .collect(),
                     Err(e) if e.kind.retried_in_place() => return retry_step(e),
-                    Err(e) => return Step::Next(Self::leaked(target, e.msg)),
+                    Err(e) => return Step::Next(Self::leaked(target, e.text())),
                 };
                 if seen.is_empty() {
                     // An instance created moments ago may be invisible to both the delete
@@ -337,13 +337,14 @@ impl Machine for TeardownMachine {
                             Ok(seen) if !seen.is_empty() => Step::Next(TeardownState::Done),
                             Ok(_) => retry_step(e),
                             Err(oe) if oe.kind.retried_in_place() => retry_step(oe),
-                            Err(oe) => Step::Next(Self::leaked(target, oe.msg)),
+                            Err(oe) => Step::Next(Self::leaked(target, oe.text())),
                         }
                     }
                     Err(e) if e.kind.retried_in_place() => retry_step(e),
-                    Err(e) => {
-                        Step::Next(Self::leaked(target, format!("cleanup failed: {}", e.msg)))
-                    }
+                    Err(e) => Step::Next(Self::leaked(
+                        target,
+                        format!("cleanup failed: {}", e.text()),
+                    )),
                 }
             }
             TeardownState::Done | TeardownState::Leaked { .. } => Step::Next(s.clone()),
@@ -354,7 +355,7 @@ impl Machine for TeardownMachine {
 /// The executor step for a transient provider error, honouring its `Retry-After`.
 pub(crate) fn retry_step<S>(e: crate::provider::ProviderError) -> Step<S> {
     Step::Retry {
-        error: e.msg,
+        error: e.text(),
         after: e.retry_after_secs.map(Duration::from_secs),
     }
 }

@@ -1321,11 +1321,17 @@ async fn a_proxy_page_becomes_one_short_line() {
         .await
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Credentials, "{e}");
+    // The hint is the error's help now, shown after the message (`text`).
     assert!(
-        e.msg
+        e.text()
             .starts_with("runpod list pods: HTTP 403 (text/plain): Forbidden by policy;"),
         "{e}"
     );
+    assert!(e
+        .help
+        .as_deref()
+        .unwrap_or_default()
+        .contains("RUNPOD_API_KEY"));
     assert!(!e.msg.contains("request id"), "{e}");
 }
 

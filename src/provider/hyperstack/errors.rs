@@ -74,7 +74,7 @@ const BUSY: &[&str] = &[
     "locked",
 ];
 
-/// Shown with a `401` to `403` (in the message too: see [`decode`]).
+/// Shown with a `401` to `403`, as help.
 const CHECK_KEY: &str = "check the API key in HYPERSTACK_API_KEY and the account's billing status";
 const NOT_DELETABLE: &str = "the VM is not deletable yet; will retry";
 
@@ -130,12 +130,11 @@ struct Envelope {
 /// vendor's own words) and `HTTP <s>: <message> (<error_reason>)` (each cut to 300
 /// characters); any other body no code and the short cause of [`cause::http_cause`].
 ///
-/// The core shows only an error's message in an abort reason, so the action a user must
-/// take on a `401` to `403` is kept in the message too (after `; `), as it always was; it
-/// is also the error's `help`.
+/// What the user must do on a `401` to `403` is the error's `help`, which the core shows
+/// after the message (`ProviderError::text`).
 pub fn decode(status: u16, content_type: Option<&str>, body: &str) -> (Option<String>, String) {
     let clip = |s: &str| s.chars().take(300).collect::<String>().trim().to_string();
-    let (code, mut message) = match serde_json::from_str::<Envelope>(body) {
+    let (code, message) = match serde_json::from_str::<Envelope>(body) {
         Ok(e) if e.message.is_some() || e.error_reason.is_some() => {
             let m = clip(e.message.as_deref().unwrap_or_default());
             let reason = e.error_reason.map(|r| clip(&r)).filter(|r| !r.is_empty());
@@ -153,9 +152,6 @@ pub fn decode(status: u16, content_type: Option<&str>, body: &str) -> (Option<St
         }
         _ => (None, cause::http_cause(status, content_type, body)),
     };
-    if (401..=403).contains(&status) {
-        message = format!("{message}; {CHECK_KEY}");
-    }
     (code, message)
 }
 
@@ -347,7 +343,7 @@ mod tests {
         assert_eq!(p.kind, ErrorKind::Credentials);
         assert!(!p.msg.contains("secret_sentinel_123"), "{}", p.msg);
         assert!(p.msg.contains("invalid_api_key"), "{}", p.msg);
-        assert!(p.msg.contains("HYPERSTACK_API_KEY"), "{}", p.msg);
+        assert!(p.text().contains("HYPERSTACK_API_KEY"), "{}", p.text());
         assert_eq!(p.help.as_deref(), Some(CHECK_KEY));
         let e = ApiError::from_response(400, &body("Bad flavor", "bad_flavor"), None);
         assert_eq!(

@@ -61,10 +61,10 @@ impl Call {
     }
 }
 
-/// Shown with a `402` (in the message too: see [`decode`]).
+/// Shown with a `402`, as help.
 const ADD_FUNDS: &str =
     "the RunPod account's balance is insufficient: add funds (no other offer can succeed)";
-/// Shown with a `401` / `403` and a missing key (in the message too for the statuses).
+/// Shown with a `401` / `403` and a missing key, as help.
 const CHECK_KEY: &str =
     "check the API key (RUNPOD_API_KEY or ~/.runpod/config.toml) and its permissions";
 
@@ -111,11 +111,10 @@ pub static CLASSIFIER: Classifier = Classifier {
 /// document, else the short cause of [`cause::http_cause`] (status, content type, first
 /// line), never a dumped page.
 ///
-/// The core shows only an error's message in an abort reason, so the action a user must
-/// take on a `402` or a `401` / `403` is kept in the message too (after `; `), as it
-/// always was; it is also the error's `help`.
+/// What the user must do on a `402` or a `401` / `403` is the error's `help`, which the
+/// core shows after the message (`ProviderError::text`).
 pub fn decode(status: u16, content_type: Option<&str>, body: &str) -> (Option<String>, String) {
-    let mut message = match serde_json::from_str::<Problem>(body) {
+    let message = match serde_json::from_str::<Problem>(body) {
         Ok(p) if !p.title.is_empty() || !p.detail.is_empty() => {
             let mut m = p.detail.trim().to_string();
             if m.is_empty() {
@@ -132,11 +131,6 @@ pub fn decode(status: u16, content_type: Option<&str>, body: &str) -> (Option<St
         }
         _ => cause::http_cause(status, content_type, body),
     };
-    match status {
-        402 => message = format!("{message}; {ADD_FUNDS}"),
-        401 | 403 => message = format!("{message}; {CHECK_KEY}"),
-        _ => {}
-    }
     (None, message)
 }
 
@@ -342,7 +336,7 @@ mod tests {
         assert!(p.help.as_deref().unwrap().contains("RUNPOD_API_KEY"));
         let e = ApiError::from_response(402, &body(402, "insufficient balance"), None, None);
         let p = classify(&e, Call::CreatePod, "create", None);
-        assert!(p.msg.contains("add funds"), "{}", p.msg);
+        assert!(p.text().contains("add funds"), "{}", p.text());
         assert_eq!(p.help.as_deref(), Some(ADD_FUNDS));
         let e = ApiError::from_response(400, &body(400, "x"), None, None);
         let p = classify(&e, Call::CreatePod, "create", None);
