@@ -260,7 +260,7 @@ async fn preflight(config: &Config, providers: &Providers) -> Result<Preflight, 
                 )),
                 // The same filter and order as the launch machine's Planning step.
                 Ok(mut found) => {
-                    crate::vm::offers::order(&mut found, &vm.request(), &p.capabilities());
+                    crate::provider::offers::order(&mut found, &vm.request(), &p.capabilities());
                     offers.entry(vm.name.clone()).or_default().extend(
                         found.into_iter().filter(|o| {
                             vm.max_price_per_hour.is_none_or(|m| o.price_per_hour <= m)

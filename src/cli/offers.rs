@@ -153,7 +153,7 @@ pub(super) async fn cmd_offers(project: &Project, a: &OffersArgs) -> Result<Exit
         Some(async move {
             let mut answer = provider.plan(&req).await;
             if let Ok(found) = &mut answer {
-                crate::vm::offers::order(found, &req, &provider.capabilities());
+                crate::provider::offers::order(found, &req, &provider.capabilities());
             }
             (cloud, answer)
         })

@@ -36,6 +36,7 @@ pub mod hyperstack;
 pub mod identity;
 pub mod kit;
 pub mod lambda;
+pub mod offers;
 pub mod redact;
 pub mod registry;
 pub mod runpod;

@@ -651,7 +651,7 @@ impl LaunchMachine {
             };
             match p.plan(&req).await {
                 Ok(mut list) => {
-                    super::offers::order(&mut list, &req, &p.capabilities());
+                    crate::provider::offers::order(&mut list, &req, &p.capabilities());
                     offers.extend(list.into_iter().filter(|o| {
                         self.vm
                             .max_price_per_hour

@@ -1,7 +1,6 @@
 //! The VM machines: launch (design 4.3) and teardown (design 4.4), plus what they own.
 
 pub mod launch;
-pub mod offers;
 pub mod teardown;
 
 use serde::{Deserialize, Serialize};

@@ -71,7 +71,7 @@ pub(super) fn offers_for(sizes: &[Size], regions: &[Region], req: &ResourceReque
     }
     if !wants_gpu {
         // The ones the core would try first.
-        crate::vm::offers::order(&mut offers, req, &Capabilities::default());
+        crate::provider::offers::order(&mut offers, req, &Capabilities::default());
         offers.truncate(MAX_CPU_OFFERS);
     }
     offers

@@ -7,7 +7,7 @@ use crate::provider::kit::testing::ask;
 /// [`offers_for`] in the core's order (`vm::offers::order`).
 fn planned(sizes: &[Size], regions: &[Region], req: &ResourceRequest) -> Vec<Offer> {
     let mut o = offers_for(sizes, regions, req);
-    crate::vm::offers::order(&mut o, req, &Capabilities::default());
+    crate::provider::offers::order(&mut o, req, &Capabilities::default());
     o
 }
 

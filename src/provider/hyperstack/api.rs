@@ -322,7 +322,7 @@ pub(super) fn matches_ask(f: &Flavor, req: &ResourceRequest) -> bool {
 }
 
 /// Offers for the ask, one per region and flavor, in the flavor list's order (the core
-/// orders them: [`crate::vm::offers::order`]). Regions match as exact names (`CANADA-1`
+/// orders them: [`crate::provider::offers::order`]). Regions match as exact names (`CANADA-1`
 /// never matches `CANADA-10`). Flavors without stock or without a price are left out.
 pub(super) fn offers_for(
     flavors: &[(String, Flavor)],

@@ -5,7 +5,7 @@ use super::*;
 use crate::provider::kit::testing::ask;
 use crate::provider::InstanceStatus;
 
-/// `offers_for` in the order the core applies ([`crate::vm::offers::order`]).
+/// `offers_for` in the order the core applies ([`crate::provider::offers::order`]).
 fn ordered(
     flavors: &[(String, Flavor)],
     stocks: &[Stock],
@@ -13,7 +13,7 @@ fn ordered(
     req: &ResourceRequest,
 ) -> Vec<Offer> {
     let mut o = offers_for(flavors, stocks, prices, req);
-    crate::vm::offers::order(&mut o, req, &HyperstackProvider::default_capabilities());
+    crate::provider::offers::order(&mut o, req, &HyperstackProvider::default_capabilities());
     o
 }
 

@@ -69,7 +69,7 @@ fn offers_filter_by_gpu_count_and_exact_region() {
     // Region preference first, then price: the core's order.
     let req = ask(None, 8, &["us-east-13", "us-east-1"]);
     let mut o = offers_for(&types, &req);
-    crate::vm::offers::order(&mut o, &req, &Capabilities::default());
+    crate::provider::offers::order(&mut o, &req, &Capabilities::default());
     let ids: Vec<&str> = o.iter().map(|o| o.id.as_str()).collect();
     assert_eq!(
         ids,

@@ -228,7 +228,7 @@ fn is_ours(p: &Pod, region: &str, vm_name: &str, lineage: &Lineage) -> bool {
 }
 
 /// Offers of the catalog (`(tier, gpu types)` per tier, secure first) for the ask, in
-/// the catalog's order; the core orders them ([`crate::vm::offers::order`]), keeping a
+/// the catalog's order; the core orders them ([`crate::provider::offers::order`]), keeping a
 /// secure offer ahead of the community one of the same type, data centre and price.
 /// Regions match data centre ids as whole ids, ignoring case.
 fn offers_for(catalog: &[(Tier, Vec<GpuType>)], req: &ResourceRequest, count: u32) -> Vec<Offer> {

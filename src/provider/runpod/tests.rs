@@ -5,10 +5,10 @@ use super::*;
 use crate::provider::kit::testing::ask;
 use crate::provider::InstanceStatus;
 
-/// `offers_for` in the order the core applies ([`crate::vm::offers::order`]).
+/// `offers_for` in the order the core applies ([`crate::provider::offers::order`]).
 fn ordered(catalog: &[(Tier, Vec<GpuType>)], req: &ResourceRequest, count: u32) -> Vec<Offer> {
     let mut o = offers_for(catalog, req, count);
-    crate::vm::offers::order(&mut o, req, &RunpodProvider::default_capabilities());
+    crate::provider::offers::order(&mut o, req, &RunpodProvider::default_capabilities());
     o
 }
 

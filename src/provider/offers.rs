@@ -1,9 +1,11 @@
 //! The core's offer policy, "preference = order" (design 4.3): within one cloud, offers
 //! in the ask's region order, then cheapest first; clouds in the ask's cloud order. The
-//! launch machine's search, `plan`'s preflight and `gpuprov offers --vm` all order
-//! through [`order`], so what the plan shows is what apply tries.
+//! core applies it after every `plan` (the launch machine's search, `plan`'s preflight,
+//! `gpuprov offers --vm`), so what the plan shows is what apply tries; adapters do not
+//! order their offers (one that must cut its list, DigitalOcean's CPU sizes, cuts in
+//! this order). It lives beside the contract so both sides can name it.
 
-use crate::provider::{Capabilities, Offer, ResourceRequest};
+use super::{Capabilities, Offer, ResourceRequest};
 
 /// Sorts one cloud's `offers` for `req`: the position of the offer's region in
 /// `req.regions`, or when the ask names none in the cloud's own
