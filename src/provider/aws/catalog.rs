@@ -14,6 +14,7 @@
 //!   at the on-demand price, which is the most a spot instance is charged by default
 //!   (no `MaxPrice` is set).
 
+use crate::provider::kit::gpu::norm;
 use crate::provider::{ErrorKind, Location, Offer, ProviderError, ResourceRequest};
 
 /// Regions `plan` uses when the machine lists none: the regions with the broadest GPU
@@ -135,14 +136,6 @@ pub const LADDER: &[GpuType] = &[
     // NVIDIA B200 180 GB: P6-B200.
     t("p6-b200.48xlarge", "B200", "B200", 8, 180, 113.93),
 ];
-
-/// Upper-case letters and digits only: `a100-80gb` and `A100 80GB` compare equal.
-fn norm(s: &str) -> String {
-    s.chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .map(|c| c.to_ascii_uppercase())
-        .collect()
-}
 
 /// Whether rung `g` carries the GPU model `ask` (exact model, or the family when the ask
 /// names no memory size: `A100` matches both A100 rungs, `A100-80GB` only P4de).
