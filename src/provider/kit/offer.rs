@@ -1,6 +1,6 @@
 //! Offers as most clouds list them: one instance type in one region, on demand.
 
-use super::super::{Location, Offer};
+use super::super::{ErrorKind, Location, Offer, ProviderError, ResourceRequest, Result};
 
 /// The on-demand offer of `instance_type` in `region` of `cloud` at `price_per_hour` USD,
 /// id `<cloud>/<region>/<type>`, without GPUs, zone or detail (set them with struct
@@ -20,6 +20,15 @@ pub fn on_demand(cloud: &str, region: &str, instance_type: &str, price_per_hour:
         price_per_hour,
         detail: serde_json::Value::Null,
     }
+}
+
+/// Refuses a spot ask (`InvalidRequest` with `msg`) on a cloud that sells no spot
+/// capacity; any other ask passes.
+pub fn refuse_spot(req: &ResourceRequest, msg: &str) -> Result<()> {
+    if req.spot {
+        return Err(ProviderError::new(ErrorKind::InvalidRequest, msg));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
