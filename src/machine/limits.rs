@@ -79,7 +79,7 @@ impl CloudProvider for Governed {
     async fn create(
         &self,
         offer: &Offer,
-        prepared: &serde_json::Value,
+        prep: &serde_json::Value,
         spec: &InstanceSpec,
     ) -> Result<String> {
         let permit = {
@@ -95,7 +95,7 @@ impl CloudProvider for Governed {
             p
         };
         crate::crash::point("provider.before:create").await;
-        let r = self.inner.create(offer, prepared, spec).await;
+        let r = self.inner.create(offer, prep, spec).await;
         drop(permit);
         crate::crash::point("provider.after:create").await;
         r

@@ -122,11 +122,11 @@ impl CloudProvider for Faulty {
     async fn create(
         &self,
         offer: &Offer,
-        prepared: &serde_json::Value,
+        prep: &serde_json::Value,
         spec: &InstanceSpec,
     ) -> Result<String> {
         self.before("create")?;
-        let r = self.inner.create(offer, prepared, spec).await;
+        let r = self.inner.create(offer, prep, spec).await;
         if r.is_ok() && self.lose_first_create.swap(false, Ordering::SeqCst) {
             self.injected.fetch_add(1, Ordering::SeqCst);
             self.lost_create.store(true, Ordering::SeqCst);

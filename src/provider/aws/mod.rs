@@ -51,6 +51,7 @@ use aws_sdk_ec2::types::{
 use aws_sdk_ec2::Client;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
 
@@ -716,7 +717,7 @@ impl CloudProvider for AwsProvider {
     /// `Unavailable` for the type in the region; no default VPC → `Unavailable` for the
     /// region; a configured image that does not exist → `InvalidRequest`; a security
     /// group of that name without our tags → `InvalidRequest`; API errors per the table.
-    async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<serde_json::Value> {
+    async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
         let region = &offer.location.region;
         let client = self.client(region).await?;
         let itype = InstanceType::from(offer.instance_type.as_str());
@@ -876,15 +877,9 @@ impl CloudProvider for AwsProvider {
     /// message (which names the zones that have capacity) is kept in the error.
     ///
     /// Errors per the classification table ([`errors::classify_code`]).
-    async fn create(
-        &self,
-        offer: &Offer,
-        prepared: &serde_json::Value,
-        spec: &InstanceSpec,
-    ) -> Result<String> {
-        crate::provider::check_spec_lineage("aws", &self.settings.lineage, spec)?;
-        let lineage = self.settings.lineage.as_str();
-        let p: Prepared = serde_json::from_value(prepared.clone()).map_err(|e| {
+    async fn create(&self, offer: &Offer, prep: &Value, spec: &InstanceSpec) -> Result<String> {
+        let lineage = super::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?.as_str();
+        let p: Prepared = serde_json::from_value(prep.clone()).map_err(|e| {
             ProviderError::new(ErrorKind::InvalidRequest, format!("bad prepare data: {e}"))
         })?;
         let Some(subnet) = p.subnets.first() else {

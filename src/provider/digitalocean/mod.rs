@@ -438,8 +438,7 @@ impl CloudProvider for DigitalOceanProvider {
     /// create repeated after a crash is avoided by the core's observe-before-create, which
     /// finds the droplet by its tags.
     async fn create(&self, offer: &Offer, prepared: &Value, spec: &InstanceSpec) -> Result<String> {
-        let lineage = &self.settings.lineage;
-        super::check_spec_lineage(CLOUD, lineage, spec)?;
+        let lineage = super::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?;
         let missing = |f: &str| {
             ProviderError::new(
                 ErrorKind::InvalidRequest,

@@ -29,6 +29,7 @@ use bollard::query_parameters::{
 };
 use bollard::{Docker, API_DEFAULT_VERSION};
 use futures_util::StreamExt;
+use serde_json::Value;
 use tokio::sync::OnceCell;
 
 pub use errors::classify;
@@ -473,7 +474,7 @@ impl CloudProvider for DockerProvider {
     /// Errors: base image missing → `InvalidRequest` (run `scripts/build-base-image.sh`);
     /// daemon unreachable → `Transient` naming the endpoint; build failure → `Failed` with
     /// the build log tail.
-    async fn prepare(&self, _offer: &Offer, spec: &InstanceSpec) -> Result<serde_json::Value> {
+    async fn prepare(&self, _offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
         let base = spec
             .image
             .clone()
@@ -504,19 +505,13 @@ impl CloudProvider for DockerProvider {
     }
 
     /// Creates and starts container [`DockerProvider::container_name`] from
-    /// `prepared["image"]`, labelled `gpuprov-vm-name`, `gpuprov-lineage` and
+    /// `prep["image"]`, labelled `gpuprov-vm-name`, `gpuprov-lineage` and
     /// `gpuprov-client-token`, with `GPUPROV_AUTHORIZED_KEY` = the public key, port 22 and
     /// `spec.ports` published on 127.0.0.1 at random host ports (`HostConfig.PortBindings`
     /// with an empty `HostPort`). Idempotent: on 409 (name taken) it adopts the existing
     /// container, starting it if needed. Returns the container id.
-    async fn create(
-        &self,
-        _offer: &Offer,
-        prepared: &serde_json::Value,
-        spec: &InstanceSpec,
-    ) -> Result<String> {
-        crate::provider::check_spec_lineage("docker", &self.settings.lineage, spec)?;
-        let lineage = self.settings.lineage.as_str();
+    async fn create(&self, _offer: &Offer, prep: &Value, spec: &InstanceSpec) -> Result<String> {
+        let lineage = super::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?.as_str();
         let key = spec.ssh_public_key.trim();
         if key.is_empty() || key.contains('\n') {
             // The entrypoint refuses to start without a key; fail here instead of letting
@@ -526,12 +521,9 @@ impl CloudProvider for DockerProvider {
                 "the SSH public key must be one non-empty line",
             ));
         }
-        let image = prepared
-            .get("image")
-            .and_then(|v| v.as_str())
-            .ok_or_else(|| {
-                ProviderError::new(ErrorKind::InvalidRequest, "prepared data has no `image`")
-            })?;
+        let image = prep.get("image").and_then(|v| v.as_str()).ok_or_else(|| {
+            ProviderError::new(ErrorKind::InvalidRequest, "prepared data has no `image`")
+        })?;
         let name = Self::container_name(&spec.vm_name, lineage);
         let docker = self.docker().await?;
 

@@ -492,8 +492,7 @@ impl CloudProvider for HyperstackProvider {
     /// repeated after a crash is avoided by the core's observe-before-create, which finds
     /// the VM by its exact name and labels.
     async fn create(&self, offer: &Offer, prepared: &Value, spec: &InstanceSpec) -> Result<String> {
-        crate::provider::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?;
-        let lineage = &self.settings.lineage;
+        let lineage = super::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?;
         let field = |k: &str| {
             prepared
                 .get(k)

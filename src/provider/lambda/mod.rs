@@ -439,8 +439,7 @@ impl CloudProvider for LambdaProvider {
     /// repeated after a crash is avoided by the core's observe-before-create, which finds
     /// the instance by its tags.
     async fn create(&self, offer: &Offer, prepared: &Value, spec: &InstanceSpec) -> Result<String> {
-        let lineage = &self.settings.lineage;
-        super::check_spec_lineage(CLOUD, lineage, spec)?;
+        let lineage = super::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?;
         let key = prepared
             .get("ssh_key_name")
             .and_then(Value::as_str)

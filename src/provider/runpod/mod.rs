@@ -502,8 +502,7 @@ impl CloudProvider for RunpodProvider {
     /// the pod by its identity env even before the scheduler assigns its data centre.
     /// Errors: a boot script → `InvalidRequest` (RunPod cannot run one).
     async fn create(&self, offer: &Offer, prepared: &Value, spec: &InstanceSpec) -> Result<String> {
-        let lineage = &self.settings.lineage;
-        crate::provider::check_spec_lineage(CLOUD, lineage, spec)?;
+        let lineage = super::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?;
         if spec.boot_script.is_some() {
             return Err(ProviderError::new(
                 ErrorKind::InvalidRequest,

@@ -50,14 +50,14 @@ impl CloudProvider for TestCloud {
     async fn create(
         &self,
         offer: &gpuprov::provider::Offer,
-        prepared: &serde_json::Value,
+        prep: &serde_json::Value,
         spec: &gpuprov::provider::InstanceSpec,
     ) -> Result<String> {
         let mut spec = spec.clone();
         if self.no_token {
             spec.client_token = uuid::Uuid::new_v4().to_string();
         }
-        let out = self.inner.create(offer, prepared, &spec).await;
+        let out = self.inner.create(offer, prep, &spec).await;
         if let Some(g) = &self.gate {
             g.entered.notify_one();
             g.release.notified().await;
