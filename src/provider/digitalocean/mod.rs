@@ -202,8 +202,10 @@ impl DigitalOceanProvider {
         let place = Source::Other(settings.token_source.clone());
         let credential = Credential::found(settings.token.as_ref(), place);
         let endpoint = settings.endpoint.as_deref();
-        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
-            .with_credential(credential.as_ref(), &[settings.token_source.clone()]);
+        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities()).with_credential(
+            credential.as_ref(),
+            std::slice::from_ref(&settings.token_source),
+        );
         let missing = format!(
             "no DigitalOcean token: set {TOKEN_ENV} or log in with `doctl auth init` \
              (looked in: {})",
@@ -439,24 +441,9 @@ impl CloudProvider for DigitalOceanProvider {
     /// finds the droplet by its tags.
     async fn create(&self, offer: &Offer, prepared: &Value, spec: &InstanceSpec) -> Result<String> {
         let lineage = super::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?;
-        let missing = |f: &str| {
-            ProviderError::new(
-                ErrorKind::InvalidRequest,
-                format!("prepared data has no {f}"),
-            )
-        };
-        let key = prepared
-            .get("ssh_key_id")
-            .and_then(Value::as_i64)
-            .ok_or_else(|| missing("ssh_key_id"))?;
-        let image = prepared
-            .get("image")
-            .and_then(Value::as_str)
-            .ok_or_else(|| missing("image"))?;
-        let fw_tag = prepared
-            .get("firewall_tag")
-            .and_then(Value::as_str)
-            .ok_or_else(|| missing("firewall_tag"))?;
+        let key = kit::offer::prepared(prepared, "ssh_key_id", Value::as_i64)?;
+        let image = kit::offer::prepared(prepared, "image", Value::as_str)?;
+        let fw_tag = kit::offer::prepared(prepared, "firewall_tag", Value::as_str)?;
         let tags = [
             Self::identity_tag(&spec.vm_name),
             Self::lineage_tag(lineage),

@@ -493,12 +493,7 @@ impl CloudProvider for HyperstackProvider {
     /// the VM by its exact name and labels.
     async fn create(&self, offer: &Offer, prepared: &Value, spec: &InstanceSpec) -> Result<String> {
         let lineage = super::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?;
-        let field = |k: &str| {
-            prepared
-                .get(k)
-                .and_then(Value::as_str)
-                .ok_or_else(|| invalid(format!("prepared data has no {k}")))
-        };
+        let field = |k: &str| kit::offer::prepared(prepared, k, Value::as_str);
         let name = super::object_name(&spec.vm_name, lineage);
         if name.len() > MAX_NAME_LEN {
             return Err(invalid(format!(

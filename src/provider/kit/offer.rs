@@ -1,4 +1,5 @@
-//! Offers as most clouds list them: one instance type in one region, on demand.
+//! Offers as most clouds list them: one instance type in one region, on demand; the
+//! spot refusal of clouds without spot; the fields `prepare` hands to `create`.
 
 use super::super::{ErrorKind, Location, Offer, ProviderError, ResourceRequest, Result};
 
@@ -29,6 +30,22 @@ pub fn refuse_spot(req: &ResourceRequest, msg: &str) -> Result<()> {
         return Err(ProviderError::new(ErrorKind::InvalidRequest, msg));
     }
     Ok(())
+}
+
+/// Field `name` of the data `prepare` returned, read by `get` (`Value::as_str`,
+/// `Value::as_i64`); absent or of another type → `InvalidRequest` ("prepared data has no
+/// `name`"), since only a `prepare` of another version could have written it.
+pub fn prepared<'a, T>(
+    prep: &'a serde_json::Value,
+    name: &str,
+    get: impl FnOnce(&'a serde_json::Value) -> Option<T>,
+) -> Result<T> {
+    prep.get(name).and_then(get).ok_or_else(|| {
+        ProviderError::new(
+            ErrorKind::InvalidRequest,
+            format!("prepared data has no {name}"),
+        )
+    })
 }
 
 #[cfg(test)]

@@ -440,15 +440,7 @@ impl CloudProvider for LambdaProvider {
     /// the instance by its tags.
     async fn create(&self, offer: &Offer, prepared: &Value, spec: &InstanceSpec) -> Result<String> {
         let lineage = super::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?;
-        let key = prepared
-            .get("ssh_key_name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| {
-                ProviderError::new(
-                    ErrorKind::InvalidRequest,
-                    "prepared data has no ssh_key_name",
-                )
-            })?;
+        let key = kit::offer::prepared(prepared, "ssh_key_name", Value::as_str)?;
         let mut body = json!({
             "region_name": offer.location.region,
             "instance_type_name": offer.instance_type,

@@ -284,8 +284,10 @@ impl RunpodProvider {
         let place = Source::Other(settings.key_source.clone());
         let credential = Credential::found(settings.api_key.as_ref(), place);
         let endpoint = settings.endpoint.as_deref();
-        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
-            .with_credential(credential.as_ref(), &[settings.key_source.clone()]);
+        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities()).with_credential(
+            credential.as_ref(),
+            std::slice::from_ref(&settings.key_source),
+        );
         let missing = format!(
             "no RunPod API key: set {API_KEY_ENV} or run `runpodctl config --apiKey …` \
              (looked in: {})",
