@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::provider::{
     Capabilities, CloudProvider, InstanceSpec, Location, Observed, Offer, ProviderError,
-    ResourceRequest,
+    ResourceRequest, Result,
 };
 
 /// An adapter behind its declared limits.
@@ -38,7 +38,7 @@ impl Governed {
         }
     }
 
-    async fn permit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, ProviderError> {
+    async fn permit(&self) -> Result<tokio::sync::SemaphorePermit<'_>> {
         self.in_flight
             .acquire()
             .await
@@ -48,6 +48,9 @@ impl Governed {
 
 #[async_trait]
 impl CloudProvider for Governed {
+    fn adapter(&self) -> &crate::provider::kit::Adapter {
+        self.inner.adapter()
+    }
     fn name(&self) -> &'static str {
         self.inner.name()
     }
@@ -60,15 +63,11 @@ impl CloudProvider for Governed {
     async fn credentials(&self) -> crate::provider::kit::CredentialReport {
         self.inner.credentials().await
     }
-    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
+    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>> {
         let _p = self.permit().await?;
         self.inner.plan(req).await
     }
-    async fn prepare(
-        &self,
-        offer: &Offer,
-        spec: &InstanceSpec,
-    ) -> Result<serde_json::Value, ProviderError> {
+    async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<serde_json::Value> {
         crate::crash::point("provider.before:prepare").await;
         let r = {
             let _p = self.permit().await?;
@@ -80,9 +79,9 @@ impl CloudProvider for Governed {
     async fn create(
         &self,
         offer: &Offer,
-        prepared: &serde_json::Value,
+        prep: &serde_json::Value,
         spec: &InstanceSpec,
-    ) -> Result<String, ProviderError> {
+    ) -> Result<String> {
         let permit = {
             // Held across both waits, so creates queue up and reach the cloud one
             // interval apart: the permit is taken before the next slot is set, else
@@ -96,21 +95,16 @@ impl CloudProvider for Governed {
             p
         };
         crate::crash::point("provider.before:create").await;
-        let r = self.inner.create(offer, prepared, spec).await;
+        let r = self.inner.create(offer, prep, spec).await;
         drop(permit);
         crate::crash::point("provider.after:create").await;
         r
     }
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
+    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
         let _p = self.permit().await?;
         self.inner.observe(at, vm_name).await
     }
-    async fn delete(
-        &self,
-        at: &Location,
-        vm_name: &str,
-        instance_ids: &[String],
-    ) -> Result<(), ProviderError> {
+    async fn delete(&self, at: &Location, vm_name: &str, instance_ids: &[String]) -> Result<()> {
         crate::crash::point("provider.before:delete").await;
         let r = {
             let _p = self.permit().await?;
@@ -119,12 +113,7 @@ impl CloudProvider for Governed {
         crate::crash::point("provider.after:delete").await;
         r
     }
-    async fn start(
-        &self,
-        at: &Location,
-        vm_name: &str,
-        instance_id: &str,
-    ) -> Result<(), ProviderError> {
+    async fn start(&self, at: &Location, vm_name: &str, instance_id: &str) -> Result<()> {
         crate::crash::point("provider.before:start").await;
         let r = {
             let _p = self.permit().await?;
@@ -133,7 +122,7 @@ impl CloudProvider for Governed {
         crate::crash::point("provider.after:start").await;
         r
     }
-    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
+    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<()> {
         crate::crash::point("provider.before:cleanup").await;
         let r = {
             let _p = self.permit().await?;

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::kit::Adapter;
 use super::{
     Capabilities, CloudProvider, ErrorKind, InstanceSpec, InstanceStatus, Location, Observed,
-    Offer, ProviderError, ResourceRequest, SshEndpoint,
+    Offer, ProviderError, ResourceRequest, Result, SshEndpoint,
 };
 
 /// A provider primitive, for scripting faults and counting calls.
@@ -113,8 +114,9 @@ impl Drop for InFlight<'_> {
 
 /// The scripted provider. Construct with [`FakeProvider::new`] and the `with_*` builders.
 pub struct FakeProvider {
-    name: &'static str,
-    caps: Capabilities,
+    /// The name and the scripted capabilities; the offers' order is always the script's
+    /// (`keeps_offer_order`), since tests script the preference.
+    adapter: Adapter,
     inner: Mutex<Inner>,
     /// Simulated API latency of every call.
     latency: Duration,
@@ -126,20 +128,20 @@ impl FakeProvider {
     /// A fake cloud named `name` (it answers to that cloud name in configs) with fast
     /// timings: 1 ms polls, 2 s boot and SSH timeouts.
     pub fn new(name: &'static str) -> Self {
+        let caps = Capabilities {
+            supported: vec![],
+            boot_timeout: Duration::from_secs(2),
+            ssh_timeout: Duration::from_secs(2),
+            delete_timeout: Duration::from_secs(2),
+            poll_interval: Duration::from_millis(1),
+            max_concurrency: 64,
+            min_create_interval: Duration::ZERO,
+            create_list_lag: Duration::from_millis(20),
+            default_regions: Vec::new(),
+            keeps_offer_order: true,
+        };
         FakeProvider {
-            name,
-            caps: Capabilities {
-                supported: vec![],
-                boot_timeout: Duration::from_secs(2),
-                ssh_timeout: Duration::from_secs(2),
-                delete_timeout: Duration::from_secs(2),
-                poll_interval: Duration::from_millis(1),
-                max_concurrency: 64,
-                min_create_interval: Duration::ZERO,
-                create_list_lag: Duration::from_millis(20),
-                default_regions: Vec::new(),
-                keeps_offer_order: true,
-            },
+            adapter: Adapter::new(name, None, caps),
             inner: Mutex::new(Inner {
                 boot_observes: 1,
                 ..Inner::default()
@@ -191,7 +193,7 @@ impl FakeProvider {
         self.lock().offers.push(Offer {
             id: id.into(),
             location: Location {
-                cloud: self.name.into(),
+                cloud: self.adapter.name().into(),
                 region: region.into(),
                 zone: None,
             },
@@ -340,11 +342,15 @@ impl FakeProvider {
 
     /// The fake's default (fast) capabilities, to override field by field in tests.
     pub fn capabilities_for_test(&self) -> Capabilities {
-        self.caps.clone()
+        self.adapter.capabilities.clone()
     }
 
+    /// Replaces the scripted capabilities (the offer order stays the script's).
     pub fn with_capabilities(mut self, caps: Capabilities) -> Self {
-        self.caps = caps;
+        self.adapter.capabilities = Capabilities {
+            keeps_offer_order: true,
+            ..caps
+        };
         self
     }
 
@@ -372,7 +378,7 @@ impl FakeProvider {
     ) -> String {
         let mut g = self.lock();
         g.next_id += 1;
-        let id = format!("{}-i-{}", self.name, g.next_id);
+        let id = format!("{}-i-{}", self.adapter.name(), g.next_id);
         g.instances.insert(
             id.clone(),
             FakeInstance {
@@ -391,13 +397,7 @@ impl FakeProvider {
         id
     }
 
-    fn check(
-        &self,
-        g: &mut Inner,
-        op: Op,
-        scope: &str,
-        detail: String,
-    ) -> Result<(), ProviderError> {
+    fn check(&self, g: &mut Inner, op: Op, scope: &str, detail: String) -> Result<()> {
         g.calls.push((op, detail));
         g.call_times.push((op, std::time::Instant::now()));
         for f in g.faults.iter_mut() {
@@ -426,20 +426,12 @@ impl FakeProvider {
 
 #[async_trait]
 impl CloudProvider for FakeProvider {
-    fn name(&self) -> &'static str {
-        self.name
+    /// The scripted name and capabilities; no endpoint, no credential.
+    fn adapter(&self) -> &Adapter {
+        &self.adapter
     }
 
-    /// The scripted capabilities; the offers' order is always the script's
-    /// (`keeps_offer_order`), since tests script the preference.
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            keeps_offer_order: true,
-            ..self.caps.clone()
-        }
-    }
-
-    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
+    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>> {
         let _call = self.round_trip().await;
         let mut g = self.lock();
         self.check(&mut g, Op::Plan, "", req.vm_name.clone())?;
@@ -450,11 +442,7 @@ impl CloudProvider for FakeProvider {
             .collect())
     }
 
-    async fn prepare(
-        &self,
-        offer: &Offer,
-        spec: &InstanceSpec,
-    ) -> Result<serde_json::Value, ProviderError> {
+    async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<serde_json::Value> {
         let _call = self.round_trip().await;
         let mut g = self.lock();
         let checked = self.check(
@@ -479,7 +467,7 @@ impl CloudProvider for FakeProvider {
         offer: &Offer,
         _prepared: &serde_json::Value,
         spec: &InstanceSpec,
-    ) -> Result<String, ProviderError> {
+    ) -> Result<String> {
         let _call = self.round_trip().await;
         let mut g = self.lock();
         self.check(
@@ -501,7 +489,7 @@ impl CloudProvider for FakeProvider {
             return Ok(i.id.clone());
         }
         g.next_id += 1;
-        let id = format!("{}-i-{}", self.name, g.next_id);
+        let id = format!("{}-i-{}", self.adapter.name(), g.next_id);
         let boot = g.boot_observes;
         let lag = g.list_lag;
         let refused_with = g
@@ -527,7 +515,7 @@ impl CloudProvider for FakeProvider {
         Ok(id)
     }
 
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
+    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
         let _call = self.round_trip().await;
         let mut g = self.lock();
         self.check(&mut g, Op::Observe, &at.region, format!("{vm_name} {at}"))?;
@@ -584,12 +572,7 @@ impl CloudProvider for FakeProvider {
         Ok(out)
     }
 
-    async fn delete(
-        &self,
-        at: &Location,
-        vm_name: &str,
-        instance_ids: &[String],
-    ) -> Result<(), ProviderError> {
+    async fn delete(&self, at: &Location, vm_name: &str, instance_ids: &[String]) -> Result<()> {
         let _call = self.round_trip().await;
         let mut g = self.lock();
         self.check(
@@ -611,7 +594,7 @@ impl CloudProvider for FakeProvider {
         Ok(())
     }
 
-    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
+    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<()> {
         let _call = self.round_trip().await;
         let mut g = self.lock();
         self.check(&mut g, Op::Cleanup, &at.region, vm_name.to_string())?;
@@ -629,12 +612,7 @@ impl CloudProvider for FakeProvider {
         Ok(())
     }
 
-    async fn start(
-        &self,
-        at: &Location,
-        vm_name: &str,
-        instance_id: &str,
-    ) -> Result<(), ProviderError> {
+    async fn start(&self, at: &Location, vm_name: &str, instance_id: &str) -> Result<()> {
         let _call = self.round_trip().await;
         let mut g = self.lock();
         self.check(

@@ -12,7 +12,7 @@ use rand::{Rng as _, SeedableRng as _};
 
 use super::{
     Capabilities, CloudProvider, InstanceSpec, Location, Observed, Offer, ProviderError,
-    ResourceRequest,
+    ResourceRequest, Result,
 };
 
 /// An adapter with injected transient faults. See the module docs.
@@ -73,7 +73,7 @@ impl Faulty {
         hit
     }
 
-    fn before(&self, op: &str) -> Result<(), ProviderError> {
+    fn before(&self, op: &str) -> Result<()> {
         if self.draw(self.before) {
             return Err(ProviderError::transient(format!(
                 "injected: {op} did not reach the cloud"
@@ -82,7 +82,7 @@ impl Faulty {
         Ok(())
     }
 
-    fn after<T>(&self, op: &str, r: Result<T, ProviderError>) -> Result<T, ProviderError> {
+    fn after<T>(&self, op: &str, r: Result<T, ProviderError>) -> Result<T> {
         if r.is_ok() && self.draw(self.lost) {
             return Err(ProviderError::transient(format!(
                 "injected: the answer to {op} was lost"
@@ -94,6 +94,9 @@ impl Faulty {
 
 #[async_trait]
 impl CloudProvider for Faulty {
+    fn adapter(&self) -> &crate::provider::kit::Adapter {
+        self.inner.adapter()
+    }
     fn name(&self) -> &'static str {
         self.inner.name()
     }
@@ -106,16 +109,12 @@ impl CloudProvider for Faulty {
     async fn credentials(&self) -> crate::provider::kit::CredentialReport {
         self.inner.credentials().await
     }
-    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
+    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>> {
         self.before("plan")?;
         let r = self.inner.plan(req).await;
         self.after("plan", r)
     }
-    async fn prepare(
-        &self,
-        offer: &Offer,
-        spec: &InstanceSpec,
-    ) -> Result<serde_json::Value, ProviderError> {
+    async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<serde_json::Value> {
         self.before("prepare")?;
         let r = self.inner.prepare(offer, spec).await;
         self.after("prepare", r)
@@ -123,11 +122,11 @@ impl CloudProvider for Faulty {
     async fn create(
         &self,
         offer: &Offer,
-        prepared: &serde_json::Value,
+        prep: &serde_json::Value,
         spec: &InstanceSpec,
-    ) -> Result<String, ProviderError> {
+    ) -> Result<String> {
         self.before("create")?;
-        let r = self.inner.create(offer, prepared, spec).await;
+        let r = self.inner.create(offer, prep, spec).await;
         if r.is_ok() && self.lose_first_create.swap(false, Ordering::SeqCst) {
             self.injected.fetch_add(1, Ordering::SeqCst);
             self.lost_create.store(true, Ordering::SeqCst);
@@ -137,32 +136,22 @@ impl CloudProvider for Faulty {
         }
         self.after("create", r)
     }
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
+    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
         self.before("observe")?;
         let r = self.inner.observe(at, vm_name).await;
         self.after("observe", r)
     }
-    async fn delete(
-        &self,
-        at: &Location,
-        vm_name: &str,
-        instance_ids: &[String],
-    ) -> Result<(), ProviderError> {
+    async fn delete(&self, at: &Location, vm_name: &str, instance_ids: &[String]) -> Result<()> {
         self.before("delete")?;
         let r = self.inner.delete(at, vm_name, instance_ids).await;
         self.after("delete", r)
     }
-    async fn start(
-        &self,
-        at: &Location,
-        vm_name: &str,
-        instance_id: &str,
-    ) -> Result<(), ProviderError> {
+    async fn start(&self, at: &Location, vm_name: &str, instance_id: &str) -> Result<()> {
         self.before("start")?;
         let r = self.inner.start(at, vm_name, instance_id).await;
         self.after("start", r)
     }
-    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
+    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<()> {
         self.before("cleanup")?;
         let r = self.inner.cleanup(at, vm_name).await;
         self.after("cleanup", r)

@@ -107,11 +107,12 @@ pub fn project_key_name(lineage: &str, public_key: &str) -> String {
 
 /// Refuses a create whose spec belongs to another lineage than the adapter's: `observe`
 /// filters on the adapter's lineage, so such an instance would be invisible and leak.
-pub fn check_spec_lineage(
+/// Answers the adapter's lineage, which the create then labels its objects with.
+pub fn check_spec_lineage<'a>(
     cloud: &str,
-    lineage: &Lineage,
+    lineage: &'a Lineage,
     spec: &super::InstanceSpec,
-) -> Result<(), ProviderError> {
+) -> Result<&'a Lineage, ProviderError> {
     if *lineage != spec.lineage {
         return Err(ProviderError::new(
             ErrorKind::InvalidRequest,
@@ -121,7 +122,7 @@ pub fn check_spec_lineage(
             ),
         ));
     }
-    Ok(())
+    Ok(lineage)
 }
 
 #[cfg(test)]

@@ -21,7 +21,11 @@
 //! delete was accepted and `observe` shows the instance `Terminating` until it is gone.
 //!
 //! Adapters are built by the cloud registry ([`registry`]) from their settings and the
-//! state's [`Lineage`]; the plumbing they share is the [`kit`].
+//! state's [`Lineage`]; the plumbing they share is the [`kit`]. What an adapter states
+//! about itself (name, endpoint override, capabilities, credential report) is one
+//! [`kit::Adapter`] it hands over through [`CloudProvider::adapter`]; the trait's
+//! provided methods read it. Every call answers a [`Result`] whose error is a
+//! [`ProviderError`].
 
 pub mod aws;
 pub mod boot;
@@ -46,12 +50,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 pub use boot::{cloud_init_user_data, BootScript};
 pub use identity::{
     check_spec_lineage, object_name, project_key_name, Lineage, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 pub use redact::Secret;
+
+/// The answer of a contract call: its error is a classified [`ProviderError`] unless said
+/// otherwise, which keeps the trait's signatures short.
+pub type Result<T, E = ProviderError> = std::result::Result<T, E>;
 
 /// An adapter's API endpoint override: environment variable `env` (for example
 /// `GPUPROV_LAMBDA_ENDPOINT`) when set and not blank, else `[cloud.NAME] endpoint` when
@@ -452,70 +461,60 @@ impl ProviderError {
 /// invariants; each primitive's semantics are in the design's table.
 #[async_trait]
 pub trait CloudProvider: Send + Sync {
+    /// What the adapter states about itself ([`kit::Adapter`]); the four methods below
+    /// read it. A wrapper around another adapter hands over the inner one's.
+    fn adapter(&self) -> &kit::Adapter;
     /// The cloud's name as spelled in config (one of [`registry::Cloud`]).
-    fn name(&self) -> &'static str;
-    fn capabilities(&self) -> Capabilities;
+    fn name(&self) -> &'static str {
+        self.adapter().name()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.adapter().capabilities.clone()
+    }
     /// The API endpoint when it is overridden (config or environment), credentials
     /// redacted; `plan` shows it so nobody applies against the wrong API by accident.
     fn endpoint_override(&self) -> Option<String> {
-        None
+        self.adapter().endpoint_override()
     }
     /// Whether a credential was found and where (never its value), for `gpuprov
-    /// validate`; may resolve a credential chain (AWS), within a deadline, but sends
-    /// nothing that creates or changes anything. The default is for clouds that need none.
+    /// validate`; may resolve a credential chain (AWS, which overrides this), within a
+    /// deadline, but sends nothing that creates or changes anything. The default is what
+    /// the adapter found at construction ("no credential needed" unless it set one).
     async fn credentials(&self) -> kit::CredentialReport {
-        kit::CredentialReport::NotNeeded("no credential needed".into())
+        self.adapter().credentials()
     }
     /// Ordered offers for the ask (preference = order). Creates nothing.
     /// Errors: `InvalidRequest` when the ask cannot be planned on this cloud.
-    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError>;
+    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>>;
     /// Idempotent per-(VM, location) prerequisites; returns driver-private JSON that is
     /// persisted and handed to `create`.
-    async fn prepare(
-        &self,
-        offer: &Offer,
-        spec: &InstanceSpec,
-    ) -> Result<serde_json::Value, ProviderError>;
+    async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<serde_json::Value>;
     /// One creation attempt, labelled with the VM identity. Returns the instance id as
     /// soon as the cloud accepted the request (for a long-running operation, an id
     /// `observe` can follow; see the module docs). Never waits for the instance to run or
     /// for an operation to finish.
-    async fn create(
-        &self,
-        offer: &Offer,
-        prepared: &serde_json::Value,
-        spec: &InstanceSpec,
-    ) -> Result<String, ProviderError>;
+    async fn create(&self, offer: &Offer, prep: &Value, spec: &InstanceSpec) -> Result<String>;
     /// All non-terminated instances carrying the VM identity at `at`. An instance whose
     /// create operation is still running is `Pending`; a create operation that failed
     /// late is listed as [`InstanceStatus::Refused`] (the module docs).
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError>;
-    /// Requests deletion; an unknown or already deleted instance is success. Does not wait.
-    async fn delete(
-        &self,
-        at: &Location,
-        vm_name: &str,
-        instance_ids: &[String],
-    ) -> Result<(), ProviderError>;
+    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>>;
+    /// Requests deletion of instances `ids` of VM `vm`; an unknown or already deleted
+    /// instance is success. Does not wait.
+    async fn delete(&self, at: &Location, vm: &str, ids: &[String]) -> Result<()>;
     /// Deletes per-VM side resources once the instances are gone. Idempotent.
     /// Errors: `InUse` when a side resource is still attached to something (the core
     /// observes again before retrying).
-    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError>;
-    /// Requests that a stopped instance start again (restart before replace). Does not
-    /// wait: `observe` reports it `Pending` and then `Running`. An instance already
-    /// running or starting is success. Only called on clouds declaring
+    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<()>;
+    /// Requests that stopped instance `id` of VM `vm` start again (restart before
+    /// replace). Does not wait: `observe` reports it `Pending` and then `Running`. An
+    /// instance already running or starting is success. Only called on clouds declaring
     /// [`Feature::Start`].
     ///
     /// Errors: `Quota` / `Capacity` when the cloud cannot start it now (the core keeps the
     /// stopped instance and never fails over into a second one); the default is
     /// `Unavailable` (this cloud cannot start instances).
-    async fn start(
-        &self,
-        at: &Location,
-        vm_name: &str,
-        instance_id: &str,
-    ) -> Result<(), ProviderError> {
-        let _ = (at, vm_name, instance_id);
+    async fn start(&self, at: &Location, vm: &str, id: &str) -> Result<()> {
+        let _ = (at, vm, id);
         Err(ProviderError::new(
             ErrorKind::Unavailable,
             format!("{} cannot start a stopped instance", self.name()),

@@ -51,13 +51,14 @@ use aws_sdk_ec2::types::{
 use aws_sdk_ec2::Client;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
 
-use super::kit::CredentialReport;
+use super::kit::{Adapter, CredentialReport};
 use super::{
     Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Lineage,
-    Location, Observed, Offer, ProviderError, ResourceRequest, SshEndpoint, IDENTITY_LABEL,
+    Location, Observed, Offer, ProviderError, ResourceRequest, Result, SshEndpoint, IDENTITY_LABEL,
     LINEAGE_LABEL,
 };
 pub use errors::{classify_code, Scope};
@@ -232,6 +233,7 @@ pub struct PreparedSubnet {
 /// neither network nor credentials.
 pub struct AwsProvider {
     settings: AwsSettings,
+    adapter: Adapter,
     sdk: OnceCell<SdkConfig>,
     credentials_ok: OnceCell<()>,
     clients: Mutex<HashMap<String, Client>>,
@@ -290,7 +292,7 @@ pub const CREDENTIAL_SOURCES: &str = "looked for AWS_ACCESS_KEY_ID/AWS_SECRET_AC
 pub async fn resolve_credentials(
     provider: Option<SharedCredentialsProvider>,
     timeout: Duration,
-) -> Result<(), ProviderError> {
+) -> Result<()> {
     let Some(p) = provider else {
         return Err(ProviderError::new(
             ErrorKind::Credentials,
@@ -373,8 +375,11 @@ pub fn missing_profile(
 impl AwsProvider {
     /// An adapter for `settings`. Never fails and does no I/O.
     pub fn new(settings: AwsSettings) -> Self {
+        let endpoint = settings.endpoint.as_deref();
+        let adapter = Adapter::new(CLOUD, endpoint, settings.capabilities.clone());
         AwsProvider {
             settings,
+            adapter,
             sdk: OnceCell::new(),
             credentials_ok: OnceCell::new(),
             clients: Mutex::new(HashMap::new()),
@@ -443,7 +448,7 @@ impl AwsProvider {
     /// Resolves credentials once per process, with a deadline, so a missing credential is
     /// a clear `Credentials` error naming what was looked for instead of a hang or an
     /// opaque signing failure.
-    async fn check_credentials(&self, sdk: &SdkConfig) -> Result<(), ProviderError> {
+    async fn check_credentials(&self, sdk: &SdkConfig) -> Result<()> {
         self.credentials_ok
             .get_or_try_init(|| async {
                 if let (None, Some(p)) = (&self.settings.credentials, &self.settings.profile) {
@@ -464,7 +469,7 @@ impl AwsProvider {
 
     /// The EC2 client of `region` (SDK retries for reads stay on; `create` turns them
     /// off per call).
-    async fn client(&self, region: &str) -> Result<Client, ProviderError> {
+    async fn client(&self, region: &str) -> Result<Client> {
         if let Some(c) = self.clients.lock().expect("mutex").get(region) {
             return Ok(c.clone());
         }
@@ -515,7 +520,7 @@ impl AwsProvider {
         client: &Client,
         offer: &Offer,
         spec: &InstanceSpec,
-    ) -> Result<(String, Option<String>), ProviderError> {
+    ) -> Result<(String, Option<String>)> {
         let region = &offer.location.region;
         let newest = |imgs: &[aws_sdk_ec2::types::Image]| {
             imgs.iter()
@@ -585,7 +590,7 @@ impl AwsProvider {
         offer: &Offer,
         spec: &InstanceSpec,
         vpc: &str,
-    ) -> Result<String, ProviderError> {
+    ) -> Result<String> {
         let region = &offer.location.region;
         let name = Self::security_group_name(&spec.vm_name, &spec.lineage);
         let find = || async {
@@ -674,19 +679,10 @@ impl AwsProvider {
 
 #[async_trait]
 impl CloudProvider for AwsProvider {
-    fn name(&self) -> &'static str {
-        CLOUD
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.settings.capabilities.clone()
-    }
-
-    fn endpoint_override(&self) -> Option<String> {
-        self.settings
-            .endpoint
-            .as_deref()
-            .map(super::redact::redact_url)
+    /// Name, endpoint and the settings' capabilities; the credential is resolved on
+    /// demand (below).
+    fn adapter(&self) -> &Adapter {
+        &self.adapter
     }
 
     /// Resolves the standard chain (within `credentials_timeout`); found → where
@@ -710,7 +706,7 @@ impl CloudProvider for AwsProvider {
     }
 
     /// The static catalog ([`catalog::plan`]); no network, no credentials.
-    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
+    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>> {
         catalog::plan(req)
     }
 
@@ -721,11 +717,7 @@ impl CloudProvider for AwsProvider {
     /// `Unavailable` for the type in the region; no default VPC → `Unavailable` for the
     /// region; a configured image that does not exist → `InvalidRequest`; a security
     /// group of that name without our tags → `InvalidRequest`; API errors per the table.
-    async fn prepare(
-        &self,
-        offer: &Offer,
-        spec: &InstanceSpec,
-    ) -> Result<serde_json::Value, ProviderError> {
+    async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
         let region = &offer.location.region;
         let client = self.client(region).await?;
         let itype = InstanceType::from(offer.instance_type.as_str());
@@ -885,15 +877,9 @@ impl CloudProvider for AwsProvider {
     /// message (which names the zones that have capacity) is kept in the error.
     ///
     /// Errors per the classification table ([`errors::classify_code`]).
-    async fn create(
-        &self,
-        offer: &Offer,
-        prepared: &serde_json::Value,
-        spec: &InstanceSpec,
-    ) -> Result<String, ProviderError> {
-        crate::provider::check_spec_lineage("aws", &self.settings.lineage, spec)?;
-        let lineage = self.settings.lineage.as_str();
-        let p: Prepared = serde_json::from_value(prepared.clone()).map_err(|e| {
+    async fn create(&self, offer: &Offer, prep: &Value, spec: &InstanceSpec) -> Result<String> {
+        let lineage = super::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?.as_str();
+        let p: Prepared = serde_json::from_value(prep.clone()).map_err(|e| {
             ProviderError::new(ErrorKind::InvalidRequest, format!("bad prepare data: {e}"))
         })?;
         let Some(subnet) = p.subnets.first() else {
@@ -987,7 +973,7 @@ impl CloudProvider for AwsProvider {
     /// Non-terminated instances tagged with the VM name and the lineage in `at.region`,
     /// sorted by id. The SSH endpoint (public IPv4, 22, user [`SSH_USER`]) is set once
     /// the instance runs and has a public IP.
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
+    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
         let lineage = self.lineage().to_string();
         if at.cloud != CLOUD {
             return Ok(vec![]);
@@ -1043,12 +1029,7 @@ impl CloudProvider for AwsProvider {
 
     /// `TerminateInstances` in `at.region`, one id per call so one unknown id cannot fail
     /// the others; `InvalidInstanceID.NotFound` is success. Does not wait.
-    async fn delete(
-        &self,
-        at: &Location,
-        _vm_name: &str,
-        instance_ids: &[String],
-    ) -> Result<(), ProviderError> {
+    async fn delete(&self, at: &Location, _vm_name: &str, instance_ids: &[String]) -> Result<()> {
         if instance_ids.is_empty() {
             return Ok(());
         }
@@ -1067,7 +1048,7 @@ impl CloudProvider for AwsProvider {
     /// `at` is ignored: the group is per region). Not found is success;
     /// `DependencyViolation` (an instance still terminating holds it) is `InUse`, per the
     /// table: the core observes again before retrying.
-    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
+    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<()> {
         let lineage = self.lineage().to_string();
         if at.cloud != CLOUD {
             return Ok(());
@@ -1101,12 +1082,7 @@ impl CloudProvider for AwsProvider {
     /// shutting down or unknown is `Failed` (there is nothing to start). `StartInstances`
     /// errors per the table: `InsufficientInstanceCapacity` → `Capacity`, the account
     /// limits → `Quota`, `IncorrectInstanceState` (raced with a stop) → `Transient`.
-    async fn start(
-        &self,
-        at: &Location,
-        _vm_name: &str,
-        instance_id: &str,
-    ) -> Result<(), ProviderError> {
+    async fn start(&self, at: &Location, _vm_name: &str, instance_id: &str) -> Result<()> {
         let client = self.client(&at.region).await?;
         let state = match client
             .describe_instances()

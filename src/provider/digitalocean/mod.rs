@@ -73,8 +73,6 @@ mod sizes;
 #[cfg(test)]
 mod tests;
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use reqwest::Method;
 use serde::de::DeserializeOwned;
@@ -90,11 +88,10 @@ use sizes::{offers_for, size_matches};
 
 use super::kit::keys::{self, Registered};
 use super::kit::paginate::{all_pages, page_of_link, Cursor, Next};
-use super::kit::{gpu, Auth, Call, Credential, CredentialReport, RestClient, Source};
-use super::redact::redact_url;
+use super::kit::{self, gpu, Adapter, Auth, Call, Credential, RestClient, Source};
 use super::{
     object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
-    InstanceStatus, Lineage, Location, Observed, Offer, ProviderError, ResourceRequest,
+    InstanceStatus, Lineage, Location, Observed, Offer, ProviderError, ResourceRequest, Result,
     SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
@@ -157,7 +154,7 @@ impl DigitalOceanSettings {
 pub struct DigitalOceanProvider {
     settings: DigitalOceanSettings,
     api: RestClient,
-    capabilities: Capabilities,
+    adapter: Adapter,
 }
 
 /// Whether `tag` is a valid DigitalOcean tag name (`^[a-zA-Z0-9_\-\:]+$`, at most 255
@@ -190,7 +187,7 @@ fn field<'v, T>(
     get: impl Fn(&'v Value) -> Option<T>,
     what: &str,
     field: &str,
-) -> Result<T, ProviderError> {
+) -> Result<T> {
     v.pointer(pointer).and_then(get).ok_or_else(|| {
         ProviderError::new(
             ErrorKind::Failed,
@@ -202,51 +199,46 @@ fn field<'v, T>(
 impl DigitalOceanProvider {
     /// An adapter for `settings`. Never fails and does no I/O.
     pub fn new(settings: DigitalOceanSettings) -> DigitalOceanProvider {
-        let credential = settings.token.clone().map(|secret| Credential {
-            secret,
-            source: Source::Other(settings.token_source.clone()),
-        });
+        let place = Source::Other(settings.token_source.clone());
+        let credential = Credential::found(settings.token.as_ref(), place);
+        let endpoint = settings.endpoint.as_deref();
+        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities()).with_credential(
+            credential.as_ref(),
+            std::slice::from_ref(&settings.token_source),
+        );
         let missing = format!(
             "no DigitalOcean token: set {TOKEN_ENV} or log in with `doctl auth init` \
              (looked in: {})",
             settings.token_source
         );
-        let base = settings.endpoint.as_deref().unwrap_or(DEFAULT_ENDPOINT);
+        let base = endpoint.unwrap_or(DEFAULT_ENDPOINT);
         let api = RestClient::new(base, Auth::Bearer, credential, missing, &errors::CLASSIFIER)
             .with_error_decoder(errors::decode_error);
         DigitalOceanProvider {
             settings,
             api,
-            capabilities: Self::default_capabilities(),
+            adapter,
         }
     }
 
     /// Replaces the declared capabilities (tests use short timeouts and poll intervals).
     pub fn with_capabilities(mut self, caps: Capabilities) -> DigitalOceanProvider {
-        self.capabilities = caps;
+        self.adapter.capabilities = caps;
         self
     }
 
-    /// The capabilities DigitalOcean's documentation implies (see
-    /// [`CloudProvider::capabilities`]).
+    /// The capabilities DigitalOcean's documentation implies: boot script (cloud-init),
+    /// firewall, GPUs, k3s and start; no spot. `max_concurrency` keeps calls under the
+    /// documented 250 requests per minute; the hourly budget (5,000) and the
+    /// 10-per-minute limit of `GET /v2/account/keys` cannot be declared and are answered
+    /// by 429 + `retry-after` / `ratelimit-reset`.
     pub fn default_capabilities() -> Capabilities {
-        let minutes = |m: u64| Duration::from_secs(m * 60);
+        use Feature::*;
         Capabilities {
-            supported: vec![
-                Feature::BootScript,
-                Feature::Firewall,
-                Feature::Gpu,
-                Feature::Kubernetes,
-                Feature::Start,
-            ],
-            boot_timeout: minutes(20),
-            ssh_timeout: minutes(10),
-            delete_timeout: minutes(10),
-            poll_interval: Duration::from_secs(10),
             // 250 requests per minute per token (spec "Rate Limit"); a few calls in flight
             // keep a multi-VM apply well below it at one observe per 10 s per VM.
             max_concurrency: 4,
-            ..Capabilities::default()
+            ..kit::adapter::vm_capabilities(&[BootScript, Firewall, Gpu, Kubernetes, Start])
         }
     }
 
@@ -272,7 +264,7 @@ impl DigitalOceanProvider {
         key: &str,
         filter: &[(&str, String)],
         what: &str,
-    ) -> Result<Vec<T>, ProviderError> {
+    ) -> Result<Vec<T>> {
         all_pages(what, |cursor| async move {
             let mut query: Vec<(&str, String)> = filter.to_vec();
             query.push(("per_page", PER_PAGE.to_string()));
@@ -291,11 +283,11 @@ impl DigitalOceanProvider {
         .await
     }
 
-    async fn sizes(&self) -> Result<Vec<Size>, ProviderError> {
+    async fn sizes(&self) -> Result<Vec<Size>> {
         self.list_all("/v2/sizes", "sizes", &[], "list sizes").await
     }
 
-    async fn regions(&self) -> Result<Vec<Region>, ProviderError> {
+    async fn regions(&self) -> Result<Vec<Region>> {
         self.list_all("/v2/regions", "regions", &[], "list regions")
             .await
     }
@@ -308,7 +300,7 @@ impl DigitalOceanProvider {
     /// refuses a second key of the same *value* (HTTP 422 "SSH Key is already in use on
     /// your account"): then the key was registered meanwhile (or the listing lagged), so
     /// the keys are listed again and the key found by value is used.
-    async fn ensure_key(&self, public_key: &str) -> Result<i64, ProviderError> {
+    async fn ensure_key(&self, public_key: &str) -> Result<i64> {
         let name = project_key_name(self.settings.lineage.as_str(), public_key);
         let what = format!("register SSH key {name}");
         let (name, what) = (&name, &what);
@@ -367,39 +359,18 @@ fn observed(d: &Droplet) -> Observed {
 
 #[async_trait]
 impl CloudProvider for DigitalOceanProvider {
-    fn name(&self) -> &'static str {
-        CLOUD
-    }
-
-    fn endpoint_override(&self) -> Option<String> {
-        self.settings.endpoint.as_deref().map(redact_url)
-    }
-
-    /// Boot script (cloud-init), firewall and GPUs; no spot, no k3s (as on Lambda).
-    /// `max_concurrency` keeps calls under the documented 250 requests per minute; the
-    /// hourly budget (5,000) and the 10-per-minute limit of `GET /v2/account/keys` cannot be
-    /// declared and are answered by 429 + `retry-after` / `ratelimit-reset`.
-    fn capabilities(&self) -> Capabilities {
-        self.capabilities.clone()
-    }
-
-    /// The token's place (`DIGITALOCEAN_TOKEN`, `DIGITALOCEAN_ACCESS_TOKEN`, doctl's
+    /// Name, endpoint, capabilities ([`DigitalOceanProvider::default_capabilities`]) and
+    /// the token's place (`DIGITALOCEAN_TOKEN`, `DIGITALOCEAN_ACCESS_TOKEN`, doctl's
     /// `config.yaml`), or every place looked at.
-    async fn credentials(&self) -> CredentialReport {
-        let looked_in = [self.settings.token_source.clone()];
-        CredentialReport::of(self.api.credential(), &looked_in)
+    fn adapter(&self) -> &Adapter {
+        &self.adapter
     }
 
     /// Offers from `GET /v2/sizes` × `GET /v2/regions` (see [`offers_for`]). An empty list
     /// means "nothing available now". Errors: a spot ask, or no size with that GPU model
     /// and count → `InvalidRequest`.
-    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
-        if req.spot {
-            return Err(ProviderError::new(
-                ErrorKind::InvalidRequest,
-                "DigitalOcean has no spot droplets",
-            ));
-        }
+    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>> {
+        kit::offer::refuse_spot(req, "DigitalOcean has no spot droplets")?;
         let sizes = self.sizes().await?;
         if !sizes.iter().any(|s| size_matches(s, req)) {
             let have = sizes.iter().filter_map(|s| {
@@ -417,7 +388,7 @@ impl CloudProvider for DigitalOceanProvider {
     /// disks); finds or registers the project key; creates the firewall tag and finds or
     /// creates the per-VM firewall; picks the image. Returns `{"ssh_key_id",
     /// "firewall_id", "firewall_tag", "image"}`.
-    async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value, ProviderError> {
+    async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
         let region = &offer.location.region;
         let sizes = self.sizes().await?;
         let size = sizes.iter().find(|s| {
@@ -468,32 +439,11 @@ impl CloudProvider for DigitalOceanProvider {
     /// DigitalOcean's create takes no idempotency token (`spec.client_token` is unused): a
     /// create repeated after a crash is avoided by the core's observe-before-create, which
     /// finds the droplet by its tags.
-    async fn create(
-        &self,
-        offer: &Offer,
-        prepared: &Value,
-        spec: &InstanceSpec,
-    ) -> Result<String, ProviderError> {
-        let lineage = &self.settings.lineage;
-        super::check_spec_lineage(CLOUD, lineage, spec)?;
-        let missing = |f: &str| {
-            ProviderError::new(
-                ErrorKind::InvalidRequest,
-                format!("prepared data has no {f}"),
-            )
-        };
-        let key = prepared
-            .get("ssh_key_id")
-            .and_then(Value::as_i64)
-            .ok_or_else(|| missing("ssh_key_id"))?;
-        let image = prepared
-            .get("image")
-            .and_then(Value::as_str)
-            .ok_or_else(|| missing("image"))?;
-        let fw_tag = prepared
-            .get("firewall_tag")
-            .and_then(Value::as_str)
-            .ok_or_else(|| missing("firewall_tag"))?;
+    async fn create(&self, offer: &Offer, prepared: &Value, spec: &InstanceSpec) -> Result<String> {
+        let lineage = super::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?;
+        let key = kit::offer::prepared(prepared, "ssh_key_id", Value::as_i64)?;
+        let image = kit::offer::prepared(prepared, "image", Value::as_str)?;
+        let fw_tag = kit::offer::prepared(prepared, "firewall_tag", Value::as_str)?;
         let tags = [
             Self::identity_tag(&spec.vm_name),
             Self::lineage_tag(lineage),
@@ -530,7 +480,7 @@ impl CloudProvider for DigitalOceanProvider {
     /// `GET /v2/droplets?tag_name=gpuprov-vm-name:<vm>`; sorted by id. Status: new →
     /// Pending, active → Running, off → Stopped, archive → Failed. SSH endpoint: the public
     /// IPv4 address, port 22, user `root`.
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
+    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
         if at.cloud != CLOUD {
             return Ok(vec![]);
         }
@@ -557,12 +507,7 @@ impl CloudProvider for DigitalOceanProvider {
 
     /// `DELETE /v2/droplets/{id}` for each id. An unknown droplet (404) is success, and so
     /// is an id that is not a number (no droplet can have it).
-    async fn delete(
-        &self,
-        _at: &Location,
-        _vm_name: &str,
-        instance_ids: &[String],
-    ) -> Result<(), ProviderError> {
+    async fn delete(&self, _at: &Location, _vm_name: &str, instance_ids: &[String]) -> Result<()> {
         for n in instance_ids
             .iter()
             .filter_map(|id| id.trim().parse::<u64>().ok())
@@ -578,7 +523,7 @@ impl CloudProvider for DigitalOceanProvider {
 
     /// Deletes the VM's firewall of `at.region`, if any, then its tag (404 = already gone,
     /// for both). The project key stays: it is shared by the project's VMs.
-    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
+    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<()> {
         if at.cloud != CLOUD {
             return Ok(());
         }
@@ -610,12 +555,7 @@ impl CloudProvider for DigitalOceanProvider {
     /// droplet's actions, `GET /v2/droplets/{id}/actions`, show the one in progress). A
     /// droplet that no longer exists (404), or one `archive`d, is `Failed`: there is
     /// nothing to start.
-    async fn start(
-        &self,
-        at: &Location,
-        _vm_name: &str,
-        instance_id: &str,
-    ) -> Result<(), ProviderError> {
+    async fn start(&self, at: &Location, _vm_name: &str, instance_id: &str) -> Result<()> {
         let gone = |why: &str| {
             ProviderError::new(
                 ErrorKind::Failed,

@@ -3,6 +3,7 @@
 use super::api::GpuInfo;
 use super::*;
 use crate::provider::kit::testing::ask;
+use crate::provider::kit::CredentialReport;
 
 /// [`offers_for`] in the core's order (`vm::offers::order`).
 fn planned(sizes: &[Size], regions: &[Region], req: &ResourceRequest) -> Vec<Offer> {

@@ -29,15 +29,17 @@ use bollard::query_parameters::{
 };
 use bollard::{Docker, API_DEFAULT_VERSION};
 use futures_util::StreamExt;
+use serde_json::Value;
 use tokio::sync::OnceCell;
 
 pub use errors::classify;
 use errors::{classify_at, is_conflict, is_not_found};
 pub use image::{sshd_image_tag, MANAGED_LABEL, SSHD_REPOSITORY};
 
+use super::kit::Adapter;
 use super::{
     Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Lineage,
-    Location, Observed, Offer, ProviderError, ResourceRequest, SshEndpoint, IDENTITY_LABEL,
+    Location, Observed, Offer, ProviderError, ResourceRequest, Result, SshEndpoint, IDENTITY_LABEL,
     LINEAGE_LABEL,
 };
 
@@ -127,21 +129,43 @@ impl DockerSettings {
 pub struct DockerProvider {
     settings: DockerSettings,
     docker: OnceCell<Docker>,
+    adapter: Adapter,
 }
 
 impl DockerProvider {
     /// An adapter for `settings`. Never fails and does no I/O.
     pub fn new(settings: DockerSettings) -> Self {
+        let endpoint = settings.endpoint.as_deref();
+        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities());
         DockerProvider {
             settings,
             docker: OnceCell::new(),
+            adapter,
+        }
+    }
+
+    /// Only [`Feature::Start`] (`docker start` restarts a stopped container with its
+    /// filesystem); no GPU, spot, boot script, firewall or Kubernetes. Short timeouts
+    /// because a container starts in about a second. Needs no credential.
+    pub fn default_capabilities() -> Capabilities {
+        Capabilities {
+            supported: vec![Feature::Start],
+            boot_timeout: Duration::from_secs(60),
+            ssh_timeout: Duration::from_secs(60),
+            delete_timeout: Duration::from_secs(60),
+            poll_interval: Duration::from_millis(500),
+            max_concurrency: 4,
+            min_create_interval: Duration::ZERO,
+            create_list_lag: Duration::from_secs(2),
+            default_regions: Vec::new(),
+            keeps_offer_order: false,
         }
     }
 
     /// Checks that the Engine answers; returns the endpoint it answered on.
     ///
     /// Errors: `Transient` when the daemon cannot be reached (the message names the socket).
-    pub async fn ping(&self) -> Result<String, ProviderError> {
+    pub async fn ping(&self) -> Result<String> {
         let d = self.docker().await?;
         d.ping().await.map_err(|e| self.err(e))?;
         Ok(self.settings.effective_endpoint())
@@ -166,7 +190,7 @@ impl DockerProvider {
 
     /// The Engine client, connecting and negotiating the API version on first use. A
     /// failed attempt is not cached, so the next call tries again.
-    async fn docker(&self) -> Result<&Docker, ProviderError> {
+    async fn docker(&self) -> Result<&Docker> {
         self.docker
             .get_or_try_init(|| async {
                 let docker = self.connect().map_err(|e| self.err(e))?;
@@ -196,10 +220,7 @@ impl DockerProvider {
 
     /// Engine `filters` selecting objects of `vm_name` in this lineage (both labels must
     /// match: repeated `label` filters are ANDed by the Engine).
-    fn identity_filters(
-        &self,
-        vm_name: &str,
-    ) -> Result<HashMap<String, Vec<String>>, ProviderError> {
+    fn identity_filters(&self, vm_name: &str) -> Result<HashMap<String, Vec<String>>> {
         let lineage = self.lineage();
         Ok(HashMap::from([(
             "label".to_string(),
@@ -213,12 +234,7 @@ impl DockerProvider {
     /// Builds `tag` from `base` through `POST /build` (classic builder) and checks the
     /// result. Build errors arrive in the JSON stream (`error`/`errorDetail`), not as an
     /// HTTP status, so the stream is read to the end.
-    async fn build_sshd_image(
-        &self,
-        docker: &Docker,
-        base: &str,
-        tag: &str,
-    ) -> Result<(), ProviderError> {
+    async fn build_sshd_image(&self, docker: &Docker, base: &str, tag: &str) -> Result<()> {
         let context = image::build_context(base).map_err(|e| {
             ProviderError::new(ErrorKind::Failed, format!("packing the build context: {e}"))
         })?;
@@ -288,7 +304,7 @@ impl DockerProvider {
         docker: &Docker,
         name: &str,
         spec: &InstanceSpec,
-    ) -> Result<String, ProviderError> {
+    ) -> Result<String> {
         let info = docker
             .inspect_container(
                 name,
@@ -410,38 +426,14 @@ fn is_local(at: &Location) -> bool {
 
 #[async_trait]
 impl CloudProvider for DockerProvider {
-    fn name(&self) -> &'static str {
-        CLOUD
-    }
-
-    fn endpoint_override(&self) -> Option<String> {
-        self.settings
-            .endpoint
-            .as_deref()
-            .map(super::redact::redact_url)
-    }
-
-    /// Only [`Feature::Start`] (`docker start` restarts a stopped container with its
-    /// filesystem); no GPU, spot, boot script, firewall or Kubernetes. Short timeouts
-    /// because a container starts in about a second.
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            supported: vec![Feature::Start],
-            boot_timeout: Duration::from_secs(60),
-            ssh_timeout: Duration::from_secs(60),
-            delete_timeout: Duration::from_secs(60),
-            poll_interval: Duration::from_millis(500),
-            max_concurrency: 4,
-            min_create_interval: Duration::ZERO,
-            create_list_lag: Duration::from_secs(2),
-            default_regions: Vec::new(),
-            keeps_offer_order: false,
-        }
+    /// Name, endpoint and capabilities ([`DockerProvider::default_capabilities`]); no credential.
+    fn adapter(&self) -> &Adapter {
+        &self.adapter
     }
 
     /// Exactly one free offer, [`OFFER_ID`]. Errors (`InvalidRequest`): any GPU ask, a spot
     /// ask, or a non-empty `regions` list without `local`. Needs no daemon.
-    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
+    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>> {
         let invalid = |msg: String| Err(ProviderError::new(ErrorKind::InvalidRequest, msg));
         if req.gpu.is_some() || req.gpu_count > 0 {
             return invalid("the docker test cloud has no GPUs".to_string());
@@ -482,11 +474,7 @@ impl CloudProvider for DockerProvider {
     /// Errors: base image missing → `InvalidRequest` (run `scripts/build-base-image.sh`);
     /// daemon unreachable → `Transient` naming the endpoint; build failure → `Failed` with
     /// the build log tail.
-    async fn prepare(
-        &self,
-        _offer: &Offer,
-        spec: &InstanceSpec,
-    ) -> Result<serde_json::Value, ProviderError> {
+    async fn prepare(&self, _offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
         let base = spec
             .image
             .clone()
@@ -517,19 +505,13 @@ impl CloudProvider for DockerProvider {
     }
 
     /// Creates and starts container [`DockerProvider::container_name`] from
-    /// `prepared["image"]`, labelled `gpuprov-vm-name`, `gpuprov-lineage` and
+    /// `prep["image"]`, labelled `gpuprov-vm-name`, `gpuprov-lineage` and
     /// `gpuprov-client-token`, with `GPUPROV_AUTHORIZED_KEY` = the public key, port 22 and
     /// `spec.ports` published on 127.0.0.1 at random host ports (`HostConfig.PortBindings`
     /// with an empty `HostPort`). Idempotent: on 409 (name taken) it adopts the existing
     /// container, starting it if needed. Returns the container id.
-    async fn create(
-        &self,
-        _offer: &Offer,
-        prepared: &serde_json::Value,
-        spec: &InstanceSpec,
-    ) -> Result<String, ProviderError> {
-        crate::provider::check_spec_lineage("docker", &self.settings.lineage, spec)?;
-        let lineage = self.settings.lineage.as_str();
+    async fn create(&self, _offer: &Offer, prep: &Value, spec: &InstanceSpec) -> Result<String> {
+        let lineage = super::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?.as_str();
         let key = spec.ssh_public_key.trim();
         if key.is_empty() || key.contains('\n') {
             // The entrypoint refuses to start without a key; fail here instead of letting
@@ -539,12 +521,9 @@ impl CloudProvider for DockerProvider {
                 "the SSH public key must be one non-empty line",
             ));
         }
-        let image = prepared
-            .get("image")
-            .and_then(|v| v.as_str())
-            .ok_or_else(|| {
-                ProviderError::new(ErrorKind::InvalidRequest, "prepared data has no `image`")
-            })?;
+        let image = prep.get("image").and_then(|v| v.as_str()).ok_or_else(|| {
+            ProviderError::new(ErrorKind::InvalidRequest, "prepared data has no `image`")
+        })?;
         let name = Self::container_name(&spec.vm_name, lineage);
         let docker = self.docker().await?;
 
@@ -611,7 +590,7 @@ impl CloudProvider for DockerProvider {
     /// Failed(exit code, `State.Error`). The SSH endpoint (`127.0.0.1`, the published host
     /// port of `22/tcp`, user `root`) is set only while running. A location other than
     /// `docker/local` holds nothing.
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
+    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
         let filters = self.identity_filters(vm_name)?;
         if !is_local(at) {
             return Ok(vec![]);
@@ -642,12 +621,7 @@ impl CloudProvider for DockerProvider {
     /// Starts a stopped container (`POST /containers/{id}/start`; 304 "already started"
     /// is success, as bollard reports it), or unpauses a paused one (`POST
     /// /containers/{id}/unpause`). A container that no longer exists is `Failed`.
-    async fn start(
-        &self,
-        at: &Location,
-        _vm_name: &str,
-        instance_id: &str,
-    ) -> Result<(), ProviderError> {
+    async fn start(&self, at: &Location, _vm_name: &str, instance_id: &str) -> Result<()> {
         if !is_local(at) {
             return Err(ProviderError::new(
                 ErrorKind::InvalidRequest,
@@ -689,12 +663,7 @@ impl CloudProvider for DockerProvider {
     /// Force-removes each container with its anonymous volumes (`DELETE
     /// /containers/{id}?force=true&v=true`). 404 (already gone) and 409 (removal already in
     /// progress) are success. Does not wait.
-    async fn delete(
-        &self,
-        _at: &Location,
-        _vm_name: &str,
-        instance_ids: &[String],
-    ) -> Result<(), ProviderError> {
+    async fn delete(&self, _at: &Location, _vm_name: &str, instance_ids: &[String]) -> Result<()> {
         if instance_ids.is_empty() {
             return Ok(());
         }
@@ -717,7 +686,7 @@ impl CloudProvider for DockerProvider {
     /// Removes volumes and networks labelled with the VM identity and lineage. `create`
     /// makes none, so this normally finds nothing; it exists so a future change that adds
     /// such objects cannot leak them. Idempotent: 404 is success.
-    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
+    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<()> {
         let filters = self.identity_filters(vm_name)?;
         if !is_local(at) {
             return Ok(());

@@ -88,11 +88,10 @@ pub use errors::{classify, is_not_found, ApiError, CAPACITY_PHRASES, CLASSIFIER,
 
 use super::kit::keys::{self, Registered};
 use super::kit::paginate::{self, Cursor, Next};
-use super::kit::{Auth, Call, Credential, CredentialReport, Lookup, RestClient, Source};
-use super::redact::redact_url;
+use super::kit::{self, Adapter, Auth, Call, Credential, Lookup, RestClient, Source};
 use super::{
     Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage, Location, Observed,
-    Offer, ProviderError, ResourceRequest, IDENTITY_LABEL, LINEAGE_LABEL,
+    Offer, ProviderError, ResourceRequest, Result, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 /// The cloud name.
@@ -142,7 +141,7 @@ impl HyperstackSettings {
 pub struct HyperstackProvider {
     settings: HyperstackSettings,
     api: RestClient,
-    capabilities: Capabilities,
+    adapter: Adapter,
 }
 
 fn invalid(msg: impl Into<String>) -> ProviderError {
@@ -154,15 +153,17 @@ impl HyperstackProvider {
     /// header, with Hyperstack's envelope decoder, 2xx envelope and table. Never fails and
     /// does no I/O.
     pub fn new(settings: HyperstackSettings) -> HyperstackProvider {
-        let credential = settings.api_key.clone().map(|secret| Credential {
-            secret,
-            source: Source::Env(API_KEY_ENV),
-        });
+        let credential = Credential::found(settings.api_key.as_ref(), Source::Env(API_KEY_ENV));
+        let endpoint = settings.endpoint.as_deref();
+        // The only place: Hyperstack has no CLI configuration file.
+        let looked_in = [Source::Env(API_KEY_ENV).to_string()];
+        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
+            .with_credential(credential.as_ref(), &looked_in);
         let missing = format!(
             "no Hyperstack API key: set {API_KEY_ENV} (looked in: the {API_KEY_ENV} \
              environment variable; Hyperstack has no CLI configuration file)"
         );
-        let base = settings.endpoint.as_deref().unwrap_or(DEFAULT_ENDPOINT);
+        let base = endpoint.unwrap_or(DEFAULT_ENDPOINT);
         let auth = Auth::Header("api_key");
         let api = RestClient::new(base, auth, credential, missing, &CLASSIFIER)
             .with_error_decoder(errors::decode)
@@ -170,27 +171,26 @@ impl HyperstackProvider {
         HyperstackProvider {
             settings,
             api,
-            capabilities: Self::default_capabilities(),
+            adapter,
         }
     }
 
     /// Replaces the declared capabilities (tests use short timeouts and poll intervals).
     pub fn with_capabilities(mut self, caps: Capabilities) -> HyperstackProvider {
-        self.capabilities = caps;
+        self.adapter.capabilities = caps;
         self
     }
 
-    /// The capabilities gpuprov declares for Hyperstack (see [`CloudProvider::capabilities`]).
+    /// The capabilities gpuprov declares for Hyperstack: boot script (cloud-init
+    /// `user_data`), firewall (security rules at create), GPUs, k3s and start; no spot.
+    /// The API documents no rate limits: `max_concurrency` 4 keeps gpuprov modest, and a
+    /// 429 is retried after its `Retry-After`.
     pub fn default_capabilities() -> Capabilities {
         use Feature::*;
         Capabilities {
-            supported: vec![BootScript, Firewall, Gpu, Kubernetes, Start],
             max_concurrency: 4,
-            poll_interval: Duration::from_secs(10),
             delete_timeout: Duration::from_secs(15 * 60),
-            ssh_timeout: Duration::from_secs(10 * 60),
-            boot_timeout: Duration::from_secs(20 * 60),
-            ..Capabilities::default()
+            ..kit::adapter::vm_capabilities(&[BootScript, Firewall, Gpu, Kubernetes, Start])
         }
     }
 
@@ -215,7 +215,7 @@ impl HyperstackProvider {
         query: &[(&str, String)],
         field: &str,
         what: &str,
-    ) -> Result<Vec<T>, ProviderError> {
+    ) -> Result<Vec<T>> {
         let seen = AtomicUsize::new(0);
         paginate::all_pages(what, |cursor| {
             let page = match cursor {
@@ -248,7 +248,7 @@ impl HyperstackProvider {
     }
 
     /// The flavors of `regions` (all regions when empty), with their regions.
-    async fn flavors(&self, regions: &[String]) -> Result<Vec<(String, Flavor)>, ProviderError> {
+    async fn flavors(&self, regions: &[String]) -> Result<Vec<(String, Flavor)>> {
         if regions.is_empty() {
             let l: FlavorList = self
                 .api
@@ -277,7 +277,7 @@ impl HyperstackProvider {
         Ok(out)
     }
 
-    async fn stocks(&self) -> Result<Vec<Stock>, ProviderError> {
+    async fn stocks(&self) -> Result<Vec<Stock>> {
         let what = Call::other("list stocks");
         match self.api.send(Method::GET, "/core/stocks", &[], None).await {
             Ok(v) => Ok(self.api.parse::<StockList>(v, what)?.stocks),
@@ -287,14 +287,14 @@ impl HyperstackProvider {
         }
     }
 
-    async fn prices(&self) -> Result<Vec<Price>, ProviderError> {
+    async fn prices(&self) -> Result<Vec<Price>> {
         self.api
             .get("/pricebook", &[], Call::other("read the pricebook"))
             .await
     }
 
     /// The project's environment in `region`, created when missing. Returns its name.
-    async fn ensure_environment(&self, region: &str) -> Result<String, ProviderError> {
+    async fn ensure_environment(&self, region: &str) -> Result<String> {
         let name = Self::environment_name(&self.settings.lineage, region);
         let envs: Vec<Environment> = self
             .list_all(
@@ -336,7 +336,7 @@ impl HyperstackProvider {
     /// ([`keys::free_name`]). A `409` on the import (Hyperstack refuses a name already
     /// taken; the description says only "Conflict") lists again: a concurrent run may
     /// have imported the same key, else the next name is tried.
-    async fn ensure_key(&self, env: &str, public_key: &str) -> Result<String, ProviderError> {
+    async fn ensure_key(&self, env: &str, public_key: &str) -> Result<String> {
         let base = super::project_key_name(self.settings.lineage.as_str(), public_key);
         // Names an import was refused for, though no listing showed them.
         let refused = std::sync::Mutex::new(Vec::<String>::new());
@@ -385,11 +385,7 @@ impl HyperstackProvider {
     }
 
     /// `spec_image` when set, else the region's default image (see [`default_image`]).
-    async fn pick_image(
-        &self,
-        spec_image: Option<&str>,
-        region: &str,
-    ) -> Result<String, ProviderError> {
+    async fn pick_image(&self, spec_image: Option<&str>, region: &str) -> Result<String> {
         if let Some(i) = spec_image.map(str::trim).filter(|s| !s.is_empty()) {
             return Ok(i.to_string());
         }
@@ -413,31 +409,16 @@ impl HyperstackProvider {
 
 #[async_trait]
 impl CloudProvider for HyperstackProvider {
-    fn name(&self) -> &'static str {
-        CLOUD
-    }
-
-    fn endpoint_override(&self) -> Option<String> {
-        self.settings.endpoint.as_deref().map(redact_url)
-    }
-
-    /// `HYPERSTACK_API_KEY` (the only place: Hyperstack has no CLI configuration file).
-    async fn credentials(&self) -> CredentialReport {
-        let looked = [Source::Env(API_KEY_ENV).to_string()];
-        CredentialReport::of(self.api.credential(), &looked)
-    }
-
-    /// Boot script (cloud-init `user_data`), firewall (security rules at create) and GPUs;
-    /// no spot. The API documents no rate limits: `max_concurrency` 4 keeps gpuprov modest,
-    /// and a 429 is retried after its `Retry-After`.
-    fn capabilities(&self) -> Capabilities {
-        self.capabilities.clone()
+    /// Name, endpoint, capabilities ([`HyperstackProvider::default_capabilities`]) and
+    /// `HYPERSTACK_API_KEY`, found or not.
+    fn adapter(&self) -> &Adapter {
+        &self.adapter
     }
 
     /// Offers from flavors ⨝ stocks ⨝ pricebook (see the module docs). An empty list means
     /// "no stock now". Errors: a spot ask, a VM name too long for Hyperstack's 50-character
     /// names, or no flavor with that GPU model and count → `InvalidRequest`.
-    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
+    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>> {
         if req.spot {
             return Err(invalid("Hyperstack has no spot VMs in its API"));
         }
@@ -462,7 +443,7 @@ impl CloudProvider for HyperstackProvider {
     /// short → `Unavailable`), then finds or creates the environment, finds or imports the
     /// key pair, and picks the image. Returns `{"environment_name", "key_name",
     /// "image_name"}`.
-    async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value, ProviderError> {
+    async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
         let region = offer.location.region.as_str();
         let flavors = self.flavors(&[region.to_string()]).await?;
         let Some((_, flavor)) = flavors.iter().find(|(_, f)| f.name == offer.instance_type) else {
@@ -510,20 +491,9 @@ impl CloudProvider for HyperstackProvider {
     /// The API takes no idempotency token (`spec.client_token` is unused): a create
     /// repeated after a crash is avoided by the core's observe-before-create, which finds
     /// the VM by its exact name and labels.
-    async fn create(
-        &self,
-        offer: &Offer,
-        prepared: &Value,
-        spec: &InstanceSpec,
-    ) -> Result<String, ProviderError> {
-        crate::provider::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?;
-        let lineage = &self.settings.lineage;
-        let field = |k: &str| {
-            prepared
-                .get(k)
-                .and_then(Value::as_str)
-                .ok_or_else(|| invalid(format!("prepared data has no {k}")))
-        };
+    async fn create(&self, offer: &Offer, prepared: &Value, spec: &InstanceSpec) -> Result<String> {
+        let lineage = super::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?;
+        let field = |k: &str| kit::offer::prepared(prepared, k, Value::as_str);
         let name = super::object_name(&spec.vm_name, lineage);
         if name.len() > MAX_NAME_LEN {
             return Err(invalid(format!(
@@ -565,7 +535,7 @@ impl CloudProvider for HyperstackProvider {
 
     /// The VMs of the project's environment in `at.region` with the exact gpuprov name and
     /// both labels, except deleted ones, sorted by id (see [`status_of`] for readiness).
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
+    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
         let lineage = &self.settings.lineage;
         if at.cloud != CLOUD {
             return Ok(vec![]);
@@ -604,7 +574,7 @@ impl CloudProvider for HyperstackProvider {
 
     /// Nothing to do: the security rules go with the VM; the environment and the key pair
     /// are shared by the project's VMs in the region and stay (see the module docs).
-    async fn cleanup(&self, _: &Location, _: &str) -> Result<(), ProviderError> {
+    async fn cleanup(&self, _: &Location, _: &str) -> Result<()> {
         Ok(())
     }
 
@@ -612,7 +582,7 @@ impl CloudProvider for HyperstackProvider {
     /// not a Hyperstack VM id (not an integer), is success. A refusal because the VM is
     /// mid-transition (still `CREATING`; a rule of [`errors`]) is `Transient`: the
     /// core retries, and nothing is taken for deleted until `observe` no longer sees it.
-    async fn delete(&self, _: &Location, _: &str, ids: &[String]) -> Result<(), ProviderError> {
+    async fn delete(&self, _: &Location, _: &str, ids: &[String]) -> Result<()> {
         for id in ids {
             let Ok(n) = id.trim().parse::<i64>() else {
                 continue;
@@ -635,7 +605,7 @@ impl CloudProvider for HyperstackProvider {
     /// `Capacity`, one naming a quota is `Quota`, and anything else `Failed`; an id that
     /// is not a Hyperstack VM id → `InvalidRequest`; a VM that no longer exists (`404`) →
     /// `Failed`.
-    async fn start(&self, _: &Location, _: &str, instance_id: &str) -> Result<(), ProviderError> {
+    async fn start(&self, _: &Location, _: &str, instance_id: &str) -> Result<()> {
         let Ok(n) = instance_id.trim().parse::<i64>() else {
             return Err(invalid(format!(
                 "{instance_id} is not a Hyperstack VM id (an integer)"

@@ -34,6 +34,17 @@ pub struct Credential {
     pub source: Source,
 }
 
+impl Credential {
+    /// The credential `secret` found at `source`, when one was found (settings carry the
+    /// secret and describe its place apart).
+    pub fn found(secret: Option<&Secret>, source: Source) -> Option<Credential> {
+        secret.map(|s| Credential {
+            secret: s.clone(),
+            source,
+        })
+    }
+}
+
 /// What one adapter found, for `gpuprov validate` (design: "credentials() report").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CredentialReport {

@@ -1,6 +1,8 @@
 //! The adapter kit: the plumbing every cloud adapter shares, so an adapter is only its
 //! vendor mapping.
 //!
+//! - [`adapter`]: what an adapter states about itself (name, endpoint override,
+//!   capabilities, credential report), read by the contract's provided methods;
 //! - [`http`]: the REST client (auth styles, the redacted credential, timeouts,
 //!   `Retry-After` / `RateLimit-*`, the vendor's error body and success envelope hooks);
 //! - [`failure`]: one [`failure::Failure`] (HTTP, gRPC or transport) and the table-driven
@@ -15,6 +17,7 @@
 //! Nothing here loops beyond one call's pagination (and the bounded key registration,
 //! which lists before each attempt), sleeps or retries: the executor does.
 
+pub mod adapter;
 pub mod credentials;
 pub mod failure;
 pub mod gpu;
@@ -26,6 +29,7 @@ pub mod ports;
 #[cfg(test)]
 pub mod testing;
 
+pub use adapter::Adapter;
 pub use credentials::{Credential, CredentialReport, Lookup, Source};
 pub use failure::{Call, Classifier, Failure, Rule, Status};
 pub use http::{Auth, RestClient};

@@ -1,6 +1,7 @@
-//! Offers as most clouds list them: one instance type in one region, on demand.
+//! Offers as most clouds list them: one instance type in one region, on demand; the
+//! spot refusal of clouds without spot; the fields `prepare` hands to `create`.
 
-use super::super::{Location, Offer};
+use super::super::{ErrorKind, Location, Offer, ProviderError, ResourceRequest, Result};
 
 /// The on-demand offer of `instance_type` in `region` of `cloud` at `price_per_hour` USD,
 /// id `<cloud>/<region>/<type>`, without GPUs, zone or detail (set them with struct
@@ -20,6 +21,31 @@ pub fn on_demand(cloud: &str, region: &str, instance_type: &str, price_per_hour:
         price_per_hour,
         detail: serde_json::Value::Null,
     }
+}
+
+/// Refuses a spot ask (`InvalidRequest` with `msg`) on a cloud that sells no spot
+/// capacity; any other ask passes.
+pub fn refuse_spot(req: &ResourceRequest, msg: &str) -> Result<()> {
+    if req.spot {
+        return Err(ProviderError::new(ErrorKind::InvalidRequest, msg));
+    }
+    Ok(())
+}
+
+/// Field `name` of the data `prepare` returned, read by `get` (`Value::as_str`,
+/// `Value::as_i64`); absent or of another type → `InvalidRequest` ("prepared data has no
+/// `name`"), since only a `prepare` of another version could have written it.
+pub fn prepared<'a, T>(
+    prep: &'a serde_json::Value,
+    name: &str,
+    get: impl FnOnce(&'a serde_json::Value) -> Option<T>,
+) -> Result<T> {
+    prep.get(name).and_then(get).ok_or_else(|| {
+        ProviderError::new(
+            ErrorKind::InvalidRequest,
+            format!("prepared data has no {name}"),
+        )
+    })
 }
 
 #[cfg(test)]

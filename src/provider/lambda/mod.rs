@@ -58,11 +58,10 @@ use api::{Instance, LaunchResponse, Ruleset, SshKey, TypesItem};
 pub use errors::{classify, ApiError, INSUFFICIENT_CAPACITY};
 
 use super::kit::keys::{self, Registered};
-use super::kit::{self, gpu, Auth, Call, Credential, CredentialReport, Lookup, RestClient};
-use super::redact::redact_url;
+use super::kit::{self, gpu, Adapter, Auth, Call, Credential, Lookup, RestClient};
 use super::{
     object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
-    InstanceStatus, Lineage, Location, Observed, Offer, ProviderError, ResourceRequest,
+    InstanceStatus, Lineage, Location, Observed, Offer, ProviderError, ResourceRequest, Result,
     SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
@@ -117,8 +116,7 @@ fn key_lookup(value: Option<String>) -> (Option<Credential>, Vec<String>) {
 pub struct LambdaProvider {
     settings: LambdaSettings,
     api: RestClient,
-    looked_in: Vec<String>,
-    capabilities: Capabilities,
+    adapter: Adapter,
 }
 
 /// The GPU model of an instance type: `gpu_description` up to ` (` (`"H100 (80 GB SXM5)"`
@@ -180,41 +178,37 @@ impl LambdaProvider {
             "no Lambda API key: set {API_KEY_ENV} ({})",
             kit::credentials::looked_in(&looked_in)
         );
-        let base = settings.endpoint.as_deref().unwrap_or(DEFAULT_ENDPOINT);
+        let endpoint = settings.endpoint.as_deref();
+        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
+            .with_credential(credential.as_ref(), &looked_in);
+        let base = endpoint.unwrap_or(DEFAULT_ENDPOINT);
         let api = RestClient::new(base, Auth::Bearer, credential, missing, &errors::CLASSIFIER)
             .with_error_decoder(errors::decode_error)
             .with_envelope(errors::data);
         LambdaProvider {
             settings,
             api,
-            looked_in,
-            capabilities: Self::default_capabilities(),
+            adapter,
         }
     }
 
     /// Replaces the declared capabilities (tests use short timeouts and poll intervals).
     pub fn with_capabilities(mut self, caps: Capabilities) -> LambdaProvider {
-        self.capabilities = caps;
+        self.adapter.capabilities = caps;
         self
     }
 
-    /// The capabilities Lambda's documentation implies (see [`CloudProvider::capabilities`]).
+    /// The capabilities Lambda's documentation implies: boot script (cloud-init), firewall
+    /// and GPUs; no spot. Lambda instances take several minutes to boot and 15 to go.
+    /// `min_create_interval` is the documented launch limit (one per 12 s) and
+    /// `max_concurrency` the general one (about one request per second).
     pub fn default_capabilities() -> Capabilities {
-        let minutes = |m: u64| Duration::from_secs(m * 60);
+        use Feature::*;
         Capabilities {
-            supported: vec![
-                Feature::BootScript,
-                Feature::Firewall,
-                Feature::Gpu,
-                Feature::Kubernetes,
-            ],
-            boot_timeout: minutes(20),
-            ssh_timeout: minutes(10),
-            delete_timeout: minutes(15),
-            poll_interval: Duration::from_secs(10),
+            delete_timeout: Duration::from_secs(15 * 60),
             max_concurrency: 1,
             min_create_interval: Duration::from_secs(12),
-            ..Capabilities::default()
+            ..kit::adapter::vm_capabilities(&[BootScript, Firewall, Gpu, Kubernetes])
         }
     }
 
@@ -228,7 +222,7 @@ impl LambdaProvider {
         object_name(vm_name, &self.settings.lineage)
     }
 
-    async fn instance_types(&self) -> Result<Vec<TypesItem>, ProviderError> {
+    async fn instance_types(&self) -> Result<Vec<TypesItem>> {
         let path = "/api/v1/instance-types";
         let map: std::collections::BTreeMap<String, TypesItem> = self
             .api
@@ -237,7 +231,7 @@ impl LambdaProvider {
         Ok(map.into_values().collect())
     }
 
-    async fn rulesets(&self) -> Result<Vec<Ruleset>, ProviderError> {
+    async fn rulesets(&self) -> Result<Vec<Ruleset>> {
         let call = Call::other("list firewall rulesets");
         self.api.get("/api/v1/firewall-rulesets", &[], call).await
     }
@@ -250,7 +244,7 @@ impl LambdaProvider {
     /// `global/invalid-parameters`, "Key name must be unique"), so when the derived name is
     /// taken by another value the next free `<name>-<n>` is used; a refusal on registration
     /// (a key registered meanwhile) lists again and retries.
-    async fn ensure_key(&self, public_key: &str) -> Result<String, ProviderError> {
+    async fn ensure_key(&self, public_key: &str) -> Result<String> {
         let base = project_key_name(self.settings.lineage.as_str(), public_key);
         let list = || {
             self.api
@@ -282,12 +276,7 @@ impl LambdaProvider {
     }
 
     /// The id of the VM's ruleset in `region`, created with TCP 22 and `ports` when missing.
-    async fn ensure_ruleset(
-        &self,
-        name: &str,
-        region: &str,
-        ports: &[u16],
-    ) -> Result<String, ProviderError> {
+    async fn ensure_ruleset(&self, name: &str, region: &str, ports: &[u16]) -> Result<String> {
         if let Some(r) = self
             .rulesets()
             .await?
@@ -318,7 +307,7 @@ impl LambdaProvider {
 
     /// `POST /api/v1/instance-operations/terminate` for `ids`, `Ok(false)` when Lambda
     /// answered that one of them does not exist.
-    async fn terminate(&self, ids: &[String]) -> Result<bool, ProviderError> {
+    async fn terminate(&self, ids: &[String]) -> Result<bool> {
         let body = json!({ "instance_ids": ids });
         let path = "/api/v1/instance-operations/terminate";
         match self.api.send(Method::POST, path, &[], Some(&body)).await {
@@ -388,37 +377,18 @@ fn observed(i: &Instance) -> Option<Observed> {
 
 #[async_trait]
 impl CloudProvider for LambdaProvider {
-    fn name(&self) -> &'static str {
-        CLOUD
-    }
-
-    fn endpoint_override(&self) -> Option<String> {
-        self.settings.endpoint.as_deref().map(redact_url)
-    }
-
-    /// Boot script (cloud-init), firewall and GPUs; no spot. Lambda instances take several
-    /// minutes to boot. `min_create_interval` is the documented launch limit (one per 12 s)
-    /// and `max_concurrency` the general one (about one request per second).
-    fn capabilities(&self) -> Capabilities {
-        self.capabilities.clone()
-    }
-
+    /// Name, endpoint, capabilities ([`LambdaProvider::default_capabilities`]) and
     /// `LAMBDA_API_KEY`, found or not.
-    async fn credentials(&self) -> CredentialReport {
-        CredentialReport::of(self.api.credential(), &self.looked_in)
+    fn adapter(&self) -> &Adapter {
+        &self.adapter
     }
 
     /// Offers from `GET /api/v1/instance-types`: one per type matching the ask (GPU model
     /// compared ignoring case and punctuation, exact GPU count when asked) and region with
     /// capacity (exact names when the ask lists regions). An empty list means "no capacity
     /// now". Errors: a spot ask, or no type with that GPU model and count → `InvalidRequest`.
-    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
-        if req.spot {
-            return Err(ProviderError::new(
-                ErrorKind::InvalidRequest,
-                "Lambda has no spot instances",
-            ));
-        }
+    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>> {
+        kit::offer::refuse_spot(req, "Lambda has no spot instances")?;
         let types = self.instance_types().await?;
         if !types.iter().any(|t| type_matches(t, req)) {
             let gpus = |t: &TypesItem| t.instance_type.specs.gpus;
@@ -433,7 +403,7 @@ impl CloudProvider for LambdaProvider {
     /// Re-checks capacity for the offer (gone → `Unavailable`), finds or registers the
     /// project key by value, and when `spec.ports` is non-empty finds or creates the VM's
     /// firewall ruleset in the region. Returns `{"ssh_key_name", "firewall_ruleset_id"?}`.
-    async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value, ProviderError> {
+    async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
         let region = &offer.location.region;
         let types = self.instance_types().await?;
         let available = types.iter().any(|t| {
@@ -468,23 +438,9 @@ impl CloudProvider for LambdaProvider {
     /// Lambda's launch takes no idempotency token (`spec.client_token` is unused): a launch
     /// repeated after a crash is avoided by the core's observe-before-create, which finds
     /// the instance by its tags.
-    async fn create(
-        &self,
-        offer: &Offer,
-        prepared: &Value,
-        spec: &InstanceSpec,
-    ) -> Result<String, ProviderError> {
-        let lineage = &self.settings.lineage;
-        super::check_spec_lineage(CLOUD, lineage, spec)?;
-        let key = prepared
-            .get("ssh_key_name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| {
-                ProviderError::new(
-                    ErrorKind::InvalidRequest,
-                    "prepared data has no ssh_key_name",
-                )
-            })?;
+    async fn create(&self, offer: &Offer, prepared: &Value, spec: &InstanceSpec) -> Result<String> {
+        let lineage = super::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?;
+        let key = kit::offer::prepared(prepared, "ssh_key_name", Value::as_str)?;
         let mut body = json!({
             "region_name": offer.location.region,
             "instance_type_name": offer.instance_type,
@@ -523,7 +479,7 @@ impl CloudProvider for LambdaProvider {
     /// by id. Status: booting → Pending, active → Running, unhealthy / preempted →
     /// Failed, terminating → Terminating. SSH endpoint `ip:22`, user `ubuntu`, once `ip` is
     /// set.
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
+    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
         if at.cloud != CLOUD {
             return Ok(vec![]);
         }
@@ -544,12 +500,7 @@ impl CloudProvider for LambdaProvider {
     /// `POST /api/v1/instance-operations/terminate`. An unknown instance
     /// (`global/object-does-not-exist`) is success; with several ids, each is then
     /// terminated alone so the others still go.
-    async fn delete(
-        &self,
-        _at: &Location,
-        _vm_name: &str,
-        instance_ids: &[String],
-    ) -> Result<(), ProviderError> {
+    async fn delete(&self, _at: &Location, _vm_name: &str, instance_ids: &[String]) -> Result<()> {
         if instance_ids.is_empty() || self.terminate(instance_ids).await? {
             return Ok(());
         }
@@ -564,7 +515,7 @@ impl CloudProvider for LambdaProvider {
     /// Deletes the VM's firewall ruleset in `at.region`, if any (not found → success; still
     /// attached to an instance, `firewall-rulesets/firewall-ruleset-in-use` → `InUse`). The
     /// project key stays registered: it is shared by the project's VMs.
-    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
+    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<()> {
         if at.cloud != CLOUD {
             return Ok(());
         }

@@ -86,11 +86,10 @@ pub use errors::{classify, is_not_found, ApiError, Call, CLASSIFIER};
 
 use super::kit::gpu::norm;
 use super::kit::keys::key_value;
-use super::kit::{self, Auth, Credential, CredentialReport, Lookup, RestClient, Source};
-use super::redact::redact_url;
+use super::kit::{self, Adapter, Auth, Credential, Lookup, RestClient, Source};
 use super::{
     Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage, Location, Observed,
-    Offer, ProviderError, ResourceRequest,
+    Offer, ProviderError, ResourceRequest, Result,
 };
 
 /// The cloud name.
@@ -187,7 +186,7 @@ impl RunpodSettings {
 pub struct RunpodProvider {
     settings: RunpodSettings,
     api: RestClient,
-    capabilities: Capabilities,
+    adapter: Adapter,
 }
 
 /// Whether the ask's GPU model `want` names the catalog type `id` / `name`: the type id
@@ -282,43 +281,45 @@ impl RunpodProvider {
     /// An adapter for `settings`: one bearer-auth [`RestClient`] with RunPod's decoder and
     /// table. Never fails and does no I/O.
     pub fn new(settings: RunpodSettings) -> RunpodProvider {
-        let credential = settings.api_key.clone().map(|secret| Credential {
-            secret,
-            source: Source::Other(settings.key_source.clone()),
-        });
+        let place = Source::Other(settings.key_source.clone());
+        let credential = Credential::found(settings.api_key.as_ref(), place);
+        let endpoint = settings.endpoint.as_deref();
+        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities()).with_credential(
+            credential.as_ref(),
+            std::slice::from_ref(&settings.key_source),
+        );
         let missing = format!(
             "no RunPod API key: set {API_KEY_ENV} or run `runpodctl config --apiKey …` \
              (looked in: {})",
             settings.key_source
         );
-        let base = settings.endpoint.as_deref().unwrap_or(DEFAULT_ENDPOINT);
+        let base = endpoint.unwrap_or(DEFAULT_ENDPOINT);
         let api = RestClient::new(base, Auth::Bearer, credential, missing, &CLASSIFIER)
             .with_error_decoder(errors::decode);
         RunpodProvider {
             settings,
             api,
-            capabilities: Self::default_capabilities(),
+            adapter,
         }
     }
 
     /// Replaces the declared capabilities (tests use short timeouts and poll intervals).
     pub fn with_capabilities(mut self, caps: Capabilities) -> RunpodProvider {
-        self.capabilities = caps;
+        self.adapter.capabilities = caps;
         self
     }
 
-    /// The capabilities RunPod's documentation implies (see [`CloudProvider::capabilities`]).
+    /// The capabilities RunPod's documentation implies: GPUs and start only: no boot
+    /// script (pods are containers started from an image), no firewall API (exposed ports
+    /// are mapped to other public ports), no k3s, no spot. Pods pull their image while
+    /// booting, so the boot timeout is generous. `max_concurrency` and
+    /// `min_create_interval` keep one process well inside the documented 60 requests a
+    /// minute; a 429 beyond that carries `Retry-After`.
     pub fn default_capabilities() -> Capabilities {
-        let minutes = |m: u64| Duration::from_secs(m * 60);
         Capabilities {
-            supported: vec![Feature::Gpu, Feature::Start],
-            boot_timeout: minutes(20),
-            ssh_timeout: minutes(10),
-            delete_timeout: minutes(10),
-            poll_interval: Duration::from_secs(10),
             max_concurrency: 2,
             min_create_interval: Duration::from_secs(1),
-            ..Capabilities::default()
+            ..kit::adapter::vm_capabilities(&[Feature::Gpu, Feature::Start])
         }
     }
 
@@ -339,7 +340,7 @@ impl RunpodProvider {
     }
 
     /// The GPU catalog of `tier` with pod stock for `count` GPUs.
-    async fn catalog(&self, tier: Tier, count: u32) -> Result<Vec<GpuType>, ProviderError> {
+    async fn catalog(&self, tier: Tier, count: u32) -> Result<Vec<GpuType>> {
         let what = format!("list GPU types ({} cloud)", tier.as_api());
         let list: GpuList = self
             .api
@@ -354,7 +355,7 @@ impl RunpodProvider {
 
     /// The account's SSH keys, with the project key added (by value) through a `PUT` of
     /// the whole set when it is missing. Returns the account's set as it now stands.
-    async fn ensure_key(&self, public_key: &str) -> Result<Vec<String>, ProviderError> {
+    async fn ensure_key(&self, public_key: &str) -> Result<Vec<String>> {
         let want = key_value(public_key);
         if want.is_empty() {
             return Err(ProviderError::new(
@@ -395,7 +396,7 @@ impl RunpodProvider {
 }
 
 /// The tier and GPU type id an offer of this adapter carries in `detail`.
-fn offer_tier(offer: &Offer) -> Result<(Tier, String), ProviderError> {
+fn offer_tier(offer: &Offer) -> Result<(Tier, String)> {
     let tier = offer.detail["tier"]
         .as_str()
         .and_then(Tier::from_api)
@@ -414,39 +415,17 @@ fn offer_tier(offer: &Offer) -> Result<(Tier, String), ProviderError> {
 
 #[async_trait]
 impl CloudProvider for RunpodProvider {
-    fn name(&self) -> &'static str {
-        CLOUD
-    }
-
-    /// GPUs only: no boot script (pods are containers started from an image), no firewall
-    /// API (exposed ports are mapped to other public ports), no k3s, no spot. Pods pull
-    /// their image while booting, so the boot timeout is generous. `max_concurrency` and
-    /// `min_create_interval` keep one process well inside the documented 60 requests a
-    /// minute; a 429 beyond that carries `Retry-After`.
-    fn capabilities(&self) -> Capabilities {
-        self.capabilities.clone()
-    }
-
+    /// Name, endpoint, capabilities ([`RunpodProvider::default_capabilities`]) and
     /// `RUNPOD_API_KEY`, else `~/.runpod/config.toml` (see [`find_api_key`]).
-    async fn credentials(&self) -> CredentialReport {
-        let looked = std::slice::from_ref(&self.settings.key_source);
-        CredentialReport::of(self.api.credential(), looked)
-    }
-
-    fn endpoint_override(&self) -> Option<String> {
-        self.settings.endpoint.as_deref().map(redact_url)
+    fn adapter(&self) -> &Adapter {
+        &self.adapter
     }
 
     /// Offers from the GPU catalog with pod stock, once per tier (see the module docs).
     /// A GPU count of 0 asks for 1. An empty list means "no stock now". Errors: a spot
     /// ask, or no GPU type with that model and count in any tier → `InvalidRequest`.
-    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
-        if req.spot {
-            return Err(ProviderError::new(
-                ErrorKind::InvalidRequest,
-                "RunPod's REST API v2 has no spot (interruptible) pods",
-            ));
-        }
+    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>> {
+        kit::offer::refuse_spot(req, "RunPod's REST API v2 has no spot (interruptible) pods")?;
         let count = req.gpu_count.max(1);
         let mut catalog = Vec::new();
         for tier in Tier::ALL {
@@ -487,7 +466,7 @@ impl CloudProvider for RunpodProvider {
     /// count; gone → `Unavailable`), then makes sure the project key is registered on the
     /// account without dropping the user's keys. Returns `{"public_keys": [..]}`, the
     /// account's key set including the project key (public keys only).
-    async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value, ProviderError> {
+    async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
         let (tier, gpu_id) = offer_tier(offer)?;
         let path = format!("/v2/catalog/gpus/{}", encode_segment(&gpu_id));
         let what = format!("re-check stock of {gpu_id} ({} cloud)", tier.as_api());
@@ -524,14 +503,8 @@ impl CloudProvider for RunpodProvider {
     /// repeated after a crash is avoided by the core's observe-before-create, which finds
     /// the pod by its identity env even before the scheduler assigns its data centre.
     /// Errors: a boot script → `InvalidRequest` (RunPod cannot run one).
-    async fn create(
-        &self,
-        offer: &Offer,
-        prepared: &Value,
-        spec: &InstanceSpec,
-    ) -> Result<String, ProviderError> {
-        let lineage = &self.settings.lineage;
-        crate::provider::check_spec_lineage(CLOUD, lineage, spec)?;
+    async fn create(&self, offer: &Offer, prepared: &Value, spec: &InstanceSpec) -> Result<String> {
+        let lineage = super::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?;
         if spec.boot_script.is_some() {
             return Err(ProviderError::new(
                 ErrorKind::InvalidRequest,
@@ -599,7 +572,7 @@ impl CloudProvider for RunpodProvider {
     /// `GET /v2/pods`, keeping this VM's pods at `at.region` (see [`is_ours`]) except
     /// `TERMINATED` ones, sorted by id, with the direct SSH endpoint once the pod's `22/tcp`
     /// is mapped (none before: the core keeps waiting).
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
+    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
         if at.cloud != CLOUD {
             return Ok(vec![]);
         }
@@ -624,7 +597,7 @@ impl CloudProvider for RunpodProvider {
     }
 
     /// `DELETE /v2/pods/{id}` for each id; `404` (unknown or already deleted) is success.
-    async fn delete(&self, _: &Location, _: &str, ids: &[String]) -> Result<(), ProviderError> {
+    async fn delete(&self, _: &Location, _: &str, ids: &[String]) -> Result<()> {
         for id in ids {
             let what = format!("delete pod {id}");
             let path = format!("/v2/pods/{}", encode_segment(id));
@@ -637,7 +610,7 @@ impl CloudProvider for RunpodProvider {
 
     /// Nothing to clean: a pod has no side resources, and the project key stays registered
     /// on the account (it is shared by the project's pods).
-    async fn cleanup(&self, _: &Location, _: &str) -> Result<(), ProviderError> {
+    async fn cleanup(&self, _: &Location, _: &str) -> Result<()> {
         Ok(())
     }
 
@@ -647,7 +620,7 @@ impl CloudProvider for RunpodProvider {
     /// the pod already `RUNNING`, `STARTING` or `PROVISIONING`. Errors: `400` → `Capacity`
     /// (see [`classify`]: the spec documents no capacity answer for a start), others as
     /// [`classify`] says; a pod that no longer exists (`404`) → `Failed`.
-    async fn start(&self, _: &Location, _: &str, instance_id: &str) -> Result<(), ProviderError> {
+    async fn start(&self, _: &Location, _: &str, instance_id: &str) -> Result<()> {
         let what = format!("start pod {instance_id}");
         let pod = format!("/v2/pods/{}", encode_segment(instance_id));
         let body = json!({ "action": "start" });

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use gpuprov::provider::fake::FakeProvider;
-use gpuprov::provider::{CloudProvider, Location, ProviderError};
+use gpuprov::provider::{CloudProvider, Location, Result};
 
 /// The fake cloud with two behaviours of real ones: it ignores the idempotency token
 /// (`no_token`, as Lambda, DigitalOcean, RunPod and Hyperstack do: every create starts a
@@ -25,6 +25,9 @@ pub struct Gate {
 
 #[async_trait::async_trait]
 impl CloudProvider for TestCloud {
+    fn adapter(&self) -> &gpuprov::provider::kit::Adapter {
+        self.inner.adapter()
+    }
     fn name(&self) -> &'static str {
         self.inner.name()
     }
@@ -34,27 +37,27 @@ impl CloudProvider for TestCloud {
     async fn plan(
         &self,
         req: &gpuprov::provider::ResourceRequest,
-    ) -> Result<Vec<gpuprov::provider::Offer>, ProviderError> {
+    ) -> Result<Vec<gpuprov::provider::Offer>> {
         self.inner.plan(req).await
     }
     async fn prepare(
         &self,
         offer: &gpuprov::provider::Offer,
         spec: &gpuprov::provider::InstanceSpec,
-    ) -> Result<serde_json::Value, ProviderError> {
+    ) -> Result<serde_json::Value> {
         self.inner.prepare(offer, spec).await
     }
     async fn create(
         &self,
         offer: &gpuprov::provider::Offer,
-        prepared: &serde_json::Value,
+        prep: &serde_json::Value,
         spec: &gpuprov::provider::InstanceSpec,
-    ) -> Result<String, ProviderError> {
+    ) -> Result<String> {
         let mut spec = spec.clone();
         if self.no_token {
             spec.client_token = uuid::Uuid::new_v4().to_string();
         }
-        let out = self.inner.create(offer, prepared, &spec).await;
+        let out = self.inner.create(offer, prep, &spec).await;
         if let Some(g) = &self.gate {
             g.entered.notify_one();
             g.release.notified().await;
@@ -65,18 +68,13 @@ impl CloudProvider for TestCloud {
         &self,
         at: &Location,
         vm_name: &str,
-    ) -> Result<Vec<gpuprov::provider::Observed>, ProviderError> {
+    ) -> Result<Vec<gpuprov::provider::Observed>> {
         self.inner.observe(at, vm_name).await
     }
-    async fn delete(
-        &self,
-        at: &Location,
-        vm_name: &str,
-        instance_ids: &[String],
-    ) -> Result<(), ProviderError> {
+    async fn delete(&self, at: &Location, vm_name: &str, instance_ids: &[String]) -> Result<()> {
         self.inner.delete(at, vm_name, instance_ids).await
     }
-    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<(), ProviderError> {
+    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<()> {
         self.inner.cleanup(at, vm_name).await
     }
 }

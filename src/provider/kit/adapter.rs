@@ -1,0 +1,72 @@
+//! What every adapter states about itself, in one place: its cloud name, its endpoint
+//! override (redacted), its declared capabilities and where its credential was found.
+//! An adapter holds one [`Adapter`] and hands it to the contract through
+//! [`CloudProvider::adapter`](super::super::CloudProvider::adapter), whose provided
+//! methods (`name`, `endpoint_override`, `capabilities`, `credentials`) read it, so no
+//! adapter repeats that plumbing.
+
+use std::time::Duration;
+
+use super::super::redact::redact_url;
+use super::super::{Capabilities, Feature};
+use super::credentials::{Credential, CredentialReport};
+
+/// An adapter's self-description (see the module docs). Built once at construction; it
+/// holds no secret (the endpoint is redacted, the credential reduced to its place).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Adapter {
+    name: &'static str,
+    endpoint: Option<String>,
+    /// The declared capabilities (`with_capabilities` replaces them in tests).
+    pub capabilities: Capabilities,
+    credentials: CredentialReport,
+}
+
+impl Adapter {
+    /// Cloud `name` with the endpoint override `endpoint` (redacted here) and
+    /// `capabilities`; it needs no credential until [`with_credential`](Self::with_credential).
+    pub fn new(name: &'static str, endpoint: Option<&str>, capabilities: Capabilities) -> Adapter {
+        Adapter {
+            name,
+            endpoint: endpoint.map(redact_url),
+            capabilities,
+            credentials: CredentialReport::NotNeeded("no credential needed".into()),
+        }
+    }
+
+    /// The report of a credential found (`Some`) or not, having looked in `looked_in`.
+    pub fn with_credential(mut self, found: Option<&Credential>, looked_in: &[String]) -> Self {
+        self.credentials = CredentialReport::of(found, looked_in);
+        self
+    }
+
+    /// The cloud's name as spelled in config.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The endpoint override, credentials redacted; `None` for the adapter's default.
+    pub fn endpoint_override(&self) -> Option<String> {
+        self.endpoint.clone()
+    }
+
+    /// Where the credential was found, or every place looked at.
+    pub fn credentials(&self) -> CredentialReport {
+        self.credentials.clone()
+    }
+}
+
+/// The waits of a VM on a REST GPU cloud, the common ground of the vendor adapters'
+/// declared capabilities: 20 minutes to boot (GPU images are large), 10 minutes for SSH
+/// and for deletion, a poll every 10 seconds; each adapter sets what differs.
+pub fn vm_capabilities(supported: &[Feature]) -> Capabilities {
+    let minutes = |m: u64| Duration::from_secs(m * 60);
+    Capabilities {
+        supported: supported.to_vec(),
+        boot_timeout: minutes(20),
+        ssh_timeout: minutes(10),
+        delete_timeout: minutes(10),
+        poll_interval: Duration::from_secs(10),
+        ..Capabilities::default()
+    }
+}
