@@ -332,7 +332,7 @@ mod tests {
         let p = classify(&e, Call::Other, "list pods", Some("secret_sentinel_123"));
         assert_eq!(p.kind, ErrorKind::Credentials);
         assert!(!p.msg.contains("secret_sentinel_123"), "{}", p.msg);
-        assert!(p.msg.contains("RUNPOD_API_KEY"), "{}", p.msg);
+        assert!(p.text().contains("RUNPOD_API_KEY"), "{}", p.text());
         assert!(p.help.as_deref().unwrap().contains("RUNPOD_API_KEY"));
         let e = ApiError::from_response(402, &body(402, "insufficient balance"), None, None);
         let p = classify(&e, Call::CreatePod, "create", None);
