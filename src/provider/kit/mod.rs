@@ -29,4 +29,3 @@ pub mod testing;
 pub use credentials::{Credential, CredentialReport, Lookup, Source};
 pub use failure::{Call, Classifier, Failure, Rule, Status};
 pub use http::{Auth, RestClient};
-
