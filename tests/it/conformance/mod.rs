@@ -10,11 +10,14 @@
 //! (`lambda_api` …) beside its driver.
 //!
 //! Drivers: the FakeProvider, Lambda, RunPod, DigitalOcean and Hyperstack over the
-//! spec-checked servers of their `*_api` modules, and Docker on the real local Engine
-//! (its own lineage per run). AWS (moto) still runs its own copies of these scenarios in
-//! `aws_moto`, and the `*_api` modules keep theirs (with their vendor-only assertions),
-//! until they are folded in.
+//! spec-checked servers of their `*_api` modules, Docker on the real local Engine (its
+//! own lineage per run), and AWS against moto through `aws_moto`'s rewriting proxy (its
+//! own moto per run). `aws_moto` keeps its end-to-end tests, which assert the exact
+//! offers (zone, type) and EC2 side resources beyond the scenarios, and the `*_api`
+//! modules keep their copies (with their vendor-only assertions) until they are folded
+//! in.
 
+mod aws;
 mod digitalocean;
 mod docker;
 mod fake;
@@ -136,6 +139,12 @@ pub trait Driver: Sync {
     fn unknown_region_is_invalid(&self) -> bool {
         false
     }
+    /// Whether a capacity refusal blocks only the zone's offer (EC2: capacity is per
+    /// type and zone), so the next offer is the same type in the first region's next
+    /// zone rather than the next region.
+    fn capacity_is_per_zone(&self) -> bool {
+        false
+    }
     /// Whether the cloud's offers cost nothing (the local Docker cloud), so a plan's price
     /// is 0.
     fn offers_are_free(&self) -> bool {
@@ -157,6 +166,7 @@ pub fn drivers() -> Vec<Box<dyn Driver>> {
         Box::new(digitalocean::DigitalOceanDriver),
         Box::new(hyperstack::HyperstackDriver),
         Box::new(docker::DockerDriver),
+        Box::new(aws::AwsDriver),
     ]
 }
 
@@ -304,8 +314,10 @@ async fn scenario(d: &dyn Driver, s: Scenario) {
             let r = run(cloud, &[r0, r1]);
             let end = r.launch().await.unwrap();
             let vm = end.ready().unwrap_or_else(|| panic!("{name}: {end:?}"));
-            assert_eq!(vm.location.region, r1, "{name}");
-            assert_eq!(r.cloud.creates(), [r0, r1], "{name}");
+            // The next offer: the next region, or the first region's next zone.
+            let next = if d.capacity_is_per_zone() { r0 } else { r1 };
+            assert_eq!(vm.location.region, next, "{name}");
+            assert_eq!(r.cloud.creates(), [r0, next], "{name}");
             assert_eq!(r.cloud.instances(), 1, "{name}");
             r.cloud.verify();
         }
