@@ -82,6 +82,8 @@ impl Driver for DigitalOceanDriver {
                 )
                 .header("ratelimit-limit", "5000")
                 .header("ratelimit-remaining", "0")
+                // A reset epoch long past: retry-after is what counts.
+                .header("ratelimit-reset", "1444931833")
                 .header("retry-after", &retry_after_secs.to_string()),
             ),
             None => None,
@@ -150,6 +152,28 @@ impl Cloud for DoCloud {
     fn check_launched(&self, vm: &VmRecord) {
         assert_eq!(vm.offer.id, "digitalocean/nyc1/gpu-h100x1-80gb");
         assert_eq!(self.cloud.creates()[0]["size"], H100X1);
+    }
+
+    /// What the old vendor copies of the scenarios asserted beyond the contract.
+    fn check_after(&self, s: Scenario) {
+        let sizes: Vec<serde_json::Value> = self
+            .cloud
+            .creates()
+            .iter()
+            .map(|b| b["size"].clone())
+            .collect();
+        match s {
+            Scenario::CapacityFailsOver
+            | Scenario::QuotaBlocksTheRegion
+            | Scenario::RetryAfterOnTheSameOffer => {
+                // Quota: the second size in the first region shares its limit.
+                assert_eq!(sizes, [json!(H100X1), json!(H100X1)], "digitalocean");
+            }
+            _ => {}
+        }
+        if s == Scenario::CapacityFailsOver {
+            assert_eq!(self.cloud.world.lock().unwrap().droplets.len(), 1);
+        }
     }
 
     fn verify(&self) {

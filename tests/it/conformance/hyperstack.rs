@@ -175,6 +175,36 @@ impl Cloud for HsCloud {
         assert_eq!(c["flavor_name"], "n3-H100x8");
     }
 
+    /// What the old vendor copies of the scenarios asserted beyond the contract.
+    fn check_after(&self, s: Scenario) {
+        let tried: Vec<(serde_json::Value, serde_json::Value)> = self
+            .fake
+            .creates()
+            .iter()
+            .map(|b| (b["environment_name"].clone(), b["flavor_name"].clone()))
+            .collect();
+        let ca = (json!(ENV_CA), json!("n3-H100x8"));
+        let ca10 = (json!("gpuprov-0f0e0d0c-canada-10"), json!("n3-H100x8"));
+        match s {
+            Scenario::CapacityFailsOver => {
+                assert_eq!(tried, [ca, ca10], "hyperstack: one environment per region");
+                assert_eq!(self.fake.world.lock().unwrap().vms.len(), 1);
+            }
+            Scenario::QuotaBlocksTheRegion => assert_eq!(
+                tried,
+                [ca, ca10],
+                "hyperstack: the second flavor in the first region shares its quota"
+            ),
+            Scenario::RetryAfterOnTheSameOffer => {
+                assert_eq!(tried, [ca.clone(), ca], "hyperstack: the same environment")
+            }
+            Scenario::CrashBetweenCreateAndJournalAdopts => {
+                assert_eq!(self.fake.world.lock().unwrap().vms.len(), 1)
+            }
+            _ => {}
+        }
+    }
+
     fn verify(&self) {
         self.fake.server.verify();
     }

@@ -118,6 +118,9 @@ pub trait Cloud: Send + Sync {
     /// teardown.
     fn check_launched(&self, _vm: &gpuprov::vm::VmRecord) {}
     fn check_torn_down(&self) {}
+    /// Vendor checks at the end of scenario `s` (what the cloud saw, in its own terms:
+    /// request bodies, the types it was asked for), before [`Cloud::verify`].
+    fn check_after(&self, _s: Scenario) {}
     /// Fails the test if the cloud saw a request that breaks its API description.
     fn verify(&self) {}
 }
@@ -287,6 +290,7 @@ async fn scenario(d: &dyn Driver, s: Scenario) {
             );
             assert_eq!(r.cloud.instances(), 0, "{name}");
             r.cloud.check_torn_down();
+            r.cloud.check_after(s);
             r.cloud.verify();
         }
         Scenario::KeyFoundByValueNeverRegisteredTwice => {
@@ -301,6 +305,7 @@ async fn scenario(d: &dyn Driver, s: Scenario) {
             let end = r.launch().await.unwrap();
             assert!(end.ready().is_some(), "{name}: {end:?}");
             assert_eq!(r.cloud.key_registrations(), 0, "{name}: found by value");
+            r.cloud.check_after(s);
             r.cloud.verify();
         }
         Scenario::CapacityFailsOver => {
@@ -319,6 +324,7 @@ async fn scenario(d: &dyn Driver, s: Scenario) {
             assert_eq!(vm.location.region, next, "{name}");
             assert_eq!(r.cloud.creates(), [r0, next], "{name}");
             assert_eq!(r.cloud.instances(), 1, "{name}");
+            r.cloud.check_after(s);
             r.cloud.verify();
         }
         Scenario::QuotaBlocksTheRegion => {
@@ -339,6 +345,7 @@ async fn scenario(d: &dyn Driver, s: Scenario) {
                 [r0, r1],
                 "{name}: the other offer in {r0} shares the region's quota and is skipped"
             );
+            r.cloud.check_after(s);
             r.cloud.verify();
         }
         Scenario::RetryAfterOnTheSameOffer => {
@@ -361,6 +368,7 @@ async fn scenario(d: &dyn Driver, s: Scenario) {
                 started.elapsed() >= Duration::from_secs(1),
                 "{name}: Retry-After respected"
             );
+            r.cloud.check_after(s);
             r.cloud.verify();
         }
         Scenario::CrashBetweenCreateAndJournalAdopts => {
@@ -386,6 +394,7 @@ async fn scenario(d: &dyn Driver, s: Scenario) {
                 "{name}: adopted, not created twice"
             );
             assert_eq!(r.cloud.instances(), 1, "{name}");
+            r.cloud.check_after(s);
             r.cloud.verify();
         }
         Scenario::ExactRegionMatch => {
@@ -434,6 +443,7 @@ async fn scenario(d: &dyn Driver, s: Scenario) {
                 .unwrap();
             assert_eq!(seen.len(), 1, "{name}");
             assert_eq!(seen[0].instance_id, up.instance_id, "{name}");
+            r.cloud.check_after(s);
             r.cloud.verify();
         }
         Scenario::SecretsNeverInErrors => {
@@ -457,6 +467,7 @@ async fn scenario(d: &dyn Driver, s: Scenario) {
                 assert!(!label.contains(secret), "{name}: {label}");
             }
             assert!(!format!("{end:?}").contains(secret), "{name}");
+            r.cloud.check_after(s);
             r.cloud.verify();
         }
         Scenario::UnplannableAskIsInvalidRequest => {
@@ -470,6 +481,7 @@ async fn scenario(d: &dyn Driver, s: Scenario) {
             vm.gpu = Some(d.unplannable_gpu().into());
             let e = cloud.provider().plan(&ask(&vm, &[])).await.unwrap_err();
             assert_eq!(e.kind, ErrorKind::InvalidRequest, "{name}: {e}");
+            cloud.check_after(s);
             cloud.verify();
         }
         Scenario::DeleteAndCleanupIdempotent => {
@@ -486,6 +498,7 @@ async fn scenario(d: &dyn Driver, s: Scenario) {
                 .unwrap_or_else(|e| panic!("{name}: deleting an unknown instance: {e}"));
             p.cleanup(&at, "trainer").await.unwrap();
             p.cleanup(&at, "trainer").await.unwrap();
+            cloud.check_after(s);
             cloud.verify();
         }
         Scenario::PlanListsTheOffer => {
@@ -505,6 +518,7 @@ async fn scenario(d: &dyn Driver, s: Scenario) {
                 assert!(o.iter().all(|o| o.price_per_hour > 0.0), "{name}: {o:?}");
             }
             assert!(cloud.creates().is_empty(), "{name}: plan creates nothing");
+            cloud.check_after(s);
             cloud.verify();
         }
     }

@@ -144,6 +144,27 @@ impl Cloud for RunpodCloud {
         );
     }
 
+    /// What the old vendor copies of the scenarios asserted beyond the contract.
+    fn check_after(&self, s: Scenario) {
+        match s {
+            Scenario::KeyFoundByValueNeverRegisteredTwice => {
+                // The registered copy (another comment) is what the pod gets.
+                let env = &self.fake.creates()[0]["env"];
+                assert!(env["PUBLIC_KEY"]
+                    .as_str()
+                    .unwrap()
+                    .contains("me@other-comment"));
+            }
+            Scenario::RetryAfterOnTheSameOffer => {
+                for b in self.fake.creates() {
+                    assert_eq!(b["cloud"], "SECURE", "runpod: the same tier");
+                    assert_eq!(b["gpu"]["id"], H100, "runpod: the same GPU");
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn verify(&self) {
         self.fake.server.verify();
     }
