@@ -1,5 +1,5 @@
 //! The conformance driver of the DigitalOcean adapter: the spec-checked DigitalOcean API
-//! v2 server of `digitalocean_api` (its `World` and `Cloud2`). The main offer is the
+//! v2 server of `vendor::digitalocean` (its `World` and `Cloud2`). The main offer is the
 //! 1 × H100 droplet size `gpu-h100x1-80gb` ($3.39/h); region slugs that are prefixes of
 //! each other: `nyc1`, `nyc13`.
 
@@ -11,9 +11,9 @@ use gpuprov::vm::VmRecord;
 use serde_json::json;
 
 use super::{Cloud, Driver, Fault, Scenario, World};
-use crate::digitalocean_api::{self as api, Cloud2, DROPLETS, H100X1, SENTINEL};
 use crate::support::drive;
 use crate::support::spec::Canned;
+use crate::vendor::digitalocean::{self as api, Cloud2, DROPLETS, H100X1, SENTINEL};
 
 pub struct DigitalOceanDriver;
 

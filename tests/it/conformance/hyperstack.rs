@@ -1,5 +1,5 @@
 //! The conformance driver of the Hyperstack adapter: the spec-checked Infrahub API server
-//! of `hyperstack_api` (its `World` and `Fake`). The main offer is the flavor `n3-H100x8`
+//! of `vendor::hyperstack` (its `World` and `Fake`). The main offer is the flavor `n3-H100x8`
 //! (8 × H100 PCIe at $1.90 per GPU-hour); region names that are prefixes of each other:
 //! `CANADA-1`, `CANADA-10`. Instances live in one environment per region
 //! (`gpuprov-<lineage8>-<region>`).
@@ -12,9 +12,9 @@ use gpuprov::vm::VmRecord;
 use serde_json::json;
 
 use super::{Cloud, Driver, Fault, Scenario, World};
-use crate::hyperstack_api::{self as api, Fake, ENV_CA, H100, SENTINEL, VMS};
 use crate::support::drive::{self, PUBKEY};
 use crate::support::spec::Canned;
+use crate::vendor::hyperstack::{self as api, Fake, ENV_CA, H100, SENTINEL, VMS};
 
 pub struct HyperstackDriver;
 

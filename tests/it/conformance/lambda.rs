@@ -1,5 +1,5 @@
 //! The conformance driver of the Lambda adapter: the spec-checked Lambda Cloud API server
-//! of `lambda_api` (its `World` and `Cloud2`), seeded from the suite's [`World`]. The
+//! of `vendor::lambda` (its `World` and `Cloud2`), seeded from the suite's [`World`]. The
 //! main offer is `gpu_8x_h100_sxm5` (8 × H100, $23.92/h); Lambda has region names that
 //! are prefixes of each other (`us-east-1`, `us-east-13`).
 
@@ -11,9 +11,9 @@ use gpuprov::vm::VmRecord;
 use serde_json::{json, Value};
 
 use super::{Cloud, Driver, Fault, Scenario, World};
-use crate::lambda_api::{self as api, Cloud2, LAUNCH, SENTINEL, TERMINATE};
 use crate::support::drive::{self, LINEAGE, PUBKEY};
 use crate::support::spec::Canned;
+use crate::vendor::lambda::{self as api, Cloud2, LAUNCH, SENTINEL, TERMINATE};
 
 pub struct LambdaDriver;
 

@@ -7,15 +7,15 @@
 //!
 //! `the_matrix` prints and checks scenario × adapter; each scenario is one test that runs
 //! every driver that supports it. Vendor-only behaviour stays in the vendor's own module
-//! (`lambda_api` …) beside its driver.
+//! (`vendor::lambda` …) beside its driver.
 //!
 //! Drivers: the FakeProvider, Lambda, RunPod, DigitalOcean and Hyperstack over the
-//! spec-checked servers of their `*_api` modules, Docker on the real local Engine (its
+//! spec-checked servers of their `vendor` modules, Docker on the real local Engine (its
 //! own lineage per run), and AWS against moto through `aws_moto`'s rewriting proxy (its
 //! own moto per run). `aws_moto` keeps its end-to-end tests, which assert the exact
-//! offers (zone, type) and EC2 side resources beyond the scenarios, and the `*_api`
-//! modules keep their copies (with their vendor-only assertions) until they are folded
-//! in.
+//! offers (zone, type) and EC2 side resources beyond the scenarios. What a vendor's old
+//! copy of a scenario asserted beyond the contract lives in its driver's
+//! [`Cloud::check_after`].
 
 mod aws;
 mod digitalocean;

@@ -1,5 +1,5 @@
 //! The conformance driver of the RunPod adapter: the spec-checked RunPod REST API v2
-//! server of `runpod_api` (its `World` and `Fake`). The main offer is 8 × H100 SXM in the
+//! server of `vendor::runpod` (its `World` and `Fake`). The main offer is 8 × H100 SXM in the
 //! SECURE tier ($2.99 per GPU-hour); data centre ids that are prefixes of each other:
 //! `US-KS-2`, `US-KS-20`.
 
@@ -10,9 +10,9 @@ use gpuprov::provider::{CloudProvider, Location};
 use gpuprov::vm::VmRecord;
 
 use super::{Cloud, Driver, Fault, Scenario, World};
-use crate::runpod_api::{self as api, Fake, H100, KEYS, PODS, SENTINEL, USER_KEY};
 use crate::support::drive::{self, PUBKEY};
 use crate::support::spec::Canned;
+use crate::vendor::runpod::{self as api, Fake, H100, KEYS, PODS, SENTINEL, USER_KEY};
 
 pub struct RunpodDriver;
 
@@ -31,7 +31,7 @@ impl Driver for RunpodDriver {
         match s {
             Scenario::QuotaBlocksTheRegion => Some(
                 "RunPod has no per-region quota; its account limit (402 insufficient balance) \
-                 aborts: runpod_api::a_402_insufficient_balance_aborts_without_trying_other_offers",
+                 aborts: vendor::runpod::a_402_insufficient_balance_aborts_without_trying_other_offers",
             ),
             _ => None,
         }

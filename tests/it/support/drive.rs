@@ -1,5 +1,5 @@
 //! Drives the real launch and teardown machines against one adapter, as the adapter API
-//! tests (`tests/*_api.rs`) do: fast retries, an in-memory journal, the fake SSH
+//! tests (`tests/it/vendor/`) do: fast retries, an in-memory journal, the fake SSH
 //! connector, and a bound on every run so a test never hangs.
 #![allow(dead_code)]
 
