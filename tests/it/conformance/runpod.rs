@@ -71,7 +71,13 @@ impl Driver for RunpodDriver {
                     429,
                     api::problem(429, "rate limit exceeded for the minute window"),
                 )
-                .header("Retry-After", &retry_after_secs.to_string()),
+                .header("Retry-After", &retry_after_secs.to_string())
+                // RunPod's draft-standard rate-limit headers ride along; Retry-After counts.
+                .header("RateLimit", "\"minute\";r=0;t=1, \"hour\";r=2800;t=1812")
+                .header(
+                    "RateLimit-Policy",
+                    "\"minute\";q=60;w=60, \"hour\";q=3000;w=3600",
+                ),
             ),
             None => {}
         }
