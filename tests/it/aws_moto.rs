@@ -43,7 +43,7 @@ use gpuprov::provider::{
 use gpuprov::ssh::{Connector, HostKey, SshError};
 use gpuprov::vm::{LaunchMachine, LaunchState, Target, TeardownMachine, TeardownState};
 
-const LINEAGE: &str = "5f0c2a7e-1b2d-4c3e-9f10-aabbccddeeff";
+pub(crate) const LINEAGE: &str = "5f0c2a7e-1b2d-4c3e-9f10-aabbccddeeff";
 const VM: &str = "trainer";
 
 const FAST: RetryPolicy = RetryPolicy {
@@ -52,7 +52,7 @@ const FAST: RetryPolicy = RetryPolicy {
     max_backoff: Duration::from_millis(50),
 };
 
-fn skip() -> bool {
+pub(crate) fn skip() -> bool {
     std::env::var("GPUPROV_SKIP_AWS").is_ok_and(|v| v == "1")
 }
 
@@ -60,9 +60,9 @@ fn skip() -> bool {
 // moto
 
 /// A `moto_server` child process on a free loopback port; killed on drop.
-struct Moto {
+pub(crate) struct Moto {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
 }
 
 fn free_port() -> u16 {
@@ -73,7 +73,7 @@ fn free_port() -> u16 {
 }
 
 impl Moto {
-    fn start() -> Moto {
+    pub(crate) fn start() -> Moto {
         let port = free_port();
         let mut last_err = String::new();
         for (prog, pre) in [
@@ -117,7 +117,7 @@ impl Moto {
         );
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 }
@@ -134,39 +134,39 @@ impl Drop for Moto {
 
 /// An EC2 error to answer instead of forwarding.
 #[derive(Clone, Debug)]
-struct Fault {
-    action: &'static str,
+pub(crate) struct Fault {
+    pub(crate) action: &'static str,
     /// Only requests signed for this region (`None`: any).
-    region: Option<&'static str>,
+    pub(crate) region: Option<&'static str>,
     /// Only requests naming this instance type (`None`: any).
-    instance_type: Option<&'static str>,
-    status: u16,
-    code: &'static str,
-    message: &'static str,
-    times: u32,
+    pub(crate) instance_type: Option<&'static str>,
+    pub(crate) status: u16,
+    pub(crate) code: &'static str,
+    pub(crate) message: &'static str,
+    pub(crate) times: u32,
     /// A canned body to answer with instead of the error XML.
-    body: Option<&'static str>,
+    pub(crate) body: Option<&'static str>,
     /// The answer's `Content-Type` (`None`: EC2's `text/xml;charset=UTF-8`).
-    content_type: Option<&'static str>,
+    pub(crate) content_type: Option<&'static str>,
 }
 
 /// One request the proxy saw: action, region, instance type, and whether a fault
 /// answered it.
 #[derive(Clone, Debug)]
-struct Seen {
-    action: String,
-    region: String,
-    instance_type: Option<String>,
-    faulted: Option<String>,
+pub(crate) struct Seen {
+    pub(crate) action: String,
+    pub(crate) region: String,
+    pub(crate) instance_type: Option<String>,
+    pub(crate) faulted: Option<String>,
     /// The form body as sent (URL-encoded).
-    body: String,
+    pub(crate) body: String,
     /// A `RunInstances` answered from the token memory (the first reservation of a
     /// `ClientToken` sent again) instead of being forwarded.
-    replayed: Option<String>,
+    pub(crate) replayed: Option<String>,
 }
 
 #[derive(Default)]
-struct ProxyState {
+pub(crate) struct ProxyState {
     faults: Vec<Fault>,
     seen: Vec<Seen>,
     ips: HashMap<String, String>,
@@ -206,9 +206,9 @@ fn first_instance_id(body: &str) -> Option<String> {
 }
 
 #[derive(Clone)]
-struct Proxy {
+pub(crate) struct Proxy {
     port: u16,
-    state: Arc<Mutex<ProxyState>>,
+    pub(crate) state: Arc<Mutex<ProxyState>>,
 }
 
 fn form_value(body: &str, key: &str) -> Option<String> {
@@ -392,7 +392,7 @@ async fn respond_as(s: &mut TcpStream, status: u16, content_type: &str, body: &[
 
 impl Proxy {
     /// A proxy to moto on `upstream` (`None`: every request must be answered by a fault).
-    async fn start(upstream: Option<u16>) -> Proxy {
+    pub(crate) async fn start(upstream: Option<u16>) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let port = listener.local_addr().unwrap().port();
         let state = Arc::new(Mutex::new(ProxyState::default()));
@@ -502,15 +502,15 @@ impl Proxy {
         Proxy { port, state }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    fn fault(&self, f: Fault) {
+    pub(crate) fn fault(&self, f: Fault) {
         self.state.lock().unwrap().faults.push(f);
     }
 
-    fn seen(&self, action: &str) -> Vec<Seen> {
+    pub(crate) fn seen(&self, action: &str) -> Vec<Seen> {
         self.state
             .lock()
             .unwrap()
@@ -535,7 +535,7 @@ impl Proxy {
         r
     }
 
-    fn assert_only_loopback_handed_out(&self) {
+    pub(crate) fn assert_only_loopback_handed_out(&self) {
         let g = self.state.lock().unwrap();
         assert!(
             g.seen.iter().all(|s| s.action != "DescribeInstances")
@@ -552,7 +552,7 @@ impl Proxy {
     }
 }
 
-fn fault(action: &'static str, status: u16, code: &'static str) -> Fault {
+pub(crate) fn fault(action: &'static str, status: u16, code: &'static str) -> Fault {
     Fault {
         action,
         region: None,
@@ -595,7 +595,7 @@ impl<C: Connector> Connector for LoopbackOnly<C> {
 // ---------------------------------------------------------------------------------------
 // The run harness
 
-fn settings(endpoint: String) -> AwsSettings {
+pub(crate) fn settings(endpoint: String) -> AwsSettings {
     let mut s = AwsSettings {
         endpoint: Some(endpoint),
         credentials: Some(StaticCredentials {
@@ -610,6 +610,24 @@ fn settings(endpoint: String) -> AwsSettings {
     s.capabilities.ssh_timeout = Duration::from_secs(2);
     s.capabilities.delete_timeout = Duration::from_secs(20);
     s
+}
+
+/// An EC2 client straight to the moto at `moto_url` (not through the proxy).
+pub(crate) fn direct_client(moto_url: &str, region: &str) -> aws_sdk_ec2::Client {
+    let conf = aws_sdk_ec2::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(region.to_string()))
+        .credentials_provider(Credentials::new("testing", "testing", None, None, "test"))
+        .endpoint_url(moto_url.to_string())
+        .http_client(
+            aws_smithy_http_client::Builder::new()
+                .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+                    aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+                ))
+                .build_https(),
+        )
+        .build();
+    aws_sdk_ec2::Client::from_conf(conf)
 }
 
 struct Env {
@@ -714,20 +732,7 @@ impl Env {
 
     /// A client straight to moto (not through the proxy), for the sweeps.
     fn direct(&self, region: &str) -> aws_sdk_ec2::Client {
-        let conf = aws_sdk_ec2::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new(region.to_string()))
-            .credentials_provider(Credentials::new("testing", "testing", None, None, "test"))
-            .endpoint_url(self.moto_url.clone())
-            .http_client(
-                aws_smithy_http_client::Builder::new()
-                    .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
-                        aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
-                    ))
-                    .build_https(),
-            )
-            .build();
-        aws_sdk_ec2::Client::from_conf(conf)
+        direct_client(&self.moto_url, region)
     }
 
     /// What moto holds with our identity tag in `region`: live instance ids (with their

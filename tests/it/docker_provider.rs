@@ -33,7 +33,7 @@ const PUBLIC_KEY: &str =
 
 /// A raw Engine client for test-side inspection and cleanup, honouring the same endpoint
 /// settings as the provider (`GPUPROV_DOCKER_ENDPOINT`, then `DOCKER_HOST`).
-fn raw_docker() -> Result<Docker, bollard::errors::Error> {
+pub(crate) fn raw_docker() -> Result<Docker, bollard::errors::Error> {
     match DockerSettings::from_env_and_config(None, None, gpuprov::provider::Lineage::random())
         .endpoint
         .as_deref()
@@ -48,7 +48,7 @@ fn raw_docker() -> Result<Docker, bollard::errors::Error> {
 
 /// `Some(client)` when the daemon answers; `None` (after printing a skip line) when it does
 /// not and `GPUPROV_SKIP_DOCKER=1`; panics with a clear message otherwise.
-async fn docker_or_skip(test: &str) -> Option<Docker> {
+pub(crate) async fn docker_or_skip(test: &str) -> Option<Docker> {
     let skip = std::env::var("GPUPROV_SKIP_DOCKER").as_deref() == Ok("1");
     let endpoint =
         DockerSettings::from_env_and_config(None, None, gpuprov::provider::Lineage::random())
@@ -75,9 +75,9 @@ async fn docker_or_skip(test: &str) -> Option<Docker> {
 
 /// Force-removes, on drop, every container labelled with `lineage` and the listed image
 /// tags. Runs on its own thread and runtime because Drop cannot await.
-struct Cleanup {
-    lineage: String,
-    images: Vec<String>,
+pub(crate) struct Cleanup {
+    pub(crate) lineage: String,
+    pub(crate) images: Vec<String>,
 }
 
 impl Drop for Cleanup {

@@ -34,7 +34,7 @@ fn lambda_region(name: &str) -> Value {
 }
 
 /// One `instance-types` entry: (name, gpu description, gpus, cents per hour, regions with
-/// capacity), in the shape of `tests/it/lambda_api.rs`.
+/// capacity), in the shape of `tests/it/vendor/lambda.rs`.
 fn lambda_type(name: &str, desc: &str, gpus: u32, cents: i64, regions: &[&str]) -> (String, Value) {
     (
         name.to_string(),
@@ -127,7 +127,7 @@ fn query<'a>(req: &'a Seen, k: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// The catalog as `tests/it/runpod_api.rs` serves it, with the prose rules the spec cannot
+/// The catalog as `tests/it/vendor/runpod.rs` serves it, with the prose rules the spec cannot
 /// carry (`include=AVAILABILITY` requires `product`; `count`/`cloud` only with it).
 fn runpod_catalog(req: &Seen) -> Canned {
     let include = query(req, "include") == Some("AVAILABILITY");
@@ -203,7 +203,7 @@ const HYPERSTACK_PRICES: &[(&str, f64)] = &[
     ("L40", 1.00),
 ];
 
-/// Flavors in groups per (region, GPU), as `tests/it/hyperstack_api.rs` serves them; a region
+/// Flavors in groups per (region, GPU), as `tests/it/vendor/hyperstack.rs` serves them; a region
 /// the organisation does not have yields no groups.
 fn hyperstack_flavors(req: &Seen) -> Canned {
     let region = query(req, "region");
@@ -268,7 +268,7 @@ fn do_region(slug: &str) -> Value {
     })
 }
 
-/// A size in the spec's `size` shape, as `tests/it/digitalocean_api.rs` builds it.
+/// A size in the spec's `size` shape, as `tests/it/vendor/digitalocean.rs` builds it.
 fn do_size(
     slug: &str,
     gpu: Option<(&str, u32)>,

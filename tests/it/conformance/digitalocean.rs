@@ -1,5 +1,5 @@
 //! The conformance driver of the DigitalOcean adapter: the spec-checked DigitalOcean API
-//! v2 server of `digitalocean_api` (its `World` and `Cloud2`). The main offer is the
+//! v2 server of `vendor::digitalocean` (its `World` and `Cloud2`). The main offer is the
 //! 1 × H100 droplet size `gpu-h100x1-80gb` ($3.39/h); region slugs that are prefixes of
 //! each other: `nyc1`, `nyc13`.
 
@@ -11,9 +11,9 @@ use gpuprov::vm::VmRecord;
 use serde_json::json;
 
 use super::{Cloud, Driver, Fault, Scenario, World};
-use crate::digitalocean_api::{self as api, Cloud2, DROPLETS, H100X1, SENTINEL};
 use crate::support::drive;
 use crate::support::spec::Canned;
+use crate::vendor::digitalocean::{self as api, Cloud2, DROPLETS, H100X1, SENTINEL};
 
 pub struct DigitalOceanDriver;
 
@@ -82,6 +82,8 @@ impl Driver for DigitalOceanDriver {
                 )
                 .header("ratelimit-limit", "5000")
                 .header("ratelimit-remaining", "0")
+                // A reset epoch long past: retry-after is what counts.
+                .header("ratelimit-reset", "1444931833")
                 .header("retry-after", &retry_after_secs.to_string()),
             ),
             None => None,
@@ -150,6 +152,28 @@ impl Cloud for DoCloud {
     fn check_launched(&self, vm: &VmRecord) {
         assert_eq!(vm.offer.id, "digitalocean/nyc1/gpu-h100x1-80gb");
         assert_eq!(self.cloud.creates()[0]["size"], H100X1);
+    }
+
+    /// What the old vendor copies of the scenarios asserted beyond the contract.
+    fn check_after(&self, s: Scenario) {
+        let sizes: Vec<serde_json::Value> = self
+            .cloud
+            .creates()
+            .iter()
+            .map(|b| b["size"].clone())
+            .collect();
+        match s {
+            Scenario::CapacityFailsOver
+            | Scenario::QuotaBlocksTheRegion
+            | Scenario::RetryAfterOnTheSameOffer => {
+                // Quota: the second size in the first region shares its limit.
+                assert_eq!(sizes, [json!(H100X1), json!(H100X1)], "digitalocean");
+            }
+            _ => {}
+        }
+        if s == Scenario::CapacityFailsOver {
+            assert_eq!(self.cloud.world.lock().unwrap().droplets.len(), 1);
+        }
     }
 
     fn verify(&self) {

@@ -1,5 +1,5 @@
 //! The conformance driver of the Hyperstack adapter: the spec-checked Infrahub API server
-//! of `hyperstack_api` (its `World` and `Fake`). The main offer is the flavor `n3-H100x8`
+//! of `vendor::hyperstack` (its `World` and `Fake`). The main offer is the flavor `n3-H100x8`
 //! (8 × H100 PCIe at $1.90 per GPU-hour); region names that are prefixes of each other:
 //! `CANADA-1`, `CANADA-10`. Instances live in one environment per region
 //! (`gpuprov-<lineage8>-<region>`).
@@ -12,9 +12,9 @@ use gpuprov::vm::VmRecord;
 use serde_json::json;
 
 use super::{Cloud, Driver, Fault, Scenario, World};
-use crate::hyperstack_api::{self as api, Fake, ENV_CA, H100, SENTINEL, VMS};
 use crate::support::drive::{self, PUBKEY};
 use crate::support::spec::Canned;
+use crate::vendor::hyperstack::{self as api, Fake, ENV_CA, H100, SENTINEL, VMS};
 
 pub struct HyperstackDriver;
 
@@ -173,6 +173,36 @@ impl Cloud for HsCloud {
         let c = &self.fake.creates()[0];
         assert_eq!(c["environment_name"], ENV_CA);
         assert_eq!(c["flavor_name"], "n3-H100x8");
+    }
+
+    /// What the old vendor copies of the scenarios asserted beyond the contract.
+    fn check_after(&self, s: Scenario) {
+        let tried: Vec<(serde_json::Value, serde_json::Value)> = self
+            .fake
+            .creates()
+            .iter()
+            .map(|b| (b["environment_name"].clone(), b["flavor_name"].clone()))
+            .collect();
+        let ca = (json!(ENV_CA), json!("n3-H100x8"));
+        let ca10 = (json!("gpuprov-0f0e0d0c-canada-10"), json!("n3-H100x8"));
+        match s {
+            Scenario::CapacityFailsOver => {
+                assert_eq!(tried, [ca, ca10], "hyperstack: one environment per region");
+                assert_eq!(self.fake.world.lock().unwrap().vms.len(), 1);
+            }
+            Scenario::QuotaBlocksTheRegion => assert_eq!(
+                tried,
+                [ca, ca10],
+                "hyperstack: the second flavor in the first region shares its quota"
+            ),
+            Scenario::RetryAfterOnTheSameOffer => {
+                assert_eq!(tried, [ca.clone(), ca], "hyperstack: the same environment")
+            }
+            Scenario::CrashBetweenCreateAndJournalAdopts => {
+                assert_eq!(self.fake.world.lock().unwrap().vms.len(), 1)
+            }
+            _ => {}
+        }
     }
 
     fn verify(&self) {

@@ -1,5 +1,5 @@
 //! The conformance driver of the Lambda adapter: the spec-checked Lambda Cloud API server
-//! of `lambda_api` (its `World` and `Cloud2`), seeded from the suite's [`World`]. The
+//! of `vendor::lambda` (its `World` and `Cloud2`), seeded from the suite's [`World`]. The
 //! main offer is `gpu_8x_h100_sxm5` (8 × H100, $23.92/h); Lambda has region names that
 //! are prefixes of each other (`us-east-1`, `us-east-13`).
 
@@ -11,9 +11,9 @@ use gpuprov::vm::VmRecord;
 use serde_json::{json, Value};
 
 use super::{Cloud, Driver, Fault, Scenario, World};
-use crate::lambda_api::{self as api, Cloud2, LAUNCH, SENTINEL, TERMINATE};
 use crate::support::drive::{self, LINEAGE, PUBKEY};
 use crate::support::spec::Canned;
+use crate::vendor::lambda::{self as api, Cloud2, LAUNCH, SENTINEL, TERMINATE};
 
 pub struct LambdaDriver;
 
@@ -188,6 +188,51 @@ impl Cloud for LambdaCloud {
             .map(|r| r.body.clone().unwrap()["instance_ids"].clone())
             .collect();
         assert!(!ids.is_empty());
+    }
+
+    /// What the old vendor copies of the scenarios asserted beyond the contract.
+    fn check_after(&self, s: Scenario) {
+        let types: Vec<Value> = self
+            .cloud
+            .launches()
+            .iter()
+            .map(|b| b["instance_type_name"].clone())
+            .collect();
+        let h100 = json!("gpu_8x_h100_sxm5");
+        match s {
+            Scenario::KeyFoundByValueNeverRegisteredTwice => {
+                // The user's own registration of the key is used, by its name.
+                assert_eq!(
+                    self.cloud.launches()[0]["ssh_key_names"],
+                    json!(["my-laptop"])
+                );
+                // No ports asked: no firewall calls at all.
+                assert!(self
+                    .cloud
+                    .server
+                    .requests()
+                    .iter()
+                    .all(|q| !q.path.starts_with("/api/v1/firewall-rulesets")));
+            }
+            Scenario::CapacityFailsOver | Scenario::RetryAfterOnTheSameOffer => {
+                assert!(types.iter().all(|t| *t == h100), "lambda: {types:?}");
+            }
+            Scenario::QuotaBlocksTheRegion => {
+                assert_eq!(
+                    types,
+                    [h100.clone(), h100],
+                    "lambda: the second type in the first region shares its quota"
+                );
+            }
+            Scenario::CrashBetweenCreateAndJournalAdopts => {
+                // Not even a terminated second instance.
+                assert_eq!(self.cloud.world.lock().unwrap().instances.len(), 1);
+            }
+            _ => {}
+        }
+        if s == Scenario::CapacityFailsOver {
+            assert_eq!(self.cloud.world.lock().unwrap().instances.len(), 1);
+        }
     }
 
     fn verify(&self) {

@@ -1,5 +1,5 @@
 //! The conformance driver of the RunPod adapter: the spec-checked RunPod REST API v2
-//! server of `runpod_api` (its `World` and `Fake`). The main offer is 8 × H100 SXM in the
+//! server of `vendor::runpod` (its `World` and `Fake`). The main offer is 8 × H100 SXM in the
 //! SECURE tier ($2.99 per GPU-hour); data centre ids that are prefixes of each other:
 //! `US-KS-2`, `US-KS-20`.
 
@@ -10,9 +10,9 @@ use gpuprov::provider::{CloudProvider, Location};
 use gpuprov::vm::VmRecord;
 
 use super::{Cloud, Driver, Fault, Scenario, World};
-use crate::runpod_api::{self as api, Fake, H100, KEYS, PODS, SENTINEL, USER_KEY};
 use crate::support::drive::{self, PUBKEY};
 use crate::support::spec::Canned;
+use crate::vendor::runpod::{self as api, Fake, H100, KEYS, PODS, SENTINEL, USER_KEY};
 
 pub struct RunpodDriver;
 
@@ -31,7 +31,7 @@ impl Driver for RunpodDriver {
         match s {
             Scenario::QuotaBlocksTheRegion => Some(
                 "RunPod has no per-region quota; its account limit (402 insufficient balance) \
-                 aborts: runpod_api::a_402_insufficient_balance_aborts_without_trying_other_offers",
+                 aborts: vendor::runpod::a_402_insufficient_balance_aborts_without_trying_other_offers",
             ),
             _ => None,
         }
@@ -71,7 +71,13 @@ impl Driver for RunpodDriver {
                     429,
                     api::problem(429, "rate limit exceeded for the minute window"),
                 )
-                .header("Retry-After", &retry_after_secs.to_string()),
+                .header("Retry-After", &retry_after_secs.to_string())
+                // RunPod's draft-standard rate-limit headers ride along; Retry-After counts.
+                .header("RateLimit", "\"minute\";r=0;t=1, \"hour\";r=2800;t=1812")
+                .header(
+                    "RateLimit-Policy",
+                    "\"minute\";q=60;w=60, \"hour\";q=3000;w=3600",
+                ),
             ),
             None => {}
         }
@@ -142,6 +148,27 @@ impl Cloud for RunpodCloud {
             puts[0].body.clone().unwrap()["keys"],
             serde_json::json!([USER_KEY, PUBKEY])
         );
+    }
+
+    /// What the old vendor copies of the scenarios asserted beyond the contract.
+    fn check_after(&self, s: Scenario) {
+        match s {
+            Scenario::KeyFoundByValueNeverRegisteredTwice => {
+                // The registered copy (another comment) is what the pod gets.
+                let env = &self.fake.creates()[0]["env"];
+                assert!(env["PUBLIC_KEY"]
+                    .as_str()
+                    .unwrap()
+                    .contains("me@other-comment"));
+            }
+            Scenario::RetryAfterOnTheSameOffer => {
+                for b in self.fake.creates() {
+                    assert_eq!(b["cloud"], "SECURE", "runpod: the same tier");
+                    assert_eq!(b["gpu"]["id"], H100, "runpod: the same GPU");
+                }
+            }
+            _ => {}
+        }
     }
 
     fn verify(&self) {

@@ -1,5 +1,5 @@
 //! Drives the real launch and teardown machines against one adapter, as the adapter API
-//! tests (`tests/*_api.rs`) do: fast retries, an in-memory journal, the fake SSH
+//! tests (`tests/it/vendor/`) do: fast retries, an in-memory journal, the fake SSH
 //! connector, and a bound on every run so a test never hangs.
 #![allow(dead_code)]
 
@@ -40,9 +40,21 @@ pub async fn launch(
     journal: Arc<MemoryJournal>,
     connector: Arc<FakeConnector>,
 ) -> Result<LaunchState, ExecError> {
+    launch_in(LINEAGE, vm, provider, journal, connector).await
+}
+
+/// [`launch`] in state lineage `lineage` (a cloud shared by parallel tests, such as the
+/// local Docker Engine, gives every run its own).
+pub async fn launch_in(
+    lineage: &str,
+    vm: &VmSpec,
+    provider: Arc<dyn CloudProvider>,
+    journal: Arc<MemoryJournal>,
+    connector: Arc<FakeConnector>,
+) -> Result<LaunchState, ExecError> {
     let mut m = LaunchMachine::new(
         vm.clone(),
-        LINEAGE.into(),
+        lineage.into(),
         PUBKEY.into(),
         providers(provider.clone()),
         connector,

@@ -904,7 +904,7 @@ pub fn lambda() -> Spec {
 ///
 /// Rules the document states only in prose and a schema cannot carry (for example
 /// "`include=AVAILABILITY` requires `product`; `count` and `cloud` are valid only with it")
-/// are enforced by the fake in `tests/it/runpod_api.rs`, which answers `400` as the API does.
+/// are enforced by the fake in `tests/it/vendor/runpod.rs`, which answers `400` as the API does.
 pub fn runpod() -> Spec {
     let path = vendor_apis_dir().join("runpod/api-reference-v2/openapi.json");
     Spec::load(path).patch(|doc| {
