@@ -68,6 +68,10 @@ struct Counted {
 
 #[async_trait::async_trait]
 impl CloudProvider for Counted {
+    fn adapter(&self) -> &gpuprov::provider::kit::Adapter {
+        self.inner.adapter()
+    }
+
     fn name(&self) -> &'static str {
         self.inner.name()
     }
