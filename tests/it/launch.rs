@@ -583,7 +583,14 @@ async fn teardown_with_an_unreachable_api_is_leaked_never_done() {
 /// idempotency token and gets the same instance back.
 #[tokio::test]
 async fn a_resumed_create_that_lists_nothing_yet_does_not_duplicate() {
-    let r = Run::new(two_regions().with_list_lag(2));
+    // The wait for the listing ends when the instance is listed (two observes here); a
+    // listing lag of seconds keeps a loaded machine from outrunning it.
+    let cloud = two_regions().with_list_lag(2);
+    let caps = gpuprov::provider::Capabilities {
+        create_list_lag: Duration::from_secs(5),
+        ..cloud.capabilities_for_test()
+    };
+    let r = Run::new(cloud.with_capabilities(caps));
     r.journal.crash_before("booting");
     r.launch().await.unwrap_err();
     assert_eq!(r.cloud.instances().len(), 1);
