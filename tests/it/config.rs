@@ -27,7 +27,7 @@ fn committed_schema_is_current() {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == fresh,
-        "schemas/gpuprov.schema.json is stale: run `GPUPROV_UPDATE_SCHEMAS=1 cargo test --test config` and commit it"
+        "schemas/gpuprov.schema.json is stale: run `GPUPROV_UPDATE_SCHEMAS=1 cargo nextest run -E 'test(config::)'` and commit it"
     );
 }
 
@@ -40,7 +40,7 @@ fn committed_state_schema_is_current_and_accepts_a_real_state() {
     }
     assert!(
         std::fs::read_to_string(&path).unwrap_or_default() == fresh,
-        "schemas/gpuprov-state.schema.json is stale: run `GPUPROV_UPDATE_SCHEMAS=1 cargo test --test config` and commit it"
+        "schemas/gpuprov-state.schema.json is stale: run `GPUPROV_UPDATE_SCHEMAS=1 cargo nextest run -E 'test(config::)'` and commit it"
     );
     let schema: serde_json::Value = serde_json::from_str(&fresh).unwrap();
     let validator = jsonschema::validator_for(&schema).expect("schema compiles");

@@ -6,7 +6,7 @@
 //! every run), prints `properties: <name> <N> cases` to stderr and writes the figures to
 //! `<target>/properties/<name>.json` for the RELIABILITY.md generator.
 //!
-//! Run: `cargo nextest run --locked --test properties` (or `cargo test --test properties`).
+//! Run: `cargo nextest run --locked -E 'test(properties::)'`.
 //! `GPUPROV_PROPTEST_SCALE=N` multiplies every case count (for a longer local soak).
 //!
 //! Nothing here dials a non-loopback address: the REST adapters talk to a wiremock server

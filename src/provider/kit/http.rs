@@ -73,6 +73,8 @@ pub struct RestClient {
     decode_error: ErrorDecoder,
     envelope: SuccessEnvelope,
     http: reqwest::Client,
+    /// The per-request timeout, for the message when it runs out.
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for RestClient {
@@ -107,6 +109,7 @@ impl RestClient {
             decode_error: plain_error,
             envelope: unchanged,
             http: http_client(Duration::from_secs(DEFAULT_TIMEOUT_SECS)),
+            timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECS),
         }
     }
 
@@ -125,6 +128,7 @@ impl RestClient {
     /// Sets the per-request timeout.
     pub fn with_timeout(mut self, t: Duration) -> RestClient {
         self.http = http_client(t);
+        self.timeout = t;
         self
     }
 
@@ -179,6 +183,12 @@ impl RestClient {
             let refused = cause::is_refused(&e);
             let what = if refused {
                 "the API endpoint refused the connection".to_string()
+            } else if e.is_timeout() {
+                // A server that accepts and never answers: say so, not "error sending".
+                format!(
+                    "the API endpoint did not answer within {}",
+                    humantime::format_duration(self.timeout)
+                )
             } else {
                 e.without_url().to_string()
             };
@@ -450,6 +460,39 @@ mod tests {
             None
         );
         assert_eq!(exhausted_window_secs("garbage"), None);
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_that_never_answers_is_a_named_timeout() {
+        // Accepts on loopback and never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let hold = tokio::spawn(async move {
+            let (_sock, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        });
+        let cred = Credential {
+            secret: Secret::new("k"),
+            source: Source::Env("ACME_KEY"),
+        };
+        let c = RestClient::new(
+            &format!("http://127.0.0.1:{port}"),
+            Auth::Bearer,
+            Some(cred),
+            "",
+            &C,
+        )
+        .with_timeout(Duration::from_millis(300));
+        let f = c.send(Method::GET, "/v1/x", &[], None).await.unwrap_err();
+        assert_eq!(f.status, Status::Transport { refused: false }, "{f:?}");
+        assert!(
+            f.message
+                .starts_with("the API endpoint did not answer within 300ms"),
+            "{}",
+            f.message
+        );
+        assert_eq!(c.fail(&f, Call::other("list")).kind, ErrorKind::Transient);
+        hold.abort();
     }
 
     #[tokio::test]

@@ -529,6 +529,13 @@ async fn scenario(d: &dyn Driver, s: Scenario) {
 #[test]
 fn the_matrix() {
     let ds = drivers();
+    // A cloud this build can reach is checked by the whole contract: it has a driver.
+    for c in gpuprov::config::Cloud::in_this_build() {
+        assert!(
+            ds.iter().any(|d| d.name() == c.as_str()),
+            "cloud {c} has no conformance driver: add one to drivers()"
+        );
+    }
     let mut out = format!("{:<40}", "scenario");
     for d in &ds {
         out.push_str(&format!(" {:<12}", d.name()));
