@@ -612,6 +612,56 @@ pub(crate) fn settings(endpoint: String) -> AwsSettings {
     s
 }
 
+/// What moto at `moto_url` holds with the identity tag of [`VM`] in `region`, asked
+/// directly (not through the proxy): live instance ids (each must carry [`LINEAGE`]) and
+/// security group ids.
+pub(crate) async fn sweep_moto(moto_url: &str, region: &str) -> (Vec<String>, Vec<String>) {
+    let c = direct_client(moto_url, region);
+    let tag_filter = Filter::builder()
+        .name(format!("tag:{IDENTITY_LABEL}"))
+        .values(VM)
+        .build();
+    let live = Filter::builder()
+        .name("instance-state-name")
+        .set_values(Some(
+            ["pending", "running", "stopping", "stopped", "shutting-down"]
+                .map(String::from)
+                .to_vec(),
+        ))
+        .build();
+    let out = c
+        .describe_instances()
+        .filters(tag_filter.clone())
+        .filters(live)
+        .send()
+        .await
+        .expect("sweep DescribeInstances");
+    let mut ids = Vec::new();
+    for r in out.reservations() {
+        for i in r.instances() {
+            let lineage = i
+                .tags()
+                .iter()
+                .find(|t| t.key() == Some(LINEAGE_LABEL))
+                .and_then(|t| t.value());
+            assert_eq!(lineage, Some(LINEAGE), "every instance carries the lineage");
+            ids.push(i.instance_id().unwrap_or_default().to_string());
+        }
+    }
+    let sgs = c
+        .describe_security_groups()
+        .filters(tag_filter)
+        .send()
+        .await
+        .expect("sweep DescribeSecurityGroups");
+    let groups = sgs
+        .security_groups()
+        .iter()
+        .map(|g| g.group_id().unwrap_or_default().to_string())
+        .collect();
+    (ids, groups)
+}
+
 /// An EC2 client straight to the moto at `moto_url` (not through the proxy).
 pub(crate) fn direct_client(moto_url: &str, region: &str) -> aws_sdk_ec2::Client {
     let conf = aws_sdk_ec2::Config::builder()
@@ -735,53 +785,9 @@ impl Env {
         direct_client(&self.moto_url, region)
     }
 
-    /// What moto holds with our identity tag in `region`: live instance ids (with their
-    /// lineage tag) and security group ids.
+    /// What moto holds with our identity tag in `region` ([`sweep_moto`]).
     async fn sweep(&self, region: &str) -> (Vec<String>, Vec<String>) {
-        let c = self.direct(region);
-        let tag_filter = Filter::builder()
-            .name(format!("tag:{IDENTITY_LABEL}"))
-            .values(VM)
-            .build();
-        let live = Filter::builder()
-            .name("instance-state-name")
-            .set_values(Some(
-                ["pending", "running", "stopping", "stopped", "shutting-down"]
-                    .map(String::from)
-                    .to_vec(),
-            ))
-            .build();
-        let out = c
-            .describe_instances()
-            .filters(tag_filter.clone())
-            .filters(live)
-            .send()
-            .await
-            .expect("sweep DescribeInstances");
-        let mut ids = Vec::new();
-        for r in out.reservations() {
-            for i in r.instances() {
-                let lineage = i
-                    .tags()
-                    .iter()
-                    .find(|t| t.key() == Some(LINEAGE_LABEL))
-                    .and_then(|t| t.value());
-                assert_eq!(lineage, Some(LINEAGE), "every instance carries the lineage");
-                ids.push(i.instance_id().unwrap_or_default().to_string());
-            }
-        }
-        let sgs = c
-            .describe_security_groups()
-            .filters(tag_filter)
-            .send()
-            .await
-            .expect("sweep DescribeSecurityGroups");
-        let groups = sgs
-            .security_groups()
-            .iter()
-            .map(|g| g.group_id().unwrap_or_default().to_string())
-            .collect();
-        (ids, groups)
+        sweep_moto(&self.moto_url, region).await
     }
 
     /// "No silent leaks": everything moto holds with the identity tag, in every region the

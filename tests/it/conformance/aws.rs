@@ -14,14 +14,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use aws_sdk_ec2::types::Filter;
 use gpuprov::config::{Cloud as CloudName, VmSpec};
 use gpuprov::provider::aws::AwsProvider;
-use gpuprov::provider::{CloudProvider, Location, IDENTITY_LABEL, LINEAGE_LABEL};
+use gpuprov::provider::{CloudProvider, Location};
 use gpuprov::vm::VmRecord;
 
-use super::{Cloud, Driver, Fault, Scenario, World};
-use crate::aws_moto::{self as moto, direct_client, Moto, Proxy};
+use super::{on_own_runtime, Cloud, Driver, Fault, Scenario, World};
+use crate::aws_moto::{self as moto, Moto, Proxy};
 use crate::support::drive;
 
 pub struct AwsDriver;
@@ -118,24 +117,6 @@ impl Driver for AwsDriver {
     }
 }
 
-/// Runs `f` to completion on a fresh thread and runtime (the sync [`Cloud`] methods are
-/// called from inside the scenario's runtime).
-fn on_own_runtime<Fut, T>(f: impl FnOnce() -> Fut + Send + 'static) -> T
-where
-    Fut: std::future::Future<Output = T>,
-    T: Send + 'static,
-{
-    std::thread::spawn(move || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(f())
-    })
-    .join()
-    .expect("aws helper thread")
-}
-
 impl AwsCloud {
     /// What moto holds with the identity tag in the scenario's regions: live instance ids
     /// and security group ids.
@@ -146,48 +127,9 @@ impl AwsCloud {
             let mut ids = Vec::new();
             let mut groups = Vec::new();
             for r in regions {
-                let c = direct_client(&url, r);
-                let tag = Filter::builder()
-                    .name(format!("tag:{IDENTITY_LABEL}"))
-                    .values("trainer")
-                    .build();
-                let live = Filter::builder()
-                    .name("instance-state-name")
-                    .set_values(Some(
-                        ["pending", "running", "stopping", "stopped", "shutting-down"]
-                            .map(String::from)
-                            .to_vec(),
-                    ))
-                    .build();
-                let out = c
-                    .describe_instances()
-                    .filters(tag.clone())
-                    .filters(live)
-                    .send()
-                    .await
-                    .expect("sweep DescribeInstances");
-                for res in out.reservations() {
-                    for i in res.instances() {
-                        let lineage = i
-                            .tags()
-                            .iter()
-                            .find(|t| t.key() == Some(LINEAGE_LABEL))
-                            .and_then(|t| t.value());
-                        assert_eq!(lineage, Some(moto::LINEAGE), "aws: the lineage tag");
-                        ids.push(i.instance_id().unwrap_or_default().to_string());
-                    }
-                }
-                let sgs = c
-                    .describe_security_groups()
-                    .filters(tag)
-                    .send()
-                    .await
-                    .expect("sweep DescribeSecurityGroups");
-                groups.extend(
-                    sgs.security_groups()
-                        .iter()
-                        .map(|g| g.group_id().unwrap_or_default().to_string()),
-                );
+                let (i, g) = moto::sweep_moto(&url, r).await;
+                ids.extend(i);
+                groups.extend(g);
             }
             (ids, groups)
         })

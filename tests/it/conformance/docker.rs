@@ -24,7 +24,7 @@ use gpuprov::provider::{
 };
 use gpuprov::vm::VmRecord;
 
-use super::{Cloud, Driver, Scenario, World};
+use super::{on_own_runtime, Cloud, Driver, Scenario, World};
 use crate::docker_provider::{docker_or_skip, raw_docker, Cleanup};
 
 pub struct DockerDriver;
@@ -39,25 +39,6 @@ fn skipped() -> bool {
         }
         on_own_runtime(|| async { docker_or_skip("conformance/docker").await.is_none() })
     })
-}
-
-/// Runs `f` to completion on a fresh thread and runtime (the scenarios call the sync
-/// [`Cloud`] methods from inside their own runtime, where blocking on a future panics).
-fn on_own_runtime<F, Fut, T>(f: F) -> T
-where
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = T>,
-    T: Send + 'static,
-{
-    std::thread::spawn(move || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(f())
-    })
-    .join()
-    .expect("docker helper thread")
 }
 
 /// The Docker adapter with every `create` recorded (region of the offer).

@@ -160,6 +160,25 @@ pub trait Driver: Sync {
     async fn start(&self, world: World) -> Box<dyn Cloud>;
 }
 
+/// Runs `f` to completion on a fresh thread and runtime: drivers answer the sync [`Cloud`]
+/// methods from inside the scenario's runtime, where blocking on a future panics.
+pub(crate) fn on_own_runtime<F, Fut, T>(f: F) -> T
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T>,
+    T: Send + 'static,
+{
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f())
+    })
+    .join()
+    .expect("driver helper thread")
+}
+
 /// Every driver of the suite.
 pub fn drivers() -> Vec<Box<dyn Driver>> {
     vec![
