@@ -36,6 +36,120 @@ pub struct ConfigFile {
     /// The machines, by name (lowercase letters, digits and `-`, at most 40 characters).
     #[serde(default)]
     pub vm: BTreeMap<String, VmTable>,
+    /// Where the state, its write-ahead journal and its lock live; the local file when
+    /// absent.
+    #[serde(default)]
+    pub backend: Option<BackendSettings>,
+}
+
+/// The kind of state backend (`[backend] type`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// A JSON file beside the config (or `path`), locked with an advisory file lock.
+    #[default]
+    Local,
+    /// An object in an S3 bucket (or an S3-compatible store) that enforces conditional
+    /// writes (`If-None-Match`, `If-Match`).
+    S3,
+    /// Rows in a PostgreSQL database; the connection string comes from the environment
+    /// (`GPUPROV_PG_CONN_STR`, else `PG_CONN_STR`), never from this file.
+    Postgres,
+}
+
+impl BackendKind {
+    /// The name used in `[backend] type`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Local => "local",
+            BackendKind::S3 => "s3",
+            BackendKind::Postgres => "postgres",
+        }
+    }
+}
+
+/// `[backend]`: where the state lives. One flat table; which keys apply depends on
+/// `type` (checked when the backend is opened, naming the key):
+///
+/// - `local`: `path` (default `gpuprov.state.json` beside the config).
+/// - `s3`: `bucket` (required), `key` (the state object's key, default
+///   `gpuprov.state.json`; the lock is `<key>.lock`, the journal `<key>.journal/`),
+///   `region` (else the SDK's region chain), `endpoint` (an S3-compatible store),
+///   `force_path_style` (path-style URLs, as MinIO and moto need).
+/// - `postgres`: `schema` (default `gpuprov`), `name` (the state's row, default
+///   `default`).
+///
+/// CI overrides any key with `--backend-config KEY=VALUE` or `GPUPROV_BACKEND_CONFIG`.
+/// No key holds a secret: credentials come from the SDK's chain or the environment.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BackendSettings {
+    /// `local` (default), `s3` or `postgres`.
+    #[serde(rename = "type", default)]
+    pub kind: BackendKind,
+    /// `local`: the state file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    /// `s3`: the bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<String>,
+    /// `s3`: the state object's key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// `s3`: the bucket's region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// `s3`: the endpoint of an S3-compatible store (`http://127.0.0.1:9000`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// `s3`: address the bucket in the path rather than the host name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force_path_style: Option<bool>,
+    /// `postgres`: the schema holding gpuprov's tables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
+    /// `postgres`: the state's name (one row per state).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl BackendSettings {
+    /// Returns these settings with `KEY=VALUE` overrides applied in order (`type=s3`,
+    /// `bucket=…`, `force_path_style=true`).
+    ///
+    /// # Errors
+    ///
+    /// A message naming the pair: not `KEY=VALUE`, an unknown key, or a value of the
+    /// wrong type.
+    pub fn with_overrides(&self, pairs: &[String]) -> Result<BackendSettings, String> {
+        let mut table = match toml::Table::try_from(self) {
+            Ok(t) => t,
+            Err(e) => return Err(format!("cannot apply backend overrides: {e}")),
+        };
+        for pair in pairs {
+            let Some((key, value)) = pair.split_once('=') else {
+                return Err(format!("backend override {pair:?} is not KEY=VALUE"));
+            };
+            let key = key.trim();
+            let value = value.trim();
+            let value = match key {
+                "force_path_style" => match value {
+                    "true" => toml::Value::Boolean(true),
+                    "false" => toml::Value::Boolean(false),
+                    _ => {
+                        return Err(format!(
+                            "backend override {pair:?}: force_path_style is true or false"
+                        ))
+                    }
+                },
+                _ => toml::Value::String(value.to_string()),
+            };
+            table.insert(key.to_string(), value);
+        }
+        toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| format!("invalid backend override: {}", e.message()))
+    }
 }
 
 /// Fields shared by `[defaults]` and `[vm.NAME]`; every one is optional.
@@ -190,6 +304,8 @@ pub struct Config {
     /// Machines in name order.
     pub vms: BTreeMap<String, VmSpec>,
     pub clouds: BTreeMap<Cloud, CloudSettings>,
+    /// The `[backend]` table, if any.
+    pub backend: Option<BackendSettings>,
     /// The file's text, kept for diagnostics raised after loading.
     pub source: String,
 }
@@ -352,6 +468,7 @@ impl Config {
             path: path.to_path_buf(),
             vms,
             clouds: file.cloud,
+            backend: file.backend,
             source: text,
         })
     }

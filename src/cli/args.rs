@@ -21,6 +21,16 @@ pub struct Cli {
     /// State file (default: gpuprov.state.json beside the config)
     #[arg(long, global = true, env = "GPUPROV_STATE")]
     pub state: Option<PathBuf>,
+    /// Override a key of the [backend] table, for example type=s3 or bucket=team-state
+    /// (repeatable; GPUPROV_BACKEND_CONFIG takes comma-separated pairs)
+    #[arg(
+        long = "backend-config",
+        global = true,
+        value_name = "KEY=VALUE",
+        env = "GPUPROV_BACKEND_CONFIG",
+        value_delimiter = ','
+    )]
+    pub backend_config: Vec<String>,
     /// How long to wait for the state lock, for example 30s or 2m
     #[arg(long = "lock-timeout", global = true, default_value = "0s", value_parser = parse_duration)]
     pub lock_timeout: Duration,
@@ -57,7 +67,7 @@ pub enum Command {
     Graph,
     /// Check the config and report which clouds are usable
     Validate,
-    /// Inspect the state file
+    /// Inspect, pull, push or migrate the state
     #[command(subcommand)]
     State(StateCommand),
     /// Clear a stale state lock left by a process that is gone
@@ -221,6 +231,36 @@ pub enum StateCommand {
         /// Address, for example vm.dev
         address: String,
     },
+    /// Print the whole state as stored in the backend (JSON)
+    Pull,
+    /// Replace the backend's state with a state file
+    Push(StatePushArgs),
+    /// Copy the state from one backend to another, verified, leaving the source as is
+    Migrate(StateMigrateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StatePushArgs {
+    /// The state file to push (`-` reads standard input)
+    pub file: PathBuf,
+    /// Push even when its lineage differs or its serial is not newer
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StateMigrateArgs {
+    /// The source backend as KEY=VALUE pairs (type=local, path=…); default: the
+    /// configured backend
+    #[arg(long = "from", value_name = "KEY=VALUE", value_delimiter = ',')]
+    pub from: Vec<String>,
+    /// The destination backend as KEY=VALUE pairs (type=s3, bucket=…); default: the
+    /// configured backend
+    #[arg(long = "to", value_name = "KEY=VALUE", value_delimiter = ',')]
+    pub to: Vec<String>,
+    /// Overwrite a destination state of another lineage or a newer serial
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]

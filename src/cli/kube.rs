@@ -23,7 +23,7 @@ fn cluster_of(project: &Project, name: &str) -> Result<(VmRecord, ClusterRecord)
         miette!(
             help = "list machines with `gpuprov list`",
             "no machine named {name:?} in {}",
-            project.state_path.display()
+            project.location()
         )
     })?;
     let s = match Record::decode(&rec.machine.kind, &rec.machine.state) {

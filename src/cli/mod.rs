@@ -21,9 +21,13 @@ macro_rules! err {
 }
 
 pub mod args;
+mod force_unlock;
 mod kube;
 mod offers;
 mod progress;
+mod state_migrate;
+mod state_pull;
+mod state_push;
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -35,6 +39,7 @@ use std::time::Duration;
 use clap::Parser;
 use miette::{miette, Context, IntoDiagnostic, Report};
 
+use crate::config::BackendSettings;
 use crate::config::{Cloud, Config};
 use crate::engine::{Engine, Outcome, StateJournal};
 use crate::graph::ResourceGraph;
@@ -47,8 +52,8 @@ use crate::provider::Lineage;
 use crate::ssh::client::Ssh2Connector;
 use crate::ssh::config_file::{write_ssh_files, SshConfigEntry};
 use crate::ssh::keys::{ensure_project_key, ProjectKey};
-use crate::state::lock::{force_unlock, StateLock};
-use crate::state::{StateFile, StateStore};
+use crate::state::lock::StateLock;
+use crate::state::{Backend, StateFile, StateStore};
 
 use args::{ApplyArgs, Cli, Command, DestroyArgs, K8sArgs, PlanArgs, SshArgs, StateCommand};
 
@@ -96,25 +101,31 @@ fn init_logging(color: bool) {
         .try_init();
 }
 
-/// Paths of one project: config, state, and the per-user data directory.
+/// One project: its config, and where its state lives (the backend, opened on first
+/// use).
 struct Project {
     config_path: PathBuf,
+    /// The local state file: `--state`, else `gpuprov.state.json` beside the config.
     state_path: PathBuf,
+    /// Whether `--state` was given (it names a local file, so a remote backend refuses it).
+    state_flag: bool,
+    /// `--backend-config` / `GPUPROV_BACKEND_CONFIG` pairs.
+    backend_overrides: Vec<String>,
+    backend: std::sync::OnceLock<Arc<dyn Backend>>,
 }
 
 impl Project {
     fn new(cli: &Cli) -> Project {
-        let state_path = cli.state.clone().unwrap_or_else(|| {
-            let dir = cli
-                .config
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            dir.join("gpuprov.state.json")
-        });
+        let state_path = cli
+            .state
+            .clone()
+            .unwrap_or_else(|| project_root(&cli.config).join("gpuprov.state.json"));
         Project {
             config_path: cli.config.clone(),
             state_path,
+            state_flag: cli.state.is_some(),
+            backend_overrides: cli.backend_config.clone(),
+            backend: std::sync::OnceLock::new(),
         }
     }
 
@@ -122,27 +133,106 @@ impl Project {
         Config::load(&self.config_path).map_err(Report::new)
     }
 
+    /// The backend settings: the config's `[backend]` (when the config exists) with
+    /// `extra` pairs (then `--backend-config`'s) applied.
+    fn backend_settings(&self, base: Option<&[String]>) -> Result<BackendSettings, Report> {
+        let mut settings = match base {
+            // An explicit backend (`state migrate --from/--to`) starts from scratch.
+            Some(_) => BackendSettings::default(),
+            None if self.config_path.exists() => self.load_config()?.backend.unwrap_or_default(),
+            None => BackendSettings::default(),
+        };
+        let pairs = base.unwrap_or(&self.backend_overrides);
+        settings = settings.with_overrides(pairs).map_err(|e| {
+            miette!(
+                help = "pairs are KEY=VALUE, keys as in [backend]: type, path, bucket, key, region, endpoint, force_path_style, schema, name",
+                "{e}"
+            )
+        })?;
+        Ok(settings)
+    }
+
+    /// Opens the backend `settings` describe.
+    fn open_backend(&self, settings: &BackendSettings) -> Result<Arc<dyn Backend>, Report> {
+        if self.state_flag && settings.kind != crate::config::BackendKind::Local {
+            return Err(miette!(
+                help = "drop --state (GPUPROV_STATE), or select the local backend with --backend-config type=local",
+                "--state names a local state file, but the backend is {}",
+                settings.kind.as_str()
+            ));
+        }
+        let mut settings = settings.clone();
+        if self.state_flag {
+            settings.path = Some(self.state_path.clone());
+        }
+        crate::state::open_backend(
+            &settings,
+            &self.state_path,
+            &project_root(&self.config_path),
+        )
+        .map_err(Report::new)
+    }
+
+    /// The project's backend (the config's, with the overrides), opened once.
+    fn backend(&self) -> Result<Arc<dyn Backend>, Report> {
+        if let Some(b) = self.backend.get() {
+            return Ok(b.clone());
+        }
+        let settings = self.backend_settings(None)?;
+        let b = self.open_backend(&settings)?;
+        Ok(self.backend.get_or_init(|| b).clone())
+    }
+
+    /// Where the state lives, for messages.
+    fn location(&self) -> String {
+        match self.backend.get() {
+            Some(b) => b.location().display().to_string(),
+            None => self.state_path.display().to_string(),
+        }
+    }
+
     fn open_state(&self) -> Result<(StateStore, StateFile), Report> {
-        StateStore::open(&self.state_path).map_err(Report::new)
+        let backend = self.backend()?;
+        crate::state::backend::bridge::blocking(|| StateStore::open_in(backend))
+            .map_err(Report::new)
     }
 
     fn lock(&self, operation: &str, timeout: Duration) -> Result<StateLock, Report> {
-        // Waiting for the lock blocks; tell the runtime so other tasks keep running.
-        let (lock, stale) = tokio::task::block_in_place(|| {
-            StateLock::acquire(&self.state_path, operation, timeout)
-        })
-        .map_err(Report::new)?;
-        if let Some(info) = stale {
-            errln!(
-                "note: a previous lock ({} by {}, pid {}, {}) was not released; that process is gone, so the lock was taken over",
-                info.operation,
-                info.who,
-                info.pid,
-                info.created.format("%Y-%m-%d %H:%M:%S UTC")
-            );
-        }
-        Ok(lock)
+        let backend = self.backend()?;
+        lock_backend(&*backend, operation, timeout)
     }
+}
+
+/// Takes `backend`'s lock, reporting a stale record left by a dead holder.
+fn lock_backend(
+    backend: &dyn Backend,
+    operation: &str,
+    timeout: Duration,
+) -> Result<StateLock, Report> {
+    // Waiting for the lock blocks; tell the runtime so other tasks keep running.
+    let (lock, stale) = crate::state::backend::bridge::blocking(|| {
+        StateLock::acquire_on(backend, operation, timeout)
+    })
+    .map_err(Report::new)?;
+    if let Some(info) = stale {
+        errln!(
+            "note: a previous lock ({} by {}, pid {}, {}) was not released; that process is gone, so the lock was taken over",
+            info.operation,
+            info.who,
+            info.pid,
+            info.created.format("%Y-%m-%d %H:%M:%S UTC")
+        );
+    }
+    Ok(lock)
+}
+
+/// The config's directory (`.` for a bare file name).
+fn project_root(config: &Path) -> PathBuf {
+    config
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf()
 }
 
 /// gpuprov's per-user data directory: `$GPUPROV_HOME`, else the platform's local data
@@ -358,25 +448,16 @@ async fn run(cli: Cli, color: bool) -> Result<ExitCode, Report> {
                             .join(", ")
                     ),
                     "no resource {address} in {}",
-                    project.state_path.display()
+                    project.location()
                 )
             })?;
             outln!("{}", serde_json::to_string_pretty(r).into_diagnostic()?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::ForceUnlock(a) => {
-            let outcome = force_unlock(&project.state_path, &a.lock_id).map_err(Report::new)?;
-            let i = &outcome.cleared;
-            errln!(
-                "Cleared the stale lock {} ({} by {}, pid {}, {}). The state is unlocked.",
-                i.id,
-                i.operation,
-                i.who,
-                i.pid,
-                i.created
-            );
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::State(StateCommand::Pull) => state_pull::run(&project),
+        Command::State(StateCommand::Push(a)) => state_push::run(&cli, &project, a),
+        Command::State(StateCommand::Migrate(a)) => state_migrate::run(&cli, &project, a),
+        Command::ForceUnlock(a) => force_unlock::run(&project, a),
     }
 }
 
@@ -861,10 +942,7 @@ async fn cmd_destroy(
     let _lock = project.lock("destroy", cli.lock_timeout)?;
     let (store, state) = project.open_state()?;
     if state.resources.is_empty() {
-        errln!(
-            "No machines in {}: nothing to destroy.",
-            project.state_path.display()
-        );
+        errln!("No machines in {}: nothing to destroy.", project.location());
         return Ok(ExitCode::SUCCESS);
     }
     let mut providers = match &config {
@@ -920,7 +998,7 @@ async fn cmd_destroy(
 async fn cmd_status(project: &Project, refresh: bool) -> Result<ExitCode, Report> {
     let (_, state) = project.open_state()?;
     if state.resources.is_empty() {
-        outln!("No machines in {}.", project.state_path.display());
+        outln!("No machines in {}.", project.location());
         return Ok(ExitCode::SUCCESS);
     }
     let observed = if refresh {
@@ -1059,7 +1137,7 @@ async fn cmd_ssh(project: &Project, a: &SshArgs) -> Result<ExitCode, Report> {
             help = "list machines with `gpuprov list`",
             "no machine named {:?} in {}",
             a.name,
-            project.state_path.display()
+            project.location()
         )
     })?;
     let vm = crate::record::vm_of(&rec.machine.kind, &rec.machine.state).ok_or_else(|| {
@@ -1115,7 +1193,8 @@ async fn cmd_validate(project: &Project) -> Result<ExitCode, Report> {
     let config = project.load_config()?;
     // Without a state yet (validate before the first apply) nothing is labelled, so any
     // lineage serves the credential and reachability checks.
-    let lineage = StateStore::open(&project.state_path)
+    let lineage = project
+        .open_state()
         .ok()
         .and_then(|(_, s)| Lineage::parse(&s.lineage).ok())
         .unwrap_or_else(Lineage::random);

@@ -174,6 +174,47 @@ pub enum StateError {
         /// The state, pretty JSON, for the caller to print.
         state_json: String,
     },
+
+    /// A remote backend (S3, PostgreSQL) refused or failed a call; nothing was changed
+    /// by the failed call.
+    #[error("could not {action} `{}`: {reason}", location.display())]
+    #[diagnostic(code(gpuprov::state::store))]
+    Store {
+        /// What gpuprov was doing, as a short lowercase phrase.
+        action: &'static str,
+        /// The object or row (no secrets).
+        location: PathBuf,
+        /// The store's answer, scrubbed of secrets.
+        reason: String,
+    },
+
+    /// The stored state moved on since this run read it: another writer saved it, so
+    /// this run's lock was broken (`force-unlock`, a lost session). Nothing was written.
+    #[error("the state at `{}` was changed by another writer since this run read it: {what}", location.display())]
+    #[diagnostic(
+        code(gpuprov::state::conflict),
+        help("this run's lock was broken while it ran (force-unlock, or its session was lost), and another run saved the state since; this run's state went to the errored file instead. Compare the two with `gpuprov state pull`, then re-run `gpuprov apply`: machines this run created carry the gpuprov labels and are found by refresh")
+    )]
+    Conflict {
+        /// The state's location.
+        location: PathBuf,
+        /// What the store said (the expected and found versions).
+        what: String,
+    },
+
+    /// The store accepted a conditional write it should have refused, so it cannot hold
+    /// a lock or fence the state: it is not used.
+    #[error("the store at `{}` does not enforce conditional writes: {what}", location.display())]
+    #[diagnostic(
+        code(gpuprov::state::unsafe_store),
+        help("gpuprov's S3 lock is an object created with `If-None-Match: *` and the state is replaced with `If-Match` on its ETag; a store that ignores those headers would let two runs write at once. Use Amazon S3 or an S3-compatible store that supports conditional writes, or the postgres backend")
+    )]
+    UnsafeStore {
+        /// The bucket and key prefix checked.
+        location: PathBuf,
+        /// Which check failed.
+        what: String,
+    },
 }
 
 impl StateError {

@@ -1,14 +1,14 @@
 //! Reading and atomically writing the state file.
 
-use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::atomic_file;
 
+use super::backend::{local::LocalBackend, Backend, Version};
 use super::error::{CorruptState, StateError};
 use super::wal::{self, JournalWriter, Replayed};
-use super::{backup_path, errored_path, StateFile, GPUPROV_VERSION, STATE_FORMAT_VERSION};
+use super::{backup_path, StateFile, GPUPROV_VERSION, STATE_FORMAT_VERSION};
 
 /// Owns the state file's path for one run: it read the file once at [`StateStore::open`]
 /// and writes it back with [`StateStore::save`] / [`StateStore::save_final`].
@@ -18,9 +18,14 @@ use super::{backup_path, errored_path, StateFile, GPUPROV_VERSION, STATE_FORMAT_
 /// store that will save.
 #[derive(Debug)]
 pub struct StateStore {
+    backend: Arc<dyn Backend>,
+    /// The backend's location, for messages.
     path: PathBuf,
     /// The bytes read at open, if the file existed; written to `.backup` on first save.
     original: Option<Vec<u8>>,
+    /// The stored document's version at open (then after each save), compared on write
+    /// so a writer whose lock was broken cannot overwrite a newer state.
+    version: Option<Version>,
     /// The lineage read at open, if the file existed; saves must not change it.
     lineage: Option<String>,
     backup_written: bool,
@@ -46,12 +51,21 @@ impl StateStore {
     ///
     /// In every error case the files are left untouched.
     pub fn open(path: impl AsRef<Path>) -> Result<(StateStore, StateFile), StateError> {
-        let path = path.as_ref().to_path_buf();
+        Self::open_in(Arc::new(LocalBackend::new(path.as_ref())))
+    }
+
+    /// Reads the state stored in `backend`, as [`StateStore::open`] does for a file.
+    ///
+    /// # Errors
+    ///
+    /// As [`StateStore::open`], and the backend's [`StateError::Store`] when it cannot be
+    /// read.
+    pub fn open_in(backend: Arc<dyn Backend>) -> Result<(StateStore, StateFile), StateError> {
         // A reader can race a writer that folds its journal and starts the next one
         // between our two reads; reading both again resolves it.
         let mut attempt = 0;
         loop {
-            match Self::open_once(&path) {
+            match Self::open_once(&backend) {
                 Err(StateError::JournalMismatch { .. }) if attempt < 3 => {
                     attempt += 1;
                     std::thread::sleep(std::time::Duration::from_millis(20));
@@ -61,21 +75,23 @@ impl StateStore {
         }
     }
 
-    fn open_once(path: &Path) -> Result<(StateStore, StateFile), StateError> {
-        let (original, mut state) = match fs::read(path) {
-            Ok(bytes) => {
-                let state = parse(path, &bytes)?;
-                (Some(bytes), state)
+    fn open_once(backend: &Arc<dyn Backend>) -> Result<(StateStore, StateFile), StateError> {
+        let path = backend.location();
+        let (original, version, mut state) = match backend.read_state()? {
+            Some(stored) => {
+                let state = parse(&path, &stored.bytes)?;
+                (Some(stored.bytes), Some(stored.version), state)
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => (None, StateFile::new()),
-            Err(e) => return Err(StateError::io("read state file", path, e)),
+            None => (None, None, StateFile::new()),
         };
         let existed = original.is_some();
-        let journal = wal::replay(&wal::journal_path(path), &mut state, existed)?;
+        let journal = wal::replay(&backend.read_journals()?, &mut state, existed)?;
         let store = StateStore {
-            path: path.to_path_buf(),
+            backend: backend.clone(),
+            path,
             lineage: (existed || journal != Replayed::None).then(|| state.lineage.clone()),
             original,
+            version,
             backup_written: false,
             journal,
         };
@@ -94,8 +110,7 @@ impl StateStore {
             self.save(state)?;
         }
         // Truncates an already-folded journal; the fold above is durable before that.
-        let writer =
-            JournalWriter::create(&wal::journal_path(&self.path), &state.lineage, state.serial)?;
+        let writer = JournalWriter::start(&*self.backend, &state.lineage, state.serial)?;
         self.journal = Replayed::None;
         self.lineage = Some(state.lineage.clone());
         Ok(writer)
@@ -107,9 +122,19 @@ impl StateStore {
         matches!(self.journal, Replayed::Applied { .. })
     }
 
-    /// Returns the state file's path.
+    /// Returns the state's location (the file's path, `s3://bucket/key`, …).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The backend this store reads and writes.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// The bytes of the stored document as read at open (`None`: there was none).
+    pub fn original_bytes(&self) -> Option<&[u8]> {
+        self.original.as_deref()
     }
 
     /// Returns the path of the backup written on the first save (`<path>.backup`).
@@ -120,7 +145,7 @@ impl StateStore {
     /// Returns the path the final state goes to if [`StateStore::save_final`] fails
     /// (`<path>.errored`).
     pub fn errored_path(&self) -> PathBuf {
-        errored_path(&self.path)
+        self.backend.errored_path()
     }
 
     /// Writes `state` to the file atomically, after incrementing its `serial` and setting
@@ -151,18 +176,47 @@ impl StateStore {
         }
         if !self.backup_written {
             if let Some(original) = &self.original {
-                write_atomic(&backup_path(&self.path), original)?;
+                self.backend.write_backup(original)?;
             }
             self.backup_written = true;
         }
         let previous = (state.serial, state.gpuprov_version.clone());
         state.serial = state.serial.saturating_add(1);
         state.gpuprov_version = GPUPROV_VERSION.to_string();
-        let result = to_json(&self.path, state).and_then(|bytes| write_atomic(&self.path, &bytes));
-        if result.is_err() {
-            (state.serial, state.gpuprov_version) = previous;
+        let result = to_json(&self.path, state)
+            .and_then(|bytes| self.backend.write_state(&bytes, self.version.as_ref()));
+        match result {
+            Ok(version) => {
+                self.version = Some(version);
+                Ok(())
+            }
+            Err(e) => {
+                (state.serial, state.gpuprov_version) = previous;
+                Err(e)
+            }
         }
-        result
+    }
+
+    /// Replaces the stored document with `bytes` exactly as given (`state push`, a
+    /// migration's destination), compared against the version read at open. `bytes` must
+    /// parse as a state this build can read; its serial and lineage are kept as they are.
+    ///
+    /// # Errors
+    ///
+    /// [`StateError::Corrupt`] and friends when `bytes` is not a valid state (nothing is
+    /// written), [`StateError::Conflict`] when the store moved on since open, else the
+    /// backend's error.
+    pub fn write_exact(&mut self, bytes: &[u8]) -> Result<(), StateError> {
+        parse(&self.path, bytes)?;
+        if !self.backup_written {
+            if let Some(original) = &self.original {
+                self.backend.write_backup(original)?;
+            }
+            self.backup_written = true;
+        }
+        let version = self.backend.write_state(bytes, self.version.as_ref())?;
+        self.version = Some(version);
+        Ok(())
     }
 
     /// Saves like [`StateStore::save`]; if that fails, writes the state (with its serial
@@ -204,7 +258,7 @@ impl StateStore {
 }
 
 /// Parses and version-checks the bytes of an existing state file.
-fn parse(path: &Path, bytes: &[u8]) -> Result<StateFile, StateError> {
+pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<StateFile, StateError> {
     let corrupt =
         |e: &serde_json::Error| StateError::Corrupt(Box::new(CorruptState::new(path, bytes, e)));
     // Check the version on the untyped value first: a newer format may not fit our types,
@@ -234,7 +288,7 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<StateFile, StateError> {
 }
 
 /// Serializes the state as pretty JSON with a trailing newline.
-fn to_json(path: &Path, state: &StateFile) -> Result<Vec<u8>, StateError> {
+pub(crate) fn to_json(path: &Path, state: &StateFile) -> Result<Vec<u8>, StateError> {
     let mut bytes = serde_json::to_vec_pretty(state).map_err(|source| StateError::Serialize {
         path: path.to_path_buf(),
         source,

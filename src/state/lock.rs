@@ -21,10 +21,10 @@ use miette::Diagnostic;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::{sibling, GPUPROV_VERSION};
+use crate::config::BackendKind;
 
-/// How often [`StateLock::acquire`] retries while another process holds the lock.
-const POLL_INTERVAL: Duration = Duration::from_millis(100);
+use super::backend::{Backend, LockAttempt, LockHandle};
+use super::{sibling, GPUPROV_VERSION};
 
 /// Returns the lock file path for a state file (`<state_path>.lock`).
 pub fn lock_path(state_path: &Path) -> PathBuf {
@@ -50,8 +50,12 @@ pub struct LockInfo {
     pub version: String,
     /// When the lock was taken (UTC).
     pub created: DateTime<Utc>,
-    /// The state file the lock protects.
+    /// The state the lock protects (a path, `s3://bucket/key`, a PostgreSQL row).
     pub path: PathBuf,
+    /// The CI job holding the lock, when run from CI (a run URL; see
+    /// [`super::backend::ci_job`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ci: Option<String>,
 }
 
 impl LockInfo {
@@ -74,6 +78,9 @@ impl LockInfo {
         let _ = writeln!(out, "  Who:       {}", self.who);
         let _ = writeln!(out, "  PID:       {}", self.pid);
         let _ = writeln!(out, "  Version:   {}", self.version);
+        if let Some(ci) = &self.ci {
+            let _ = writeln!(out, "  CI job:    {ci}");
+        }
         let _ = write!(
             out,
             "  Created:   {}",
@@ -104,6 +111,19 @@ pub enum LockError {
         /// The OS error.
         #[source]
         source: io::Error,
+    },
+
+    /// A remote store could not be asked about the lock (or refused a lock write for a
+    /// reason other than the lock being held).
+    #[error("could not {action} the state lock at `{}`: {reason}", location.display())]
+    #[diagnostic(code(gpuprov::state::lock::store))]
+    Store {
+        /// What gpuprov was doing, as a short lowercase phrase.
+        action: &'static str,
+        /// The lock object or row (no secrets).
+        location: PathBuf,
+        /// The store's answer, scrubbed of secrets.
+        reason: String,
     },
 
     /// Another process held the lock for the whole timeout.
@@ -194,93 +214,99 @@ fn held_help(info: Option<&LockInfo>) -> String {
 }
 
 /// Parses a lock record; empty (released) or unreadable content is `None`.
-fn parse_info(bytes: &[u8]) -> Option<LockInfo> {
+pub(super) fn parse_info(bytes: &[u8]) -> Option<LockInfo> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return None;
     }
     serde_json::from_slice(bytes).ok()
 }
 
-/// A held state lock; released on [`StateLock::release`] or on drop.
+/// A held state lock, on any backend; released on [`StateLock::release`] or on drop.
 #[derive(Debug)]
 pub struct StateLock {
     /// `None` once released, so drop does not release twice.
-    file: Option<File>,
+    handle: Option<Box<dyn LockHandle>>,
     lock_path: PathBuf,
     info: LockInfo,
 }
 
 impl StateLock {
-    /// Takes the exclusive lock for `state_path` on behalf of `operation` (for example
-    /// `"apply"`), retrying every 100 ms for up to `timeout` (`Duration::ZERO` tries once).
+    /// Takes the local state file's lock; [`StateLock::acquire_on`] with a
+    /// [`LocalBackend`](super::backend::local::LocalBackend) for `state_path`.
     ///
     /// The lock file `<state_path>.lock` is created if needed and kept afterwards
-    /// (deleting it would race with other lockers). Once locked, the holder record is
-    /// written into it and fsynced.
-    ///
-    /// Returns the lock and, if the lock file still held a record from a holder that died
-    /// without releasing, that stale record (so the caller can report it).
-    ///
-    /// This blocks the calling thread while waiting; from async code call it inside
-    /// `spawn_blocking`.
+    /// (deleting it would race with other lockers).
     ///
     /// # Errors
     ///
-    /// [`LockError::Held`] naming the holder when the timeout expires,
-    /// [`LockError::Io`] when the lock file cannot be opened, locked or written.
+    /// As [`StateLock::acquire_on`].
     pub fn acquire(
         state_path: &Path,
         operation: &str,
         timeout: Duration,
     ) -> Result<(StateLock, Option<LockInfo>), LockError> {
-        let lock_path = lock_path(state_path);
-        // No truncate: the file may hold the live holder's record.
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(lock_io("open lock file", &lock_path))?;
+        Self::acquire_on(
+            &super::backend::local::LocalBackend::new(state_path),
+            operation,
+            timeout,
+        )
+    }
+
+    /// Takes the exclusive lock of `backend`'s state on behalf of `operation` (for
+    /// example `"apply"`), retrying at the backend's poll interval for up to `timeout`
+    /// (`Duration::ZERO` tries once). The holder record (who, host, pid, operation, time,
+    /// CI job) is written with the lock.
+    ///
+    /// Returns the lock and, if a holder that died without releasing left a record the
+    /// backend could take over, that stale record (so the caller can report it).
+    ///
+    /// This blocks the calling thread while waiting; from async code call it inside
+    /// `block_in_place` or `spawn_blocking`.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Held`] naming the holder when the timeout expires, else the backend's
+    /// [`LockError`] when it could not be asked.
+    pub fn acquire_on(
+        backend: &dyn Backend,
+        operation: &str,
+        timeout: Duration,
+    ) -> Result<(StateLock, Option<LockInfo>), LockError> {
+        let location = backend.location();
+        let info = LockInfo {
+            id: uuid::Uuid::new_v4().to_string(),
+            operation: operation.to_string(),
+            who: who(),
+            pid: std::process::id(),
+            version: GPUPROV_VERSION.to_string(),
+            created: Utc::now(),
+            path: location.clone(),
+            ci: super::backend::ci_job(),
+        };
         let start = Instant::now();
         loop {
-            if FileExt::try_lock_exclusive(&file).map_err(lock_io("lock", &lock_path))? {
-                break;
+            match backend.try_lock(&info)? {
+                LockAttempt::Acquired { handle, stale } => {
+                    let lock = StateLock {
+                        handle: Some(handle),
+                        lock_path: lock_location(backend),
+                        info,
+                    };
+                    return Ok((lock, stale));
+                }
+                LockAttempt::Held(holder) => {
+                    let waited = start.elapsed();
+                    if waited >= timeout {
+                        return Err(LockError::Held {
+                            info: holder.map(Box::new),
+                            lock_path: lock_location(backend),
+                            waited,
+                        });
+                    }
+                    std::thread::sleep(backend.lock_poll_interval().min(timeout - waited));
+                }
             }
-            let waited = start.elapsed();
-            if waited >= timeout {
-                return Err(LockError::Held {
-                    info: LockInfo::read(state_path).map(Box::new),
-                    lock_path,
-                    waited,
-                });
-            }
-            std::thread::sleep(POLL_INTERVAL.min(timeout - waited));
         }
-
-        let mut lock = StateLock {
-            file: None,
-            lock_path,
-            info: LockInfo {
-                id: uuid::Uuid::new_v4().to_string(),
-                operation: operation.to_string(),
-                who: who(),
-                pid: std::process::id(),
-                version: GPUPROV_VERSION.to_string(),
-                created: Utc::now(),
-                path: state_path.to_path_buf(),
-            },
-        };
-        // If anything below fails, dropping `file` closes it, which releases the OS lock.
-        let stale = read_all(&mut file, &lock.lock_path).map(|b| parse_info(&b))?;
-        let record = serde_json::to_vec_pretty(&lock.info).map_err(|e| LockError::Io {
-            action: "serialize lock record for",
-            path: lock.lock_path.clone(),
-            source: io::Error::other(e),
-        })?;
-        overwrite(&mut file, &lock.lock_path, &record)?;
-        lock.file = Some(file);
-        Ok((lock, stale))
     }
 
     /// Returns this acquisition's holder record (its `id` is what force-unlock takes).
@@ -288,7 +314,7 @@ impl StateLock {
         &self.info
     }
 
-    /// Returns the lock file path.
+    /// Returns where the lock lives (the lock file, object or row).
     pub fn lock_path(&self) -> &Path {
         &self.lock_path
     }
@@ -298,11 +324,11 @@ impl StateLock {
     ///
     /// # Errors
     ///
-    /// [`LockError::Io`] if the record cannot be cleared; the OS lock is released anyway
-    /// when the file is closed.
+    /// [`LockError`] if the record cannot be cleared; a local lock is released anyway
+    /// when its file is closed.
     pub fn release(mut self) -> Result<(), LockError> {
-        match self.file.take() {
-            Some(file) => release_file(file, &self.lock_path),
+        match self.handle.take() {
+            Some(handle) => handle.release(),
             None => Ok(()),
         }
     }
@@ -310,11 +336,61 @@ impl StateLock {
 
 impl Drop for StateLock {
     fn drop(&mut self) {
-        if let Some(file) = self.file.take() {
-            // Nothing useful to do with an error here: closing the file releases the OS
-            // lock regardless, and a leftover record is reported as stale next time.
-            let _ = release_file(file, &self.lock_path);
+        if let Some(handle) = self.handle.take() {
+            // Nothing useful to do with an error here: a leftover record is reported as
+            // stale (or cleared with force-unlock) next time.
+            let _ = handle.release();
         }
+    }
+}
+
+/// Where `backend` keeps its lock, for messages: `<state>.lock` for files and objects,
+/// the state's location for PostgreSQL.
+fn lock_location(backend: &dyn Backend) -> PathBuf {
+    match backend.kind() {
+        BackendKind::Postgres => backend.location(),
+        _ => sibling(&backend.location(), ".lock"),
+    }
+}
+
+/// One attempt to take the local lock of `state_path` (see [`StateLock::acquire_on`]).
+pub(super) fn try_lock_file(state_path: &Path, info: &LockInfo) -> Result<LockAttempt, LockError> {
+    let lock_path = lock_path(state_path);
+    // No truncate: the file may hold the live holder's record.
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock_path)
+        .map_err(lock_io("open lock file", &lock_path))?;
+    if !FileExt::try_lock_exclusive(&file).map_err(lock_io("lock", &lock_path))? {
+        return Ok(LockAttempt::Held(LockInfo::read(state_path)));
+    }
+    // If anything below fails, dropping `file` closes it, which releases the OS lock.
+    let stale = read_all(&mut file, &lock_path).map(|b| parse_info(&b))?;
+    let record = serde_json::to_vec_pretty(info).map_err(|e| LockError::Io {
+        action: "serialize lock record for",
+        path: lock_path.clone(),
+        source: io::Error::other(e),
+    })?;
+    overwrite(&mut file, &lock_path, &record)?;
+    Ok(LockAttempt::Acquired {
+        handle: Box::new(FileLock { file, lock_path }),
+        stale,
+    })
+}
+
+/// A held local lock: the open, locked lock file.
+#[derive(Debug)]
+struct FileLock {
+    file: File,
+    lock_path: PathBuf,
+}
+
+impl LockHandle for FileLock {
+    fn release(self: Box<Self>) -> Result<(), LockError> {
+        release_file(self.file, &self.lock_path)
     }
 }
 

@@ -1,7 +1,8 @@
 //! The JSON state file and its lock.
 //!
-//! Only this module touches the state file (`gpuprov.state.json` by default), its
-//! `.backup`, its `.errored` sibling and the `.lock` file beside it.
+//! Only this module touches the state (`gpuprov.state.json` by default, or a remote
+//! [`backend`]: S3, PostgreSQL), its `.backup`, its `.errored` sibling, its journal and
+//! its lock.
 //!
 //! - [`StateFile`] and friends are the on-disk format: serde types that tolerate *and
 //!   preserve* unknown fields, because the file is read back by both older and newer
@@ -12,6 +13,7 @@
 //! - [`wal`] is the write-ahead journal (`<state>.journal`) a run appends each transition
 //!   to; [`StateStore::open`] replays it, and the run folds it into the file at the end.
 
+pub mod backend;
 mod error;
 mod file;
 pub mod lock;
@@ -25,6 +27,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub use backend::{open as open_backend, Backend, BackendError};
 pub use error::{CorruptState, StateError};
 pub use file::{write_atomic, StateStore};
 pub use lock::{ForceUnlockOutcome, LockError, LockInfo, StateLock};
@@ -165,6 +168,25 @@ pub struct Event {
     pub at: DateTime<Utc>,
     /// A one-line description, usually the label of the state entered.
     pub label: String,
+}
+
+/// The bytes gpuprov stores for `state`: pretty JSON with a trailing newline.
+///
+/// # Errors
+///
+/// [`StateError::Serialize`] (an unknown field holding a non-finite number, say).
+pub fn to_json_bytes(state: &StateFile) -> Result<Vec<u8>, StateError> {
+    file::to_json(Path::new("state"), state)
+}
+
+/// Parses stored state bytes as [`StateStore::open`] does; `name` names them in
+/// diagnostics.
+///
+/// # Errors
+///
+/// [`StateError::Corrupt`], [`StateError::NewerVersion`], [`StateError::InvalidLineage`].
+pub fn parse_state(name: &Path, bytes: &[u8]) -> Result<StateFile, StateError> {
+    file::parse(name, bytes)
 }
 
 /// Returns the path of the `.backup` file kept beside `state_path` (`<state_path>.backup`).

@@ -29,16 +29,16 @@
 //! writes and fsyncs the batch, so N machines in flight cost about one fsync per batch,
 //! not one each.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, Write};
+use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::backend::{Backend, JournalBytes, JournalSink};
 use super::error::StateError;
 use super::{MachineRecord, ResourceRecord, StateFile};
 
@@ -48,6 +48,11 @@ pub const JOURNAL_FORMAT_VERSION: u32 = 1;
 /// Returns the journal's path beside `state_path` (`<state_path>.journal`).
 pub fn journal_path(state_path: &Path) -> PathBuf {
     super::sibling(state_path, ".journal")
+}
+
+/// Where `backend` keeps its journal, for messages (`<location>.journal`).
+fn journal_location(backend: &dyn Backend) -> PathBuf {
+    super::sibling(&backend.location(), ".journal")
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -124,50 +129,36 @@ pub enum Replayed {
     Folded,
 }
 
-/// Applies the journal at `path` (if any) to `state`, which was read from the state
-/// file beside it. `state_existed` says whether that file existed: a first run that
-/// crashed before its first fold leaves only a journal, whose lineage is then adopted.
-///
-/// # Errors
-///
-/// [`StateError::CorruptJournal`] naming the line, [`StateError::JournalMismatch`] for a
-/// journal of another lineage or ahead of the state, [`StateError::Io`] if it cannot be
-/// read. In every error case nothing is modified on disk.
-pub fn replay(
-    path: &Path,
-    state: &mut StateFile,
-    state_existed: bool,
-) -> Result<Replayed, StateError> {
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Replayed::None),
-        Err(e) => return Err(StateError::io("read state journal", path, e)),
-    };
-    let mut reader = io::BufReader::new(file);
-    let mut line = Vec::new();
-    let mut lineno = 0usize;
+/// One parsed journal: where it is stored, its header, and its complete lines.
+struct Parsed {
+    location: PathBuf,
+    header: Header,
+    ops: Vec<JournalOp>,
+}
+
+/// Parses one stored journal; `None` when it holds no header (an empty or torn first
+/// line: nothing was journalled).
+fn parse_journal(j: &JournalBytes) -> Result<Option<Parsed>, StateError> {
     let mut header: Option<Header> = None;
     let mut ops = Vec::new();
-    loop {
-        line.clear();
-        let n = reader
-            .read_until(b'\n', &mut line)
-            .map_err(|e| StateError::io("read state journal", path, e))?;
-        if n == 0 {
-            break;
-        }
+    let mut rest: &[u8] = &j.bytes;
+    let mut lineno = 0usize;
+    while !rest.is_empty() {
         lineno += 1;
-        if line.last() != Some(&b'\n') {
-            // Cut short by a crash before its fsync returned: nothing acted on it.
+        // A last line without its `\n` was cut short by a crash before its write
+        // returned, so nothing acted on it.
+        let Some(end) = rest.iter().position(|b| *b == b'\n') else {
             break;
-        }
+        };
+        let line = &rest[..end];
+        rest = &rest[end + 1..];
         let corrupt = |what: String| StateError::CorruptJournal {
-            path: path.to_path_buf(),
+            path: j.location.clone(),
             line: lineno,
             what,
         };
         if header.is_none() {
-            let h: Header = serde_json::from_slice(&line)
+            let h: Header = serde_json::from_slice(line)
                 .map_err(|e| corrupt(format!("not a journal header: {e}")))?;
             if h.gpuprov_journal > JOURNAL_FORMAT_VERSION {
                 return Err(corrupt(format!(
@@ -178,49 +169,110 @@ pub fn replay(
             header = Some(h);
             continue;
         }
-        let op: JournalOp = serde_json::from_slice(&line).map_err(|e| corrupt(format!("{e}")))?;
+        let op: JournalOp = serde_json::from_slice(line).map_err(|e| corrupt(format!("{e}")))?;
         ops.push(op);
     }
-    let Some(h) = header else {
-        // Empty, or a header cut short: the journal was never started durably.
-        return Ok(Replayed::Folded);
-    };
+    Ok(header.map(|header| Parsed {
+        location: j.location.clone(),
+        header,
+        ops,
+    }))
+}
+
+/// Applies the stored journals (`journals`, as [`super::backend::Backend::read_journals`]
+/// returns them) to `state`, which was read from the same backend. `state_existed` says
+/// whether a state document existed: a first run that crashed before its first fold
+/// leaves only a journal, whose lineage is then adopted.
+///
+/// At most one journal can continue the state (its `base_serial` is the state's serial);
+/// those below it were folded already and are ignored. Two that continue it mean two
+/// writers ran at once (a broken lock): refused, so a person decides.
+///
+/// # Errors
+///
+/// [`StateError::CorruptJournal`] naming the line, [`StateError::JournalMismatch`] for a
+/// journal of another lineage, one ahead of the state, or two runs on the same serial.
+/// In every error case nothing is modified in the store.
+pub fn replay(
+    journals: &[JournalBytes],
+    state: &mut StateFile,
+    state_existed: bool,
+) -> Result<Replayed, StateError> {
+    let mut parsed = Vec::new();
+    for j in journals {
+        if let Some(p) = parse_journal(j)? {
+            parsed.push(p);
+        }
+    }
+    if parsed.is_empty() {
+        return Ok(if journals.is_empty() {
+            Replayed::None
+        } else {
+            Replayed::Folded
+        });
+    }
     if !state_existed {
-        if uuid::Uuid::parse_str(&h.lineage).is_err() {
+        // The newest run's journal names the lineage the first save would have written.
+        let newest = parsed
+            .iter()
+            .max_by_key(|p| p.header.base_serial)
+            .expect("not empty");
+        if uuid::Uuid::parse_str(&newest.header.lineage).is_err() {
             return Err(StateError::CorruptJournal {
-                path: path.to_path_buf(),
+                path: newest.location.clone(),
                 line: 1,
-                what: format!("invalid lineage {:?}: a lineage is a UUID", h.lineage),
+                what: format!(
+                    "invalid lineage {:?}: a lineage is a UUID",
+                    newest.header.lineage
+                ),
             });
         }
-        state.lineage = h.lineage.clone();
-        state.serial = h.base_serial;
+        state.lineage = newest.header.lineage.clone();
+        state.serial = newest.header.base_serial;
     }
-    if h.lineage != state.lineage {
-        return Err(StateError::JournalMismatch {
-            path: path.to_path_buf(),
-            what: format!(
-                "it belongs to lineage {}, the state beside it to {}",
-                h.lineage, state.lineage
-            ),
-        });
+    let mut current: Option<&Parsed> = None;
+    for p in &parsed {
+        let h = &p.header;
+        if h.lineage != state.lineage {
+            return Err(StateError::JournalMismatch {
+                path: p.location.clone(),
+                what: format!(
+                    "it belongs to lineage {}, the state beside it to {}",
+                    h.lineage, state.lineage
+                ),
+            });
+        }
+        if h.base_serial > state.serial {
+            return Err(StateError::JournalMismatch {
+                path: p.location.clone(),
+                what: format!(
+                    "it continues serial {}, but the state file has serial {} (was the state file replaced by an older copy?)",
+                    h.base_serial, state.serial
+                ),
+            });
+        }
+        if h.base_serial < state.serial {
+            continue;
+        }
+        if let Some(other) = current {
+            return Err(StateError::JournalMismatch {
+                path: p.location.clone(),
+                what: format!(
+                    "two runs journalled changes to serial {} at once (the other is `{}`): a run's lock was broken while it ran. Keep both, compare them with the state, and remove the one whose machines are not the ones running",
+                    h.base_serial,
+                    other.location.display()
+                ),
+            });
+        }
+        current = Some(p);
     }
-    if h.base_serial < state.serial {
+    let Some(p) = current else {
         return Ok(Replayed::Folded);
-    }
-    if h.base_serial > state.serial {
-        return Err(StateError::JournalMismatch {
-            path: path.to_path_buf(),
-            what: format!(
-                "it continues serial {}, but the state file has serial {} (was the state file replaced by an older copy?)",
-                h.base_serial, state.serial
-            ),
-        });
-    }
-    for op in &ops {
+    };
+    for op in &p.ops {
         op.apply(state);
     }
-    Ok(Replayed::Applied { n: ops.len() })
+    Ok(Replayed::Applied { n: p.ops.len() })
 }
 
 /// Cumulative figures of one [`JournalWriter`], for benchmarks and debug logs.
@@ -237,8 +289,8 @@ pub struct JournalStats {
 }
 
 struct WriterInner {
-    /// Shared so a batch is written without holding the lock (`&File` is `Write`).
-    file: std::sync::Arc<File>,
+    /// Where batches go; shared so a batch is written without holding the lock.
+    sink: Arc<dyn JournalSink>,
     /// Lines queued and not yet written.
     pending: Vec<u8>,
     /// Sequence number of the last queued change.
@@ -271,38 +323,31 @@ impl std::fmt::Debug for JournalWriter {
 }
 
 impl JournalWriter {
-    /// Creates (or truncates) the journal at `path` with its header, durably: the file
-    /// and the directory entry are fsynced before this returns.
-    pub(super) fn create(
-        path: &Path,
+    /// Starts the journal of `backend`'s state with its header, durably (on a local
+    /// file: the file and the directory entry are fsynced before this returns), after
+    /// deleting any older journal of that state.
+    pub(super) fn start(
+        backend: &dyn Backend,
         lineage: &str,
         base_serial: u64,
     ) -> Result<JournalWriter, StateError> {
         let started = Instant::now();
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| StateError::io("create state journal", path, e))?;
+        let path = journal_location(backend);
         let mut header = serde_json::to_vec(&Header {
             gpuprov_journal: JOURNAL_FORMAT_VERSION,
             lineage: lineage.to_string(),
             base_serial,
         })
         .map_err(|source| StateError::Serialize {
-            path: path.to_path_buf(),
+            path: path.clone(),
             source,
         })?;
         header.push(b'\n');
-        file.write_all(&header)
-            .and_then(|_| file.sync_all())
-            .map_err(|e| StateError::io("write state journal", path, e))?;
-        super::file::sync_parent(path)?;
+        let sink: Arc<dyn JournalSink> = Arc::from(backend.start_journal(&header)?);
         Ok(JournalWriter {
-            path: path.to_path_buf(),
+            path,
             inner: Mutex::new(WriterInner {
-                file: std::sync::Arc::new(file),
+                sink,
                 pending: Vec::new(),
                 queued: 0,
                 durable: 0,
@@ -376,10 +421,10 @@ impl JournalWriter {
                     w.syncing = true;
                     let batch = std::mem::take(&mut w.pending);
                     let upto = w.queued;
-                    let file = w.file.clone();
+                    let sink = w.sink.clone();
                     drop(w);
                     let started = Instant::now();
-                    let result = (&*file).write_all(&batch).and_then(|()| file.sync_data());
+                    let result = sink.append(&batch);
                     let mut w = self.lock();
                     w.syncing = false;
                     match result {
@@ -390,7 +435,7 @@ impl JournalWriter {
                             w.stats.bytes += batch.len() as u64;
                             w.stats.busy += started.elapsed();
                         }
-                        Err(e) => w.failed = Some(e.to_string()),
+                        Err(e) => w.failed = Some(e),
                     }
                     drop(w);
                     self.done.notify_waiters();
@@ -415,13 +460,10 @@ impl JournalWriter {
         self.lock().stats
     }
 
-    /// Deletes the journal; call only after its changes were folded into the state file
+    /// Deletes the journal; call only after its changes were folded into the state
     /// (a successful [`super::StateStore::save`]).
     pub fn remove(&self) -> Result<(), StateError> {
-        match std::fs::remove_file(&self.path) {
-            Ok(()) => super::file::sync_parent(&self.path),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(StateError::io("delete folded state journal", &self.path, e)),
-        }
+        let sink = self.lock().sink.clone();
+        sink.remove()
     }
 }

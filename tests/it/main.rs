@@ -7,6 +7,7 @@
 mod support;
 
 mod aws_moto;
+mod backends;
 mod cli;
 mod cli_kube;
 mod config;

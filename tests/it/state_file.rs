@@ -443,6 +443,7 @@ fn write_stale_record(path: &Path) -> LockInfo {
         version: "0.0.1".into(),
         created: Utc::now(),
         path: path.to_path_buf(),
+        ci: Some("https://ci.example/jobs/7".into()),
     };
     fs::write(lock_path(path), serde_json::to_vec(&info).unwrap()).unwrap();
     info

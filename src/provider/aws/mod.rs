@@ -281,6 +281,27 @@ pub fn status_of(state: Option<&InstanceStateName>, reason: Option<&str>) -> Ins
     }
 }
 
+/// The AWS SDK's config loader as gpuprov uses it (EC2 here, S3 for the state backend):
+/// the default credential chain, the ring-backed rustls HTTPS client (no aws-lc-rs C
+/// build), and timeouts that turn an unreachable endpoint into an error within seconds
+/// (connect 5 s, read 60 s, one attempt 90 s).
+pub fn sdk_loader() -> aws_config::ConfigLoader {
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+            aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https();
+    aws_config::defaults(BehaviorVersion::latest())
+        .http_client(http)
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(Duration::from_secs(5))
+                .read_timeout(Duration::from_secs(60))
+                .operation_attempt_timeout(Duration::from_secs(90))
+                .build(),
+        )
+}
+
 /// What the standard chain looks at, for the missing-credentials message.
 pub const CREDENTIAL_SOURCES: &str = "looked for AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, \
     the profile (AWS_PROFILE or `default`) in ~/.aws/credentials and ~/.aws/config (static \
@@ -411,23 +432,9 @@ impl AwsProvider {
     async fn sdk(&self) -> &SdkConfig {
         self.sdk
             .get_or_init(|| async {
-                let http = aws_smithy_http_client::Builder::new()
-                    .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
-                        aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
-                    ))
-                    .build_https();
-                let mut loader = aws_config::defaults(BehaviorVersion::latest())
-                    .http_client(http)
-                    // Each client sets its own region; this only keeps the loader from
-                    // asking instance metadata for one.
-                    .region(Region::new("us-east-1"))
-                    .timeout_config(
-                        TimeoutConfig::builder()
-                            .connect_timeout(Duration::from_secs(5))
-                            .read_timeout(Duration::from_secs(60))
-                            .operation_attempt_timeout(Duration::from_secs(90))
-                            .build(),
-                    );
+                // Each client sets its own region; this only keeps the loader from asking
+                // instance metadata for one.
+                let mut loader = sdk_loader().region(Region::new("us-east-1"));
                 if let (None, Some(p)) = (&self.settings.credentials, &self.settings.profile) {
                     loader = loader.profile_name(p);
                 }

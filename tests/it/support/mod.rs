@@ -5,9 +5,11 @@
 //! - [`clouds`]: FakeProvider variants with behaviours of real clouds.
 //! - [`figures`]: reliability figures written beside the build.
 //! - [`k3s`]: the scripted node and the stand-in Kubernetes API of the k3s tests.
+//! - [`stores`]: moto S3 and a throwaway PostgreSQL cluster for the state backends.
 
 pub mod clouds;
 pub mod drive;
 pub mod figures;
 pub mod k3s;
 pub mod spec;
+pub mod stores;

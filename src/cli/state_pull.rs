@@ -1,0 +1,33 @@
+//! `gpuprov state pull`: prints the state as stored in the backend.
+
+use std::process::ExitCode;
+
+use miette::{miette, Report};
+
+use super::Project;
+
+/// Prints the stored state document byte for byte. When an unfinished run left a
+/// journal, prints the state with that journal applied (what the next run will see),
+/// and says so on stderr.
+pub(super) fn run(project: &Project) -> Result<ExitCode, Report> {
+    let (store, state) = project.open_state()?;
+    if store.replayed_journal() {
+        errln!(
+            "note: an unfinished run's journal was applied; its changes are not yet in the stored state (the next apply or destroy folds them in)"
+        );
+        let bytes = crate::state::to_json_bytes(&state).map_err(Report::new)?;
+        out!("{}", String::from_utf8_lossy(&bytes));
+        return Ok(ExitCode::SUCCESS);
+    }
+    match store.original_bytes() {
+        Some(bytes) => {
+            out!("{}", String::from_utf8_lossy(bytes));
+            Ok(ExitCode::SUCCESS)
+        }
+        None => Err(miette!(
+            help = "run `gpuprov apply` to create it, or `gpuprov state push FILE`",
+            "no state is stored at {}",
+            project.location()
+        )),
+    }
+}
