@@ -8,6 +8,7 @@
 //! cargo bench --bench gpuprov -- --quick      # smaller sizes, fewer repeats
 //! cargo bench --bench gpuprov -- --json PATH  # where the JSON goes
 //! cargo bench --bench gpuprov -- --only actionable  # figure 6 alone, as JSON
+//! cargo bench --bench gpuprov -- --only backends    # figure 2b alone
 //! ```
 //!
 //! 1. plan latency: `gpuprov plan --refresh=false` on N-VM configs with matching state,
@@ -15,6 +16,8 @@
 //! 2. journal cost: an apply of N VMs on the FakeProvider through the real
 //!    [`StateJournal`] (fsync per batch), bytes written and time per transition, beside
 //!    the bytes the previous whole-file rewrite per transition would have written;
+//! 2b. journal cost per state backend (`gpuprov/backends.rs`): the same apply with the
+//!    state on the local file, moto's S3 and a throwaway PostgreSQL, on loopback;
 //! 3. apply concurrency: wall time of N VMs vs. one VM (the critical path) on the
 //!    FakeProvider with API latency and boot time, and the call rate the provider saw
 //!    under a declared limit;
@@ -26,6 +29,9 @@
 //!    machine refuses and on a cloud endpoint that refuses connections, before and after
 //!    the fix, on tokio's paused clock (virtual seconds of the real executor with the
 //!    default retry policy and timeouts; no real waiting, so the figure is exact).
+
+#[path = "gpuprov/backends.rs"]
+mod backends;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -50,11 +56,14 @@ struct Opts {
     json: PathBuf,
     /// `--only actionable`: just figure 6 (printed as JSON, the report file untouched).
     only_actionable: bool,
+    /// `--only backends`: just figure 2b (printed as JSON, the report file untouched).
+    only_backends: bool,
 }
 
 fn opts() -> Opts {
     let mut quick = false;
     let mut only_actionable = false;
+    let mut only_backends = false;
     let mut json = PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/target/gpuprov-bench.json"
@@ -63,7 +72,11 @@ fn opts() -> Opts {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--quick" => quick = true,
-            "--only" => only_actionable = args.next().as_deref() == Some("actionable"),
+            "--only" => match args.next().as_deref() {
+                Some("actionable") => only_actionable = true,
+                Some("backends") => only_backends = true,
+                other => panic!("--only actionable|backends, not {other:?}"),
+            },
             "--json" => json = args.next().map(PathBuf::from).expect("--json PATH"),
             _ => {} // cargo passes --bench
         }
@@ -72,6 +85,7 @@ fn opts() -> Opts {
         quick,
         json,
         only_actionable,
+        only_backends,
     }
 }
 
@@ -287,7 +301,21 @@ struct ApplyRun {
 async fn apply_fleet(cloud: Arc<FakeProvider>, n: usize, parallelism: usize) -> ApplyRun {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gpuprov.state.json");
-    let (store, state) = StateStore::open(&path).unwrap();
+    let backend: Arc<dyn gpuprov::state::Backend> =
+        Arc::new(gpuprov::state::backend::local::LocalBackend::new(&path));
+    let mut run = apply_fleet_on(backend.clone(), cloud, n, parallelism).await;
+    run.journal_file = std::fs::read(gpuprov::state::journal_path(&path)).unwrap_or_default();
+    run
+}
+
+/// An apply of `n` VMs whose state, journal and lock are on `backend`.
+async fn apply_fleet_on(
+    backend: Arc<dyn gpuprov::state::Backend>,
+    cloud: Arc<FakeProvider>,
+    n: usize,
+    parallelism: usize,
+) -> ApplyRun {
+    let (store, state) = StateStore::open_in(backend.clone()).unwrap();
     let lineage = state.lineage.clone();
     let journal = Arc::new(StateJournal::new(store, state).unwrap());
     let mut providers = Providers::new();
@@ -308,7 +336,6 @@ async fn apply_fleet(cloud: Arc<FakeProvider>, n: usize, parallelism: usize) -> 
     let start = Instant::now();
     let out = engine.apply(&plan).await;
     let wall = start.elapsed();
-    let journal_file = std::fs::read(gpuprov::state::journal_path(&path)).unwrap_or_default();
     let stats = journal.stats();
     journal.save_final().unwrap();
     let ready = out
@@ -318,8 +345,12 @@ async fn apply_fleet(cloud: Arc<FakeProvider>, n: usize, parallelism: usize) -> 
     ApplyRun {
         wall,
         journal: stats,
-        journal_file,
-        state_bytes: std::fs::metadata(&path).unwrap().len(),
+        journal_file: Vec::new(),
+        state_bytes: backend
+            .read_state()
+            .unwrap()
+            .map(|s| s.bytes.len() as u64)
+            .unwrap_or(0),
         ready,
     }
 }
@@ -705,11 +736,19 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    if o.only_backends {
+        let rows = json!(backends::bench(&rt, &o));
+        backends::print(&rows);
+        println!("{}", serde_json::to_string_pretty(&rows).unwrap());
+        return;
+    }
     let mut report = BTreeMap::new();
     eprintln!("1/6 plan latency …");
     report.insert("plan", json!(bench_plan(&o)));
     eprintln!("2/6 journal cost …");
     report.insert("journal", json!(bench_journal(&rt, &o)));
+    eprintln!("2b/6 journal cost per state backend …");
+    report.insert("backends", json!(backends::bench(&rt, &o)));
     eprintln!("3/6 apply concurrency …");
     report.insert("apply", bench_apply(&rt, &o));
     eprintln!("4/6 failover latency …");
@@ -788,6 +827,7 @@ fn print_table(r: &Value) {
             f(&row["rewrite_over_journal"]),
         );
     }
+    backends::print(&r["backends"]);
     let a = &r["apply"];
     println!(
         "\n3. apply concurrency (API latency {} ms, boot ≈ {} ms; goal ≤ 1.2 × one VM's critical path of {} ms)",

@@ -103,7 +103,12 @@ fn render(rel: &BTreeMap<String, Value>, props: &BTreeMap<String, Value>) -> Str
     let _ = writeln!(s, "|---|---|---|");
     let (mut leaks, mut dups, mut kept) = (0, 0, 0);
     let mut runs_table = String::new();
-    for cloud in ["crash_sweep_fake", "crash_sweep_docker"] {
+    for cloud in [
+        "crash_sweep_fake",
+        "crash_sweep_docker",
+        "crash_sweep_docker_s3",
+        "crash_sweep_docker_postgres",
+    ] {
         let Some(v) = rel.get(cloud) else {
             let _ = writeln!(s, "| {cloud} | not run | not run |");
             let _ = writeln!(
@@ -115,7 +120,10 @@ fn render(rel: &BTreeMap<String, Value>, props: &BTreeMap<String, Value>) -> Str
         leaks += num(&v["leaks"]);
         dups += num(&v["duplicates"]);
         kept += num(&v["pre_existing_destroyed"]);
-        let name = v["cloud"].as_str().unwrap_or(cloud);
+        let name = match v["backend"].as_str() {
+            Some(b) if b != "local" => format!("{} (state on {b})", v["cloud"].as_str().unwrap_or(cloud)),
+            _ => v["cloud"].as_str().unwrap_or(cloud).to_string(),
+        };
         for (kind, k) in v["kinds"].as_object().into_iter().flatten() {
             let _ = writeln!(s, "| {name} | {kind} | {} / {} |", k["covered"], k["total"]);
         }
@@ -227,6 +235,13 @@ fn render(rel: &BTreeMap<String, Value>, props: &BTreeMap<String, Value>) -> Str
         "| crash points covered (Docker subset, kill -9) | {} |",
         covered("crash_sweep_docker")
     );
+    for backend in ["s3", "postgres"] {
+        let _ = writeln!(
+            s,
+            "| crash points covered (Docker subset, kill -9, state on {backend}) | {} |",
+            covered(&format!("crash_sweep_docker_{backend}"))
+        );
+    }
     let _ = writeln!(s, "| leaks found | {leaks} |");
     let _ = writeln!(s, "| duplicates found | {dups} |");
     let _ = writeln!(s, "| pre-existing instances destroyed | {kept} |");

@@ -13,6 +13,10 @@
 
 use crate::support::drive;
 use crate::support::figures;
+use crate::support::stores::{backend_config, named, Store};
+
+use gpuprov::config::BackendSettings;
+use std::sync::Arc;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -20,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn skip() -> bool {
+pub(crate) fn skip() -> bool {
     if std::env::var_os("GPUPROV_SKIP_DOCKER").is_some_and(|v| v == "1") {
         eprintln!("SKIP: GPUPROV_SKIP_DOCKER=1, the Docker crash tests did not run");
         return true;
@@ -28,15 +32,18 @@ fn skip() -> bool {
     false
 }
 
-fn ensure_base_image() {
+pub(crate) fn ensure_base_image() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-base-image.sh");
     let out = Command::new("bash").arg(script).output().unwrap();
     assert!(out.status.success(), "base image build failed");
 }
 
-struct Project {
-    dir: tempfile::TempDir,
-    env: Vec<(String, String)>,
+/// One checkout running the real binary: its own directory and `GPUPROV_HOME` (a CI
+/// runner), on the local state or on a backend (`settings`, reached through `env`).
+pub(crate) struct Project {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) settings: Option<BackendSettings>,
 }
 
 impl Drop for Project {
@@ -56,16 +63,46 @@ impl Drop for Project {
 }
 
 impl Project {
-    fn new() -> Project {
+    pub(crate) fn new() -> Project {
         let dir = tempfile::tempdir().unwrap();
         let example = std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/docker.toml"),
         )
         .unwrap();
         std::fs::write(dir.path().join("gpuprov.toml"), example).unwrap();
-        Project { dir, env: vec![] }
+        Project {
+            dir,
+            env: vec![],
+            settings: None,
+        }
     }
-    fn cmd(&self, args: &[&str]) -> Command {
+
+    /// A checkout whose state lives in `store`, under its own `name` (an S3 key prefix,
+    /// a PostgreSQL state name), selected through `GPUPROV_BACKEND_CONFIG` as CI does.
+    pub(crate) fn on(store: &dyn Store, name: &str) -> Project {
+        let mut p = Project::new();
+        let settings = named(store.settings(), name);
+        p.env = store.env();
+        p.env
+            .push(("GPUPROV_BACKEND_CONFIG".into(), backend_config(&settings)));
+        p.settings = Some(settings);
+        p
+    }
+
+    /// The backend of this checkout's state, opened from the test process.
+    pub(crate) fn backend(&self) -> Arc<dyn gpuprov::state::Backend> {
+        for (k, v) in &self.env {
+            std::env::set_var(k, v);
+        }
+        let local = BackendSettings::default();
+        gpuprov::state::open_backend(
+            self.settings.as_ref().unwrap_or(&local),
+            &self.state_path(),
+            self.dir.path(),
+        )
+        .unwrap()
+    }
+    pub(crate) fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_gpuprov"));
         c.current_dir(self.dir.path())
             .env("GPUPROV_HOME", self.dir.path().join("home"))
@@ -76,7 +113,7 @@ impl Project {
             .stdin(Stdio::null());
         c
     }
-    fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         let out = self.cmd(args).output().unwrap();
         eprintln!(
             "$ gpuprov {} -> {:?}\n{}{}",
@@ -87,16 +124,16 @@ impl Project {
         );
         out
     }
-    fn state_path(&self) -> PathBuf {
+    pub(crate) fn state_path(&self) -> PathBuf {
         self.dir.path().join("gpuprov.state.json")
     }
-    fn lineage(&self) -> Option<String> {
-        let (_, st) = gpuprov::state::StateStore::open(self.state_path()).ok()?;
-        Some(st.lineage)
+    pub(crate) fn lineage(&self) -> Option<String> {
+        let (store, st) = gpuprov::state::StateStore::open_in(self.backend()).ok()?;
+        (store.original_bytes().is_some() || store.replayed_journal()).then_some(st.lineage)
     }
     /// Starts `args` armed at `point`; returns once it parked there (its stderr printed
     /// the marker), with the child still alive, and its stderr so far.
-    fn park_at(&self, args: &[&str], point: &str) -> (Child, String) {
+    pub(crate) fn park_at(&self, args: &[&str], point: &str) -> (Child, String) {
         let mut child = self
             .cmd(args)
             .env("GPUPROV_CRASH_AT", point)
@@ -129,7 +166,7 @@ impl Project {
 }
 
 /// Containers carrying VM name `dev` and this lineage (any status), as `docker ps -a`.
-fn docker_ps(lineage: &str) -> Vec<String> {
+pub(crate) fn docker_ps(lineage: &str) -> Vec<String> {
     containers_of(lineage, "dev")
 }
 
@@ -153,7 +190,7 @@ fn containers_of(lineage: &str, vm: &str) -> Vec<String> {
         .collect()
 }
 
-fn kill9(mut child: Child) {
+pub(crate) fn kill9(mut child: Child) {
     child.kill().unwrap(); // SIGKILL on Unix
     let status = child.wait().unwrap();
     assert!(!status.success());
@@ -180,8 +217,11 @@ const POINTS: &[(&str, bool)] = &[
 
 /// One point: (apply first when it is a destroy point,) run armed, kill -9 at the point,
 /// then apply again and destroy. Returns problems found.
-fn crash_once(point: &str, in_destroy: bool) -> Vec<String> {
-    let p = Project::new();
+pub(crate) fn crash_once(point: &str, in_destroy: bool, store: Option<&dyn Store>) -> Vec<String> {
+    let p = match store {
+        Some(s) => Project::on(s, &format!("crash-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])),
+        None => Project::new(),
+    };
     let mut problems = vec![];
     if in_destroy {
         assert!(p.run(&["apply", "--auto-approve"]).status.success());
@@ -193,8 +233,15 @@ fn crash_once(point: &str, in_destroy: bool) -> Vec<String> {
     };
     let (child, _) = p.park_at(args, point);
     kill9(child);
-    if let Err(e) = gpuprov::state::StateStore::open(p.state_path()) {
+    if let Err(e) = gpuprov::state::StateStore::open_in(p.backend()) {
         problems.push(format!("state refused after kill -9: {e}"));
+    }
+    // A remote lock outlives a killed holder (S3), or leaves its record (PostgreSQL):
+    // what a CI job does next is `force-unlock` with the ID the lock error names.
+    if let Ok(Some(info)) = p.backend().lock_info() {
+        if !p.run(&["force-unlock", &info.id]).status.success() {
+            problems.push("force-unlock after the crash failed".into());
+        }
     }
     let lineage = p.lineage().expect("a lineage");
     if docker_ps(&lineage).len() > 1 {
@@ -214,9 +261,10 @@ fn crash_once(point: &str, in_destroy: bool) -> Vec<String> {
     if !left.is_empty() {
         problems.push(format!("leaked: {left:?}"));
     }
-    match std::fs::read_to_string(p.state_path()) {
-        Ok(t) if serde_json::from_str::<serde_json::Value>(&t).is_ok() => {}
-        other => problems.push(format!("state file not valid JSON: {other:?}")),
+    match gpuprov::state::StateStore::open_in(p.backend()) {
+        Ok((store, _)) if store.original_bytes().is_some() && !store.replayed_journal() => {}
+        Ok(_) => problems.push("no folded state after destroy".into()),
+        Err(e) => problems.push(format!("state refused after destroy: {e}")),
     }
     problems
 }
@@ -227,6 +275,35 @@ fn docker_kill9_at_a_point_per_state_recovers_without_duplicates_or_leaks() {
         return;
     }
     ensure_base_image();
+    sweep(None, "crash_sweep_docker");
+}
+
+/// The same sweep with the state, journal and lock on S3 (moto): after each `kill -9`
+/// the run's lock is left behind, cleared with `force-unlock ID` as CI would.
+#[test]
+fn docker_kill9_sweep_on_the_s3_backend() {
+    if skip() {
+        return;
+    }
+    ensure_base_image();
+    let store = crate::support::stores::S3Store::start();
+    sweep(Some(&store), "crash_sweep_docker_s3");
+}
+
+/// And on PostgreSQL: the lock dies with the killed run's session; its record is cleared.
+#[test]
+fn docker_kill9_sweep_on_the_postgres_backend() {
+    if skip() {
+        return;
+    }
+    ensure_base_image();
+    let store = crate::support::stores::PgStore::start();
+    sweep(Some(&store), "crash_sweep_docker_postgres");
+}
+
+/// Runs every point of [`POINTS`] (three at a time), writes the figures as `figure`, and
+/// fails listing every point that leaked, duplicated or left a state the tool refuses.
+fn sweep(store: Option<&(dyn Store + Sync)>, figure: &str) {
     let started = Instant::now();
     // Three at a time: the runs spend most of their time waiting on Docker and sshd.
     let results: Vec<(String, Vec<String>)> = std::thread::scope(|s| {
@@ -236,7 +313,10 @@ fn docker_kill9_at_a_point_per_state_recovers_without_duplicates_or_leaks() {
                 s.spawn(move || {
                     chunk
                         .iter()
-                        .map(|(pt, d)| (pt.to_string(), crash_once(pt, *d)))
+                        .map(|(pt, d)| {
+                            let store = store.map(|s| s as &dyn Store);
+                            (pt.to_string(), crash_once(pt, *d, store))
+                        })
                         .collect::<Vec<_>>()
                 })
             })
@@ -273,9 +353,10 @@ fn docker_kill9_at_a_point_per_state_recovers_without_duplicates_or_leaks() {
             .count()
     };
     figures::write(
-        "crash_sweep_docker",
+        figure,
         &serde_json::json!({
             "cloud": "docker",
+            "backend": store.map(|s| s.settings().kind.as_str()).unwrap_or("local"),
             "kinds": kinds.iter().map(|(k, (c, t))| (k.to_string(), serde_json::json!({"covered": c, "total": t}))).collect::<serde_json::Map<_, _>>(),
             "crash_runs": results.len(),
             "leaks": count("leaked"),

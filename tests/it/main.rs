@@ -8,6 +8,7 @@ mod support;
 
 mod aws_moto;
 mod backends;
+mod backends_docker;
 mod cli;
 mod cli_kube;
 mod config;

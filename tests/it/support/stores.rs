@@ -30,18 +30,6 @@ pub trait Store {
     /// Everything the store holds, as text, for the secret sweep.
     fn dump(&self) -> String;
 
-    /// `GPUPROV_BACKEND_CONFIG` for these settings.
-    fn backend_config(&self) -> String {
-        let t = toml::Table::try_from(self.settings()).unwrap();
-        t.iter()
-            .map(|(k, v)| match v {
-                toml::Value::String(s) => format!("{k}={s}"),
-                other => format!("{k}={other}"),
-            })
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
     /// Opens a backend on this store from the test process (the env applied first).
     fn open(&self) -> Arc<dyn Backend> {
         for (k, v) in self.env() {
@@ -357,4 +345,27 @@ impl Drop for PgStore {
             .stdin(Stdio::null())
             .output();
     }
+}
+
+/// `settings` with the state under its own `name`: the S3 key `<name>/gpuprov.state.json`,
+/// the PostgreSQL state name `name`, the local file `<name>.state.json`.
+pub fn named(mut settings: BackendSettings, name: &str) -> BackendSettings {
+    match settings.kind {
+        BackendKind::S3 => settings.key = Some(format!("{name}/gpuprov.state.json")),
+        BackendKind::Postgres => settings.name = Some(name.to_string()),
+        BackendKind::Local => settings.path = Some(PathBuf::from(format!("{name}.state.json"))),
+    }
+    settings
+}
+
+/// `GPUPROV_BACKEND_CONFIG` (comma-separated `KEY=VALUE`) for `settings`.
+pub fn backend_config(settings: &BackendSettings) -> String {
+    let t = toml::Table::try_from(settings).unwrap();
+    t.iter()
+        .map(|(k, v)| match v {
+            toml::Value::String(s) => format!("{k}={s}"),
+            other => format!("{k}={other}"),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
