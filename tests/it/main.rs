@@ -7,6 +7,7 @@
 mod support;
 
 mod aws_moto;
+mod ci_examples;
 mod cli;
 mod cli_kube;
 mod config;
@@ -26,6 +27,7 @@ mod multi_cloud;
 mod persisted_states;
 mod properties;
 mod spec_harness;
+mod ssh_key_docker;
 mod ssh_local;
 mod state_file;
 mod state_journal;
