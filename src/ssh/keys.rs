@@ -30,7 +30,7 @@ use ssh_key::{Algorithm, LineEnding, PrivateKey};
 use crate::atomic_file;
 use crate::provider::redact::Secret;
 
-use super::{sha256_fingerprint, HostKey, SshError};
+use super::{HostKey, SshError};
 
 /// File name of the private key inside the key directory; the public key is next to it
 /// with a `.pub` suffix, as `ssh-keygen` lays them out.
@@ -158,9 +158,8 @@ impl ProjectKey {
     /// empty, a public key, not an OpenSSH private key, or passphrase-protected.
     pub fn from_private_key_text(origin: &str, text: &Secret) -> Result<Self, SshError> {
         let normalised = normalise_key_text(text.expose());
-        let key = parse_private_key(origin, &normalised)?;
         Ok(ProjectKey {
-            public_key_openssh: public_line(&key, origin)?,
+            public_key_openssh: public_line_of_private_text(origin, &normalised)?,
             source: KeySource::Memory(Arc::new(MemoryKey {
                 origin: origin.to_string(),
                 text: Secret::new(normalised),
@@ -177,11 +176,8 @@ impl ProjectKey {
         let text = read_private_file(path)?.ok_or_else(|| {
             SshError::Local(format!("{}: no such private key file", path.display()))
         })?;
-        let key = parse_private_key(&path.display().to_string(), &text)?;
-        Ok(ProjectKey::from_file(
-            path,
-            public_line(&key, &path.display().to_string())?,
-        ))
+        let public = public_line_of_private_text(&path.display().to_string(), &text)?;
+        Ok(ProjectKey::from_file(path, public))
     }
 
     /// A key the SSH agent holds: `public_key_openssh` says which of its identities.
@@ -335,8 +331,13 @@ fn normalise_key_text(text: &str) -> String {
     t
 }
 
-/// Parses an unencrypted OpenSSH private key from `text` that came from `origin`.
-fn parse_private_key(origin: &str, text: &str) -> Result<PrivateKey, SshError> {
+/// The public key line of the unencrypted OpenSSH private key `text` that came from
+/// `origin`: `ALGORITHM BASE64 comment` as ssh-key decodes it, or, for a private section
+/// ssh-key cannot decode but OpenSSH wrote (an ECDSA scalar with leading zero bytes,
+/// stored shorter than the curve size: every other P-521 key), `ALGORITHM BASE64` from
+/// the container's public section ([`openssh_public_blob`]); libssh2 and OpenSSH read
+/// such keys.
+fn public_line_of_private_text(origin: &str, text: &str) -> Result<String, SshError> {
     let bad = |what: &str| SshError::Local(format!("{origin}: {what}"));
     let trimmed = text.trim();
     if trimmed.is_empty() {
@@ -353,31 +354,82 @@ fn parse_private_key(origin: &str, text: &str) -> Result<PrivateKey, SshError> {
              KEY-----; convert a PEM key with `ssh-keygen -p -f FILE`)",
         ));
     }
-    // The parser's errors describe the format problem only (they never echo the input).
-    let key = PrivateKey::from_openssh(text.as_bytes())
-        .map_err(|e| bad(&format!("is not a valid OpenSSH private key: {e}")))?;
-    if key.is_encrypted() {
-        return Err(bad(
+    let encrypted = || {
+        bad(
             "is passphrase-protected; gpuprov needs an unencrypted key (or load it into \
              the SSH agent with ssh-add)",
-        ));
+        )
+    };
+    // The parser's errors describe the format problem only (they never echo the input).
+    match PrivateKey::from_openssh(text.as_bytes()) {
+        Ok(key) if key.is_encrypted() => Err(encrypted()),
+        Ok(key) => key
+            .public_key()
+            .to_openssh()
+            .map_err(|e| SshError::Local(format!("{origin}: cannot encode the public key: {e}"))),
+        Err(e) => match openssh_public_blob(trimmed) {
+            Some((cipher, _)) if cipher != "none" => Err(encrypted()),
+            Some((_, blob)) => {
+                Ok(HostKey::from_blob(&blob)).map(|k| format!("{} {}", k.algorithm, k.key_base64))
+            }
+            None => Err(bad(&format!("is not a valid OpenSSH private key: {e}"))),
+        },
     }
-    Ok(key)
 }
 
-/// The public key line (`ALGORITHM BASE64 comment`) of `key`.
-fn public_line(key: &PrivateKey, origin: &str) -> Result<String, SshError> {
-    key.public_key()
-        .to_openssh()
-        .map_err(|e| SshError::Local(format!("{origin}: cannot encode the public key: {e}")))
+/// The cipher name and public key blob of an OpenSSH private key container
+/// (`openssh-key-v1`, OpenSSH's PROTOCOL.key: magic, cipher, KDF, KDF options, one
+/// public key, the private section), read without decoding the private section. `None`
+/// unless the text is one whole, well-formed container holding one key whose private
+/// section (when unencrypted) starts with two equal check integers and the public key's
+/// type, so a truncated or damaged key is not taken for a good one.
+fn openssh_public_blob(text: &str) -> Option<(String, Vec<u8>)> {
+    use base64::Engine as _;
+    let body: String = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with("-----"))
+        .collect();
+    let data = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .ok()?;
+    let mut r = Cursor(data.strip_prefix(b"openssh-key-v1\0")?);
+    let cipher = String::from_utf8(r.string()?.to_vec()).ok()?;
+    let (_kdf, _kdf_options) = (r.string()?, r.string()?);
+    if r.u32()? != 1 {
+        return None;
+    }
+    let public = r.string()?.to_vec();
+    let mut private = Cursor(r.string()?);
+    if !r.0.is_empty() {
+        return None;
+    }
+    if cipher == "none" {
+        let algorithm = HostKey::from_blob(&public).algorithm;
+        let (check1, check2) = (private.u32()?, private.u32()?);
+        if check1 != check2 || private.string()? != algorithm.as_bytes() {
+            return None;
+        }
+    }
+    Some((cipher, public))
 }
 
-/// The `SHA256:` fingerprint of an OpenSSH public key line, `None` if it is not one.
-pub fn public_key_fingerprint(line: &str) -> Option<String> {
-    HostKey::from_public_key_line(line)
-        .ok()
-        .and_then(|k| k.blob())
-        .map(|b| sha256_fingerprint(&b))
+/// Reads SSH wire data (RFC 4251 `uint32` and `string`); `None` past the end.
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn u32(&mut self) -> Option<u32> {
+        let (head, rest) = self.0.split_at_checked(4)?;
+        self.0 = rest;
+        Some(u32::from_be_bytes(head.try_into().ok()?))
+    }
+
+    fn string(&mut self) -> Option<&'a [u8]> {
+        let len = self.u32()? as usize;
+        let (head, rest) = self.0.split_at_checked(len)?;
+        self.0 = rest;
+        Some(head)
+    }
 }
 
 /// Returns the project key kept in `dir`, creating it on first use.
@@ -566,6 +618,50 @@ gAAAAhAOa9yccOmHX+uRRZygw1rdF3FMsc1wRssVGi/MQRZWFiAAAADHZlY3Rvci1lY2Rz
 YQECAw==
 -----END OPENSSH PRIVATE KEY-----
 ";
+    // `ssh-keygen -q -t ecdsa -b 521 -N '' -C vector-p521 -f p`, picked among several for
+    // a private scalar with a leading zero byte, which OpenSSH stores in 65 bytes and
+    // ssh-key 0.6 refuses ("length invalid"); `ssh-keygen -lf p` printed `521
+    // SHA256:ISeFbNnmwlzdKi+Ulzg6b45VIhSsxywkO21xkUfRNZg vector-p521 (ECDSA)`.
+    const P521_SHORT_SCALAR: &str = "-----BEGIN OPENSSH PRIVATE KEY-----
+b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAArAAAABNlY2RzYS
+1zaGEyLW5pc3RwNTIxAAAACG5pc3RwNTIxAAAAhQQAsJie4fSI5qxg82F5sKw77jUyZ+B8
+2tZWwV7NK7d1s+rtxYtqR0qs3htJnJ4fsZj58b3uAgze1U/reXV7BXn0ZUcAMIXWDvwpS0
+JMxPsSWfB0SEowtICu7s9EnXs/fy7+o0WbxMybhDHmYId2tB3j2MBkPLBb4NJl73aeySHv
+BFozlkcAAAEIbTH1GW0x9RkAAAATZWNkc2Etc2hhMi1uaXN0cDUyMQAAAAhuaXN0cDUyMQ
+AAAIUEALCYnuH0iOasYPNhebCsO+41MmfgfNrWVsFezSu3dbPq7cWLakdKrN4bSZyeH7GY
++fG97gIM3tVP63l1ewV59GVHADCF1g78KUtCTMT7ElnwdEhKMLSAru7PRJ17P38u/qNFm8
+TMm4Qx5mCHdrQd49jAZDywW+DSZe92nskh7wRaM5ZHAAAAQVa4b4lMF78ijayNLI9YzroK
+H33kycYdmqep1Bfz6pPzaK6CCT/m4tX37ycBW/ezv7wOWipHDhQ/+VyluwI0b10vAAAAC3
+ZlY3Rvci1wNTIx
+-----END OPENSSH PRIVATE KEY-----
+";
+
+    #[test]
+    fn a_key_ssh_key_cannot_decode_gets_its_public_half_from_the_container() {
+        assert!(
+            PrivateKey::from_openssh(P521_SHORT_SCALAR).is_err(),
+            "ssh-key decodes it now: the fallback may go"
+        );
+        let key = ProjectKey::from_private_key_text("T", &Secret::new(P521_SHORT_SCALAR)).unwrap();
+        assert_eq!(
+            key.fingerprint().as_deref(),
+            Some("SHA256:ISeFbNnmwlzdKi+Ulzg6b45VIhSsxywkO21xkUfRNZg")
+        );
+        assert!(key
+            .public_key_openssh
+            .starts_with("ecdsa-sha2-nistp521 AAAA"));
+        // The fallback reads whole containers only: cut, or with a bad check, it refuses.
+        let lines: Vec<&str> = P521_SHORT_SCALAR.lines().collect();
+        let cut = format!(
+            "{}\n{}\n",
+            lines[..lines.len() - 3].join("\n"),
+            lines[lines.len() - 1]
+        );
+        assert!(openssh_public_blob(&cut).is_none());
+        assert!(ProjectKey::from_private_key_text("T", &Secret::new(cut)).is_err());
+        assert!(openssh_public_blob(ED25519_VECTOR).is_some());
+        assert!(openssh_public_blob("-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n").is_none());
+    }
 
     /// The base64 body lines of a private key text: what must never show up anywhere.
     fn body_lines(pem: &str) -> Vec<&str> {
@@ -587,10 +683,6 @@ YQECAw==
         assert_eq!(
             key.fingerprint().as_deref(),
             Some("SHA256:+qB348VvSQvkoHmlozvg3oY9SUkDHSx+Yt+9enY0uOQ")
-        );
-        assert_eq!(
-            public_key_fingerprint(&key.public_key_openssh),
-            key.fingerprint()
         );
     }
 

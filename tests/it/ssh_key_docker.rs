@@ -7,10 +7,10 @@
 //! nowhere: not in B's state, its files, or any output.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Output;
 
 use crate::docker_e2e::{containers, ensure_base_image, leftovers, skip, Project};
+use crate::support::openssh::{keygen_fingerprint, Agent};
 
 /// Every command of a runner, and everything it printed.
 struct Runner<'a> {
@@ -109,58 +109,6 @@ fn files_under(dir: &Path) -> Vec<(PathBuf, String)> {
         }
     }
     out
-}
-
-fn keygen_fingerprint(path: &Path) -> String {
-    let out = Command::new("ssh-keygen")
-        .arg("-lf")
-        .arg(path)
-        .output()
-        .unwrap();
-    let listed = String::from_utf8(out.stdout).unwrap();
-    listed.split_whitespace().nth(1).unwrap().to_string()
-}
-
-/// A running `ssh-agent` holding `key`; killed on drop.
-struct Agent {
-    child: std::process::Child,
-    socket: PathBuf,
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn agent_with(dir: &Path, key: &Path) -> Agent {
-    let socket = dir.join("agent.sock");
-    let child = Command::new("ssh-agent")
-        .arg("-D")
-        .arg("-a")
-        .arg(&socket)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start ssh-agent");
-    let agent = Agent { child, socket };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !agent.socket.exists() {
-        assert!(Instant::now() < deadline, "ssh-agent made no socket");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let add = Command::new("ssh-add")
-        .arg(key)
-        .env("SSH_AUTH_SOCK", &agent.socket)
-        .output()
-        .unwrap();
-    assert!(
-        add.status.success(),
-        "{}",
-        String::from_utf8_lossy(&add.stderr)
-    );
-    agent
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -331,7 +279,8 @@ async fn a_second_runner_uses_the_recorded_key_from_the_environment_and_never_ma
     assert!(out.status.success(), "{}", stderr(&out));
 
     // The SSH agent holding the recorded key.
-    let agent = agent_with(other_dir.path(), &file);
+    let agent = Agent::start(other_dir.path());
+    agent.add(&file);
     let sock = agent.socket.to_str().unwrap();
     let out = b.run(&["ssh", "dev", "--", "true"], &[("SSH_AUTH_SOCK", sock)]);
     assert!(out.status.success(), "{}", stderr(&out));

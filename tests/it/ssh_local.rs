@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::openssh::{keygen, keygen_p521_short_scalar, Agent};
 use gpuprov::provider::redact::Secret;
 use gpuprov::provider::SshEndpoint;
 use gpuprov::ssh::supply::{resolve, KeyRequest, KeySupply};
@@ -376,33 +377,6 @@ async fn silent_server_times_out_as_unreachable() {
     drop(listener);
 }
 
-/// A key pair made by `ssh-keygen -t ALG` in `dir` (file `name`, mode 0600), with the
-/// fingerprint `ssh-keygen -lf` prints for it.
-fn keygen(dir: &Path, name: &str, args: &[&str]) -> (PathBuf, String) {
-    let path = dir.join(name);
-    let out = Command::new("ssh-keygen")
-        .args(["-q", "-N", "", "-C", name])
-        .args(args)
-        .arg("-f")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let listed = Command::new("ssh-keygen")
-        .arg("-lf")
-        .arg(&path)
-        .output()
-        .unwrap();
-    let listed = String::from_utf8(listed.stdout).unwrap();
-    let fp = listed.split_whitespace().nth(1).unwrap().to_string();
-    assert!(fp.starts_with("SHA256:"), "{listed}");
-    (path, fp)
-}
-
 /// Issue 14: the fingerprint the state records is the one `ssh-keygen -lf` prints, for
 /// every key type a user may supply, however it is supplied.
 #[test]
@@ -415,8 +389,13 @@ fn fingerprints_of_supplied_keys_match_ssh_keygen() {
         ("ecdsa384", &["-t", "ecdsa", "-b", "384"]),
         ("ecdsa521", &["-t", "ecdsa", "-b", "521"]),
         ("rsa2048", &["-t", "rsa", "-b", "2048"]),
+        ("ecdsa521-short", &[]),
     ] {
-        let (path, fp) = keygen(tmp.path(), name, args);
+        let (path, fp) = if args.is_empty() {
+            keygen_p521_short_scalar(tmp.path(), name)
+        } else {
+            keygen(tmp.path(), name, args)
+        };
         let from_file = ProjectKey::load_file(&path).unwrap();
         let text = Secret::new(fs::read_to_string(&path).unwrap());
         let from_text =
@@ -442,40 +421,6 @@ fn fingerprints_of_supplied_keys_match_ssh_keygen() {
             "{name}"
         );
     }
-}
-
-/// A running `ssh-agent` on a private socket; killed on drop.
-struct Agent {
-    child: std::process::Child,
-    socket: PathBuf,
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_agent(dir: &Path) -> Agent {
-    let socket = dir.join("agent.sock");
-    let child = Command::new("ssh-agent")
-        .arg("-D")
-        .arg("-a")
-        .arg(&socket)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start ssh-agent");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !socket.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "ssh-agent did not create its socket"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Agent { child, socket }
 }
 
 fn run_true(
@@ -512,11 +457,18 @@ async fn keys_from_the_environment_and_the_agent_log_in_like_the_key_file() {
     for (name, args) in [
         ("ed25519", &["-t", "ed25519"][..]),
         ("ecdsa", &["-t", "ecdsa", "-b", "256"]),
+        // A short P-521 scalar, which ssh-key cannot decode (the public half then comes
+        // from the container): libssh2 must still log in with it.
+        ("ecdsa521-short", &[]),
         ("rsa", &["-t", "rsa", "-b", "3072"]),
     ] {
         let work = tmp.path().join(name);
         fs::create_dir_all(&work).unwrap();
-        let (path, fp) = keygen(&work, "ci_key", args);
+        let (path, fp) = if args.is_empty() {
+            keygen_p521_short_scalar(&work, "ci_key")
+        } else {
+            keygen(&work, "ci_key", args)
+        };
         let text = fs::read_to_string(&path).unwrap();
         let file_key = ProjectKey::load_file(&path).unwrap();
         let sshd = start_sshd(&work, &host, &file_key);
@@ -543,18 +495,18 @@ async fn keys_from_the_environment_and_the_agent_log_in_like_the_key_file() {
         // OpenSSH with the generated config and the temporary copy.
         let identity = memory.openssh_identity().unwrap();
         let files = work.join("files");
-        let config = write_ssh_files(
-            &files,
-            &[SshConfigEntry {
+        let config_naming = |identity_file: PathBuf| {
+            let entry = SshConfigEntry {
                 host_alias: "gpuprov-box".into(),
                 hostname: "127.0.0.1".into(),
                 port: sshd.port,
                 user: user.clone(),
-                identity_file: identity.clone(),
+                identity_file,
                 host_key: pin.clone(),
-            }],
-        )
-        .unwrap();
+            };
+            write_ssh_files(&files, &[entry]).unwrap()
+        };
+        let config = config_naming(identity.clone());
         let ssh = |config: &Path, agent: Option<&Path>| {
             let mut c = Command::new("ssh");
             c.arg("-F").arg(config).args([
@@ -584,17 +536,8 @@ async fn keys_from_the_environment_and_the_agent_log_in_like_the_key_file() {
         );
 
         // The agent: found by the recorded fingerprint, used by libssh2 and OpenSSH.
-        let agent = start_agent(&work);
-        let add = Command::new("ssh-add")
-            .arg(&path)
-            .env("SSH_AUTH_SOCK", &agent.socket)
-            .output()
-            .unwrap();
-        assert!(
-            add.status.success(),
-            "{}",
-            String::from_utf8_lossy(&add.stderr)
-        );
+        let agent = Agent::start(&work);
+        agent.add(&path);
         let recorded = SshIdentity::of(&file_key).unwrap();
         assert_eq!(recorded.key_fingerprint, fp);
         let project_dir = work.join("project");
@@ -626,18 +569,7 @@ async fn keys_from_the_environment_and_the_agent_log_in_like_the_key_file() {
         assert!(fs::read_to_string(&pub_file)
             .unwrap()
             .starts_with(&recorded.public_key));
-        let config = write_ssh_files(
-            &files,
-            &[SshConfigEntry {
-                host_alias: "gpuprov-box".into(),
-                hostname: "127.0.0.1".into(),
-                port: sshd.port,
-                user: user.clone(),
-                identity_file: pub_file,
-                host_key: pin.clone(),
-            }],
-        )
-        .unwrap();
+        let config = config_naming(pub_file);
         let out = ssh(&config, Some(&agent.socket));
         assert!(
             out.status.success(),
@@ -651,7 +583,7 @@ async fn keys_from_the_environment_and_the_agent_log_in_like_the_key_file() {
         }
 
         // An agent without the key: not available, and nothing is generated.
-        let empty = start_agent(&work.join("files"));
+        let empty = Agent::start(&work.join("files"));
         let supply = KeySupply {
             agent_socket: Some(empty.socket.clone()),
             ..KeySupply::default()

@@ -5,9 +5,11 @@
 //! - [`clouds`]: FakeProvider variants with behaviours of real clouds.
 //! - [`figures`]: reliability figures written beside the build.
 //! - [`k3s`]: the scripted node and the stand-in Kubernetes API of the k3s tests.
+//! - [`openssh`]: `ssh-keygen` keys and fingerprints, a throwaway `ssh-agent`.
 
 pub mod clouds;
 pub mod drive;
 pub mod figures;
 pub mod k3s;
+pub mod openssh;
 pub mod spec;
