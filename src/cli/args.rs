@@ -34,6 +34,16 @@ pub struct Cli {
     /// How long to wait for the state lock, for example 30s or 2m
     #[arg(long = "lock-timeout", global = true, default_value = "0s", value_parser = parse_duration)]
     pub lock_timeout: Duration,
+    /// The project's SSH private key file, on a machine other than the one that made it
+    /// (or a .pub file whose key the SSH agent holds); the key's text can come from
+    /// GPUPROV_SSH_PRIVATE_KEY instead
+    #[arg(
+        long = "ssh-key",
+        value_name = "PATH",
+        global = true,
+        env = "GPUPROV_SSH_KEY_FILE"
+    )]
+    pub ssh_key: Option<PathBuf>,
     /// Disable colours and live progress (also when NO_COLOR is set or output is not a terminal)
     #[arg(long = "no-color", global = true)]
     pub no_color: bool,

@@ -302,7 +302,7 @@ pub(super) async fn cmd_tunnel(project: &Project, a: &TunnelArgs) -> Result<Exit
         None => Some(recorded_port),
     };
     let (_, state) = project.open_state()?;
-    let key = project_key(&state.lineage)?;
+    let key = project_key(project, &state, super::KeyUse::Connect)?;
     let mut tunnel = crate::cluster::tunnel::Tunnel::open(&vm, &key, wanted, API_PORT)
         .await
         .map_err(Report::new)?;

@@ -51,7 +51,8 @@ use crate::provider::Feature;
 use crate::provider::Lineage;
 use crate::ssh::client::Ssh2Connector;
 use crate::ssh::config_file::{write_ssh_files, SshConfigEntry};
-use crate::ssh::keys::{ensure_project_key, ProjectKey};
+use crate::ssh::keys::{KeySource, ProjectKey};
+use crate::ssh::supply::{KeyRequest, KeySupply, SshIdentity, ENV_AGENT, ENV_PRIVATE_KEY};
 use crate::state::lock::StateLock;
 use crate::state::{Backend, StateFile, StateStore};
 
@@ -112,6 +113,8 @@ struct Project {
     /// `--backend-config` / `GPUPROV_BACKEND_CONFIG` pairs.
     backend_overrides: Vec<String>,
     backend: std::sync::OnceLock<Arc<dyn Backend>>,
+    /// `--ssh-key` / `GPUPROV_SSH_KEY_FILE`.
+    ssh_key: Option<PathBuf>,
 }
 
 impl Project {
@@ -126,6 +129,7 @@ impl Project {
             state_flag: cli.state.is_some(),
             backend_overrides: cli.backend_config.clone(),
             backend: std::sync::OnceLock::new(),
+            ssh_key: cli.ssh_key.clone(),
         }
     }
 
@@ -617,17 +621,20 @@ struct Run {
     /// The kubeconfigs of the state's clusters as the run started (see
     /// `kube::forget_cluster`).
     clusters: BTreeMap<String, crate::cluster::kubeconfig::Kubeconfig>,
+    /// The project key the run logs in with (the ssh config names it).
+    key: ProjectKey,
 }
 
 fn start_run(
-    state: StateFile,
-    store: StateStore,
+    mut state: StateFile,
+    mut store: StateStore,
     providers: Providers,
     key: &ProjectKey,
     parallelism: u32,
     retry_until_up: bool,
     color: bool,
 ) -> Result<Run, Report> {
+    record_key(&mut store, &mut state, key)?;
     let lineage = state.lineage.clone();
     let lineage_dir = lineage.clone();
     let clusters = kube::clusters_of(&state);
@@ -662,6 +669,7 @@ fn start_run(
         engine,
         progress,
         clusters,
+        key: key.clone(),
     })
 }
 
@@ -679,10 +687,69 @@ fn installer_settings() -> crate::cluster::installer::InstallerConfig {
     }
 }
 
-fn project_key(lineage: &str) -> Result<ProjectKey, Report> {
-    let short: String = lineage.chars().take(8).collect();
-    ensure_project_key(&project_dir(lineage), &format!("gpuprov-{short}"))
-        .map_err(|e| miette!("cannot create or read the project's SSH key: {e}"))
+/// What decides how the project key is found: whether a fresh project may generate it
+/// here (`apply`), must connect with it (`ssh`, `tunnel`), or only might need it
+/// (`destroy`, which never logs in: without the key it runs with its public half).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyUse {
+    Apply,
+    Connect,
+    Destroy,
+}
+
+/// The project key this machine uses for `state` ([`crate::ssh::supply`]): the one the
+/// state records, from `GPUPROV_SSH_PRIVATE_KEY`, `--ssh-key` / `GPUPROV_SSH_KEY_FILE`,
+/// the SSH agent or the per-project key file; a fresh project's `apply` may generate it.
+/// Never generates a key for a state that records one.
+fn project_key(project: &Project, state: &StateFile, usage: KeyUse) -> Result<ProjectKey, Report> {
+    let supply = KeySupply {
+        // Read here and held as a Secret from now on; never echoed.
+        private_key_text: std::env::var(ENV_PRIVATE_KEY)
+            .ok()
+            .filter(|t| !t.trim().is_empty())
+            .map(crate::provider::redact::Secret::new),
+        key_file: project.ssh_key.clone(),
+        agent_socket: crate::provider::env_nonempty(ENV_AGENT).map(PathBuf::from),
+    };
+    let short: String = state.lineage.chars().take(8).collect();
+    let dir = project_dir(&state.lineage);
+    let comment = format!("gpuprov-{short}");
+    let request = KeyRequest {
+        recorded: state.ssh.as_ref(),
+        has_machines: !state.resources.is_empty(),
+        project_dir: &dir,
+        comment: &comment,
+        may_generate: usage == KeyUse::Apply,
+    };
+    match crate::ssh::supply::resolve(&supply, &request) {
+        Ok(key) => Ok(key),
+        Err(e) if usage == KeyUse::Destroy => {
+            // Teardown never logs in; logins (there are none) would fail with this reason.
+            let public = state.ssh.as_ref().map(|s| s.public_key.clone());
+            Ok(ProjectKey::unavailable(
+                public.unwrap_or_default(),
+                e.to_string(),
+            ))
+        }
+        Err(e) => Err(Report::new(e)),
+    }
+}
+
+/// Records `key`'s public identity in a state that has none yet, and saves it before any
+/// machine runs, so a run killed later still leaves the fingerprint for the next machine.
+fn record_key(
+    store: &mut StateStore,
+    state: &mut StateFile,
+    key: &ProjectKey,
+) -> Result<(), Report> {
+    if state.ssh.is_some() {
+        return Ok(());
+    }
+    let Some(identity) = SshIdentity::of(key) else {
+        return Ok(());
+    };
+    state.ssh = Some(identity);
+    store.save(state).map_err(Report::new)
 }
 
 /// Ends a run: saves the state (or the `.errored` copy), writes the ssh config, prints
@@ -705,7 +772,7 @@ async fn finish_run(
         return Err(Report::new(e));
     }
     let state = run.journal.snapshot();
-    if let Err(e) = write_ssh_config(&state) {
+    if let Err(e) = write_ssh_config(&state, &run.key) {
         errln!("warning: cannot write the ssh config: {e}");
     }
     let mut failed = false;
@@ -790,9 +857,21 @@ async fn finish_run(
     Ok(ExitCode::SUCCESS)
 }
 
-fn write_ssh_config(state: &StateFile) -> Result<(), String> {
+/// Writes the ssh config and known_hosts of `state`'s machines into the project
+/// directory, naming `key` (its file, or the public half of a supplied key) as the
+/// identity; nothing for a key with no private half here.
+fn write_ssh_config(state: &StateFile, key: &ProjectKey) -> Result<(), String> {
     let dir = project_dir(&state.lineage);
-    let key_path = dir.join("id_ed25519");
+    let has_entries = state
+        .resources
+        .values()
+        .any(|r| crate::record::vm_of(&r.machine.kind, &r.machine.state).is_some());
+    if !has_entries && !dir.exists() {
+        return Ok(());
+    }
+    let Some(key_path) = key.config_identity_file(&dir).map_err(|e| e.to_string())? else {
+        return Ok(());
+    };
     let entries: Vec<SshConfigEntry> = state
         .resources
         .iter()
@@ -808,9 +887,6 @@ fn write_ssh_config(state: &StateFile) -> Result<(), String> {
             })
         })
         .collect();
-    if entries.is_empty() && !dir.exists() {
-        return Ok(());
-    }
     write_ssh_files(&dir, &entries)
         .map(|_| ())
         .map_err(|e| e.to_string())
@@ -867,6 +943,10 @@ async fn cmd_apply(
         _ => {
             let plan = make_plan(&config, &state, &providers, a.refresh.refresh, &pre).await?;
             out!("{}", plan::render(&plan));
+            if plan.has_changes() {
+                // Before asking: a missing key is said before anyone types "yes".
+                project_key(project, &state, KeyUse::Apply)?;
+            }
             if plan.has_changes() && !confirm("apply", a.auto_approve)? {
                 errln!("Apply cancelled.");
                 return Ok(ExitCode::from(1));
@@ -875,13 +955,16 @@ async fn cmd_apply(
         }
     };
     if !plan.has_changes() {
-        // A run killed after its last transition may not have written these.
-        if let Err(e) = write_ssh_config(&state) {
-            errln!("warning: cannot write the ssh config: {e}");
+        // A run killed after its last transition may not have written these; without the
+        // key on this machine there is nothing to name in them (and nothing to apply).
+        if let Ok(key) = project_key(project, &state, KeyUse::Connect) {
+            if let Err(e) = write_ssh_config(&state, &key) {
+                errln!("warning: cannot write the ssh config: {e}");
+            }
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let key = project_key(&state.lineage)?;
+    let key = project_key(project, &state, KeyUse::Apply)?;
     let run = start_run(
         state,
         store,
@@ -985,7 +1068,7 @@ async fn cmd_destroy(
         errln!("Destroy cancelled.");
         return Ok(ExitCode::from(1));
     }
-    let key = project_key(&state.lineage)?;
+    let key = project_key(project, &state, KeyUse::Destroy)?;
     let run = start_run(state, store, providers, &key, a.parallelism, false, color)?;
     let outcomes = run.engine.destroy(&addresses).await;
     let actions = addresses
@@ -1147,16 +1230,24 @@ async fn cmd_ssh(project: &Project, a: &SshArgs) -> Result<ExitCode, Report> {
             rec.machine.label
         )
     })?;
-    let key = project_key(&state.lineage)?;
+    let key = project_key(project, &state, KeyUse::Connect)?;
     if a.command.is_empty() {
         // An interactive shell is best served by the user's OpenSSH client, through the
         // generated config that pins the host key.
-        write_ssh_config(&state).map_err(|e| miette!("cannot write the ssh config: {e}"))?;
+        write_ssh_config(&state, &key).map_err(|e| miette!("cannot write the ssh config: {e}"))?;
         let cfg = project_dir(&state.lineage).join("ssh_config");
-        let status = std::process::Command::new("ssh")
-            .arg("-F")
-            .arg(&cfg)
+        let mut ssh = std::process::Command::new("ssh");
+        ssh.arg("-F").arg(&cfg);
+        if let KeySource::Memory(_) = key.source() {
+            // The config names only the public half of a key from the environment; this
+            // session gets a temporary copy, removed when `key` is dropped.
+            let identity = key.openssh_identity().map_err(|e| miette!("{e}"))?;
+            ssh.arg("-i").arg(identity);
+        }
+        let status = ssh
             .arg(format!("gpuprov-{}", a.name))
+            // The key's text stays with gpuprov: ssh and the remote shell never see it.
+            .env_remove(ENV_PRIVATE_KEY)
             .status()
             .into_diagnostic()
             .wrap_err(

@@ -188,7 +188,9 @@ impl Tunnel {
         };
         check_word("user", &vm.user).map_err(setup)?;
         check_word("host", &vm.ssh.host).map_err(setup)?;
-        let identity = ssh_path(&key.private_key_path, "project key path").map_err(setup)?;
+        // A key held in memory or by the agent gets a temporary file for as long as `key`.
+        let identity_path = key.openssh_identity().map_err(|e| setup(e.to_string()))?;
+        let identity = ssh_path(&identity_path, "project key path").map_err(setup)?;
         let pinned = vm
             .host_key
             .blob()
@@ -211,7 +213,7 @@ impl Tunnel {
             hostname: vm.ssh.host.clone(),
             port: vm.ssh.port,
             user: vm.user.clone(),
-            identity_file: key.private_key_path.clone(),
+            identity_file: identity_path.clone(),
             host_key: pinned.clone(),
         }]);
         std::fs::write(&known_hosts, line)
@@ -245,6 +247,8 @@ impl Tunnel {
             let args = ssh_args(vm, &identity, &known_hosts, port, remote_port);
             let mut child = Command::new(SSH_PROGRAM)
                 .args(&args)
+                // The key's text (if it came from the environment) stays with gpuprov.
+                .env_remove(crate::ssh::supply::ENV_PRIVATE_KEY)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
@@ -270,7 +274,7 @@ impl Tunnel {
                     status,
                     stderr,
                     &pinned.fingerprint,
-                    &key.private_key_path.display().to_string(),
+                    &key.origin(),
                     port,
                 ),
                 _ => TunnelError::Timeout {
@@ -625,10 +629,7 @@ mod tests {
     async fn a_bad_pinned_key_fails_before_running_ssh() {
         let mut v = vm("root", "127.0.0.1");
         v.host_key.key_base64 = "not base64!".into();
-        let key = ProjectKey {
-            private_key_path: "/nonexistent/id".into(),
-            public_key_openssh: String::new(),
-        };
+        let key = ProjectKey::from_file("/nonexistent/id", "");
         let e = Tunnel::open(&v, &key, None, 22).await.unwrap_err();
         assert!(matches!(e, TunnelError::Setup { .. }), "{e}");
         let e = Tunnel::open(&vm("-oProxyCommand=x", "h"), &key, None, 22)

@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ssh2::{ErrorCode, MethodType, Session};
 
-use super::keys::ProjectKey;
+use super::keys::{KeySource, ProjectKey};
 use super::{Connector, HostKey, SshError};
 use crate::provider::SshEndpoint;
 
@@ -293,9 +293,7 @@ fn open_session(
         }
     }
 
-    session
-        .userauth_pubkey_file(user, None, &key.private_key_path, None)
-        .map_err(|e| classify_auth_error(&e, &ep, key))?;
+    authenticate(&session, user, key, &ep)?;
     if !session.authenticated() {
         return Err(SshError::AuthRejected {
             endpoint: ep,
@@ -303,6 +301,64 @@ fn open_session(
         });
     }
     Ok((session, seen))
+}
+
+/// Authenticates `session` as `user` with `key`, wherever its private half is: a file, the
+/// text in memory (never written to disk for libssh2), or the agent's identity with the
+/// key's public blob.
+fn authenticate(session: &Session, user: &str, key: &ProjectKey, ep: &str) -> Result<(), SshError> {
+    match key.source() {
+        KeySource::File(path) => session
+            .userauth_pubkey_file(user, None, path, None)
+            .map_err(|e| classify_auth_error(&e, ep, key)),
+        KeySource::Memory(m) => session
+            .userauth_pubkey_memory(user, None, m.text(), None)
+            .map_err(|e| classify_auth_error(&e, ep, key)),
+        KeySource::Agent(a) => {
+            let agent_err = |what: &str, e: ssh2::Error| {
+                SshError::Local(format!(
+                    "cannot use {}: {what}: {}",
+                    key.origin(),
+                    e.message()
+                ))
+            };
+            let want = key.public_blob().ok_or_else(|| {
+                SshError::Local(format!("{}: the public key does not parse", key.origin()))
+            })?;
+            let mut agent = session
+                .agent()
+                .map_err(|e| agent_err("cannot start an agent client", e))?;
+            if let Some(socket) = a.socket() {
+                agent
+                    .set_identity_path(socket)
+                    .map_err(|e| agent_err("bad socket path", e))?;
+            }
+            agent
+                .connect()
+                .map_err(|e| agent_err("cannot connect", e))?;
+            agent
+                .list_identities()
+                .map_err(|e| agent_err("cannot list its keys", e))?;
+            let identity = agent
+                .identities()
+                .map_err(|e| agent_err("cannot list its keys", e))?
+                .into_iter()
+                .find(|id| id.blob() == want.as_slice())
+                .ok_or_else(|| {
+                    SshError::Local(format!(
+                        "{} no longer holds the key {}",
+                        key.origin(),
+                        key.fingerprint().unwrap_or_default()
+                    ))
+                })?;
+            let result = agent
+                .userauth(user, &identity)
+                .map_err(|e| classify_auth_error(&e, ep, key));
+            let _ = agent.disconnect();
+            result
+        }
+        KeySource::Unavailable(why) => Err(SshError::Local(why.clone())),
+    }
 }
 
 fn connect_tcp(endpoint: &SshEndpoint, timeout: Duration) -> io::Result<TcpStream> {
@@ -344,7 +400,7 @@ fn classify_auth_error(e: &ssh2::Error, ep: &str, key: &ProjectKey) -> SshError 
     match e.code() {
         ErrorCode::Session(FILE) => SshError::Local(format!(
             "cannot use the project key {}: {msg}",
-            key.private_key_path.display()
+            key.origin()
         )),
         ErrorCode::Session(
             TIMEOUT | SOCKET_SEND | SOCKET_RECV | SOCKET_DISCONNECT | SOCKET_TIMEOUT | BAD_SOCKET,

@@ -1,4 +1,5 @@
-//! SSH: the per-project key, logging in with host-key pinning, running commands, and the
+//! SSH: the project key (generated here, or supplied by the environment, a file or the
+//! agent, see [`supply`]), logging in with host-key pinning, running commands, and the
 //! ssh config file a user's `~/.ssh/config` can `Include`.
 
 use async_trait::async_trait;
@@ -60,10 +61,12 @@ pub trait Connector: Send + Sync {
 pub mod client;
 pub mod config_file;
 pub mod keys;
+pub mod supply;
 
 pub use client::{exec, ExecIo, Ssh2Connector};
 pub use config_file::{render_known_hosts, render_ssh_config, write_ssh_files, SshConfigEntry};
-pub use keys::{ensure_project_key, ProjectKey};
+pub use keys::{ensure_project_key, KeySource, ProjectKey};
+pub use supply::{KeyError, KeyRequest, KeySupply, SshIdentity};
 
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD};
 use base64::Engine as _;

@@ -57,6 +57,7 @@ pub const GPUPROV_VERSION: &str = env!("CARGO_PKG_VERSION");
 ///   "serial": 3,
 ///   "lineage": "6f1c…",
 ///   "gpuprov_version": "0.1.0",
+///   "ssh": { "key_fingerprint": "SHA256:…", "public_key": "ssh-ed25519 AAAA…" },
 ///   "resources": { "vm.dev": { "machine": { … }, "desired": { … }, "events": [ … ] } }
 /// }
 /// ```
@@ -72,6 +73,12 @@ pub struct StateFile {
     pub lineage: String,
     /// The gpuprov release that last wrote the file.
     pub gpuprov_version: String,
+    /// The project's SSH key, public half only (fingerprint and public key), recorded
+    /// when a run first uses it; every machine must then log in with that key (the
+    /// private key is never in the state: see [`crate::ssh::supply`]). Absent in states
+    /// written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<crate::ssh::SshIdentity>,
     /// Records keyed by resource address (for example `vm.dev`), sorted for stable diffs.
     #[serde(default)]
     pub resources: BTreeMap<String, ResourceRecord>,
@@ -89,6 +96,7 @@ impl StateFile {
             serial: 0,
             lineage: uuid::Uuid::new_v4().to_string(),
             gpuprov_version: GPUPROV_VERSION.to_string(),
+            ssh: None,
             resources: BTreeMap::new(),
             extra: Map::new(),
         }

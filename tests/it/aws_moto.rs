@@ -1421,7 +1421,7 @@ fn start_sshd(work: &std::path::Path, authorized: &str) -> Sshd {
             "Port {port}\n{listen}HostKey \"{}\"\nAuthorizedKeysFile \"{}\"\nPidFile \"{}\"\n\
              StrictModes no\nPermitRootLogin prohibit-password\nPubkeyAuthentication yes\n\
              PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n",
-            host.private_key_path.display(),
+            host.private_key_path().unwrap().display(),
             keys.display(),
             work.join("sshd.pid").display()
         ),

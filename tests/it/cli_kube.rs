@@ -301,6 +301,13 @@ fn tunnel_to_a_machine_that_does_not_answer_fails_with_a_diagnostic() {
         st.replace("\"port\": 32768", "\"port\": 1"),
     )
     .unwrap();
+    // This machine has no key for the project's machines: said so, none generated.
+    let key_dir = p.path("home/projects/00000000-0000-4000-8000-000000000000");
+    let (code, _, err) = p.run(&["tunnel", "dev", "--port", "0"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("GPUPROV_SSH_PRIVATE_KEY"), "{err}");
+    assert!(!key_dir.join("id_ed25519").exists());
+    gpuprov::ssh::ensure_project_key(&key_dir, "gpuprov-test").unwrap();
     let (code, _, err) = p.run(&["tunnel", "dev", "--port", "0"]);
     assert_eq!(code, 1, "port 0 picks a free port, then ssh fails: {err}");
     let (code, _, err) = p.run(&["tunnel", "dev", "--port", "45871"]);

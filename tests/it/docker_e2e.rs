@@ -17,7 +17,7 @@ use bollard::query_parameters::{
 };
 use bollard::Docker;
 
-fn skip() -> bool {
+pub(crate) fn skip() -> bool {
     if std::env::var_os("GPUPROV_SKIP_DOCKER").is_some_and(|v| v == "1") {
         eprintln!("SKIP: GPUPROV_SKIP_DOCKER=1, the Docker end-to-end test did not run");
         return true;
@@ -25,8 +25,8 @@ fn skip() -> bool {
     false
 }
 
-struct Project {
-    dir: tempfile::TempDir,
+pub(crate) struct Project {
+    pub(crate) dir: tempfile::TempDir,
 }
 
 /// A failing assertion must not leave containers behind (their state file goes with the
@@ -67,7 +67,7 @@ impl Drop for Project {
 }
 
 impl Project {
-    fn new() -> Project {
+    pub(crate) fn new() -> Project {
         let dir = tempfile::tempdir().unwrap();
         let example = std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/docker.toml"),
@@ -76,7 +76,7 @@ impl Project {
         std::fs::write(dir.path().join("gpuprov.toml"), example).unwrap();
         Project { dir }
     }
-    fn cmd(&self, args: &[&str]) -> Command {
+    pub(crate) fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_gpuprov"));
         c.current_dir(self.dir.path())
             .env("GPUPROV_HOME", self.dir.path().join("home"))
@@ -85,7 +85,7 @@ impl Project {
             .stdin(Stdio::null());
         c
     }
-    fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         let out = self.cmd(args).output().unwrap();
         eprintln!(
             "$ gpuprov {}\n-> {:?}\n{}{}",
@@ -96,10 +96,10 @@ impl Project {
         );
         out
     }
-    fn state_path(&self) -> PathBuf {
+    pub(crate) fn state_path(&self) -> PathBuf {
         self.dir.path().join("gpuprov.state.json")
     }
-    fn state(&self) -> serde_json::Value {
+    pub(crate) fn state(&self) -> serde_json::Value {
         serde_json::from_str(&std::fs::read_to_string(self.state_path()).unwrap()).unwrap()
     }
     /// The machine state of `address` as gpuprov sees it during a run: the state file
@@ -111,13 +111,13 @@ impl Project {
             .get(address)
             .and_then(|r| r.machine.state["state"].as_str().map(str::to_string))
     }
-    fn lineage(&self) -> String {
+    pub(crate) fn lineage(&self) -> String {
         self.state()["lineage"].as_str().unwrap().to_string()
     }
 }
 
 /// Containers carrying this lineage's label (any status).
-async fn containers(lineage: &str) -> Vec<String> {
+pub(crate) async fn containers(lineage: &str) -> Vec<String> {
     let docker = Docker::connect_with_defaults().unwrap();
     let filters: HashMap<String, Vec<String>> = HashMap::from([(
         "label".to_string(),
@@ -136,7 +136,7 @@ async fn containers(lineage: &str) -> Vec<String> {
         .collect()
 }
 
-async fn leftovers(lineage: &str) -> (usize, usize, usize) {
+pub(crate) async fn leftovers(lineage: &str) -> (usize, usize, usize) {
     let docker = Docker::connect_with_defaults().unwrap();
     let label = format!("gpuprov-lineage={lineage}");
     let filters: HashMap<String, Vec<String>> = HashMap::from([("label".to_string(), vec![label])]);
@@ -164,7 +164,7 @@ async fn leftovers(lineage: &str) -> (usize, usize, usize) {
     (c, n, v)
 }
 
-fn ensure_base_image() {
+pub(crate) fn ensure_base_image() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-base-image.sh");
     let out = Command::new("bash")
         .arg(script)

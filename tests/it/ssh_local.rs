@@ -13,10 +13,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::openssh::{keygen, keygen_p521_short_scalar, Agent};
+use gpuprov::provider::redact::Secret;
 use gpuprov::provider::SshEndpoint;
+use gpuprov::ssh::supply::{resolve, KeyRequest, KeySupply};
 use gpuprov::ssh::{
-    ensure_project_key, exec, write_ssh_files, Connector, ExecIo, HostKey, ProjectKey,
-    Ssh2Connector, SshConfigEntry, SshError,
+    ensure_project_key, exec, write_ssh_files, Connector, ExecIo, HostKey, KeySource, ProjectKey,
+    Ssh2Connector, SshConfigEntry, SshError, SshIdentity,
 };
 
 const SSHD: &str = "/usr/sbin/sshd";
@@ -96,7 +99,7 @@ fn start_sshd(work: &Path, host_key: &ProjectKey, authorized: &ProjectKey) -> Ss
              KbdInteractiveAuthentication no\n\
              UsePAM no\n\
              LogLevel VERBOSE\n",
-            host_key = host_key.private_key_path.display(),
+            host_key = host_key.private_key_path().unwrap().display(),
             authorized_keys = authorized_keys.display(),
             pid = work.join("sshd.pid").display(),
         ),
@@ -157,7 +160,7 @@ async fn real_sshd_login_exec_and_host_key_pinning() {
     // Our fingerprint is the one ssh-keygen prints for the server's key.
     let keygen = Command::new("ssh-keygen")
         .args(["-l", "-E", "sha256", "-f"])
-        .arg(host.private_key_path.with_extension("pub"))
+        .arg(host.private_key_path().unwrap().with_extension("pub"))
         .output()
         .unwrap();
     let keygen = String::from_utf8(keygen.stdout).unwrap();
@@ -316,7 +319,7 @@ fn generated_ssh_config_works_with_the_openssh_client() {
         hostname: "127.0.0.1".into(),
         port: sshd.port,
         user: current_user(),
-        identity_file: project.private_key_path.clone(),
+        identity_file: project.private_key_path().unwrap().to_path_buf(),
         host_key,
     };
     let run_ssh = |config: &Path| {
@@ -372,4 +375,224 @@ async fn silent_server_times_out_as_unreachable() {
         started.elapsed()
     );
     drop(listener);
+}
+
+/// Issue 14: the fingerprint the state records is the one `ssh-keygen -lf` prints, for
+/// every key type a user may supply, however it is supplied.
+#[test]
+fn fingerprints_of_supplied_keys_match_ssh_keygen() {
+    require_openssh();
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, args) in [
+        ("ed25519", &["-t", "ed25519"][..]),
+        ("ecdsa256", &["-t", "ecdsa", "-b", "256"]),
+        ("ecdsa384", &["-t", "ecdsa", "-b", "384"]),
+        ("ecdsa521", &["-t", "ecdsa", "-b", "521"]),
+        ("rsa2048", &["-t", "rsa", "-b", "2048"]),
+        ("ecdsa521-short", &[]),
+    ] {
+        let (path, fp) = if args.is_empty() {
+            keygen_p521_short_scalar(tmp.path(), name)
+        } else {
+            keygen(tmp.path(), name, args)
+        };
+        let from_file = ProjectKey::load_file(&path).unwrap();
+        let text = Secret::new(fs::read_to_string(&path).unwrap());
+        let from_text =
+            ProjectKey::from_private_key_text("GPUPROV_SSH_PRIVATE_KEY", &text).unwrap();
+        assert_eq!(
+            from_file.fingerprint().as_deref(),
+            Some(fp.as_str()),
+            "{name}"
+        );
+        assert_eq!(
+            from_text.fingerprint().as_deref(),
+            Some(fp.as_str()),
+            "{name}"
+        );
+        let id = SshIdentity::of(&from_text).unwrap();
+        assert_eq!(id.key_fingerprint, fp, "{name}");
+        // The recorded public key is the .pub file's, without its comment.
+        let pub_line = fs::read_to_string(path.with_extension("pub")).unwrap();
+        let mut words = pub_line.split_whitespace();
+        assert_eq!(
+            id.public_key,
+            format!("{} {}", words.next().unwrap(), words.next().unwrap()),
+            "{name}"
+        );
+    }
+}
+
+fn run_true(
+    ep: &gpuprov::provider::SshEndpoint,
+    key: &ProjectKey,
+    pin: &HostKey,
+) -> Result<(i32, String), SshError> {
+    let mut out = Vec::new();
+    let status = exec(
+        ep,
+        &current_user(),
+        key,
+        pin,
+        "echo logged-in",
+        ExecIo {
+            stdin: None,
+            stdout: &mut out,
+            stderr: &mut Vec::new(),
+        },
+    )?;
+    Ok((status, String::from_utf8(out).unwrap()))
+}
+
+/// Issue 14: a key supplied as text (kept in memory) or held by the SSH agent logs in
+/// through libssh2 (apply's logins, `gpuprov ssh NAME -- CMD`) and through OpenSSH (the
+/// generated ssh config, the tunnel) like the project's key file; the text reaches the
+/// disk only as a 0600 temporary copy for OpenSSH that goes with the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_from_the_environment_and_the_agent_log_in_like_the_key_file() {
+    require_openssh();
+    let tmp = tempfile::tempdir().unwrap();
+    let host = ensure_project_key(&tmp.path().join("host"), "host").unwrap();
+    let user = current_user();
+    for (name, args) in [
+        ("ed25519", &["-t", "ed25519"][..]),
+        ("ecdsa", &["-t", "ecdsa", "-b", "256"]),
+        // A short P-521 scalar, which ssh-key cannot decode (the public half then comes
+        // from the container): libssh2 must still log in with it.
+        ("ecdsa521-short", &[]),
+        ("rsa", &["-t", "rsa", "-b", "3072"]),
+    ] {
+        let work = tmp.path().join(name);
+        fs::create_dir_all(&work).unwrap();
+        let (path, fp) = if args.is_empty() {
+            keygen_p521_short_scalar(&work, "ci_key")
+        } else {
+            keygen(&work, "ci_key", args)
+        };
+        let text = fs::read_to_string(&path).unwrap();
+        let file_key = ProjectKey::load_file(&path).unwrap();
+        let sshd = start_sshd(&work, &host, &file_key);
+        let ep = endpoint(sshd.port);
+        let pin = host_key_of(&host);
+
+        // In memory: libssh2 gets the text itself.
+        let memory = ProjectKey::from_private_key_text(
+            "GPUPROV_SSH_PRIVATE_KEY",
+            &Secret::new(text.clone()),
+        )
+        .unwrap();
+        let connector = Ssh2Connector::new(memory.clone(), Duration::from_secs(10));
+        connector
+            .login(&ep, &user, Some(&pin))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}\n{}", sshd.log()));
+        assert_eq!(
+            run_true(&ep, &memory, &pin).unwrap(),
+            (0, "logged-in\n".into()),
+            "{name}"
+        );
+
+        // OpenSSH with the generated config and the temporary copy.
+        let identity = memory.openssh_identity().unwrap();
+        let files = work.join("files");
+        let config_naming = |identity_file: PathBuf| {
+            let entry = SshConfigEntry {
+                host_alias: "gpuprov-box".into(),
+                hostname: "127.0.0.1".into(),
+                port: sshd.port,
+                user: user.clone(),
+                identity_file,
+                host_key: pin.clone(),
+            };
+            write_ssh_files(&files, &[entry]).unwrap()
+        };
+        let config = config_naming(identity.clone());
+        let ssh = |config: &Path, agent: Option<&Path>| {
+            let mut c = Command::new("ssh");
+            c.arg("-F").arg(config).args([
+                "-o",
+                "BatchMode=yes",
+                "gpuprov-box",
+                "echo via-openssh",
+            ]);
+            match agent {
+                Some(a) => c.env("SSH_AUTH_SOCK", a),
+                None => c.env_remove("SSH_AUTH_SOCK"),
+            };
+            c.stdin(Stdio::null()).output().unwrap()
+        };
+        let out = ssh(&config, None);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "via-openssh\n");
+        drop(connector);
+        drop(memory);
+        assert!(
+            !identity.exists(),
+            "{name}: the temporary copy goes with the key"
+        );
+
+        // The agent: found by the recorded fingerprint, used by libssh2 and OpenSSH.
+        let agent = Agent::start(&work);
+        agent.add(&path);
+        let recorded = SshIdentity::of(&file_key).unwrap();
+        assert_eq!(recorded.key_fingerprint, fp);
+        let project_dir = work.join("project");
+        let supply = KeySupply {
+            agent_socket: Some(agent.socket.clone()),
+            ..KeySupply::default()
+        };
+        let request = KeyRequest {
+            recorded: Some(&recorded),
+            has_machines: true,
+            project_dir: &project_dir,
+            comment: "c",
+            may_generate: true,
+        };
+        let in_agent = resolve(&supply, &request).unwrap();
+        assert!(
+            matches!(in_agent.source(), KeySource::Agent(_)),
+            "{in_agent:?}"
+        );
+        assert_eq!(run_true(&ep, &in_agent, &pin).unwrap().0, 0, "{name}");
+        Ssh2Connector::new(in_agent.clone(), Duration::from_secs(10))
+            .login(&ep, &user, Some(&pin))
+            .await
+            .unwrap();
+        let pub_file = in_agent
+            .config_identity_file(&project_dir)
+            .unwrap()
+            .unwrap();
+        assert!(fs::read_to_string(&pub_file)
+            .unwrap()
+            .starts_with(&recorded.public_key));
+        let config = config_naming(pub_file);
+        let out = ssh(&config, Some(&agent.socket));
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Nothing private in the project directory: only the public half.
+        for entry in fs::read_dir(&project_dir).unwrap() {
+            let text = fs::read_to_string(entry.unwrap().path()).unwrap();
+            assert!(!text.contains("PRIVATE KEY"));
+        }
+
+        // An agent without the key: not available, and nothing is generated.
+        let empty = Agent::start(&work.join("files"));
+        let supply = KeySupply {
+            agent_socket: Some(empty.socket.clone()),
+            ..KeySupply::default()
+        };
+        let err = resolve(&supply, &request).unwrap_err().to_string();
+        assert!(
+            err.contains(&fp) && err.contains("does not hold it"),
+            "{err}"
+        );
+        assert!(!project_dir.join("id_ed25519").exists());
+    }
 }

@@ -6,10 +6,12 @@
 //! - [`figures`]: reliability figures written beside the build.
 //! - [`k3s`]: the scripted node and the stand-in Kubernetes API of the k3s tests.
 //! - [`stores`]: moto S3 and a throwaway PostgreSQL cluster for the state backends.
+//! - [`openssh`]: `ssh-keygen` keys and fingerprints, a throwaway `ssh-agent`.
 
 pub mod clouds;
 pub mod drive;
 pub mod figures;
 pub mod k3s;
+pub mod openssh;
 pub mod spec;
 pub mod stores;
