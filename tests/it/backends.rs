@@ -9,25 +9,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
 use gpuprov::state::lock::{LockError, StateLock};
-use gpuprov::state::{Backend, JournalOp, MachineRecord, StateError, StateStore};
-use serde_json::json;
+use gpuprov::state::{Backend, StateError, StateStore};
 
+use crate::state_journal::transition;
 use crate::support::stores::{PgStore, S3Store, Store};
-
-fn transition(key: &str, label: &str) -> JournalOp {
-    JournalOp::Transition {
-        key: key.into(),
-        machine: MachineRecord {
-            kind: "launch".into(),
-            state: json!({"state": label}),
-            label: label.into(),
-            updated_at: Utc::now(),
-        },
-        desired: None,
-    }
-}
 
 fn open(b: &Arc<dyn Backend>) -> (StateStore, gpuprov::state::StateFile) {
     StateStore::open_in(b.clone()).unwrap()

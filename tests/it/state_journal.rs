@@ -13,7 +13,8 @@ fn state_path(dir: &TempDir) -> PathBuf {
     dir.path().join("gpuprov.state.json")
 }
 
-fn transition(key: &str, label: &str) -> JournalOp {
+/// A launch transition of `key` to `label` (shared with the backend tests).
+pub(crate) fn transition(key: &str, label: &str) -> JournalOp {
     JournalOp::Transition {
         key: key.into(),
         machine: MachineRecord {
