@@ -43,9 +43,23 @@ use crate::provider::{ErrorKind, Location, Offer, ProviderError, ResourceRequest
 
 use super::CLOUD;
 
-/// What [`plan`] says about where its prices come from (shown by `gpuprov offers`).
-pub const PRICE_NOTE: &str = "prices are gpuprov's built-in GCP list-price estimates \
-     (SkyPilot catalog v7 and Google's pricing pages, retrieved 2026-12-02), not quotes";
+/// What [`plan`] says about where its prices come from (`gpuprov offers` shows it).
+pub const PRICE_NOTE: &str = "prices are gpuprov's built-in list-price estimates (SkyPilot \
+     catalog v7 and Google's pricing pages, retrieved 2026-12-02), not quotes";
+
+/// The note of an offer (its `detail.catalog_note`, which `gpuprov offers` shows once per
+/// cloud): where its prices and zones come from.
+pub fn catalog_note(available: &Availability) -> String {
+    match available {
+        Availability::Static => format!(
+            "{PRICE_NOTE}; zones from the built-in catalog (no credential or project, so the \
+             project's own acceleratorTypes were not read)"
+        ),
+        Availability::Listed(_) => {
+            format!("{PRICE_NOTE}; zones from the project's acceleratorTypes")
+        }
+    }
+}
 
 /// Regions `plan` uses when the machine lists none: the US regions with the broadest GPU
 /// offering first, then Europe and Asia.
@@ -861,6 +875,7 @@ pub fn plan(req: &ResourceRequest, available: &Availability) -> Result<Vec<Offer
         }
         ours
     };
+    let note = catalog_note(available);
     let mut offers: Vec<Offer> = Vec::new();
     for region in &regions {
         let asked: Vec<&String> = req
@@ -891,7 +906,7 @@ pub fn plan(req: &ResourceRequest, available: &Availability) -> Result<Vec<Offer
                     price_per_hour: price(t),
                     detail: serde_json::json!({
                         "accelerator": t.accelerator,
-                        "price_note": PRICE_NOTE,
+                        "catalog_note": note,
                         "priced_in": t.priced_in,
                         "zones_from": match available {
                             Availability::Static => "catalog",
