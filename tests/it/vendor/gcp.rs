@@ -1726,3 +1726,66 @@ async fn observe_without_a_zone_reads_the_regions_instances() {
         .is_empty());
     r.cloud.server.verify();
 }
+
+/// `examples/gcp.toml` plans offline (no credential, no project lookup): both machines,
+/// their offers ordered region → type → zone with the catalog's prices, and `offers --vm`
+/// shows the trainer's in that order.
+#[test]
+fn the_gcp_example_plans_offline_with_ordered_offers_and_prices() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gcp.toml");
+    let config = dir.path().join("gpuprov.toml");
+    std::fs::copy(&example, &config).unwrap();
+    let run = |args: &[&str]| {
+        let mut cmd = assert_cmd::Command::cargo_bin("gpuprov").unwrap();
+        for (k, _) in std::env::vars() {
+            if k.starts_with("GOOGLE_")
+                || k.starts_with("GPUPROV_")
+                || k.starts_with("CLOUDSDK_")
+                || k.starts_with("GCE_")
+            {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.current_dir(dir.path())
+            .env("HOME", dir.path().join("home"))
+            .env("GPUPROV_HOME", dir.path().join("gpuprov-home"))
+            .env("NO_COLOR", "1")
+            .env("GPUPROV_GCP_ENDPOINT", "http://127.0.0.1:9")
+            .args(args)
+            .timeout(Duration::from_secs(30))
+            .output()
+            .unwrap()
+    };
+    let out = run(&["plan", "--refresh=false"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("Plan: 2 to add"), "{stdout}");
+    // Cheapest first offers: a3-highgpu-8g ($87.8325) + spot a2-highgpu-8g ($11.5436).
+    assert!(stdout.contains("$99.38/h"), "{stdout}");
+    let out = run(&["offers", "--vm", "trainer", "--json"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let rows: Vec<Value> = serde_json::from_str(&stdout).unwrap();
+    let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    let mut want = vec![];
+    for (region, zones) in [
+        ("us-east4", "abc"),
+        ("us-central1", "abc"),
+        ("europe-west4", "bc"),
+    ] {
+        for t in ["a3-highgpu-8g", "a3-megagpu-8g"] {
+            for z in zones.chars() {
+                want.push(format!("gcp/{region}/{t}/{region}-{z}"));
+            }
+        }
+    }
+    assert_eq!(
+        ids, want,
+        "region as listed, then type cheapest first, then zone"
+    );
+    assert!(rows
+        .iter()
+        .all(|r| r["price_per_hour"].as_f64().unwrap() <= 95.0));
+}
