@@ -20,8 +20,7 @@
 //!   Billing Catalog API): a machine type's host row (vCPUs and memory) plus the
 //!   accelerator row of its GPU count, for A2 high-GPU (`us-central1`), A3 high-, mega-
 //!   and ultra-GPU (`us-east4`), the A4 accelerator row (`us-east4`; the catalog has no
-//!   separate A4 host row), and the T4, V100-era N1 and L4 accelerator rows
-//!   (`us-central1`);
+//!   separate A4 host row), and the T4 and L4 accelerator rows (`us-central1`);
 //! - Google's published N1 predefined rates in `us-central1` ($0.031611 per vCPU-hour,
 //!   $0.004237 per GiB-hour) for the N1 hosts, and the G2 list prices (`g2-standard-8`
 //!   $0.8536/h) for the G2 hosts;
@@ -38,7 +37,7 @@
 //! answers the insert's operation with `ZONE_RESOURCE_POOL_EXHAUSTED`, which blocks that
 //! zone's offer only.
 
-use crate::provider::kit::gpu::norm;
+use crate::provider::kit::gpu::{norm, rungs_for, Ladder};
 use crate::provider::{ErrorKind, Location, Offer, ProviderError, ResourceRequest};
 
 use super::CLOUD;
@@ -211,510 +210,129 @@ const H200: &str = "nvidia-h200-141gb";
 const B200: &str = "nvidia-b200";
 
 /// The GPU → machine-type ladder (sources and reference regions in the module docs).
-/// N1 rows name the host (`n1-standard-8` for one GPU, doubling with the count).
+/// N1 rows name the host (`n1-standard-8` for one GPU, doubling with the count). Columns:
+/// machine type, GPU model, family, accelerator type, GPUs, USD/h on demand, USD/h spot,
+/// the region priced.
+#[rustfmt::skip]
 pub const LADDER: &[MachineType] = &[
     // T4 16 GB on N1: host $0.38 per 8 vCPUs + $0.35 per T4 (spot $0.14).
-    n1(m(
-        "n1-standard-8",
-        "T4",
-        "T4",
-        T4,
-        1,
-        0.73,
-        0.292,
-        "us-central1",
-    )),
-    n1(m(
-        "n1-standard-16",
-        "T4",
-        "T4",
-        T4,
-        2,
-        1.46,
-        0.584,
-        "us-central1",
-    )),
-    n1(m(
-        "n1-standard-32",
-        "T4",
-        "T4",
-        T4,
-        4,
-        2.92,
-        1.168,
-        "us-central1",
-    )),
+    n1(m("n1-standard-8",   "T4",   "T4",   T4,   1,  0.73,   0.292, "us-central1")),
+    n1(m("n1-standard-16",  "T4",   "T4",   T4,   2,  1.46,   0.584, "us-central1")),
+    n1(m("n1-standard-32",  "T4",   "T4",   T4,   4,  2.92,   1.168, "us-central1")),
     // V100 16 GB on N1: host as above + $2.48 per V100.
-    n1(m(
-        "n1-standard-8",
-        "V100",
-        "V100",
-        V100,
-        1,
-        2.86,
-        1.144,
-        "us-central1",
-    )),
-    n1(m(
-        "n1-standard-16",
-        "V100",
-        "V100",
-        V100,
-        2,
-        5.72,
-        2.288,
-        "us-central1",
-    )),
-    n1(m(
-        "n1-standard-32",
-        "V100",
-        "V100",
-        V100,
-        4,
-        11.44,
-        4.576,
-        "us-central1",
-    )),
-    n1(m(
-        "n1-standard-64",
-        "V100",
-        "V100",
-        V100,
-        8,
-        22.88,
-        9.152,
-        "us-central1",
-    )),
+    n1(m("n1-standard-8",   "V100", "V100", V100, 1,  2.86,   1.144, "us-central1")),
+    n1(m("n1-standard-16",  "V100", "V100", V100, 2,  5.72,   2.288, "us-central1")),
+    n1(m("n1-standard-32",  "V100", "V100", V100, 4, 11.44,   4.576, "us-central1")),
+    n1(m("n1-standard-64",  "V100", "V100", V100, 8, 22.88,   9.152, "us-central1")),
     // L4 24 GB on G2.
-    m(
-        "g2-standard-8",
-        "L4",
-        "L4",
-        L4,
-        1,
-        0.8536,
-        0.3398,
-        "us-central1",
-    ),
-    m(
-        "g2-standard-24",
-        "L4",
-        "L4",
-        L4,
-        2,
-        2.0008,
-        0.7965,
-        "us-central1",
-    ),
-    m(
-        "g2-standard-48",
-        "L4",
-        "L4",
-        L4,
-        4,
-        4.0016,
-        1.593,
-        "us-central1",
-    ),
-    m(
-        "g2-standard-96",
-        "L4",
-        "L4",
-        L4,
-        8,
-        8.0032,
-        3.186,
-        "us-central1",
-    ),
+    m("g2-standard-8",  "L4", "L4", L4, 1, 0.8536, 0.3398, "us-central1"),
+    m("g2-standard-24", "L4", "L4", L4, 2, 2.0008, 0.7965, "us-central1"),
+    m("g2-standard-48", "L4", "L4", L4, 4, 4.0016, 1.593,  "us-central1"),
+    m("g2-standard-96", "L4", "L4", L4, 8, 8.0032, 3.186,  "us-central1"),
     // A100 40 GB on A2 high-GPU and mega-GPU.
-    m(
-        "a2-highgpu-1g",
-        "A100-40GB",
-        "A100",
-        A100_40,
-        1,
-        3.6734,
-        1.443,
-        "us-central1",
-    ),
-    m(
-        "a2-highgpu-2g",
-        "A100-40GB",
-        "A100",
-        A100_40,
-        2,
-        7.3468,
-        2.8859,
-        "us-central1",
-    ),
-    m(
-        "a2-highgpu-4g",
-        "A100-40GB",
-        "A100",
-        A100_40,
-        4,
-        14.6935,
-        5.7718,
-        "us-central1",
-    ),
-    m(
-        "a2-highgpu-8g",
-        "A100-40GB",
-        "A100",
-        A100_40,
-        8,
-        29.3871,
-        11.5436,
-        "us-central1",
-    ),
-    m(
-        "a2-megagpu-16g",
-        "A100-40GB",
-        "A100",
-        A100_40,
-        16,
-        55.7395,
-        21.8738,
-        "us-central1",
-    ),
+    m("a2-highgpu-1g",  "A100-40GB", "A100", A100_40,  1,  3.6734,  1.443,  "us-central1"),
+    m("a2-highgpu-2g",  "A100-40GB", "A100", A100_40,  2,  7.3468,  2.8859, "us-central1"),
+    m("a2-highgpu-4g",  "A100-40GB", "A100", A100_40,  4, 14.6935,  5.7718, "us-central1"),
+    m("a2-highgpu-8g",  "A100-40GB", "A100", A100_40,  8, 29.3871, 11.5436, "us-central1"),
+    m("a2-megagpu-16g", "A100-40GB", "A100", A100_40, 16, 55.7395, 21.8738, "us-central1"),
     // A100 80 GB on A2 ultra-GPU.
-    m(
-        "a2-ultragpu-1g",
-        "A100-80GB",
-        "A100",
-        A100_80,
-        1,
-        5.0688,
-        2.011,
-        "us-central1",
-    ),
-    m(
-        "a2-ultragpu-2g",
-        "A100-80GB",
-        "A100",
-        A100_80,
-        2,
-        10.1376,
-        4.022,
-        "us-central1",
-    ),
-    m(
-        "a2-ultragpu-4g",
-        "A100-80GB",
-        "A100",
-        A100_80,
-        4,
-        20.2752,
-        8.0441,
-        "us-central1",
-    ),
-    m(
-        "a2-ultragpu-8g",
-        "A100-80GB",
-        "A100",
-        A100_80,
-        8,
-        40.5504,
-        16.0882,
-        "us-central1",
-    ),
+    m("a2-ultragpu-1g", "A100-80GB", "A100", A100_80, 1,  5.0688,  2.011,  "us-central1"),
+    m("a2-ultragpu-2g", "A100-80GB", "A100", A100_80, 2, 10.1376,  4.022,  "us-central1"),
+    m("a2-ultragpu-4g", "A100-80GB", "A100", A100_80, 4, 20.2752,  8.0441, "us-central1"),
+    m("a2-ultragpu-8g", "A100-80GB", "A100", A100_80, 8, 40.5504, 16.0882, "us-central1"),
     // H100 80 GB on A3 high-GPU (gVNIC).
-    a3(
-        m(
-            "a3-highgpu-1g",
-            "H100",
-            "H100",
-            H100,
-            1,
-            10.9791,
-            1.9761,
-            "us-east4",
-        ),
-        Disk::PdBalanced,
-    ),
-    a3(
-        m(
-            "a3-highgpu-2g",
-            "H100",
-            "H100",
-            H100,
-            2,
-            21.9581,
-            3.9523,
-            "us-east4",
-        ),
-        Disk::PdBalanced,
-    ),
-    a3(
-        m(
-            "a3-highgpu-4g",
-            "H100",
-            "H100",
-            H100,
-            4,
-            43.9162,
-            7.9046,
-            "us-east4",
-        ),
-        Disk::PdBalanced,
-    ),
-    a3(
-        m(
-            "a3-highgpu-8g",
-            "H100",
-            "H100",
-            H100,
-            8,
-            87.8325,
-            15.8091,
-            "us-east4",
-        ),
-        Disk::PdBalanced,
-    ),
+    a3(m("a3-highgpu-1g", "H100", "H100", H100, 1, 10.9791,  1.9761, "us-east4"), Disk::PdBalanced),
+    a3(m("a3-highgpu-2g", "H100", "H100", H100, 2, 21.9581,  3.9523, "us-east4"), Disk::PdBalanced),
+    a3(m("a3-highgpu-4g", "H100", "H100", H100, 4, 43.9162,  7.9046, "us-east4"), Disk::PdBalanced),
+    a3(m("a3-highgpu-8g", "H100", "H100", H100, 8, 87.8325, 15.8091, "us-east4"), Disk::PdBalanced),
     // H100 80 GB on A3 mega-GPU: 8 GPUs with more GPU-to-GPU network bandwidth.
-    a3(
-        m(
-            "a3-megagpu-8g",
-            "H100-MEGA",
-            "H100",
-            H100_MEGA,
-            8,
-            92.2143,
-            16.5987,
-            "us-east4",
-        ),
-        Disk::PdBalanced,
-    ),
+    a3(m("a3-megagpu-8g", "H100-MEGA", "H100", H100_MEGA, 8, 92.2143, 16.5987, "us-east4"), Disk::PdBalanced),
     // H200 141 GB on A3 ultra-GPU (Hyperdisk only).
-    a3(
-        m(
-            "a3-ultragpu-8g",
-            "H200",
-            "H200",
-            H200,
-            8,
-            86.7599,
-            30.0698,
-            "us-east4",
-        ),
-        Disk::HyperdiskBalanced,
-    ),
+    a3(m("a3-ultragpu-8g", "H200", "H200", H200, 8, 86.7599, 30.0698, "us-east4"), Disk::HyperdiskBalanced),
     // B200 on A4 (Hyperdisk only).
-    a3(
-        m(
-            "a4-highgpu-8g",
-            "B200",
-            "B200",
-            B200,
-            8,
-            90.216,
-            64.44,
-            "us-east4",
-        ),
-        Disk::HyperdiskBalanced,
-    ),
+    a3(m("a4-highgpu-8g",  "B200", "B200", B200, 8, 90.216,  64.44,   "us-east4"), Disk::HyperdiskBalanced),
 ];
 
-/// The zones offering each accelerator (module docs), in name order per region.
-pub const ZONES: &[(&str, &[&str])] = &[
+/// The zones offering each accelerator (module docs), space-separated.
+pub const ZONES: &[(&str, &str)] = &[
     (
         T4,
-        &[
-            "asia-east1-a",
-            "asia-east1-c",
-            "asia-northeast1-a",
-            "asia-northeast1-c",
-            "asia-south1-a",
-            "asia-south1-b",
-            "asia-southeast1-a",
-            "asia-southeast1-b",
-            "asia-southeast1-c",
-            "australia-southeast1-a",
-            "australia-southeast1-c",
-            "europe-west1-b",
-            "europe-west1-c",
-            "europe-west1-d",
-            "europe-west2-a",
-            "europe-west2-b",
-            "europe-west4-a",
-            "europe-west4-b",
-            "europe-west4-c",
-            "us-central1-a",
-            "us-central1-b",
-            "us-central1-c",
-            "us-central1-f",
-            "us-east1-c",
-            "us-east1-d",
-            "us-east4-a",
-            "us-east4-b",
-            "us-east4-c",
-            "us-west1-a",
-            "us-west1-b",
-            "us-west4-a",
-            "us-west4-b",
-        ],
+        concat!(
+            "asia-east1-a asia-east1-c asia-northeast1-a asia-northeast1-c asia-south1-a ",
+            "asia-south1-b asia-southeast1-a asia-southeast1-b asia-southeast1-c ",
+            "australia-southeast1-a australia-southeast1-c europe-west1-b europe-west1-c ",
+            "europe-west1-d europe-west2-a europe-west2-b europe-west4-a europe-west4-b ",
+            "europe-west4-c us-central1-a us-central1-b us-central1-c us-central1-f ",
+            "us-east1-c us-east1-d us-east4-a us-east4-b us-east4-c us-west1-a us-west1-b ",
+            "us-west4-a us-west4-b",
+        ),
     ),
     (
         V100,
-        &[
-            "asia-east1-c",
-            "europe-west4-a",
-            "europe-west4-b",
-            "europe-west4-c",
-            "us-central1-a",
-            "us-central1-b",
-            "us-central1-c",
-            "us-central1-f",
-            "us-east1-c",
-            "us-west1-a",
-            "us-west1-b",
-        ],
+        concat!(
+            "asia-east1-c europe-west4-a europe-west4-b europe-west4-c us-central1-a ",
+            "us-central1-b us-central1-c us-central1-f us-east1-c us-west1-a us-west1-b",
+        ),
     ),
     (
         L4,
-        &[
-            "asia-east1-a",
-            "asia-east1-b",
-            "asia-east1-c",
-            "asia-northeast1-a",
-            "asia-northeast1-b",
-            "asia-northeast1-c",
-            "asia-south1-a",
-            "asia-south1-b",
-            "asia-south1-c",
-            "asia-southeast1-a",
-            "asia-southeast1-b",
-            "asia-southeast1-c",
-            "us-central1-a",
-            "us-central1-b",
-            "us-central1-c",
-            "us-east1-b",
-            "us-east1-c",
-            "us-east1-d",
-            "us-east4-a",
-            "us-east4-c",
-            "us-west1-a",
-            "us-west1-b",
-            "us-west1-c",
-            "us-west4-a",
-            "us-west4-c",
-        ],
+        concat!(
+            "asia-east1-a asia-east1-b asia-east1-c asia-northeast1-a asia-northeast1-b ",
+            "asia-northeast1-c asia-south1-a asia-south1-b asia-south1-c asia-southeast1-a ",
+            "asia-southeast1-b asia-southeast1-c us-central1-a us-central1-b us-central1-c ",
+            "us-east1-b us-east1-c us-east1-d us-east4-a us-east4-c us-west1-a us-west1-b ",
+            "us-west1-c us-west4-a us-west4-c",
+        ),
     ),
     (
         A100_40,
-        &[
-            "asia-northeast1-a",
-            "asia-northeast1-c",
-            "asia-northeast3-a",
-            "asia-northeast3-b",
-            "asia-southeast1-b",
-            "asia-southeast1-c",
-            "europe-west4-a",
-            "europe-west4-b",
-            "me-west1-a",
-            "me-west1-c",
-            "us-central1-a",
-            "us-central1-b",
-            "us-central1-c",
-            "us-central1-f",
-            "us-east1-b",
-            "us-west1-b",
-            "us-west3-b",
-            "us-west4-b",
-        ],
+        concat!(
+            "asia-northeast1-a asia-northeast1-c asia-northeast3-a asia-northeast3-b ",
+            "asia-southeast1-b asia-southeast1-c europe-west4-a europe-west4-b me-west1-a ",
+            "me-west1-c us-central1-a us-central1-b us-central1-c us-central1-f us-east1-b ",
+            "us-west1-b us-west3-b us-west4-b",
+        ),
     ),
     (
         A100_80,
-        &[
-            "asia-southeast1-c",
-            "europe-west4-a",
-            "us-central1-a",
-            "us-central1-c",
-            "us-east4-c",
-            "us-east5-a",
-            "us-east5-b",
-        ],
+        concat!(
+            "asia-southeast1-c europe-west4-a us-central1-a us-central1-c us-east4-c ",
+            "us-east5-a us-east5-b",
+        ),
     ),
     (
         H100,
-        &[
-            "asia-east1-c",
-            "asia-northeast1-b",
-            "asia-south1-c",
-            "asia-southeast1-b",
-            "asia-southeast1-c",
-            "australia-southeast1-c",
-            "europe-north1-c",
-            "europe-west1-b",
-            "europe-west1-c",
-            "europe-west3-c",
-            "europe-west4-b",
-            "europe-west4-c",
-            "us-central1-a",
-            "us-central1-b",
-            "us-central1-c",
-            "us-east4-a",
-            "us-east4-b",
-            "us-east4-c",
-            "us-east5-a",
-            "us-west1-a",
-            "us-west1-b",
-            "us-west4-a",
-        ],
+        concat!(
+            "asia-east1-c asia-northeast1-b asia-south1-c asia-southeast1-b ",
+            "asia-southeast1-c australia-southeast1-c europe-north1-c europe-west1-b ",
+            "europe-west1-c europe-west3-c europe-west4-b europe-west4-c us-central1-a ",
+            "us-central1-b us-central1-c us-east4-a us-east4-b us-east4-c us-east5-a ",
+            "us-west1-a us-west1-b us-west4-a",
+        ),
     ),
     (
         H100_MEGA,
-        &[
-            "asia-east1-c",
-            "asia-northeast1-b",
-            "asia-southeast1-b",
-            "asia-southeast1-c",
-            "australia-southeast1-c",
-            "europe-north1-c",
-            "europe-west1-b",
-            "europe-west1-c",
-            "europe-west3-c",
-            "europe-west4-b",
-            "europe-west4-c",
-            "us-central1-a",
-            "us-central1-b",
-            "us-central1-c",
-            "us-east4-a",
-            "us-east4-b",
-            "us-east4-c",
-            "us-east5-a",
-            "us-west1-a",
-            "us-west1-b",
-            "us-west4-a",
-        ],
+        concat!(
+            "asia-east1-c asia-northeast1-b asia-southeast1-b asia-southeast1-c ",
+            "australia-southeast1-c europe-north1-c europe-west1-b europe-west1-c ",
+            "europe-west3-c europe-west4-b europe-west4-c us-central1-a us-central1-b ",
+            "us-central1-c us-east4-a us-east4-b us-east4-c us-east5-a us-west1-a ",
+            "us-west1-b us-west4-a",
+        ),
     ),
     (
         H200,
-        &[
-            "asia-south1-b",
-            "asia-south2-c",
-            "europe-west1-b",
-            "europe-west4-a",
-            "us-central1-b",
-            "us-east4-b",
-            "us-east5-a",
-            "us-south1-b",
-            "us-west1-c",
-        ],
+        concat!(
+            "asia-south1-b asia-south2-c europe-west1-b europe-west4-a us-central1-b ",
+            "us-east4-b us-east5-a us-south1-b us-west1-c",
+        ),
     ),
     (
         B200,
-        &[
-            "asia-northeast1-b",
-            "asia-southeast1-b",
-            "us-central1-b",
-            "us-east1-b",
-            "us-east4-b",
-            "us-south1-b",
-            "us-west2-c",
-            "us-west3-b",
-            "us-west3-c",
-        ],
+        concat!(
+            "asia-northeast1-b asia-southeast1-b us-central1-b us-east1-b us-east4-b ",
+            "us-south1-b us-west2-c us-west3-b us-west3-c",
+        ),
     ),
 ];
 
@@ -733,9 +351,9 @@ impl Availability {
             Availability::Static => ZONES
                 .iter()
                 .filter(|(a, _)| *a == accelerator)
-                .flat_map(|(_, zs)| zs.iter())
+                .flat_map(|(_, zs)| zs.split_whitespace())
                 .filter(|z| region_of(z) == Some(region))
-                .map(|z| z.to_string())
+                .map(str::to_string)
                 .collect(),
             Availability::Listed(pairs) => pairs
                 .iter()
@@ -828,35 +446,16 @@ pub fn accelerators_for(req: &ResourceRequest) -> Vec<&'static str> {
 /// region is a Compute Engine region.
 pub fn plan(req: &ResourceRequest, available: &Availability) -> Result<Vec<Offer>, ProviderError> {
     let invalid = |m: String| Err(ProviderError::new(ErrorKind::InvalidRequest, m));
-    let Some(gpu) = req.gpu.as_deref() else {
-        return invalid(
-            "the GCP catalog lists GPU machine types only; set gpu (for example \"H100\")".into(),
-        );
+    let ladder = Ladder {
+        cloud: "GCP",
+        kind: "machine type",
+        rungs: LADDER,
+        model: |t| t.gpu,
+        matches: matches_gpu,
+        gpus: |t| t.gpus,
     };
-    if !LADDER.iter().any(|t| matches_gpu(t, gpu)) {
-        let mut known: Vec<&str> = LADDER.iter().map(|t| t.gpu).collect();
-        known.dedup();
-        return invalid(format!(
-            "GCP has no GPU model {gpu:?} in gpuprov's catalog; known: {}",
-            known.join(", ")
-        ));
-    }
-    let count = req.gpu_count.max(1);
     let price = |t: &MachineType| if req.spot { t.spot } else { t.on_demand };
-    let mut types: Vec<&MachineType> = LADDER
-        .iter()
-        .filter(|t| matches_gpu(t, gpu) && t.gpus >= count)
-        .filter(|t| req.max_price_per_hour.is_none_or(|m| price(t) <= m))
-        .collect();
-    if types.is_empty() {
-        return invalid(format!(
-            "no GCP machine type has {count} × {gpu}{}",
-            req.max_price_per_hour
-                .map(|m| format!(" at or below ${m}/h"))
-                .unwrap_or_default()
-        ));
-    }
-    types.sort_by(|a, b| price(a).total_cmp(&price(b)));
+    let types = rungs_for(&ladder, req, price)?;
     let regions: Vec<String> = if req.regions.is_empty() {
         DEFAULT_REGIONS.iter().map(|s| s.to_string()).collect()
     } else {
@@ -947,7 +546,7 @@ mod tests {
             assert_eq!(of_instance_type(&instance_type(t)), Some(t));
         }
         for (_, zones) in ZONES {
-            for z in *zones {
+            for z in zones.split_whitespace() {
                 let r = region_of(z).unwrap_or_else(|| panic!("{z}"));
                 assert!(KNOWN_REGIONS.contains(&r), "{z}");
             }

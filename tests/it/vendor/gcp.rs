@@ -78,6 +78,9 @@ pub(crate) fn google_error(code: u16, reason: &str, status: &str, message: &str)
     }})
 }
 
+/// An operation's `error` and its `httpErrorStatusCode`.
+pub(crate) type LateError = (Value, i64);
+
 /// The late error of a stockout, as Compute Engine reports it in the insert's operation.
 pub(crate) fn stockout(zone: &str) -> (Value, i64) {
     (
@@ -108,6 +111,11 @@ pub(crate) fn all_regions_quota() -> (Value, i64) {
 }
 
 // ---- The token endpoint ----
+
+/// The gcloud user login the token endpoint knows (`authorized_user`).
+const USER_CLIENT_ID: &str = "764086051850-test.apps.googleusercontent.com";
+const USER_CLIENT_SECRET: &str = "user_client_secret_sentinel_2b9d";
+const USER_REFRESH_TOKEN: &str = "1//user_refresh_token_sentinel_8c3e";
 
 #[derive(Default)]
 pub(crate) struct TokenState {
@@ -198,12 +206,19 @@ impl TokenServer {
                 }
                 let f = form(&req.body);
                 let ct = req.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default();
+                let field = |k: &str| f.get(k).map(String::as_str);
                 let check = if !ct.starts_with("application/x-www-form-urlencoded") {
                     Err(format!("content type {ct}"))
-                } else if f.get("grant_type").map(String::as_str) != Some(auth::JWT_BEARER_GRANT) {
+                } else if field("grant_type") == Some("refresh_token") {
+                    // A gcloud user login (RFC 6749 6).
+                    let ok = field("client_id") == Some(USER_CLIENT_ID)
+                        && field("client_secret") == Some(USER_CLIENT_SECRET)
+                        && field("refresh_token") == Some(USER_REFRESH_TOKEN);
+                    if ok { Ok(()) } else { Err(format!("refresh grant {f:?}")) }
+                } else if field("grant_type") != Some(auth::JWT_BEARER_GRANT) {
                     Err(format!("grant_type {:?}", f.get("grant_type")))
                 } else {
-                    check_assertion(f.get("assertion").map(String::as_str).unwrap_or_default())
+                    check_assertion(field("assertion").unwrap_or_default())
                 };
                 if let Err(why) = check {
                     s.refused.push(why);
@@ -249,7 +264,7 @@ pub(crate) struct World {
     /// (zone, instance)
     pub(crate) instances: Vec<(String, Value)>,
     /// (zone, operation, the error it ends with)
-    pub(crate) operations: Vec<(String, Value, Option<(Value, i64)>)>,
+    pub(crate) operations: Vec<(String, Value, Option<LateError>)>,
     /// requestId → operation name.
     request_ids: BTreeMap<String, String>,
     /// Late errors for the next inserts (before capacity decides).
@@ -671,10 +686,10 @@ impl World {
             .collect();
         let out = self.page(req, items, "compute#operationList");
         // Advance after the last page of the listing.
-        if !out
+        if out
             .body
             .as_ref()
-            .is_some_and(|b| b.get("nextPageToken").is_some())
+            .is_none_or(|b| b.get("nextPageToken").is_none())
         {
             self.tick();
         }
@@ -1321,9 +1336,10 @@ async fn the_access_token_never_appears_in_errors_or_the_journal() {
         reason.contains("REDACTED"),
         "the echo was scrubbed: {reason}"
     );
+    let persisted = serde_json::to_string(&end).unwrap();
     for text in std::iter::once(reason)
         .chain(r.labels())
-        .chain([format!("{end:?}")])
+        .chain([format!("{end:?}"), persisted])
     {
         assert!(!text.contains(SENTINEL), "{text}");
         assert!(!text.contains("PRIVATE KEY"), "{text}");
@@ -1448,7 +1464,7 @@ async fn a_delete_while_the_insert_still_runs_is_retried_not_taken_for_done() {
     let prep = p.prepare(&offer, &spec).await.unwrap();
     let name = p.create(&offer, &prep, &spec).await.unwrap();
     let e = p
-        .delete(&offer.location, "trainer", &[name.clone()])
+        .delete(&offer.location, "trainer", std::slice::from_ref(&name))
         .await
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Transient, "{e}");
@@ -1788,4 +1804,102 @@ fn the_gcp_example_plans_offline_with_ordered_offers_and_prices() {
     assert!(rows
         .iter()
         .all(|r| r["price_per_hour"].as_f64().unwrap() <= 95.0));
+}
+
+#[tokio::test]
+async fn a_gcloud_user_login_refreshes_its_token_at_its_token_uri_and_never_shows_it() {
+    let mut world = h100_world();
+    world.echo_auth = true;
+    world.fault(
+        "GET",
+        &format!("{BASE}/zones/us-east4-a/instances"),
+        Canned::status(
+            500,
+            google_error(500, "backendError", "INTERNAL", "Internal error"),
+        ),
+    );
+    let fake = Fake::start(world).await;
+    let adc = json!({
+        "type": "authorized_user",
+        "client_id": USER_CLIENT_ID,
+        "client_secret": USER_CLIENT_SECRET,
+        "refresh_token": USER_REFRESH_TOKEN,
+        "token_uri": fake.tokens.token_uri(),
+        "quota_project_id": PROJECT,
+    });
+    let cred =
+        GoogleCredential::from_json(&adc.to_string(), Source::Other("gcloud".into())).unwrap();
+    let settings = GcpSettings::with_credential(
+        LINEAGE.parse().unwrap(),
+        Some(fake.server.uri()),
+        None,
+        Some(cred),
+    );
+    assert_eq!(
+        settings.project.as_deref(),
+        Some(PROJECT),
+        "the login's quota project"
+    );
+    let p = GcpProvider::new(settings);
+    let e = p.observe(&at("us-east4-a"), "trainer").await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Transient);
+    assert!(
+        e.msg.contains("REDACTED"),
+        "the echoed token was scrubbed: {}",
+        e.msg
+    );
+    for s in [SENTINEL, USER_CLIENT_SECRET, USER_REFRESH_TOKEN] {
+        assert!(!e.msg.contains(s), "{}", e.msg);
+    }
+    assert!(p
+        .observe(&at("us-east4-a"), "trainer")
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        fake.tokens.issued().len(),
+        1,
+        "one refresh grant, the token reused"
+    );
+    assert!(fake.tokens.state.lock().unwrap().refused.is_empty());
+    fake.server.verify();
+}
+
+#[tokio::test]
+async fn a_stopped_instance_is_started_again() {
+    let r = run(h100_world(), &["us-east4"]).await;
+    let end = r.launch().await.unwrap();
+    let vm = end.ready().unwrap().clone();
+    for (_, i) in r.cloud.world.lock().unwrap().instances.iter_mut() {
+        i["status"] = json!("TERMINATED");
+    }
+    let seen = r.provider.observe(&vm.location, "trainer").await.unwrap();
+    assert_eq!(
+        seen[0].status,
+        InstanceStatus::Stopped,
+        "TERMINATED is a stopped VM"
+    );
+    r.provider
+        .start(&vm.location, "trainer", &vm.instance_id)
+        .await
+        .unwrap();
+    let mut status = InstanceStatus::Pending;
+    for _ in 0..4 {
+        status = r.provider.observe(&vm.location, "trainer").await.unwrap()[0]
+            .status
+            .clone();
+        if status == InstanceStatus::Running {
+            break;
+        }
+    }
+    assert_eq!(status, InstanceStatus::Running);
+    let starts = r
+        .cloud
+        .server
+        .requests()
+        .iter()
+        .filter(|q| q.path.ends_with("/start"))
+        .count();
+    assert_eq!(starts, 1);
+    r.cloud.server.verify();
 }
