@@ -13,7 +13,7 @@ use super::errors::OperationError;
 use super::{SSH_PORT, SSH_USER};
 use crate::provider::{InstanceStatus, Lineage, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL};
 
-/// `Operation`.
+/// `Operation` (a long-running operation: insert, delete, start).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct Operation {
@@ -27,6 +27,7 @@ pub struct Operation {
 }
 
 impl Operation {
+    /// Whether the operation has ended (`DONE`), well or badly.
     pub fn is_done(&self) -> bool {
         self.status == "DONE"
     }
@@ -78,7 +79,7 @@ impl AggregatedPage {
     }
 }
 
-/// `Instance`.
+/// `Instance` (name, status, labels and the external address).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct Instance {
@@ -88,12 +89,14 @@ pub struct Instance {
     pub network_interfaces: Vec<NetworkInterface>,
 }
 
+/// `NetworkInterface` (its access configs carry the external address).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct NetworkInterface {
     pub access_configs: Vec<AccessConfig>,
 }
 
+/// `AccessConfig`: `natIP` is the external IPv4 address.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct AccessConfig {
@@ -120,6 +123,7 @@ pub struct Firewall {
     pub source_ranges: Vec<String>,
 }
 
+/// One `Firewall.allowed` entry: a protocol and its ports.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(default)]
 pub struct Allowed {

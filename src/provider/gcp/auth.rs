@@ -109,7 +109,9 @@ fn default_token_uri() -> String {
 /// What a credential is.
 #[derive(Clone)]
 pub enum Kind {
+    /// A service-account key (JWT-bearer grant).
     ServiceAccount(Box<ServiceAccountKey>),
+    /// A gcloud user login (refresh-token grant).
     AuthorizedUser(Box<AuthorizedUser>),
     /// The metadata server at this `host[:port]`.
     Metadata(String),
@@ -129,6 +131,7 @@ impl std::fmt::Debug for Kind {
 #[derive(Debug, Clone)]
 pub struct GoogleCredential {
     pub kind: Kind,
+    /// Where it was found (for `gpuprov validate`).
     pub source: Source,
 }
 
@@ -255,11 +258,15 @@ pub fn find(env: impl Fn(&str) -> Option<String>, adc: Option<&Path>, on_gce: bo
     }
 }
 
-/// The claims of a service account's JWT (module docs).
+/// The claims of a service account's JWT (module docs; times in seconds since the
+/// epoch).
 #[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Claims {
+    /// The service account's email.
     pub iss: String,
+    /// The scopes asked, space-separated.
     pub scope: String,
+    /// Google's token endpoint.
     pub aud: String,
     pub iat: u64,
     pub exp: u64,
@@ -313,6 +320,7 @@ impl std::fmt::Debug for Tokens {
 }
 
 impl Tokens {
+    /// The token source of `credential`; no token is fetched until the first call.
     pub fn new(credential: GoogleCredential) -> Tokens {
         Tokens {
             credential,

@@ -25,8 +25,9 @@ use crate::provider::cause;
 use crate::provider::kit::{Classifier, Failure, Rule};
 use crate::provider::ErrorKind;
 
-/// The call names rules are scoped to.
+/// The call name of an insert (and a start): capacity rules apply to it.
 pub const CREATE: &str = "create";
+/// The call name of `prepare`'s reads: a missing image is the ask's fault.
 pub const PREPARE: &str = "prepare";
 
 /// Reasons of a quota that counts every region (`GPUS_ALL_REGIONS`, Compute Engine
@@ -169,6 +170,7 @@ pub struct OperationError {
     pub errors: Vec<OperationErrorItem>,
 }
 
+/// One `Operation.error.errors` entry.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct OperationErrorItem {

@@ -90,6 +90,7 @@ pub const ENDPOINT_ENV: &str = "GPUPROV_GCP_ENDPOINT";
 pub const PROJECT_ENV: &str = "GOOGLE_CLOUD_PROJECT";
 /// The login user: the one `ssh-keys` metadata creates (`gpuprov:<key>`).
 pub const SSH_USER: &str = "gpuprov";
+/// The SSH port (the image's sshd; the firewall rule opens it).
 pub const SSH_PORT: u16 = 22;
 /// The boot image when the VM sets none: Canonical's Ubuntu 22.04 with the NVIDIA 550
 /// driver, from Google's accelerator image project (a family, resolved by `prepare`).
@@ -262,6 +263,8 @@ impl GcpProvider {
         }
     }
 
+    /// The settings the adapter was built with (the credential's secrets stay redacted in
+    /// their `Debug`).
     pub fn settings(&self) -> &GcpSettings {
         &self.settings
     }
