@@ -166,6 +166,14 @@ pub(super) async fn cmd_offers(project: &Project, a: &OffersArgs) -> Result<Exit
         match result {
             Ok(found) => {
                 answered += 1;
+                // A cloud whose offers come from a built-in catalog says so (its offers'
+                // `detail.catalog_note`), once.
+                if let Some(note) = found
+                    .iter()
+                    .find_map(|o| o.detail.get("catalog_note").and_then(|n| n.as_str()))
+                {
+                    errln!("note: {cloud}: {note}");
+                }
                 offers.extend(found.into_iter().filter(|o| {
                     q.request
                         .max_price_per_hour

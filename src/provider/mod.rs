@@ -36,6 +36,7 @@ pub mod docker;
 pub mod fake;
 #[cfg(any(test, feature = "test-doubles"))]
 pub mod faulty;
+pub mod gcp;
 pub mod hyperstack;
 pub mod identity;
 pub mod kit;

@@ -24,6 +24,9 @@ pub struct CloudSettings {
     /// Docker only: image the sshd image is built from (default
     /// `gpuprov/debian-sshd-base:bookworm`, made by `scripts/build-base-image.sh`).
     pub base_image: Option<String>,
+    /// GCP only: the project every call is about (else `GOOGLE_CLOUD_PROJECT`, else the
+    /// credential's own project).
+    pub project: Option<String>,
 }
 
 /// Builds one cloud's adapter from its `[cloud.NAME]` settings (plus the environment, which
@@ -72,7 +75,14 @@ clouds! {
             lineage,
         )))
     });
-    Gcp => "gcp", CloudSettings, None;
+    Gcp => "gcp", CloudSettings, Some(|s, lineage| {
+        use super::gcp::{GcpProvider, GcpSettings};
+        Arc::new(GcpProvider::new(GcpSettings::from_env_and_config(
+            s.endpoint.clone(),
+            s.project.clone(),
+            lineage,
+        )))
+    });
     Massedcompute => "massedcompute", CloudSettings, None;
     Hyperstack => "hyperstack", CloudSettings, Some(|s, lineage| {
         use super::hyperstack::{HyperstackProvider, HyperstackSettings};

@@ -1,7 +1,8 @@
 //! `examples/multi-cloud.toml` planned against local fakes of every REST cloud of this
 //! build (issue 4): one spec-checked server per cloud (`tests/it/support/spec.rs`) serving a
 //! catalog (Lambda instance types, RunPod GPU catalog with stock, Hyperstack flavors +
-//! stocks + pricebook, DigitalOcean sizes + regions) whose every request and response is
+//! stocks + pricebook, DigitalOcean sizes + regions, GCP's accelerator types behind its
+//! token endpoint, `vendor::gcp`) whose every request and response is
 //! validated against the vendor's OpenAPI description, and the real `gpuprov` binary run
 //! on a copy of the example with each cloud's endpoint and a distinct sentinel credential.
 //! AWS plans from its offline catalog (no network); it gets dummy static credentials and
@@ -18,12 +19,24 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use spec::{Canned, Seen, SpecServer};
 
+use crate::vendor::gcp as gcp_api;
+
 const LAMBDA_KEY: &str = "lambda_sentinel_key_5d1e0a";
 const RUNPOD_KEY: &str = "rpa_runpod_sentinel_key_8b2f1c";
 const HYPERSTACK_KEY: &str = "hyperstack_sentinel_key_3c7a2d";
 const DO_TOKEN: &str = "dop_v1_do_sentinel_token_9e4d3e";
 const AWS_SECRET: &str = "aws_sentinel_secret_6f0b4f";
-const SENTINELS: &[&str] = &[LAMBDA_KEY, RUNPOD_KEY, HYPERSTACK_KEY, DO_TOKEN, AWS_SECRET];
+/// The GCP service-account key file, relative to the project directory (the binary runs
+/// there); its access tokens carry `gcp_api::SENTINEL`.
+const GCP_KEY_FILE: &str = "gcp-sa.json";
+const SENTINELS: &[&str] = &[
+    LAMBDA_KEY,
+    RUNPOD_KEY,
+    HYPERSTACK_KEY,
+    DO_TOKEN,
+    AWS_SECRET,
+    gcp_api::SENTINEL,
+];
 
 const RUNPOD_H100: &str = "NVIDIA H100 80GB HBM3";
 
@@ -359,6 +372,19 @@ struct Clouds {
     runpod: SpecServer,
     hyperstack: SpecServer,
     digitalocean: SpecServer,
+    gcp: gcp_api::Fake,
+}
+
+/// The GCP project: L4 in two zones of us-central1 and one of us-east4, H100 in one zone
+/// of each.
+fn gcp_world() -> gcp_api::World {
+    gcp_api::World::default()
+        .with_zones(
+            "nvidia-l4",
+            &["us-central1-a", "us-central1-b", "us-east4-a"],
+            true,
+        )
+        .with_zones(gcp_api::H100, &["us-central1-a", "us-east4-a"], true)
 }
 
 impl Clouds {
@@ -366,13 +392,14 @@ impl Clouds {
         Self::start_with(BTreeMap::new()).await
     }
 
-    /// Starts the four fakes; `faults` (by cloud name) are mounted first, so they answer
+    /// Starts the five fakes; `faults` (by cloud name) are mounted first, so they answer
     /// instead of the catalog.
     async fn start_with(faults: BTreeMap<&str, Fault>) -> Clouds {
         let lambda = SpecServer::start(Arc::new(spec::lambda())).await;
         let runpod = SpecServer::start(Arc::new(spec::runpod())).await;
         let hyperstack = SpecServer::start(Arc::new(spec::hyperstack())).await;
         let digitalocean = SpecServer::start(Arc::new(spec::digitalocean())).await;
+        let gcp = gcp_api::Fake::start(gcp_world()).await;
         for (cloud, f) in faults {
             let server = match cloud {
                 "lambda" => &lambda,
@@ -411,15 +438,17 @@ impl Clouds {
             runpod,
             hyperstack,
             digitalocean,
+            gcp,
         }
     }
 
-    fn all(&self) -> [(&'static str, &SpecServer); 4] {
+    fn all(&self) -> [(&'static str, &SpecServer); 5] {
         [
             ("lambda", &self.lambda),
             ("runpod", &self.runpod),
             ("hyperstack", &self.hyperstack),
             ("digitalocean", &self.digitalocean),
+            ("gcp", &self.gcp.server),
         ]
     }
 
@@ -434,6 +463,7 @@ impl Clouds {
                 format!("{}/v1", self.hyperstack.uri()),
             ),
             ("GPUPROV_DIGITALOCEAN_ENDPOINT", self.digitalocean.uri()),
+            ("GPUPROV_GCP_ENDPOINT", self.gcp.server.uri()),
         ]
     }
 
@@ -472,31 +502,40 @@ impl Clouds {
     }
 }
 
-/// The credential env of each cloud.
+/// The credential env of each cloud (GCP's names the key file).
 const CREDENTIALS: &[(&str, &str, &str)] = &[
     ("lambda", "LAMBDA_API_KEY", LAMBDA_KEY),
     ("runpod", "RUNPOD_API_KEY", RUNPOD_KEY),
     ("hyperstack", "HYPERSTACK_API_KEY", HYPERSTACK_KEY),
     ("digitalocean", "DIGITALOCEAN_TOKEN", DO_TOKEN),
+    ("gcp", "GOOGLE_APPLICATION_CREDENTIALS", GCP_KEY_FILE),
 ];
 
+/// What each cloud's requests carry: the credential, or for GCP the access token its
+/// token endpoint issued.
 fn all_credentials() -> Vec<(&'static str, &'static str)> {
-    CREDENTIALS.iter().map(|(c, _, s)| (*c, *s)).collect()
+    CREDENTIALS
+        .iter()
+        .map(|(c, _, s)| (*c, if *c == "gcp" { gcp_api::SENTINEL } else { *s }))
+        .collect()
 }
 
 /// A project directory holding a copy of `examples/multi-cloud.toml` as `gpuprov.toml`,
-/// with `home/` (HOME: no real ~/.runpod, ~/.aws or doctl config is read) and
-/// `gpuprov-home/` (GPUPROV_HOME).
+/// with `home/` (HOME: no real ~/.runpod, ~/.aws, doctl or gcloud config is read),
+/// `gpuprov-home/` (GPUPROV_HOME) and the GCP service-account key of `clouds`' token
+/// endpoint ([`GCP_KEY_FILE`]).
 struct Project {
     dir: tempfile::TempDir,
 }
 
 impl Project {
-    fn new() -> Project {
+    fn new(clouds: &Clouds) -> Project {
         let dir = tempfile::tempdir().unwrap();
         let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/multi-cloud.toml");
         std::fs::copy(&example, dir.path().join("gpuprov.toml")).unwrap();
         std::fs::create_dir_all(dir.path().join("home")).unwrap();
+        let key = gcp_api::sa_json(&clouds.gcp.tokens.token_uri());
+        std::fs::write(dir.path().join(GCP_KEY_FILE), key).unwrap();
         Project { dir }
     }
 
@@ -673,6 +712,28 @@ const INFERENCE: &[(&str, f64)] = &[
     ("aws/eu-west-1/g6e.xlarge/eu-west-1c", 1.861),
 ];
 
+/// The notebook box's offers: GCP first (`clouds = ["gcp", "aws"]`): g2-standard-8
+/// ($0.8536) in the zones the project's acceleratorTypes list, us-central1 before us-east4
+/// as listed (g2-standard-24 is above the $1 cap); then AWS in us-east-1 (the only AWS
+/// name listed): g6.xlarge ($0.805), then g6.2xlarge ($0.978), in each zone.
+const NOTEBOOK: &[(&str, f64)] = &[
+    ("gcp/us-central1/g2-standard-8/us-central1-a", 0.8536),
+    ("gcp/us-central1/g2-standard-8/us-central1-b", 0.8536),
+    ("gcp/us-east4/g2-standard-8/us-east4-a", 0.8536),
+    ("aws/us-east-1/g6.xlarge/us-east-1a", 0.805),
+    ("aws/us-east-1/g6.xlarge/us-east-1b", 0.805),
+    ("aws/us-east-1/g6.xlarge/us-east-1c", 0.805),
+    ("aws/us-east-1/g6.xlarge/us-east-1d", 0.805),
+    ("aws/us-east-1/g6.xlarge/us-east-1e", 0.805),
+    ("aws/us-east-1/g6.xlarge/us-east-1f", 0.805),
+    ("aws/us-east-1/g6.2xlarge/us-east-1a", 0.978),
+    ("aws/us-east-1/g6.2xlarge/us-east-1b", 0.978),
+    ("aws/us-east-1/g6.2xlarge/us-east-1c", 0.978),
+    ("aws/us-east-1/g6.2xlarge/us-east-1d", 0.978),
+    ("aws/us-east-1/g6.2xlarge/us-east-1e", 0.978),
+    ("aws/us-east-1/g6.2xlarge/us-east-1f", 0.978),
+];
+
 fn cred_env() -> Vec<(&'static str, &'static str)> {
     CREDENTIALS.iter().map(|(_, k, v)| (*k, *v)).collect()
 }
@@ -680,7 +741,7 @@ fn cred_env() -> Vec<(&'static str, &'static str)> {
 #[tokio::test]
 async fn the_multi_cloud_example_plans_offers_from_every_cloud_with_stock() {
     let clouds = Clouds::start().await;
-    let project = Project::new();
+    let project = Project::new(&clouds);
     let endpoints = clouds.endpoints();
     let creds = cred_env();
 
@@ -690,8 +751,9 @@ async fn the_multi_cloud_example_plans_offers_from_every_cloud_with_stock() {
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(stdout.contains("vm.trainer will be created"), "{stdout}");
     assert!(stdout.contains("vm.inference will be created"), "{stdout}");
+    assert!(stdout.contains("vm.notebook will be created"), "{stdout}");
     assert!(
-        stdout.contains("Plan: 2 to add, 0 to change, 0 to destroy."),
+        stdout.contains("Plan: 3 to add, 0 to change, 0 to destroy."),
         "{stdout}"
     );
     for (_, uri) in &endpoints {
@@ -729,16 +791,20 @@ async fn the_multi_cloud_example_plans_offers_from_every_cloud_with_stock() {
     let plan: Value = serde_json::from_str(&stdout).unwrap();
     let trainer = change(&plan, "trainer");
     let inference = change(&plan, "inference");
+    let notebook = change(&plan, "notebook");
     assert_eq!(trainer["action"], "create");
     assert_eq!(inference["action"], "create");
+    assert_eq!(notebook["action"], "create");
     assert_offers(&ids_prices(&trainer["offers"]), TRAINER);
     assert_offers(&ids_prices(&inference["offers"]), INFERENCE);
+    assert_offers(&ids_prices(&notebook["offers"]), NOTEBOOK);
     // A new machine costs what its first offer costs.
     assert!(close(trainer["price_per_hour"].as_f64().unwrap(), 23.92));
     assert!(close(inference["price_per_hour"].as_f64().unwrap(), 0.79));
+    assert!(close(notebook["price_per_hour"].as_f64().unwrap(), 0.8536));
     assert!(close(
         plan["hourly_cost_after"].as_f64().unwrap(),
-        23.92 + 0.79
+        23.92 + 0.79 + 0.8536
     ));
     for (cloud, _) in clouds.all() {
         assert!(
@@ -785,7 +851,14 @@ async fn the_multi_cloud_example_plans_offers_from_every_cloud_with_stock() {
         .collect();
     assert_eq!(
         clouds_seen.into_iter().collect::<Vec<_>>(),
-        ["aws", "digitalocean", "hyperstack", "lambda", "runpod"]
+        [
+            "aws",
+            "digitalocean",
+            "gcp",
+            "hyperstack",
+            "lambda",
+            "runpod"
+        ]
     );
     let price_of = |id: &str| {
         list.iter()
@@ -810,6 +883,25 @@ async fn the_multi_cloud_example_plans_offers_from_every_cloud_with_stock() {
         price_of("aws/us-east-1/p5.48xlarge/us-east-1a"),
         55.04
     ));
+    // GCP: the zones its project lists (in its default regions), the catalog's prices.
+    assert!(close(
+        price_of("gcp/us-central1/a3-highgpu-1g/us-central1-a"),
+        10.9791
+    ));
+    assert!(close(
+        price_of("gcp/us-east4/a3-highgpu-8g/us-east4-a"),
+        87.8325
+    ));
+    assert!(
+        list.iter().all(|(i, _)| !i.starts_with("gcp/")
+            || i.ends_with("us-central1-a")
+            || i.ends_with("us-east4-a")),
+        "only the listed zones: {list:?}"
+    );
+    assert!(
+        !clouds.gcp.tokens.issued().is_empty(),
+        "GCP's zones came from its API, with a token from the key's token_uri"
+    );
     assert!(list
         .iter()
         .all(|(i, _)| !i.contains("gpu-h100x8-640gb") && !i.starts_with("hyperstack/NORWAY-1")));
@@ -847,7 +939,7 @@ async fn a_cloud_whose_catalog_fails_leaves_the_others_planning() {
         ),
     ]);
     let clouds = Clouds::start_with(faults).await;
-    let project = Project::new();
+    let project = Project::new(&clouds);
     let endpoints = clouds.endpoints();
     let creds = cred_env();
 
@@ -892,7 +984,7 @@ async fn a_cloud_whose_catalog_fails_leaves_the_others_planning() {
 #[tokio::test]
 async fn without_credentials_every_rest_cloud_says_where_it_looked() {
     let clouds = Clouds::start().await;
-    let project = Project::new();
+    let project = Project::new(&clouds);
     let endpoints = clouds.endpoints();
     let home = project.path().join("home");
 
@@ -913,6 +1005,28 @@ async fn without_credentials_every_rest_cloud_says_where_it_looked() {
         &aws_only,
     );
 
+    // GCP plans from its built-in catalog: the catalog's L4 zones, then AWS's.
+    let notebook = ids_prices(&change(&plan, "notebook")["offers"]);
+    assert_eq!(
+        notebook[0].0, "gcp/us-central1/g2-standard-8/us-central1-a",
+        "{notebook:?}"
+    );
+    let gcp_zones: Vec<&str> = notebook
+        .iter()
+        .filter_map(|(i, _)| i.strip_prefix("gcp/"))
+        .collect();
+    assert_eq!(
+        gcp_zones,
+        [
+            "us-central1/g2-standard-8/us-central1-a",
+            "us-central1/g2-standard-8/us-central1-b",
+            "us-central1/g2-standard-8/us-central1-c",
+            "us-east4/g2-standard-8/us-east4-a",
+            "us-east4/g2-standard-8/us-east4-c",
+        ]
+    );
+    assert!(notebook.iter().any(|(i, _)| i.starts_with("aws/")));
+
     // Every REST cloud of the trainer fails: `offers --vm trainer` exits 1 and names where
     // each cloud looked for its credential.
     let out = project
@@ -920,7 +1034,7 @@ async fn without_credentials_every_rest_cloud_says_where_it_looked() {
         .await;
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
-    for (cloud, var, _) in CREDENTIALS {
+    for (cloud, var, _) in CREDENTIALS.iter().filter(|(c, _, _)| *c != "gcp") {
         let line = stderr
             .lines()
             .find(|l| l.starts_with(&format!("warning: {cloud}:")))

@@ -26,6 +26,8 @@ use gpuprov::plan::{Plan, PLAN_FORMAT_VERSION};
 use gpuprov::provider::digitalocean::{
     DigitalOceanProvider, DigitalOceanSettings, RateHeaders, Token,
 };
+use gpuprov::provider::gcp::auth::{GoogleCredential, Kind as GoogleKind};
+use gpuprov::provider::gcp::{self, GcpProvider, GcpSettings};
 use gpuprov::provider::hyperstack::{HyperstackProvider, HyperstackSettings};
 use gpuprov::provider::lambda::{LambdaProvider, LambdaSettings};
 use gpuprov::provider::runpod::{RunpodProvider, RunpodSettings};
@@ -1781,6 +1783,13 @@ fn names_capacity(cloud: &str, status: u16, body: &str) -> bool {
                     || any(digitalocean::REGION_UNAVAILABLE_PHRASES))
         }
         "hyperstack" => any(hyperstack::CAPACITY_PHRASES),
+        // GCP: its stockout codes, in Google's error body.
+        "gcp" => any(&[
+            "zone_resource_pool_exhausted",
+            "zoneresourcepoolexhausted",
+            "unsupported_operation",
+            "resourcenotready",
+        ]),
         // RunPod: only a 400 on a pod create (never a plan or observe call).
         _ => false,
     }
@@ -1837,6 +1846,25 @@ fn error_classifiers_never_take_unknown_errors_for_capacity() {
             );
             let rp_capacity_ok = create && r.status == 400;
             kinds.push(("runpod", rp));
+            let headers = gpuprov::provider::kit::http::RateHeaders {
+                retry_after: r.retry_after.clone(),
+                ..Default::default()
+            };
+            let f = gpuprov::provider::kit::http::failure_of(
+                gcp::errors::decode,
+                r.status,
+                Some("application/json"),
+                &r.body,
+                &headers,
+                now,
+            );
+            let call = if create { gcp::errors::CREATE } else { "other" };
+            let g = gcp::errors::CLASSIFIER.classify(
+                &f,
+                gpuprov::provider::kit::Call::named(call, "x").in_region("us-central1"),
+                ["k"],
+            );
+            kinds.push(("gcp", g));
             for (cloud, e) in &kinds {
                 if e.kind == ErrorKind::Capacity {
                     tally.add("capacity (documented)");
@@ -1853,7 +1881,11 @@ fn error_classifiers_never_take_unknown_errors_for_capacity() {
                     );
                 }
                 prop_assert!(!e.msg.is_empty());
-                if r.status >= 500 || r.status == 429 {
+                // GCP's documented codes decide before the status (a stockout may come as
+                // a 503 `zoneResourcePoolExhausted`).
+                let documented =
+                    *cloud == "gcp" && e.kind != ErrorKind::Transient && r.status != 429;
+                if (r.status >= 500 || r.status == 429) && !documented {
                     prop_assert_eq!(e.kind, ErrorKind::Transient, "{}: {:?}", cloud, r);
                 }
             }
@@ -1863,10 +1895,12 @@ fn error_classifiers_never_take_unknown_errors_for_capacity() {
     );
 }
 
-/// A wiremock server answering every request with the case's response.
+/// A wiremock server answering every request with the case's response, and a metadata
+/// server that hands GCP a token (so GCP's API calls reach the case's response).
 struct Fake {
     rt: tokio::runtime::Runtime,
     server: wiremock::MockServer,
+    tokens: wiremock::MockServer,
 }
 
 impl Fake {
@@ -1876,7 +1910,25 @@ impl Fake {
             .build()
             .unwrap();
         let server = rt.block_on(wiremock::MockServer::start());
-        Fake { rt, server }
+        let tokens = rt.block_on(async {
+            let t = wiremock::MockServer::start().await;
+            wiremock::Mock::given(wiremock::matchers::path(
+                "/computeMetadata/v1/instance/service-accounts/default/token",
+            ))
+            .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(
+                json!({"access_token": "k-sentinel-token", "expires_in": 3600, "token_type": "Bearer"}),
+            ))
+            .mount(&t)
+            .await;
+            t
+        });
+        Fake { rt, server, tokens }
+    }
+
+    /// The adapters of this fake (see [`adapters`]).
+    fn adapters(&self) -> Vec<(&'static str, Arc<dyn CloudProvider>, &'static str)> {
+        let host = self.tokens.uri().trim_start_matches("http://").to_string();
+        adapters(&self.server.uri(), &host)
     }
 
     fn serve(&self, r: &Response) {
@@ -1913,8 +1965,25 @@ fn request() -> ResourceRequest {
     }
 }
 
-fn adapters(uri: &str) -> Vec<(&'static str, Arc<dyn CloudProvider>, &'static str)> {
+fn adapters(
+    uri: &str,
+    token_host: &str,
+) -> Vec<(&'static str, Arc<dyn CloudProvider>, &'static str)> {
+    let google = GoogleCredential {
+        kind: GoogleKind::Metadata(token_host.to_string()),
+        source: gpuprov::provider::kit::Source::Other("the test metadata server".into()),
+    };
     vec![
+        (
+            "gcp",
+            Arc::new(GcpProvider::new(GcpSettings::with_credential(
+                LINEAGE.parse().unwrap(),
+                Some(uri.to_string()),
+                Some("p".into()),
+                Some(google),
+            ))),
+            "us-central1",
+        ),
         (
             "lambda",
             Arc::new(LambdaProvider::new(LambdaSettings {
@@ -1962,7 +2031,7 @@ fn rest_adapters_plan_and_observe_survive_any_response() {
     let fake = Fake::new();
     let uri = fake.server.uri();
     assert!(uri.starts_with("http://127.0.0.1:"), "loopback only: {uri}");
-    let adapters = adapters(&uri);
+    let adapters = fake.adapters();
     check("rest_adapter_responses", 192, response(), |r, tally| {
         fake.serve(&r);
         for (cloud, p, region) in &adapters {
@@ -1992,6 +2061,7 @@ fn rest_adapters_plan_and_observe_survive_any_response() {
                             e
                         );
                         prop_assert!(!e.msg.contains("k-sentinel"), "{}", e.msg);
+                        prop_assert!(!e.msg.contains("k-sentinel-token"), "{}", e.msg);
                     }
                 }
             }
@@ -2044,7 +2114,7 @@ fn status_string() -> impl Strategy<Value = String> {
 
 /// One listing answer that every REST adapter reads as "one instance of `dev` in this
 /// lineage" (each reads its own key: Lambda `data`, RunPod `pods`, DigitalOcean
-/// `droplets`, Hyperstack `instances`), with status `status`. `variant` drops the parts
+/// `droplets`, Hyperstack `instances`, GCP's aggregated `items`), with status `status`. `variant` drops the parts
 /// an adapter may do without (addresses, tags, environment).
 fn listing_fixture(status: &str, variant: u8) -> Value {
     let name = format!("gpuprov-dev-{}", &LINEAGE[..8]);
@@ -2066,6 +2136,10 @@ fn listing_fixture(status: &str, variant: u8) -> Value {
         "id": 7, "name": name, "status": status,
         "labels": [format!("gpuprov-vm-name=dev"), format!("gpuprov-lineage={LINEAGE}")],
     });
+    let mut gce = json!({
+        "name": format!("{name}-0a1b"), "status": status,
+        "labels": {"gpuprov-vm-name": "dev", "gpuprov-lineage": LINEAGE},
+    });
     if full {
         lambda["ip"] = json!("127.0.0.9");
         lambda["tags"] = json!([
@@ -2078,9 +2152,11 @@ fn listing_fixture(status: &str, variant: u8) -> Value {
             json!({"name": format!("gpuprov-{}-canada-1", &LINEAGE[..8]), "region": "CANADA-1"});
         vm["floating_ip"] = json!("127.0.0.12");
         vm["floating_ip_status"] = json!("ATTACHED");
+        gce["networkInterfaces"] = json!([{"accessConfigs": [{"natIP": "127.0.0.13"}]}]);
     }
     json!({
         "data": [lambda], "pods": [pod], "droplets": [droplet], "instances": [vm],
+        "items": {"zones/us-central1-a": {"instances": [gce]}},
         "count": 1, "links": {}, "meta": {"total": 1},
     })
 }
@@ -2101,7 +2177,7 @@ fn is_gone(cloud: &str, status: &str) -> bool {
 #[test]
 fn rest_adapters_never_take_an_unknown_status_for_gone() {
     let fake = Fake::new();
-    let adapters = adapters(&fake.server.uri());
+    let adapters = fake.adapters();
     check(
         "rest_adapter_unknown_status",
         128,

@@ -255,3 +255,188 @@ fn openapi_30_yaml_documents_load_and_check() {
         .unwrap();
     assert_eq!(m.template, "/core/virtual-machines");
 }
+
+/// Google's discovery format (issue 15): methods by `httpMethod` + `flatPath` under the
+/// service path, parameters (path patterns, query types), closed request schemas with the
+/// method's `annotations.required`, open responses, the bearer scheme and Google's error
+/// body for 4xx/5xx.
+#[test]
+fn discovery_documents_load_and_check() {
+    let s = spec::gcp();
+    let zone = "/compute/v1/projects/p-1/zones/us-central1-a";
+    let m = s
+        .check_request(
+            "GET",
+            &format!("{zone}/instances/gpuprov-a-0f0e0d0c-ab12"),
+            &[],
+            None,
+        )
+        .unwrap();
+    assert_eq!(m.operation_id.as_deref(), Some("compute.instances.get"));
+    assert_eq!(
+        m.template,
+        "/projects/{project}/zones/{zone}/instances/{instance}"
+    );
+    let bulk = s
+        .check_request(
+            "POST",
+            &format!("{zone}/instances/bulkInsert"),
+            &[],
+            Some(&json!({"count": "1"})),
+        )
+        .unwrap();
+    assert_eq!(
+        bulk.operation_id.as_deref(),
+        Some("compute.instances.bulkInsert"),
+        "literal wins"
+    );
+    // Path parameters carry the document's patterns.
+    let e = s
+        .check_request(
+            "GET",
+            "/compute/v1/projects/p-1/zones/US_CENTRAL/instances",
+            &[],
+            None,
+        )
+        .unwrap_err();
+    assert!(e.contains("path parameter `zone`"), "{e}");
+    // Query parameters: declared, typed, global ones included.
+    let q = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
+    s.check_request(
+        "GET",
+        &format!("{zone}/instances"),
+        &q("maxResults", "500"),
+        None,
+    )
+    .unwrap();
+    s.check_request(
+        "GET",
+        &format!("{zone}/instances"),
+        &q("prettyPrint", "false"),
+        None,
+    )
+    .unwrap();
+    let e = s
+        .check_request(
+            "GET",
+            &format!("{zone}/instances"),
+            &q("maxResults", "many"),
+            None,
+        )
+        .unwrap_err();
+    assert!(e.contains("maxResults"), "{e}");
+    let e = s
+        .check_request("GET", &format!("{zone}/instances"), &q("labels", "x"), None)
+        .unwrap_err();
+    assert!(e.contains("not declared"), "{e}");
+    // Request bodies: closed, with the method's required fields.
+    let ok = json!({"name": "gpuprov-a-0f0e0d0c-ab12", "machineType": "zones/us-central1-a/machineTypes/g2-standard-8",
+        "disks": [{"boot": true, "initializeParams": {"diskSizeGb": "200"}}]});
+    s.check_request(
+        "POST",
+        &format!("{zone}/instances"),
+        &q("requestId", "x"),
+        Some(&ok),
+    )
+    .unwrap();
+    let e = s
+        .check_request(
+            "POST",
+            &format!("{zone}/instances"),
+            &[],
+            Some(&json!({"machineType": "m"})),
+        )
+        .unwrap_err();
+    assert!(
+        e.contains("name"),
+        "`name` is required by compute.instances.insert: {e}"
+    );
+    let typo = json!({"name": "a", "guestAcelerators": []});
+    let e = s
+        .check_request("POST", &format!("{zone}/instances"), &[], Some(&typo))
+        .unwrap_err();
+    assert!(
+        e.contains("guestAcelerators"),
+        "an undeclared field is refused: {e}"
+    );
+    let e = s
+        .check_request(
+            "POST",
+            &format!("{zone}/instances"),
+            &[],
+            Some(&json!({"name": "a", "disks": [{"diskSizeGb": 200}]})),
+        )
+        .unwrap_err();
+    assert!(
+        e.contains("diskSizeGb"),
+        "int64 travels as a string of digits: {e}"
+    );
+    // Responses: open schemas; errors in Google's error body.
+    let op = json!({"kind": "compute#operation", "name": "operation-1", "status": "DONE", "somethingNew": 1});
+    s.check_response("POST", &format!("{zone}/instances"), 200, Some(&op))
+        .unwrap();
+    let err = json!({"error": {"code": 403, "message": "Quota exceeded", "errors": [{"message": "Quota exceeded", "domain": "usageLimits", "reason": "quotaExceeded"}], "status": "PERMISSION_DENIED"}});
+    s.check_response("POST", &format!("{zone}/instances"), 403, Some(&err))
+        .unwrap();
+    let e = s
+        .check_response(
+            "POST",
+            &format!("{zone}/instances"),
+            403,
+            Some(&json!({"message": "no"})),
+        )
+        .unwrap_err();
+    assert!(e.contains("error"), "{e}");
+    let bad_status = json!({"name": "operation-1", "status": "FINISHED"});
+    assert!(s
+        .check_response(
+            "GET",
+            &format!("{zone}/operations/operation-1"),
+            200,
+            Some(&bad_status)
+        )
+        .is_err());
+}
+
+/// The GCP adapter's tests check against the subset of the discovery document (fast to
+/// load); it must be the whole document cut, not an edited copy: every method and schema
+/// it holds is the whole document's, unchanged, and every schema a method references is
+/// in it.
+#[test]
+fn the_gcp_subset_is_the_whole_document_cut() {
+    let whole = spec::gcp_whole_document();
+    let subset = spec::gcp_subset_document();
+    assert_eq!(subset["revision"], whole["revision"]);
+    let mut methods = 0;
+    for (r, res) in subset["resources"].as_object().unwrap() {
+        for (m, method) in res["methods"].as_object().unwrap() {
+            assert_eq!(method, &whole["resources"][r]["methods"][m], "{r}.{m}");
+            methods += 1;
+        }
+    }
+    assert!(methods > 30, "{methods}");
+    for (name, schema) in subset["schemas"].as_object().unwrap() {
+        assert_eq!(schema, &whole["schemas"][name], "schema {name}");
+    }
+    fn refs(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if let Some(r) = m.get("$ref").and_then(|r| r.as_str()) {
+                    out.push(r.to_string());
+                }
+                m.values().for_each(|c| refs(c, out));
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|c| refs(c, out)),
+            _ => {}
+        }
+    }
+    let mut all = Vec::new();
+    refs(&subset["resources"], &mut all);
+    refs(&subset["schemas"], &mut all);
+    for r in all {
+        assert!(
+            subset["schemas"].get(&r).is_some(),
+            "{r} is referenced but not in the subset"
+        );
+    }
+}

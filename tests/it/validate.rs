@@ -14,6 +14,10 @@ const CREDENTIALS: &[&str] = &[
     "DIGITALOCEAN_ACCESS_TOKEN",
     "RUNPOD_API_KEY",
     "HYPERSTACK_API_KEY",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_CLOUD_PROJECT",
+    "CLOUDSDK_CONFIG",
+    "GCE_METADATA_HOST",
 ];
 
 /// A closed port on loopback: a call that escaped would be refused at once.
@@ -52,7 +56,7 @@ impl Project {
         for v in CREDENTIALS {
             c.env_remove(v);
         }
-        for cloud in ["LAMBDA", "DIGITALOCEAN", "RUNPOD", "HYPERSTACK"] {
+        for cloud in ["LAMBDA", "DIGITALOCEAN", "RUNPOD", "HYPERSTACK", "GCP"] {
             c.env(format!("GPUPROV_{cloud}_ENDPOINT"), CLOSED);
         }
         for (k, v) in env {
@@ -148,4 +152,32 @@ fn lambda_alone_with_its_key_is_valid() {
     );
     assert_eq!(code, 0, "{out}\n{err}");
     p.snap("lambda_alone_with_key", code, &out, &err);
+}
+
+#[test]
+fn gcp_without_a_credential_names_adc_s_places_and_a_bad_key_file_says_why() {
+    let p = Project::new(
+        "[defaults]\nclouds = [\"gcp\"]\nkubernetes = false\n\n[cloud.gcp]\nproject = \"gpuprov-test\"\n\n[vm.trainer]\ngpu = \"H100\"\ngpu_count = 8\n",
+    );
+    let (code, out, err) = p.validate(&[]);
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(out.contains("  gcp: NO credential (looked in"), "{out}");
+    assert!(out.contains("GOOGLE_APPLICATION_CREDENTIALS"), "{out}");
+    assert!(
+        out.contains("application_default_credentials.json"),
+        "{out}"
+    );
+    assert!(out.contains("metadata server"), "{out}");
+    p.snap("gcp_no_credential", code, &out, &err);
+    std::fs::write(
+        p.dir.path().join("key.json"),
+        r#"{"type": "external_account", "audience": "s3cr3t"}"#,
+    )
+    .unwrap();
+    let (code, out, err) = p.validate(&[("GOOGLE_APPLICATION_CREDENTIALS", "key.json")]);
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(
+        out.contains("external_account") && !out.contains("s3cr3t"),
+        "{out}"
+    );
 }

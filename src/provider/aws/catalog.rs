@@ -14,7 +14,7 @@
 //!   at the on-demand price, which is the most a spot instance is charged by default
 //!   (no `MaxPrice` is set).
 
-use crate::provider::kit::gpu::norm;
+use crate::provider::kit::gpu::{norm, rungs_for, Ladder};
 use crate::provider::{ErrorKind, Location, Offer, ProviderError, ResourceRequest};
 
 /// Regions `plan` uses when the machine lists none: the regions with the broadest GPU
@@ -200,34 +200,15 @@ pub fn zones_of(region: &str) -> Vec<String> {
 /// model the ladder does not know, or no type within the count and price.
 pub fn plan(req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
     let invalid = |m: String| Err(ProviderError::new(ErrorKind::InvalidRequest, m));
-    let Some(gpu) = req.gpu.as_deref() else {
-        return invalid(
-            "the AWS catalog lists GPU instance types only; set gpu (for example \"H100\")".into(),
-        );
+    let ladder = Ladder {
+        cloud: "AWS",
+        kind: "instance type",
+        rungs: LADDER,
+        model: |g| g.gpu,
+        matches: matches_gpu,
+        gpus: |g| g.gpus,
     };
-    if !LADDER.iter().any(|g| matches_gpu(g, gpu)) {
-        let mut known: Vec<&str> = LADDER.iter().map(|g| g.gpu).collect();
-        known.dedup();
-        return invalid(format!(
-            "AWS has no GPU model {gpu:?} in gpuprov's catalog; known: {}",
-            known.join(", ")
-        ));
-    }
-    let count = req.gpu_count.max(1);
-    let mut types: Vec<&GpuType> = LADDER
-        .iter()
-        .filter(|g| matches_gpu(g, gpu) && g.gpus >= count)
-        .filter(|g| req.max_price_per_hour.is_none_or(|m| g.price_per_hour <= m))
-        .collect();
-    if types.is_empty() {
-        return invalid(format!(
-            "no AWS instance type has {count} × {gpu}{}",
-            req.max_price_per_hour
-                .map(|m| format!(" at or below ${m}/h"))
-                .unwrap_or_default()
-        ));
-    }
-    types.sort_by(|a, b| a.price_per_hour.total_cmp(&b.price_per_hour));
+    let types = rungs_for(&ladder, req, |g| g.price_per_hour)?;
     let regions: Vec<String> = if req.regions.is_empty() {
         DEFAULT_REGIONS.iter().map(|s| s.to_string()).collect()
     } else {

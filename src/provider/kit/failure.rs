@@ -142,6 +142,9 @@ pub struct Rule {
     pub kind: ErrorKind,
     /// Block the whole region the call was about (the classifier needs it given).
     pub region_wide: bool,
+    /// Block every offer of the cloud (a quota that counts across all regions, such as
+    /// GCP's `GPUS_ALL_REGIONS`); wins over `region_wide`.
+    pub cloud_wide: bool,
     /// A hint for the user, shown apart from the message.
     pub help: Option<&'static str>,
 }
@@ -157,6 +160,7 @@ impl Rule {
             call: None,
             kind,
             region_wide: false,
+            cloud_wide: false,
             help: None,
         }
     }
@@ -196,6 +200,11 @@ impl Rule {
     /// Blocks the whole region of the call.
     pub const fn region_wide(mut self) -> Rule {
         self.region_wide = true;
+        self
+    }
+    /// Blocks every offer of the cloud.
+    pub const fn cloud_wide(mut self) -> Rule {
+        self.cloud_wide = true;
         self
     }
     pub const fn help(mut self, help: &'static str) -> Rule {
@@ -281,6 +290,7 @@ impl Classifier {
     ) -> ProviderError {
         let mut help = None;
         let mut region_wide = false;
+        let mut cloud_wide = false;
         let kind = match f.status {
             Status::NoCredential => ErrorKind::Credentials,
             Status::Transport { refused: true } => ErrorKind::Unreachable,
@@ -290,6 +300,7 @@ impl Classifier {
                 Some(r) => {
                     help = r.help.map(str::to_string);
                     region_wide = r.region_wide;
+                    cloud_wide = r.cloud_wide;
                     r.kind
                 }
                 None => match f.status {
@@ -331,7 +342,11 @@ impl Classifier {
         if kind == ErrorKind::Transient {
             err.retry_after_secs = f.retry_after_secs;
         }
-        if let (true, Some(region)) = (region_wide, call.region) {
+        if cloud_wide {
+            err = err.with_block(BlockScope::Cloud {
+                cloud: self.cloud.to_string(),
+            });
+        } else if let (true, Some(region)) = (region_wide, call.region) {
             err = err.with_block(BlockScope::Region {
                 cloud: self.cloud.to_string(),
                 region: region.to_string(),
@@ -356,6 +371,9 @@ mod tests {
         Rule::status(402, ErrorKind::Credentials).help("add funds"),
         Rule::code("InsufficientInstanceCapacity", ErrorKind::Capacity),
         Rule::grpc(9, ErrorKind::Capacity).phrases(&["not enough resources"]),
+        Rule::code("QUOTA_EXCEEDED", ErrorKind::Quota)
+            .phrases(&["all regions"])
+            .cloud_wide(),
     ];
     const C: Classifier = Classifier {
         cloud: "acme",
@@ -456,6 +474,17 @@ mod tests {
         assert_eq!(
             (e.msg.as_str(), e.help.as_deref()),
             ("acme create: HTTP 402", Some("add funds"))
+        );
+
+        let f = Failure::http(403, Some("QUOTA_EXCEEDED".into()), "GPUs in all regions");
+        let e = C.classify(&f, Call::other("create").in_region("nyc2"), []);
+        assert_eq!(e.kind, ErrorKind::Quota);
+        assert_eq!(
+            e.block.as_deref(),
+            Some(&BlockScope::Cloud {
+                cloud: "acme".into()
+            }),
+            "a cloud-wide rule wins over the call's region"
         );
 
         let f = Failure::http(422, None, "This region is not available");

@@ -40,6 +40,68 @@ pub fn no_type_for(
     )
 }
 
+/// A static catalog's GPU ladder, as [`rungs_for`] reads it: the cloud and what it calls
+/// a type (for messages), the rungs, and how to read one.
+pub struct Ladder<'a, T> {
+    /// The cloud as messages name it (`"AWS"`).
+    pub cloud: &'a str,
+    /// What the cloud calls a type (`"instance type"`, `"machine type"`).
+    pub kind: &'a str,
+    pub rungs: &'a [T],
+    /// A rung's GPU model as gpuprov spells it (listed when an ask names none of them).
+    pub model: fn(&T) -> &str,
+    /// Whether a rung carries the asked model.
+    pub matches: fn(&T, &str) -> bool,
+    /// GPUs per machine.
+    pub gpus: fn(&T) -> u32,
+}
+
+/// The rungs of `ladder` that fit `req`, cheapest first by `price` (USD per hour): they
+/// carry the asked GPU model and at least `gpu_count` GPUs (1 when unset), at or below
+/// `max_price_per_hour`.
+///
+/// Errors (`InvalidRequest`): no GPU asked (a GPU ladder lists GPU types only), a model
+/// the ladder does not know (the message lists those it knows), or no rung within the
+/// count and price.
+pub fn rungs_for<'a, T>(
+    ladder: &Ladder<'a, T>,
+    req: &ResourceRequest,
+    price: impl Fn(&T) -> f64,
+) -> Result<Vec<&'a T>, ProviderError> {
+    let invalid = |m: String| Err(ProviderError::new(ErrorKind::InvalidRequest, m));
+    let (cloud, kind) = (ladder.cloud, ladder.kind);
+    let Some(gpu) = req.gpu.as_deref() else {
+        return invalid(format!(
+            "the {cloud} catalog lists GPU {kind}s only; set gpu (for example \"H100\")"
+        ));
+    };
+    if !ladder.rungs.iter().any(|t| (ladder.matches)(t, gpu)) {
+        let mut known: Vec<&str> = ladder.rungs.iter().map(ladder.model).collect();
+        known.dedup();
+        return invalid(format!(
+            "{cloud} has no GPU model {gpu:?} in gpuprov's catalog; known: {}",
+            known.join(", ")
+        ));
+    }
+    let count = req.gpu_count.max(1);
+    let mut fit: Vec<&T> = ladder
+        .rungs
+        .iter()
+        .filter(|t| (ladder.matches)(t, gpu) && (ladder.gpus)(t) >= count)
+        .filter(|t| req.max_price_per_hour.is_none_or(|m| price(t) <= m))
+        .collect();
+    if fit.is_empty() {
+        return invalid(format!(
+            "no {cloud} {kind} has {count} × {gpu}{}",
+            req.max_price_per_hour
+                .map(|m| format!(" at or below ${m}/h"))
+                .unwrap_or_default()
+        ));
+    }
+    fit.sort_by(|a, b| price(a).total_cmp(&price(b)));
+    Ok(fit)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

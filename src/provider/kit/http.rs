@@ -3,19 +3,25 @@
 //! timeout, `Retry-After` / `RateLimit-*` parsing, and the vendor's hooks for its error
 //! body and its success envelope. Built on reqwest with rustls.
 //!
+//! A cloud whose bearer token is short-lived (GCP's OAuth2 access tokens) hands the client
+//! a [`TokenSource`]: every call asks it for the current token, and every token it has
+//! issued is scrubbed from errors like the credential itself.
+//!
 //! An adapter makes one [`RestClient`] at construction (no I/O) and calls
 //! [`RestClient::get`] / [`post`](RestClient::post) / [`put`](RestClient::put) /
 //! [`delete`](RestClient::delete) for classified, typed answers, or
 //! [`RestClient::send`] when it must look at the [`Failure`] itself (for example "not
 //! found is success" on delete), then [`RestClient::fail`] to classify it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::super::redact::redact_url;
+use super::super::redact::{redact_url, Secret};
 use super::super::{cause, ErrorKind, ProviderError};
 use super::credentials::Credential;
 use super::failure::{Call, Classifier, Failure};
@@ -61,6 +67,19 @@ fn unchanged(_status: u16, v: Value) -> Result<Value, (Option<String>, String)> 
     Ok(v)
 }
 
+/// A source of short-lived bearer tokens (OAuth2 access tokens) for a [`RestClient`]:
+/// it fetches a token when it has none that is still valid and refreshes it before it
+/// expires (one token request per call at most: no loop, no wait).
+#[async_trait]
+pub trait TokenSource: Send + Sync {
+    /// A token valid for the next call. Errors: the token endpoint's answer as a
+    /// [`Failure`] (its error code and description), or the transport's.
+    async fn token(&self) -> Result<Secret, Failure>;
+    /// Every token issued so far and the long-lived secret behind them (a refresh token,
+    /// a private key), so none of them can surface in an error.
+    fn secrets(&self) -> Vec<Secret>;
+}
+
 /// How one adapter talks to its API.
 pub struct RestClient {
     cloud: &'static str,
@@ -75,6 +94,9 @@ pub struct RestClient {
     http: reqwest::Client,
     /// The per-request timeout, for the message when it runs out.
     timeout: Duration,
+    /// Where the bearer token comes from when it is short-lived; `None`: the credential
+    /// is sent as `auth` says.
+    tokens: Option<Arc<dyn TokenSource>>,
 }
 
 impl std::fmt::Debug for RestClient {
@@ -108,9 +130,17 @@ impl RestClient {
             classifier,
             decode_error: plain_error,
             envelope: unchanged,
-            http: http_client(Duration::from_secs(DEFAULT_TIMEOUT_SECS)),
+            http: client(Duration::from_secs(DEFAULT_TIMEOUT_SECS)),
             timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECS),
+            tokens: None,
         }
+    }
+
+    /// Sends `Authorization: Bearer <token>` with the token `tokens` hands out, instead of
+    /// the credential (which then only says that, and where, one was found).
+    pub fn with_token_source(mut self, tokens: Arc<dyn TokenSource>) -> RestClient {
+        self.tokens = Some(tokens);
+        self
     }
 
     /// Sets the vendor's error body decoder.
@@ -127,7 +157,7 @@ impl RestClient {
 
     /// Sets the per-request timeout.
     pub fn with_timeout(mut self, t: Duration) -> RestClient {
-        self.http = http_client(t);
+        self.http = client(t);
         self.timeout = t;
         self
     }
@@ -147,9 +177,21 @@ impl RestClient {
         self.credential.as_ref()
     }
 
+    /// Every secret an error must not show: the credential's value and, with a
+    /// [`TokenSource`], every token it issued.
+    pub fn secrets(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.secret().map(str::to_string).into_iter().collect();
+        if let Some(t) = &self.tokens {
+            out.extend(t.secrets().iter().map(|s| s.expose().to_string()));
+        }
+        out
+    }
+
     /// The contract's error for `f` (see [`Classifier::classify`]).
     pub fn fail(&self, f: &Failure, call: Call<'_>) -> ProviderError {
-        self.classifier.classify(f, call, self.secret())
+        let secrets = self.secrets();
+        self.classifier
+            .classify(f, call, secrets.iter().map(String::as_str))
     }
 
     /// One call; the payload (`Null` for an empty body, such as a 204) or the failure as
@@ -166,34 +208,23 @@ impl RestClient {
         };
         let url = format!("{}{path}", self.base);
         let mut req = self.http.request(method, &url);
-        req = match &self.auth {
-            Auth::Bearer => req.bearer_auth(cred.secret.expose()),
-            Auth::Header(name) => req.header(*name, cred.secret.expose()),
-            Auth::Basic { user } => req.basic_auth(user, Some(cred.secret.expose())),
-        };
+        if let Some(tokens) = &self.tokens {
+            let token = tokens.token().await?;
+            req = req.bearer_auth(token.expose());
+        } else {
+            req = match &self.auth {
+                Auth::Bearer => req.bearer_auth(cred.secret.expose()),
+                Auth::Header(name) => req.header(*name, cred.secret.expose()),
+                Auth::Basic { user } => req.basic_auth(user, Some(cred.secret.expose())),
+            };
+        }
         if !query.is_empty() {
             req = req.query(query);
         }
         if let Some(b) = body {
             req = req.json(b);
         }
-        // A refused connection says so (the error's text alone reads "error sending
-        // request"): the user must see that nothing answered at that endpoint.
-        let transport = |e: reqwest::Error| {
-            let refused = cause::is_refused(&e);
-            let what = if refused {
-                "the API endpoint refused the connection".to_string()
-            } else if e.is_timeout() {
-                // A server that accepts and never answers: say so, not "error sending".
-                format!(
-                    "the API endpoint did not answer within {}",
-                    humantime::format_duration(self.timeout)
-                )
-            } else {
-                e.without_url().to_string()
-            };
-            Failure::transport(refused, format!("{what} ({})", redact_url(&url)))
-        };
+        let transport = |e: reqwest::Error| transport_failure(e, &url, self.timeout);
         let resp = req.send().await.map_err(transport)?;
         let status = resp.status().as_u16();
         let header = |name: &str| {
@@ -297,7 +328,28 @@ impl RestClient {
     }
 }
 
-fn http_client(timeout: Duration) -> reqwest::Client {
+/// The [`Failure`] of a request that got no HTTP answer from `url` (its credentials
+/// redacted): a refused connection says so (the error's text alone reads "error sending
+/// request"), so the user sees that nothing answered at that endpoint, and a server that
+/// accepts and never answers within `timeout` is named as such.
+pub fn transport_failure(e: reqwest::Error, url: &str, timeout: Duration) -> Failure {
+    let refused = cause::is_refused(&e);
+    let what = if refused {
+        "the API endpoint refused the connection".to_string()
+    } else if e.is_timeout() {
+        format!(
+            "the API endpoint did not answer within {}",
+            humantime::format_duration(timeout)
+        )
+    } else {
+        e.without_url().to_string()
+    };
+    Failure::transport(refused, format!("{what} ({})", redact_url(url)))
+}
+
+/// The HTTP client every adapter uses (rustls, gpuprov's user agent), with a per-request
+/// `timeout`.
+pub fn client(timeout: Duration) -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(timeout)
         .user_agent(concat!("gpuprov/", env!("CARGO_PKG_VERSION")))

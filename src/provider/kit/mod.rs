@@ -32,4 +32,4 @@ pub mod testing;
 pub use adapter::Adapter;
 pub use credentials::{Credential, CredentialReport, Lookup, Source};
 pub use failure::{Call, Classifier, Failure, Rule, Status};
-pub use http::{Auth, RestClient};
+pub use http::{Auth, RestClient, TokenSource};

@@ -9,7 +9,7 @@
 //! every driver that supports it. Vendor-only behaviour stays in the vendor's own module
 //! (`vendor::lambda` …) beside its driver.
 //!
-//! Drivers: the FakeProvider, Lambda, RunPod, DigitalOcean and Hyperstack over the
+//! Drivers: the FakeProvider, Lambda, RunPod, DigitalOcean, Hyperstack and GCP over the
 //! spec-checked servers of their `vendor` modules, Docker on the real local Engine (its
 //! own lineage per run), and AWS against moto through `aws_moto`'s rewriting proxy (its
 //! own moto per run). `aws_moto` keeps its end-to-end tests, which assert the exact
@@ -21,6 +21,7 @@ mod aws;
 mod digitalocean;
 mod docker;
 mod fake;
+mod gcp;
 mod hyperstack;
 mod lambda;
 mod runpod;
@@ -189,6 +190,7 @@ pub fn drivers() -> Vec<Box<dyn Driver>> {
         Box::new(hyperstack::HyperstackDriver),
         Box::new(docker::DockerDriver),
         Box::new(aws::AwsDriver),
+        Box::new(gcp::GcpDriver),
     ]
 }
 

@@ -52,11 +52,29 @@ pub async fn launch_in(
     journal: Arc<MemoryJournal>,
     connector: Arc<FakeConnector>,
 ) -> Result<LaunchState, ExecError> {
+    let end = launch_across(lineage, vm, providers(provider.clone()), journal, connector).await;
+    if let Ok(state) = &end {
+        if state.ready().is_none() {
+            sweep_after_failure(vm, provider.as_ref(), state).await;
+        }
+    }
+    end
+}
+
+/// [`launch_in`] over several clouds at once (`providers`, the VM's clouds in order),
+/// without the sweep after a failure (the caller sweeps each cloud it cares about).
+pub async fn launch_across(
+    lineage: &str,
+    vm: &VmSpec,
+    providers: Providers,
+    journal: Arc<MemoryJournal>,
+    connector: Arc<FakeConnector>,
+) -> Result<LaunchState, ExecError> {
     let mut m = LaunchMachine::new(
         vm.clone(),
         lineage.into(),
         PUBKEY.into(),
-        providers(provider.clone()),
+        providers,
         connector,
     );
     m.retry = FAST;
@@ -71,15 +89,9 @@ pub async fn launch_in(
             .and_then(|s| s.owned());
         LaunchState::start(owned)
     });
-    let end = tokio::time::timeout(Duration::from_secs(30), fut)
+    tokio::time::timeout(Duration::from_secs(30), fut)
         .await
-        .expect("launch must not hang");
-    if let Ok(state) = &end {
-        if state.ready().is_none() {
-            sweep_after_failure(vm, provider.as_ref(), state).await;
-        }
-    }
-    end
+        .expect("launch must not hang")
 }
 
 /// After a launch that did not come up: a sweep of the cloud by identity, in every region

@@ -18,6 +18,18 @@
 //!   or no credentials of a declared security scheme, and requests no canned response answers, are recorded as violations;
 //!   [`SpecServer::verify`] (or `Drop`) fails the test if there is any.
 //!
+//! - [`Spec::discovery`] loads a Google API discovery document (the format Google
+//!   publishes instead of OpenAPI) as the equivalent OpenAPI 3.1 document: one operation
+//!   per method by `httpMethod` + `flatPath` under `servicePath`, its `parameters` (and the
+//!   document's global ones) as path and query parameters with their types, enums and
+//!   anchored patterns (`repeated` as arrays), `request` / `response` `$ref`s as JSON bodies,
+//!   the OAuth 2.0 scopes as a bearer scheme, and `schemas` as JSON Schema (`$ref` names as
+//!   component references, `type: any` untyped, `int64`/`uint64` strings of digits). Path
+//!   parameters are checked against their schemas too. Request bodies are checked against
+//!   a closed copy of the schemas (no property the document does not declare: Google's
+//!   JSON APIs refuse unknown fields) with the properties the document marks
+//!   `annotations.required` for that method; responses against the open schemas.
+//!
 //! Known defects of a vendor's document are patched in code through [`Spec::patch`] by
 //! the test file of that vendor, each with a comment naming the defect.
 //!
@@ -34,6 +46,9 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 /// A loaded OpenAPI document, ready to check requests and responses.
 pub struct Spec {
     doc: Value,
+    /// Whether path parameters are checked against their schemas (discovery documents,
+    /// whose names carry patterns).
+    check_path_params: bool,
     /// Prefix the server's URLs carry before the document's paths (for example `/v1`
     /// when `servers[0].url` ends in `/v1`); stripped before matching.
     base_path: String,
@@ -46,6 +61,8 @@ struct Operation {
     method: String,
     template: String,
     segments: Vec<Segment>,
+    /// The parameter name of each segment (`None` for literals).
+    names: Vec<Option<String>>,
     /// The operation object, with path-level parameters merged into `parameters`.
     op: Value,
 }
@@ -91,6 +108,7 @@ impl Spec {
         );
         let mut spec = Spec {
             doc,
+            check_path_params: false,
             base_path: String::new(),
             ops: vec![],
             validators: Mutex::new(HashMap::new()),
@@ -156,6 +174,14 @@ impl Spec {
                     ops.push(Operation {
                         method: m.to_uppercase(),
                         template: template.clone(),
+                        names: split(template)
+                            .into_iter()
+                            .map(|s| {
+                                s.strip_prefix('{')
+                                    .and_then(|s| s.strip_suffix('}'))
+                                    .map(str::to_string)
+                            })
+                            .collect(),
                         segments: split(template)
                             .into_iter()
                             .map(|s| {
@@ -244,6 +270,21 @@ impl Spec {
         let params = op.op["parameters"].as_array().cloned().unwrap_or_default();
         let declared: Vec<&Value> = params.iter().filter(|p| p["in"] == "query").collect();
         let mut errors = Vec::new();
+        if self.check_path_params {
+            let local = path.strip_prefix(&self.base_path).unwrap_or(path);
+            for (name, value) in op.names.iter().zip(split(local)) {
+                let Some(name) = name else { continue };
+                let schema = params
+                    .iter()
+                    .find(|p| p["in"] == "path" && p["name"] == name.as_str())
+                    .and_then(|p| p.get("schema"));
+                if let Some(schema) = schema {
+                    if let Err(e) = self.validate(schema, &Value::String(value.into())) {
+                        errors.push(format!("path parameter `{name}`: {e}"));
+                    }
+                }
+            }
+        }
         for (k, v) in query {
             match declared.iter().find(|p| p["name"] == k.as_str()) {
                 None => errors.push(format!("query parameter `{k}` is not declared")),
@@ -427,6 +468,255 @@ impl Spec {
         self.validators.lock().unwrap().insert(key, v.clone());
         Ok(v)
     }
+}
+
+impl Spec {
+    /// A Google API discovery document (JSON) as the equivalent OpenAPI document (see the
+    /// module docs), its paths under the document's `servicePath`. Panics on a missing or
+    /// unparsable file (a test setup error).
+    pub fn discovery(path: impl AsRef<Path>) -> Spec {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let doc: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
+        assert_eq!(
+            doc["discoveryVersion"],
+            "v1",
+            "{} is not a discovery document",
+            path.display()
+        );
+        let base = format!("/{}", doc["servicePath"].as_str().unwrap_or_default());
+        let mut spec = Spec::from_value(discovery_to_openapi(&doc)).with_base_path(&base);
+        spec.check_path_params = true;
+        spec
+    }
+}
+
+/// The Google error body every JSON API answers errors with (the discovery format
+/// declares no error responses): `{"error": {"code", "message", "status", "errors":
+/// [{"domain", "reason", "message"}], "details"}}` (Google's "JSON error format" of its
+/// JSON APIs; `googleapiclient.errors.HttpError` reads `error.errors[].reason` and
+/// `error.details`).
+fn google_error_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["error"],
+        "properties": {"error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+                "code": {"type": "integer"},
+                "message": {"type": "string"},
+                "status": {"type": "string"},
+                "errors": {"type": "array", "items": {
+                    "type": "object",
+                    "required": ["message", "reason"],
+                    "properties": {
+                        "domain": {"type": "string"},
+                        "reason": {"type": "string"},
+                        "message": {"type": "string"},
+                        "location": {"type": "string"},
+                        "locationType": {"type": "string"}
+                    }
+                }},
+                "details": {"type": "array"}
+            }
+        }}
+    })
+}
+
+/// A discovery pattern as a JSON Schema one: discovery patterns describe the whole value.
+fn anchored(pattern: &str) -> String {
+    format!("^(?:{pattern})$")
+}
+
+/// A discovery schema as JSON Schema 2020-12 (module docs): references go to
+/// `#/components/<to>/`, and `closed` objects refuse undeclared properties.
+fn discovery_schema(s: &Value, to: &str, closed: bool) -> Value {
+    let Some(obj) = s.as_object() else {
+        return json!({});
+    };
+    if let Some(r) = obj.get("$ref").and_then(Value::as_str) {
+        return json!({"$ref": format!("#/components/{to}/{r}")});
+    }
+    let mut out = serde_json::Map::new();
+    match obj.get("type").and_then(Value::as_str) {
+        None | Some("any") => {}
+        Some(t) => {
+            out.insert("type".into(), json!(t));
+        }
+    }
+    if let Some(e) = obj.get("enum") {
+        out.insert("enum".into(), e.clone());
+    }
+    if let Some(p) = obj.get("pattern").and_then(Value::as_str) {
+        out.insert("pattern".into(), json!(anchored(p)));
+    }
+    let digits = matches!(
+        obj.get("format").and_then(Value::as_str),
+        Some("int64" | "uint64")
+    );
+    if digits
+        && obj.get("type").and_then(Value::as_str) == Some("string")
+        && !out.contains_key("pattern")
+    {
+        out.insert("pattern".into(), json!("^-?[0-9]+$"));
+    }
+    for bound in ["minimum", "maximum"] {
+        if let Some(n) = obj.get(bound).and_then(|v| {
+            v.as_str()
+                .and_then(|s| s.parse::<f64>().ok())
+                .or(v.as_f64())
+        }) {
+            out.insert(bound.into(), json!(n));
+        }
+    }
+    if let Some(props) = obj.get("properties").and_then(Value::as_object) {
+        let props: serde_json::Map<String, Value> = props
+            .iter()
+            .map(|(k, v)| (k.clone(), discovery_schema(v, to, closed)))
+            .collect();
+        out.insert("properties".into(), Value::Object(props));
+        if closed && !obj.contains_key("additionalProperties") {
+            out.insert("additionalProperties".into(), json!(false));
+        }
+    }
+    if let Some(ap) = obj.get("additionalProperties") {
+        out.insert(
+            "additionalProperties".into(),
+            discovery_schema(ap, to, closed),
+        );
+    }
+    if let Some(items) = obj.get("items") {
+        out.insert("items".into(), discovery_schema(items, to, closed));
+    }
+    Value::Object(out)
+}
+
+/// A discovery parameter as an OpenAPI parameter object.
+fn discovery_parameter(name: &str, p: &Value) -> Value {
+    let mut schema = discovery_schema(p, "schemas", false);
+    if p["repeated"] == true {
+        schema = json!({"type": "array", "items": schema});
+    }
+    json!({
+        "name": name,
+        "in": p["location"].as_str().unwrap_or("query"),
+        "required": p["required"] == true,
+        "schema": schema,
+    })
+}
+
+/// Every method of a discovery `resources` tree (nested resources included).
+fn discovery_methods(resources: &Value, out: &mut Vec<Value>) {
+    for r in resources.as_object().into_iter().flat_map(|m| m.values()) {
+        for m in r["methods"]
+            .as_object()
+            .into_iter()
+            .flat_map(|m| m.values())
+        {
+            out.push(m.clone());
+        }
+        discovery_methods(&r["resources"], out);
+    }
+}
+
+/// A discovery document as the equivalent OpenAPI 3.1 document (module docs).
+pub fn discovery_to_openapi(d: &Value) -> Value {
+    let empty = serde_json::Map::new();
+    let schemas = d["schemas"].as_object().unwrap_or(&empty);
+    let mut open = serde_json::Map::new();
+    let mut closed = serde_json::Map::new();
+    for (name, s) in schemas {
+        open.insert(name.clone(), discovery_schema(s, "schemas", false));
+        closed.insert(name.clone(), discovery_schema(s, "requestSchemas", true));
+    }
+    open.insert("gpuprovGoogleError".into(), google_error_schema());
+    let error = json!({
+        "description": "gpuprov harness: Google's JSON error body (see google_error_schema)",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/gpuprovGoogleError"}}}
+    });
+    let global: Vec<Value> = d["parameters"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, p)| discovery_parameter(k, p))
+        .collect();
+    let mut methods = Vec::new();
+    discovery_methods(&d["resources"], &mut methods);
+    let mut paths = serde_json::Map::new();
+    for m in methods {
+        let template = format!(
+            "/{}",
+            m["flatPath"]
+                .as_str()
+                .or(m["path"].as_str())
+                .unwrap_or_default()
+        );
+        let verb = m["httpMethod"].as_str().unwrap_or("GET").to_lowercase();
+        let id = m["id"].as_str().unwrap_or_default().to_string();
+        let mut params = global.clone();
+        for (k, p) in m["parameters"].as_object().into_iter().flatten() {
+            params.push(discovery_parameter(k, p));
+        }
+        let mut op = json!({
+            "operationId": id,
+            "parameters": params,
+            "responses": {"4XX": error.clone(), "5XX": error.clone()},
+        });
+        op["responses"]["200"] = match m["response"]["$ref"].as_str() {
+            Some(r) => json!({
+                "description": "the method's response",
+                "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{r}")}}}
+            }),
+            None => json!({"description": "no response body"}),
+        };
+        if let Some(r) = m["request"]["$ref"].as_str() {
+            // The properties the document requires for this method (`annotations.required`).
+            let required: Vec<Value> = schemas
+                .get(r)
+                .and_then(|s| s["properties"].as_object())
+                .into_iter()
+                .flatten()
+                .filter(|(_, p)| {
+                    p["annotations"]["required"]
+                        .as_array()
+                        .is_some_and(|a| a.iter().any(|x| x == id.as_str()))
+                })
+                .map(|(k, _)| json!(k))
+                .collect();
+            op["requestBody"] = json!({
+                "required": true,
+                "content": {"application/json": {"schema": {"allOf": [
+                    {"$ref": format!("#/components/requestSchemas/{r}")},
+                    {"required": required}
+                ]}}}
+            });
+        }
+        if m["scopes"].as_array().is_some_and(|s| !s.is_empty()) {
+            op["security"] = json!([{"google_oauth2": []}]);
+        }
+        paths
+            .entry(template)
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+            .expect("a path item")
+            .insert(verb, op);
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": d["title"],
+            "version": format!("{} (discovery revision {})", d["version"].as_str().unwrap_or_default(), d["revision"].as_str().unwrap_or_default()),
+        },
+        "paths": paths,
+        "components": {
+            "schemas": open,
+            "requestSchemas": closed,
+            "securitySchemes": {"google_oauth2": {"type": "http", "scheme": "bearer"}},
+        },
+    })
 }
 
 fn split(path: &str) -> Vec<&str> {
@@ -1043,4 +1333,36 @@ pub fn hyperstack() -> Spec {
             }
         })
         .with_base_path("/v1")
+}
+
+// ---- GCP (Compute Engine v1, a discovery document) ----
+
+/// The Compute Engine API v1, discovery revision 20261106: the gpuprov subset
+/// (`gcp/compute.v1.gpuprov-subset.json`: the methods gpuprov calls and the schemas they
+/// reference, byte-for-byte those of the whole `compute.v1.json`, which
+/// `spec_harness::the_gcp_subset_is_the_whole_document_cut` checks), because loading the
+/// whole 4.9 MB document costs seconds in every test process. Loaded once per process and
+/// shared, with the validators it compiles. Served under `/compute/v1` (`servicePath`).
+/// No known defect is patched; what the discovery format cannot say (the error body) is
+/// added by [`Spec::discovery`].
+pub fn gcp() -> Arc<Spec> {
+    static SPEC: std::sync::OnceLock<Arc<Spec>> = std::sync::OnceLock::new();
+    SPEC.get_or_init(|| {
+        Arc::new(Spec::discovery(
+            vendor_apis_dir().join("gcp/compute.v1.gpuprov-subset.json"),
+        ))
+    })
+    .clone()
+}
+
+/// The whole Compute Engine discovery document (`gcp/compute.v1.json`), parsed.
+pub fn gcp_whole_document() -> Value {
+    let path = vendor_apis_dir().join("gcp/compute.v1.json");
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+/// The gpuprov subset of it, parsed.
+pub fn gcp_subset_document() -> Value {
+    let path = vendor_apis_dir().join("gcp/compute.v1.gpuprov-subset.json");
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }

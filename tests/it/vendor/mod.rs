@@ -5,6 +5,7 @@
 //! fake server and world, which its conformance driver seeds.
 
 pub mod digitalocean;
+pub mod gcp;
 pub mod hyperstack;
 pub mod lambda;
 pub mod runpod;
