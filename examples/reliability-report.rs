@@ -121,7 +121,9 @@ fn render(rel: &BTreeMap<String, Value>, props: &BTreeMap<String, Value>) -> Str
         dups += num(&v["duplicates"]);
         kept += num(&v["pre_existing_destroyed"]);
         let name = match v["backend"].as_str() {
-            Some(b) if b != "local" => format!("{} (state on {b})", v["cloud"].as_str().unwrap_or(cloud)),
+            Some(b) if b != "local" => {
+                format!("{} (state on {b})", v["cloud"].as_str().unwrap_or(cloud))
+            }
             _ => v["cloud"].as_str().unwrap_or(cloud).to_string(),
         };
         for (kind, k) in v["kinds"].as_object().into_iter().flatten() {

@@ -56,7 +56,14 @@ impl Drop for Server {
 fn moto() -> Option<(Server, BackendSettings)> {
     let port = free_port();
     let child = Command::new("python3")
-        .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()])
+        .args([
+            "-m",
+            "moto.server",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -116,10 +123,17 @@ fn as_postgres(bin: PathBuf) -> Command {
 }
 
 fn postgres() -> Option<(Server, BackendSettings)> {
-    let dir = tempfile::Builder::new().prefix("gpuprov-bench-pg-").tempdir().ok()?;
+    let dir = tempfile::Builder::new()
+        .prefix("gpuprov-bench-pg-")
+        .tempdir()
+        .ok()?;
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
-        Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()).output().ok()?;
+        Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(dir.path())
+            .output()
+            .ok()?;
     }
     let data = dir.path().join("data");
     let ok = as_postgres(pg_bin("initdb")?)
@@ -142,7 +156,10 @@ fn postgres() -> Option<(Server, BackendSettings)> {
         .arg(dir.path().join("log"))
         .arg("-o")
         // Durable commits, as in production: the figure includes the WAL fsync.
-        .arg(format!("-p {port} -c listen_addresses=127.0.0.1 -k {}", dir.path().display()))
+        .arg(format!(
+            "-p {port} -c listen_addresses=127.0.0.1 -k {}",
+            dir.path().display()
+        ))
         .args(["-w", "start"])
         .stdout(Stdio::null())
         .status()
@@ -231,16 +248,19 @@ pub fn print(rows: &Value) {
     );
     for row in rows.as_array().into_iter().flatten() {
         if let Some(why) = row.get("not_run") {
-            println!("   {:>8}  not run: {why}", row["backend"].as_str().unwrap_or("?"));
+            println!(
+                "   {:>8}  not run: {why}",
+                row["backend"].as_str().unwrap_or("?")
+            );
             continue;
         }
         println!(
             "   {:>8}  {:>6}  {:>11}  {:>8}  {:>15}  {:>13.3}  {:>10.0}",
             row["backend"].as_str().unwrap_or("?"),
-            row["vms"],
-            row["transitions"],
-            row["batches"],
-            row["bytes_per_apply"],
+            row["vms"].as_u64().unwrap_or(0),
+            row["transitions"].as_u64().unwrap_or(0),
+            row["batches"].as_u64().unwrap_or(0),
+            row["bytes_per_apply"].as_u64().unwrap_or(0),
             row["journal_ms_per_transition"].as_f64().unwrap_or(0.0),
             row["apply_wall_ms"].as_f64().unwrap_or(0.0),
         );

@@ -58,14 +58,24 @@ fn two_runners_share_one_state(store: &dyn Store) {
     let refused = b.run(&["apply", "--auto-approve", "--lock-timeout", "2s"]);
     let err = String::from_utf8_lossy(&refused.stderr).to_string();
     printed.push_str(&err);
-    assert!(!refused.status.success(), "B must not apply while A holds the lock");
-    assert!(t.elapsed() >= Duration::from_millis(1900), "B waited {:?}", t.elapsed());
+    assert!(
+        !refused.status.success(),
+        "B must not apply while A holds the lock"
+    );
+    assert!(
+        t.elapsed() >= Duration::from_millis(1900),
+        "B waited {:?}",
+        t.elapsed()
+    );
     assert!(err.contains(&format!("PID:       {holder_pid}")), "{err}");
     assert!(err.contains("Operation: apply"), "{err}");
 
     kill9(holder);
     let lineage = a.lineage().expect("A's journal names the lineage");
-    assert!(docker_ps(&lineage).len() <= 1, "no duplicate after the kill");
+    assert!(
+        docker_ps(&lineage).len() <= 1,
+        "no duplicate after the kill"
+    );
 
     share_key(&a, &b);
     // Whether the lock outlived A depends on the store; B either takes it over (its
@@ -82,9 +92,16 @@ fn two_runners_share_one_state(store: &dyn Store) {
         printed.push_str(&String::from_utf8_lossy(&resumed.stderr));
         assert!(resumed.status.success(), "B's apply resumes A's");
     } else {
-        assert!(first_err.contains("was not released"), "stale lock reported: {first_err}");
+        assert!(
+            first_err.contains("was not released"),
+            "stale lock reported: {first_err}"
+        );
     }
-    assert_eq!(docker_ps(&lineage).len(), 1, "exactly one container after B's apply");
+    assert_eq!(
+        docker_ps(&lineage).len(),
+        1,
+        "exactly one container after B's apply"
+    );
     let ssh = b.run(&["ssh", "dev", "--", "true"]);
     assert!(ssh.status.success(), "B can ssh to the machine");
 
@@ -92,7 +109,10 @@ fn two_runners_share_one_state(store: &dyn Store) {
     printed.push_str(&String::from_utf8_lossy(&destroyed.stderr));
     printed.push_str(&String::from_utf8_lossy(&destroyed.stdout));
     assert!(destroyed.status.success());
-    assert!(docker_ps(&lineage).is_empty(), "B's destroy leaves no container");
+    assert!(
+        docker_ps(&lineage).is_empty(),
+        "B's destroy leaves no container"
+    );
 
     let stored = store.dump();
     let hits = store
@@ -112,7 +132,10 @@ fn two_runners_share_one_state(store: &dyn Store) {
             "sentinel_hits": hits,
         }),
     );
-    assert_eq!(hits, 0, "a credential, password or private key was stored or printed");
+    assert_eq!(
+        hits, 0,
+        "a credential, password or private key was stored or printed"
+    );
 }
 
 #[test]
@@ -168,7 +191,11 @@ fn docker_migration_local_s3_postgres_local_keeps_the_bytes_and_the_machine() {
         pg.schema
     ));
     assert_eq!(pg_body.trim(), hex(&original), "PostgreSQL holds the bytes");
-    assert_eq!(std::fs::read(&back).unwrap(), original, "back home, byte for byte");
+    assert_eq!(
+        std::fs::read(&back).unwrap(),
+        original,
+        "back home, byte for byte"
+    );
     assert_eq!(
         std::fs::read(p.state_path()).unwrap(),
         original,
@@ -181,7 +208,14 @@ fn docker_migration_local_s3_postgres_local_keeps_the_bytes_and_the_machine() {
         assert!(ssh.status.success(), "ssh through {pairs}");
     }
     // A second migration to a destination already holding the state is a no-op.
-    let again = p.run(&["state", "migrate", "--from", "type=local", "--to", &s3_pairs]);
+    let again = p.run(&[
+        "state",
+        "migrate",
+        "--from",
+        "type=local",
+        "--to",
+        &s3_pairs,
+    ]);
     assert!(again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("nothing to do"));
 

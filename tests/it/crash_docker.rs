@@ -219,7 +219,10 @@ const POINTS: &[(&str, bool)] = &[
 /// then apply again and destroy. Returns problems found.
 pub(crate) fn crash_once(point: &str, in_destroy: bool, store: Option<&dyn Store>) -> Vec<String> {
     let p = match store {
-        Some(s) => Project::on(s, &format!("crash-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])),
+        Some(s) => Project::on(
+            s,
+            &format!("crash-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
+        ),
         None => Project::new(),
     };
     let mut problems = vec![];

@@ -60,7 +60,11 @@ fn pull_prints_the_stored_bytes_and_says_when_there_are_none() {
     let empty = tempfile::tempdir().unwrap();
     let out = gpuprov(empty.path(), &["state", "pull"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("no state is stored"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no state is stored"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -72,40 +76,74 @@ fn push_follows_terraforms_rules_unless_forced() {
 
     // An older serial of the same lineage.
     v["serial"] = 2.into();
-    std::fs::write(dir.path().join("old.json"), serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    std::fs::write(
+        dir.path().join("old.json"),
+        serde_json::to_vec_pretty(&v).unwrap(),
+    )
+    .unwrap();
     let out = gpuprov(dir.path(), &["state", "push", "old.json"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("older than the stored state's 3"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("older than the stored state's 3"),
+        "{}",
+        stderr(&out)
+    );
 
     // The same serial, other content.
     v["serial"] = 3.into();
     v["note"] = "edited".into();
-    std::fs::write(dir.path().join("same.json"), serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    std::fs::write(
+        dir.path().join("same.json"),
+        serde_json::to_vec_pretty(&v).unwrap(),
+    )
+    .unwrap();
     let out = gpuprov(dir.path(), &["state", "push", "same.json"]);
-    assert!(stderr(&out).contains("different content"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("different content"),
+        "{}",
+        stderr(&out)
+    );
 
     // Another lineage.
     v["serial"] = 9.into();
     v["lineage"] = uuid::Uuid::new_v4().to_string().into();
-    std::fs::write(dir.path().join("other.json"), serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    std::fs::write(
+        dir.path().join("other.json"),
+        serde_json::to_vec_pretty(&v).unwrap(),
+    )
+    .unwrap();
     let out = gpuprov(dir.path(), &["state", "push", "other.json"]);
     assert!(stderr(&out).contains("lineage"), "{}", stderr(&out));
-    assert_eq!(std::fs::read(&state_path).unwrap(), stored, "nothing was written");
+    assert_eq!(
+        std::fs::read(&state_path).unwrap(),
+        stored,
+        "nothing was written"
+    );
 
     // Not a state at all: refused before the lock, naming the file.
     std::fs::write(dir.path().join("junk.json"), b"{\"version\": 1,").unwrap();
     let out = gpuprov(dir.path(), &["state", "push", "junk.json"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("junk.json"), "{}", stderr(&out));
-    assert_eq!(std::fs::read(&state_path).unwrap(), stored, "nothing was written");
+    assert_eq!(
+        std::fs::read(&state_path).unwrap(),
+        stored,
+        "nothing was written"
+    );
 
     // A newer serial of the same lineage is accepted as is; --force takes the others.
     let mut newer: serde_json::Value = serde_json::from_slice(&stored).unwrap();
     newer["serial"] = 7.into();
     let newer_bytes = serde_json::to_vec_pretty(&newer).unwrap();
     std::fs::write(dir.path().join("newer.json"), &newer_bytes).unwrap();
-    assert!(gpuprov(dir.path(), &["state", "push", "newer.json"]).status.success());
-    assert_eq!(std::fs::read(&state_path).unwrap(), newer_bytes, "pushed byte for byte");
+    assert!(gpuprov(dir.path(), &["state", "push", "newer.json"])
+        .status
+        .success());
+    assert_eq!(
+        std::fs::read(&state_path).unwrap(),
+        newer_bytes,
+        "pushed byte for byte"
+    );
     assert_eq!(
         std::fs::read(dir.path().join("gpuprov.state.json.backup")).unwrap(),
         stored,
@@ -113,7 +151,11 @@ fn push_follows_terraforms_rules_unless_forced() {
     );
     let forced = gpuprov(dir.path(), &["state", "push", "--force", "other.json"]);
     assert!(forced.status.success());
-    assert!(stderr(&forced).contains("pushing anyway"), "{}", stderr(&forced));
+    assert!(
+        stderr(&forced).contains("pushing anyway"),
+        "{}",
+        stderr(&forced)
+    );
 }
 
 #[test]
@@ -122,7 +164,11 @@ fn migrate_copies_verifies_and_leaves_the_source() {
     let source = std::fs::read(dir.path().join("gpuprov.state.json")).unwrap();
     let out = gpuprov(dir.path(), &["state", "migrate"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("needs --from or --to"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("needs --from or --to"),
+        "{}",
+        stderr(&out)
+    );
 
     let out = gpuprov(
         dir.path(),
@@ -131,7 +177,10 @@ fn migrate_copies_verifies_and_leaves_the_source() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("verified"));
     assert_eq!(std::fs::read(dir.path().join("copy.json")).unwrap(), source);
-    assert_eq!(std::fs::read(dir.path().join("gpuprov.state.json")).unwrap(), source);
+    assert_eq!(
+        std::fs::read(dir.path().join("gpuprov.state.json")).unwrap(),
+        source
+    );
 
     // A destination holding another state is refused unless forced.
     let other = project(5);
@@ -149,26 +198,54 @@ fn migrate_copies_verifies_and_leaves_the_source() {
 
     let same = gpuprov(
         dir.path(),
-        &["state", "migrate", "--from", "type=local", "--to", "type=local"],
+        &[
+            "state",
+            "migrate",
+            "--from",
+            "type=local",
+            "--to",
+            "type=local",
+        ],
     );
-    assert!(stderr(&same).contains("the same state"), "{}", stderr(&same));
+    assert!(
+        stderr(&same).contains("the same state"),
+        "{}",
+        stderr(&same)
+    );
 }
 
 #[test]
 fn backend_flags_and_tables_are_checked_naming_the_key() {
     let dir = project(1);
-    let out = gpuprov(dir.path(), &["--backend-config", "bukket=x", "state", "list"]);
+    let out = gpuprov(
+        dir.path(),
+        &["--backend-config", "bukket=x", "state", "list"],
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("bukket"), "{}", stderr(&out));
 
-    let out = gpuprov(dir.path(), &["--backend-config", "type=s3", "state", "list"]);
+    let out = gpuprov(
+        dir.path(),
+        &["--backend-config", "type=s3", "state", "list"],
+    );
     assert!(stderr(&out).contains("needs `bucket`"), "{}", stderr(&out));
 
     let out = gpuprov(
         dir.path(),
-        &["--state", "x.json", "--backend-config", "type=s3,bucket=b", "state", "list"],
+        &[
+            "--state",
+            "x.json",
+            "--backend-config",
+            "type=s3,bucket=b",
+            "state",
+            "list",
+        ],
     );
-    assert!(stderr(&out).contains("--state names a local state file"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--state names a local state file"),
+        "{}",
+        stderr(&out)
+    );
 
     let out = Command::new(env!("CARGO_BIN_EXE_gpuprov"))
         .current_dir(dir.path())
@@ -179,10 +256,16 @@ fn backend_flags_and_tables_are_checked_naming_the_key() {
         .args(["state", "list"])
         .output()
         .unwrap();
-    assert!(stderr(&out).contains("GPUPROV_PG_CONN_STR"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("GPUPROV_PG_CONN_STR"),
+        "{}",
+        stderr(&out)
+    );
 
     let mut config = std::fs::read_to_string(dir.path().join("gpuprov.toml")).unwrap();
-    config.push_str("\n[backend]\ntype = \"s3\"\nbucket = \"b\"\nconn_str = \"postgres://u:pw@h/db\"\n");
+    config.push_str(
+        "\n[backend]\ntype = \"s3\"\nbucket = \"b\"\nconn_str = \"postgres://u:pw@h/db\"\n",
+    );
     std::fs::write(dir.path().join("gpuprov.toml"), config).unwrap();
     let out = gpuprov(dir.path(), &["state", "list"]);
     assert_eq!(out.status.code(), Some(1));
