@@ -40,6 +40,7 @@ pub mod hyperstack;
 pub mod identity;
 pub mod kit;
 pub mod lambda;
+pub mod massedcompute;
 pub mod offers;
 pub mod redact;
 pub mod registry;

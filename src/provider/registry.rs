@@ -73,7 +73,13 @@ clouds! {
         )))
     });
     Gcp => "gcp", CloudSettings, None;
-    Massedcompute => "massedcompute", CloudSettings, None;
+    Massedcompute => "massedcompute", CloudSettings, Some(|s, lineage| {
+        use super::massedcompute::{MassedComputeProvider, MassedComputeSettings};
+        Arc::new(MassedComputeProvider::new(MassedComputeSettings::from_env_and_config(
+            s.endpoint.clone(),
+            lineage,
+        )))
+    });
     Hyperstack => "hyperstack", CloudSettings, Some(|s, lineage| {
         use super::hyperstack::{HyperstackProvider, HyperstackSettings};
         Arc::new(HyperstackProvider::new(HyperstackSettings::from_env_and_config(

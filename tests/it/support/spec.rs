@@ -1044,3 +1044,47 @@ pub fn hyperstack() -> Spec {
         })
         .with_base_path("/v1")
 }
+
+// ---- Massed Compute ----
+
+/// Massed Compute's VM API (`massedcompute/openapi-v1.0.0.mock-fixed.yaml`, the vendor's
+/// OpenAPI 1.0.0 with SOURCES.md's seven patches), served under `/api/v1`
+/// (`servers[0].url`), with its known gap patched:
+///
+/// 1. Errors: no operation declares any error response (SOURCES.md: "Errors / rate
+///    limits / capacity / quota: not documented (spec lists only success responses)"),
+///    although the API answers with them (brevdev/cloud's client,
+///    `v1/providers/massedcompute/errors.go`, classifies 429, 5xx and capacity / quota
+///    bodies; its `instance.go` takes a 404 on terminate for gone). Patched: every
+///    operation gets `4XX` and `5XX` with a JSON object body, whose shape is unknown.
+pub fn massedcompute() -> Spec {
+    let path = vendor_apis_dir().join("massedcompute/openapi-v1.0.0.mock-fixed.yaml");
+    Spec::load(path)
+        .patch(|doc| {
+            let error = json!({
+                "description": "gpuprov harness patch (see massedcompute()): an undocumented error",
+                "content": {"application/json": {"schema": {"type": "object"}}}
+            });
+            if let Some(paths) = doc["paths"].as_object_mut() {
+                for item in paths.values_mut() {
+                    for m in METHODS {
+                        if let Some(responses) = item
+                            .get_mut(*m)
+                            .and_then(|op| op.get_mut("responses"))
+                            .and_then(Value::as_object_mut)
+                        {
+                            assert!(
+                                !responses
+                                    .keys()
+                                    .any(|k| k.starts_with('4') || k.starts_with('5')),
+                                "massedcompute declares errors now: revisit this patch"
+                            );
+                            responses.insert("4XX".into(), error.clone());
+                            responses.insert("5XX".into(), error.clone());
+                        }
+                    }
+                }
+            }
+        })
+        .with_base_path("/api/v1")
+}

@@ -7,4 +7,5 @@
 pub mod digitalocean;
 pub mod hyperstack;
 pub mod lambda;
+pub mod massedcompute;
 pub mod runpod;
