@@ -45,6 +45,7 @@ pub mod offers;
 pub mod redact;
 pub mod registry;
 pub mod runpod;
+pub mod verda;
 
 use std::fmt;
 use std::time::Duration;

@@ -102,7 +102,13 @@ clouds! {
         )))
     });
     Nebius => "nebius", CloudSettings, None;
-    Verda => "verda", CloudSettings, None;
+    Verda => "verda", CloudSettings, Some(|s, lineage| {
+        use super::verda::{VerdaProvider, VerdaSettings};
+        Arc::new(VerdaProvider::new(VerdaSettings::from_env_and_config(
+            s.endpoint.clone(),
+            lineage,
+        )))
+    });
     Primeintellect => "primeintellect", CloudSettings, None;
     Runpod => "runpod", CloudSettings, Some(|s, lineage| {
         use super::runpod::{RunpodProvider, RunpodSettings};

@@ -7,7 +7,10 @@
 //! [`RestClient::get`] / [`post`](RestClient::post) / [`put`](RestClient::put) /
 //! [`delete`](RestClient::delete) for classified, typed answers, or
 //! [`RestClient::send`] when it must look at the [`Failure`] itself (for example "not
-//! found is success" on delete), then [`RestClient::fail`] to classify it.
+//! found is success" on delete), then [`RestClient::fail`] to classify it. A client
+//! built [`with_oauth`](RestClient::with_oauth) sends an OAuth2 access token
+//! ([`super::oauth`]) instead of its credential. A 2xx `text/plain` body is the payload
+//! `Value::String` of its text, trimmed.
 
 use std::time::Duration;
 
@@ -15,10 +18,13 @@ use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use std::sync::Arc;
+
 use super::super::redact::redact_url;
 use super::super::{cause, ErrorKind, ProviderError};
 use super::credentials::Credential;
-use super::failure::{Call, Classifier, Failure};
+use super::failure::{codes, Call, Classifier, Failure};
+use super::oauth::ClientCredentials;
 
 /// Per-request timeout when the adapter sets none, seconds.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
@@ -75,6 +81,8 @@ pub struct RestClient {
     http: reqwest::Client,
     /// The per-request timeout, for the message when it runs out.
     timeout: Duration,
+    /// OAuth2 client credentials whose access token is sent instead of the credential.
+    oauth: Option<Arc<ClientCredentials>>,
 }
 
 impl std::fmt::Debug for RestClient {
@@ -110,7 +118,16 @@ impl RestClient {
             envelope: unchanged,
             http: http_client(Duration::from_secs(DEFAULT_TIMEOUT_SECS)),
             timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECS),
+            oauth: None,
         }
+    }
+
+    /// Sends the access token of `oauth` (fetched, cached and renewed there) as
+    /// `Authorization: Bearer` instead of the credential, which must still be set (the
+    /// client secret: its absence is the `missing` error) and is scrubbed with the tokens.
+    pub fn with_oauth(mut self, oauth: Arc<ClientCredentials>) -> RestClient {
+        self.oauth = Some(oauth);
+        self
     }
 
     /// Sets the vendor's error body decoder.
@@ -147,9 +164,33 @@ impl RestClient {
         self.credential.as_ref()
     }
 
-    /// The contract's error for `f` (see [`Classifier::classify`]).
+    /// The contract's error for `f` (see [`Classifier::classify`]), every secret the
+    /// client holds (the credential, OAuth tokens) scrubbed.
     pub fn fail(&self, f: &Failure, call: Call<'_>) -> ProviderError {
-        self.classifier.classify(f, call, self.secret())
+        let tokens = self.oauth.as_ref().map(|o| o.secrets()).unwrap_or_default();
+        let secrets = self
+            .secret()
+            .into_iter()
+            .chain(tokens.iter().map(String::as_str));
+        self.classifier.classify(f, call, secrets)
+    }
+
+    /// The [`Failure`] of a call to `url` that got no answer: a refused connection says
+    /// so (the error's text alone reads "error sending request"), as does a server that
+    /// accepts and never answers.
+    fn transport(&self, e: reqwest::Error, url: &str) -> Failure {
+        let refused = cause::is_refused(&e);
+        let what = if refused {
+            "the API endpoint refused the connection".to_string()
+        } else if e.is_timeout() {
+            format!(
+                "the API endpoint did not answer within {}",
+                humantime::format_duration(self.timeout)
+            )
+        } else {
+            e.without_url().to_string()
+        };
+        Failure::transport(refused, format!("{what} ({})", redact_url(url)))
     }
 
     /// One call; the payload (`Null` for an empty body, such as a 204) or the failure as
@@ -165,11 +206,19 @@ impl RestClient {
             return Err(Failure::no_credential(self.missing.clone()));
         };
         let url = format!("{}{path}", self.base);
+        let token = match &self.oauth {
+            Some(o) => {
+                let transport = |e| self.transport(e, &url);
+                Some(o.token(&self.http, self.decode_error, transport).await?)
+            }
+            None => None,
+        };
         let mut req = self.http.request(method, &url);
-        req = match &self.auth {
-            Auth::Bearer => req.bearer_auth(cred.secret.expose()),
-            Auth::Header(name) => req.header(*name, cred.secret.expose()),
-            Auth::Basic { user } => req.basic_auth(user, Some(cred.secret.expose())),
+        req = match (&token, &self.auth) {
+            (Some(t), _) => req.bearer_auth(t.expose()),
+            (None, Auth::Bearer) => req.bearer_auth(cred.secret.expose()),
+            (None, Auth::Header(name)) => req.header(*name, cred.secret.expose()),
+            (None, Auth::Basic { user }) => req.basic_auth(user, Some(cred.secret.expose())),
         };
         if !query.is_empty() {
             req = req.query(query);
@@ -177,23 +226,7 @@ impl RestClient {
         if let Some(b) = body {
             req = req.json(b);
         }
-        // A refused connection says so (the error's text alone reads "error sending
-        // request"): the user must see that nothing answered at that endpoint.
-        let transport = |e: reqwest::Error| {
-            let refused = cause::is_refused(&e);
-            let what = if refused {
-                "the API endpoint refused the connection".to_string()
-            } else if e.is_timeout() {
-                // A server that accepts and never answers: say so, not "error sending".
-                format!(
-                    "the API endpoint did not answer within {}",
-                    humantime::format_duration(self.timeout)
-                )
-            } else {
-                e.without_url().to_string()
-            };
-            Failure::transport(refused, format!("{what} ({})", redact_url(&url)))
-        };
+        let transport = |e| self.transport(e, &url);
         let resp = req.send().await.map_err(transport)?;
         let status = resp.status().as_u16();
         let header = |name: &str| {
@@ -210,6 +243,18 @@ impl RestClient {
         };
         let content_type = header("content-type");
         let text = resp.text().await.map_err(transport)?;
+        if let (Some(o), Some(t)) = (&self.oauth, &token) {
+            if (200..300).contains(&status) {
+                o.worked(t);
+            } else if status == 401 && o.rejected(t) {
+                let (_, message) = (self.decode_error)(status, content_type.as_deref(), &text);
+                return Err(Failure::http(
+                    status,
+                    Some(codes::STALE_TOKEN.into()),
+                    message,
+                ));
+            }
+        }
         if !(200..300).contains(&status) {
             let (code, message) = (self.decode_error)(status, content_type.as_deref(), &text);
             return Err(Failure::http(status, code, message)
@@ -217,6 +262,13 @@ impl RestClient {
         }
         if text.trim().is_empty() {
             return Ok(Value::Null);
+        }
+        // A plain-text answer (Verda answers a create with the new id as text) is its text.
+        if content_type
+            .as_deref()
+            .is_some_and(|c| c.trim_start().starts_with("text/plain"))
+        {
+            return Ok(Value::String(text.trim().to_string()));
         }
         let v: Value = serde_json::from_str(&text).map_err(|e| {
             Failure::http(status, None, format!("unreadable response to {path}: {e}"))

@@ -9,6 +9,7 @@
 //!   [`failure::Classifier`] into the contract's error kinds;
 //! - [`paginate`]: page-number, next-link and token pagination, bounded;
 //! - [`keys`]: the project's SSH key found by value or registered;
+//! - [`oauth`]: OAuth2 client credentials, the access token cached and renewed;
 //! - [`credentials`]: a credential plus where it was found, and the report for
 //!   `gpuprov validate`;
 //! - [`gpu`]: GPU-name normalisation and the "no such type" error;
@@ -23,6 +24,7 @@ pub mod failure;
 pub mod gpu;
 pub mod http;
 pub mod keys;
+pub mod oauth;
 pub mod offer;
 pub mod paginate;
 pub mod ports;

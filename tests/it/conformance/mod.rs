@@ -9,8 +9,8 @@
 //! every driver that supports it. Vendor-only behaviour stays in the vendor's own module
 //! (`vendor::lambda` …) beside its driver.
 //!
-//! Drivers: the FakeProvider, Lambda, RunPod, DigitalOcean, Hyperstack and Massed Compute
-//! over the spec-checked servers of their `vendor` modules, Docker on the real local Engine (its
+//! Drivers: the FakeProvider, Lambda, RunPod, DigitalOcean, Hyperstack, Massed Compute and
+//! Verda over the spec-checked servers of their `vendor` modules, Docker on the real local Engine (its
 //! own lineage per run), and AWS against moto through `aws_moto`'s rewriting proxy (its
 //! own moto per run). `aws_moto` keeps its end-to-end tests, which assert the exact
 //! offers (zone, type) and EC2 side resources beyond the scenarios. What a vendor's old
@@ -25,6 +25,7 @@ mod hyperstack;
 mod lambda;
 mod massedcompute;
 mod runpod;
+mod verda;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -191,6 +192,7 @@ pub fn drivers() -> Vec<Box<dyn Driver>> {
         Box::new(docker::DockerDriver),
         Box::new(aws::AwsDriver),
         Box::new(massedcompute::MassedComputeDriver),
+        Box::new(verda::VerdaDriver),
     ]
 }
 

@@ -318,6 +318,47 @@ impl Spec {
         }
     }
 
+    /// Checks a `text/plain` response `text` for `status`: the response (exact status, else
+    /// `4XX`/`5XX`, else `default`) must declare `text/plain` content, whose schema (if
+    /// any) the text must validate against as a JSON string.
+    pub fn check_text_response(
+        &self,
+        method: &str,
+        path: &str,
+        status: u16,
+        text: &str,
+    ) -> Result<(), String> {
+        let op = self.find(method, path)?;
+        let what = format!("{} {} → {status}", op.method, op.template);
+        let responses = &op.op["responses"];
+        let class = format!("{}XX", status / 100);
+        let resp = [status.to_string(), class, "default".to_string()]
+            .iter()
+            .find_map(|k| responses.get(k))
+            .map(|r| self.deref(r))
+            .ok_or_else(|| format!("{what}: status not declared by the spec"))?;
+        let media = resp["content"]
+            .as_object()
+            .and_then(|c| c.iter().find(|(k, _)| k.starts_with("text/plain")))
+            .map(|(_, v)| v)
+            .ok_or_else(|| format!("{what}: a text/plain body where the spec declares none"))?;
+        match media.get("schema") {
+            Some(schema) => self
+                .validate(schema, &Value::String(text.to_string()))
+                .map_err(|e| format!("{what}: {e}")),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks a canned response: its text body ([`Spec::check_text_response`]) or its
+    /// JSON body ([`Spec::check_response`]).
+    pub fn check_canned(&self, method: &str, path: &str, c: &Canned) -> Result<(), String> {
+        match &c.text {
+            Some(t) => self.check_text_response(method, path, c.status, t),
+            None => self.check_response(method, path, c.status, c.body.as_ref()),
+        }
+    }
+
     /// The security schemes an operation accepts (names from `components.securitySchemes`);
     /// empty when it needs none.
     fn security_schemes(&self, op: &Operation) -> Vec<Value> {
@@ -511,11 +552,13 @@ fn convert_30(v: &mut Value) {
     }
 }
 
-/// A canned response: status, JSON body (or none) and headers.
+/// A canned response: status, JSON body (or a `text/plain` one, or none) and headers.
 #[derive(Debug, Clone)]
 pub struct Canned {
     pub status: u16,
     pub body: Option<Value>,
+    /// A `text/plain` body (Verda answers some creates with the new id as text).
+    pub text: Option<String>,
     pub headers: Vec<(String, String)>,
 }
 
@@ -529,6 +572,7 @@ impl Canned {
         Canned {
             status,
             body: Some(body),
+            text: None,
             headers: vec![],
         }
     }
@@ -537,7 +581,15 @@ impl Canned {
         Canned {
             status,
             body: None,
+            text: None,
             headers: vec![],
+        }
+    }
+    /// `status` with a `text/plain` body.
+    pub fn text(status: u16, text: &str) -> Canned {
+        Canned {
+            text: Some(text.to_string()),
+            ..Canned::empty(status)
         }
     }
     pub fn header(mut self, name: &str, value: &str) -> Canned {
@@ -548,6 +600,9 @@ impl Canned {
         let mut t = ResponseTemplate::new(self.status);
         if let Some(b) = &self.body {
             t = t.set_body_json(b.clone());
+        }
+        if let Some(text) = &self.text {
+            t = t.set_body_raw(text.clone().into_bytes(), "text/plain; charset=utf-8");
         }
         for (k, v) in &self.headers {
             t = t.insert_header(k.as_str(), v.as_str());
@@ -649,10 +704,7 @@ impl Respond for Checked {
             Answer::Fixed(c) => c.template(),
             Answer::Dynamic(f) => {
                 let c = f(&seen);
-                if let Err(e) =
-                    self.spec
-                        .check_response(&seen.method, &seen.path, c.status, c.body.as_ref())
-                {
+                if let Err(e) = self.spec.check_canned(&seen.method, &seen.path, &c) {
                     problems.push(format!("response does not match the spec: {e}"));
                 }
                 c.template()
@@ -729,10 +781,7 @@ impl SpecServer {
         canned: Canned,
         times: Option<u64>,
     ) {
-        if let Err(e) = self
-            .spec
-            .check_response(method, path, canned.status, canned.body.as_ref())
-        {
+        if let Err(e) = self.spec.check_canned(method, path, &canned) {
             panic!("canned response does not match the spec: {e}");
         }
         let mut mock =
@@ -1087,4 +1136,15 @@ pub fn massedcompute() -> Spec {
             }
         })
         .with_base_path("/api/v1")
+}
+
+// ---- Verda ----
+
+/// Verda's public API v1 as the vendor's Python SDK uses it
+/// (`verda/verda-from-sdk.openapi.yaml`, the primary description per SOURCES.md), served
+/// under `/v1` (`servers[0].url`). No patch: its error envelope is every operation's
+/// `default`, and its plain-text answers (the ids of created instances, keys and scripts)
+/// are declared `text/plain`, which the harness checks as such.
+pub fn verda() -> Spec {
+    Spec::load(vendor_apis_dir().join("verda/verda-from-sdk.openapi.yaml")).with_base_path("/v1")
 }

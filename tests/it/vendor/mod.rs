@@ -9,3 +9,4 @@ pub mod hyperstack;
 pub mod lambda;
 pub mod massedcompute;
 pub mod runpod;
+pub mod verda;
