@@ -42,6 +42,7 @@ pub mod kit;
 pub mod lambda;
 pub mod massedcompute;
 pub mod offers;
+pub mod primeintellect;
 pub mod redact;
 pub mod registry;
 pub mod runpod;

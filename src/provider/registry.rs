@@ -109,7 +109,13 @@ clouds! {
             lineage,
         )))
     });
-    Primeintellect => "primeintellect", CloudSettings, None;
+    Primeintellect => "primeintellect", CloudSettings, Some(|s, lineage| {
+        use super::primeintellect::{PrimeIntellectProvider, PrimeIntellectSettings};
+        Arc::new(PrimeIntellectProvider::new(PrimeIntellectSettings::from_env_and_config(
+            s.endpoint.clone(),
+            lineage,
+        )))
+    });
     Runpod => "runpod", CloudSettings, Some(|s, lineage| {
         use super::runpod::{RunpodProvider, RunpodSettings};
         Arc::new(RunpodProvider::new(RunpodSettings::from_env_and_config(

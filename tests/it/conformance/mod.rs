@@ -9,8 +9,8 @@
 //! every driver that supports it. Vendor-only behaviour stays in the vendor's own module
 //! (`vendor::lambda` …) beside its driver.
 //!
-//! Drivers: the FakeProvider, Lambda, RunPod, DigitalOcean, Hyperstack, Massed Compute and
-//! Verda over the spec-checked servers of their `vendor` modules, Docker on the real local Engine (its
+//! Drivers: the FakeProvider, Lambda, RunPod, DigitalOcean, Hyperstack, Massed Compute,
+//! Verda and Prime Intellect over the spec-checked servers of their `vendor` modules, Docker on the real local Engine (its
 //! own lineage per run), and AWS against moto through `aws_moto`'s rewriting proxy (its
 //! own moto per run). `aws_moto` keeps its end-to-end tests, which assert the exact
 //! offers (zone, type) and EC2 side resources beyond the scenarios. What a vendor's old
@@ -24,6 +24,7 @@ mod fake;
 mod hyperstack;
 mod lambda;
 mod massedcompute;
+mod primeintellect;
 mod runpod;
 mod verda;
 
@@ -193,6 +194,7 @@ pub fn drivers() -> Vec<Box<dyn Driver>> {
         Box::new(aws::AwsDriver),
         Box::new(massedcompute::MassedComputeDriver),
         Box::new(verda::VerdaDriver),
+        Box::new(primeintellect::PrimeIntellectDriver),
     ]
 }
 

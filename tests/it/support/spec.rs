@@ -486,8 +486,21 @@ fn json_schema(obj: &Value) -> Option<&Value> {
         .and_then(|(_, v)| v.get("schema"))
 }
 
-/// A query string value as JSON, typed by its (dereferenced) schema.
+/// A query string value as JSON, typed by its (dereferenced) schema. For an `anyOf` /
+/// `oneOf` (FastAPI's `Optional[int]` is `anyOf [integer, null]`), the first alternative
+/// the text reads as.
 fn query_value(raw: &str, schema: &Value) -> Value {
+    if let Some(alts) = schema
+        .get("anyOf")
+        .or_else(|| schema.get("oneOf"))
+        .and_then(Value::as_array)
+    {
+        return alts
+            .iter()
+            .map(|alt| query_value(raw, alt))
+            .find(|v| !v.is_string())
+            .unwrap_or_else(|| Value::String(raw.into()));
+    }
     let ty = schema["type"].as_str().unwrap_or_default();
     match ty {
         "integer" | "number" => serde_json::from_str(raw).unwrap_or(Value::String(raw.into())),
@@ -1147,4 +1160,57 @@ pub fn massedcompute() -> Spec {
 /// are declared `text/plain`, which the harness checks as such.
 pub fn verda() -> Spec {
     Spec::load(vendor_apis_dir().join("verda/verda-from-sdk.openapi.yaml")).with_base_path("/v1")
+}
+
+// ---- Prime Intellect ----
+
+/// Prime Intellect's API (`primeintellect/prime-intellect-compute-api-openapi.fixed.yml`:
+/// the FastAPI description with SOURCES.md's patches P1–P9 from the vendor CLI `prime`
+/// 0.18.0), with the error bodies that CLI reads patched in:
+///
+/// 1. A 422 is declared as `ErrorResponse {errors: [{param, details}]}` only, but the
+///    vendor client reads FastAPI's `{"detail": [..]}` list (SOURCES.md item 11, "which
+///    422 body the live API sends is unverified"). Patched: every 422 accepts either.
+/// 2. Every other error status carries FastAPI's `{"detail": "<text>"}` (the client reads
+///    `detail` for any status but 401 and 422), yet no operation declares one (400, 404,
+///    409, 429, 5xx), and P9's `402` on pod create has no body. Patched: every operation
+///    gets a `default` with that body, and the 402 the same content.
+pub fn primeintellect() -> Spec {
+    let path =
+        vendor_apis_dir().join("primeintellect/prime-intellect-compute-api-openapi.fixed.yml");
+    Spec::load(path).patch(|doc| {
+        let detail = json!({"type": "object", "required": ["detail"], "properties": {
+            "detail": {"anyOf": [{"type": "string"}, {"type": "array"}]}
+        }});
+        let fastapi = json!({
+            "description": "gpuprov harness patch (see primeintellect()): FastAPI's error body",
+            "content": {"application/json": {"schema": detail}}
+        });
+        let validation = json!({
+            "description": "gpuprov harness patch (see primeintellect()): either 422 body",
+            "content": {"application/json": {"schema": {"anyOf": [
+                {"$ref": "#/components/schemas/ErrorResponse"},
+                {"type": "object", "required": ["detail"], "properties": {"detail": {"type": "array"}}}
+            ]}}}
+        });
+        if let Some(paths) = doc["paths"].as_object_mut() {
+            for item in paths.values_mut() {
+                for m in METHODS {
+                    if let Some(responses) = item
+                        .get_mut(*m)
+                        .and_then(|op| op.get_mut("responses"))
+                        .and_then(Value::as_object_mut)
+                    {
+                        if responses.contains_key("422") {
+                            responses.insert("422".into(), validation.clone());
+                        }
+                        if responses.contains_key("402") {
+                            responses.insert("402".into(), fastapi.clone());
+                        }
+                        responses.entry("default").or_insert_with(|| fastapi.clone());
+                    }
+                }
+            }
+        }
+    })
 }

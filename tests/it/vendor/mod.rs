@@ -8,5 +8,6 @@ pub mod digitalocean;
 pub mod hyperstack;
 pub mod lambda;
 pub mod massedcompute;
+pub mod primeintellect;
 pub mod runpod;
 pub mod verda;
