@@ -10,6 +10,7 @@
 //! - [`paginate`]: page-number, next-link and token pagination, bounded;
 //! - [`keys`]: the project's SSH key found by value or registered;
 //! - [`oauth`]: OAuth2 client credentials, the access token cached and renewed;
+//! - [`listing`]: `observe` and `delete` over one unfiltered listing of instances;
 //! - [`credentials`]: a credential plus where it was found, and the report for
 //!   `gpuprov validate`;
 //! - [`gpu`]: GPU-name normalisation and the "no such type" error;
@@ -24,6 +25,7 @@ pub mod failure;
 pub mod gpu;
 pub mod http;
 pub mod keys;
+pub mod listing;
 pub mod oauth;
 pub mod offer;
 pub mod paginate;

@@ -104,8 +104,7 @@ pub struct MassedComputeSettings {
 
 /// The API token in the MCP server's `config.json` text: its string `apiKey`.
 pub fn api_key_from_config(text: &str) -> Option<String> {
-    let v: Value = serde_json::from_str(text).ok()?;
-    v.get("apiKey").and_then(Value::as_str).map(str::to_string)
+    kit::credentials::json_field(text, "apiKey")
 }
 
 /// The token and where it came from: `env_value` (of `MASSED_COMPUTE_API_KEY`) when not
@@ -116,14 +115,10 @@ pub fn find_api_key(
     config_dir: Option<&Path>,
 ) -> (Option<super::Secret>, String) {
     let file = config_dir.map(|d| d.join(CONFIG_FILE));
-    let (found, looked) = Lookup::new()
+    Lookup::new()
         .env_value(API_KEY_ENV, env_value)
         .file(file.as_deref(), api_key_from_config)
-        .finish();
-    match found {
-        Some(c) => (Some(c.secret), c.source.to_string()),
-        None => (None, looked.join(", ")),
-    }
+        .place()
 }
 
 impl MassedComputeSettings {
@@ -548,15 +543,12 @@ impl CloudProvider for MassedComputeProvider {
             return Ok(vec![]);
         }
         let name = self.instance_name(vm_name, &at.region);
-        let mut out: Vec<Observed> = self
-            .instances()
-            .await?
-            .iter()
-            .filter(|i| i.name.as_deref() == Some(name.as_str()))
-            .filter_map(observed)
-            .collect();
-        out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-        Ok(out)
+        let ours = |i: &Instance| i.name.as_deref() == Some(name.as_str());
+        Ok(kit::listing::observed_of(
+            &self.instances().await?,
+            ours,
+            observed,
+        ))
     }
 
     /// `POST /instance/terminate` for those of `instance_ids` still listed (the API says
@@ -565,13 +557,12 @@ impl CloudProvider for MassedComputeProvider {
         if instance_ids.is_empty() {
             return Ok(());
         }
-        let listed: Vec<String> = self
-            .instances()
-            .await?
-            .into_iter()
-            .filter(|i| observed(i).is_some() && instance_ids.contains(&i.uuid))
-            .map(|i| i.uuid)
-            .collect();
+        let alive = |i: &Instance| observed(i).is_some();
+        let listed: Vec<String> =
+            kit::listing::still_listed(self.instances().await?, instance_ids, |i| &i.uuid, alive)
+                .into_iter()
+                .map(|i| i.uuid)
+                .collect();
         if listed.is_empty() {
             return Ok(());
         }

@@ -156,22 +156,17 @@ pub struct PrimeIntellectSettings {
 
 /// The API key in the CLI's `config.json` text: its string `api_key`.
 pub fn api_key_from_config(text: &str) -> Option<String> {
-    let v: Value = serde_json::from_str(text).ok()?;
-    v.get("api_key").and_then(Value::as_str).map(str::to_string)
+    kit::credentials::json_field(text, "api_key")
 }
 
 /// The key and where it came from: `env_value` (of `PRIME_API_KEY`) when not blank, else
 /// `<home>/.prime/config.json`. Without a key, the place says everywhere looked.
 pub fn find_api_key(env_value: Option<String>, home: Option<&Path>) -> (Option<Secret>, String) {
     let file = home.map(|h| h.join(CONFIG_FILE));
-    let (found, looked) = Lookup::new()
+    Lookup::new()
         .env_value(API_KEY_ENV, env_value)
         .file(file.as_deref(), api_key_from_config)
-        .finish();
-    match found {
-        Some(c) => (Some(c.secret), c.source.to_string()),
-        None => (None, looked.join(", ")),
-    }
+        .place()
 }
 
 impl PrimeIntellectSettings {
@@ -709,15 +704,11 @@ impl CloudProvider for PrimeIntellectProvider {
             return Ok(vec![]);
         }
         let name = self.pod_name(vm_name, &at.region);
-        let mut out: Vec<Observed> = self
-            .pods()
-            .await?
-            .iter()
-            .filter(|p| p.name == name)
-            .filter_map(observed)
-            .collect();
-        out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-        Ok(out)
+        Ok(kit::listing::observed_of(
+            &self.pods().await?,
+            |p| p.name == name,
+            observed,
+        ))
     }
 
     /// `DELETE /api/v1/pods/{id}` for those of `instance_ids` still listed (not
@@ -726,14 +717,9 @@ impl CloudProvider for PrimeIntellectProvider {
         if instance_ids.is_empty() {
             return Ok(());
         }
-        let listed: Vec<String> = self
-            .pods()
-            .await?
-            .into_iter()
-            .filter(|p| instance_ids.contains(&p.id) && status_of(p).is_some())
-            .map(|p| p.id)
-            .collect();
-        for id in listed {
+        let alive = |p: &Pod| status_of(p).is_some();
+        let listed = kit::listing::still_listed(self.pods().await?, instance_ids, |p| &p.id, alive);
+        for id in listed.into_iter().map(|p| p.id) {
             let what = format!("delete pod {id}");
             let path = format!("/api/v1/pods/{id}");
             match self.api.send(Method::DELETE, &path, &[], None).await {

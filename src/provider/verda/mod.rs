@@ -736,15 +736,11 @@ impl CloudProvider for VerdaProvider {
             };
             identity && location_of(i) == at.region
         };
-        let mut out: Vec<Observed> = self
-            .instances()
-            .await?
-            .iter()
-            .filter(|i| ours(i))
-            .filter_map(observed)
-            .collect();
-        out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-        Ok(out)
+        Ok(kit::listing::observed_of(
+            &self.instances().await?,
+            ours,
+            observed,
+        ))
     }
 
     /// The `delete` action for those of `instance_ids` still listed, with their volumes
@@ -754,12 +750,9 @@ impl CloudProvider for VerdaProvider {
         if instance_ids.is_empty() {
             return Ok(());
         }
-        let listed: Vec<Instance> = self
-            .instances()
-            .await?
-            .into_iter()
-            .filter(|i| instance_ids.contains(&i.id) && status_of(i).is_some())
-            .collect();
+        let alive = |i: &Instance| status_of(i).is_some();
+        let listed =
+            kit::listing::still_listed(self.instances().await?, instance_ids, |i| &i.id, alive);
         let ids: Vec<String> = listed.iter().map(|i| i.id.clone()).collect();
         let volumes = |is: &[&Instance]| -> Vec<String> {
             is.iter()

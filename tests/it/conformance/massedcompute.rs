@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use gpuprov::config::{Cloud as CloudName, VmSpec};
-use gpuprov::provider::{CloudProvider, Location};
+use gpuprov::provider::CloudProvider;
 use gpuprov::vm::VmRecord;
 use serde_json::json;
 
@@ -122,14 +122,6 @@ impl Cloud for McCloud {
 
     fn secret(&self) -> Option<&'static str> {
         Some(SENTINEL)
-    }
-
-    fn at(&self, region: &str) -> Location {
-        Location {
-            cloud: "massedcompute".into(),
-            region: region.into(),
-            zone: None,
-        }
     }
 
     fn check_launched(&self, vm: &VmRecord) {

@@ -115,8 +115,14 @@ pub trait Cloud: Send + Sync {
     }
     /// The credential the adapter was built with (none for a cloud without one).
     fn secret(&self) -> Option<&'static str>;
-    /// A location of this cloud in `region`.
-    fn at(&self, region: &str) -> Location;
+    /// A location of this cloud in `region` (no zone).
+    fn at(&self, region: &str) -> Location {
+        Location {
+            cloud: self.provider().name().to_string(),
+            region: region.to_string(),
+            zone: None,
+        }
+    }
     /// Vendor checks after a full launch (request bodies, side resources) and after its
     /// teardown.
     fn check_launched(&self, _vm: &gpuprov::vm::VmRecord) {}

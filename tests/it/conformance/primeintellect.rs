@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use gpuprov::config::{Cloud as CloudName, VmSpec};
-use gpuprov::provider::{CloudProvider, Location};
+use gpuprov::provider::CloudProvider;
 use gpuprov::vm::VmRecord;
 use serde_json::json;
 
@@ -128,14 +128,6 @@ impl Cloud for PiCloud {
 
     fn secret(&self) -> Option<&'static str> {
         Some(SENTINEL)
-    }
-
-    fn at(&self, region: &str) -> Location {
-        Location {
-            cloud: "primeintellect".into(),
-            region: region.into(),
-            zone: None,
-        }
     }
 
     fn check_launched(&self, vm: &VmRecord) {

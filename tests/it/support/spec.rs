@@ -299,6 +299,25 @@ impl Spec {
         status: u16,
         body: Option<&Value>,
     ) -> Result<(), String> {
+        let (what, resp) = self.response_for(method, path, status)?;
+        match (json_schema(resp), body) {
+            (Some(schema), Some(b)) => self.validate(schema, b).map_err(|e| format!("{what}: {e}")),
+            (Some(_), None) => Err(format!("{what}: empty body where JSON is declared")),
+            (None, Some(b)) if resp.get("content").is_none() => {
+                Err(format!("{what}: body {b} where the spec declares none"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The response object `method path` declares for `status` (exact, else `4XX`/`5XX`,
+    /// else `default`), with the `METHOD template → status` that names it in errors.
+    fn response_for(
+        &self,
+        method: &str,
+        path: &str,
+        status: u16,
+    ) -> Result<(String, &Value), String> {
         let op = self.find(method, path)?;
         let what = format!("{} {} → {status}", op.method, op.template);
         let responses = &op.op["responses"];
@@ -308,14 +327,7 @@ impl Spec {
             .find_map(|k| responses.get(k))
             .map(|r| self.deref(r))
             .ok_or_else(|| format!("{what}: status not declared by the spec"))?;
-        match (json_schema(resp), body) {
-            (Some(schema), Some(b)) => self.validate(schema, b).map_err(|e| format!("{what}: {e}")),
-            (Some(_), None) => Err(format!("{what}: empty body where JSON is declared")),
-            (None, Some(b)) if resp.get("content").is_none() => {
-                Err(format!("{what}: body {b} where the spec declares none"))
-            }
-            _ => Ok(()),
-        }
+        Ok((what, resp))
     }
 
     /// Checks a `text/plain` response `text` for `status`: the response (exact status, else
@@ -328,15 +340,7 @@ impl Spec {
         status: u16,
         text: &str,
     ) -> Result<(), String> {
-        let op = self.find(method, path)?;
-        let what = format!("{} {} → {status}", op.method, op.template);
-        let responses = &op.op["responses"];
-        let class = format!("{}XX", status / 100);
-        let resp = [status.to_string(), class, "default".to_string()]
-            .iter()
-            .find_map(|k| responses.get(k))
-            .map(|r| self.deref(r))
-            .ok_or_else(|| format!("{what}: status not declared by the spec"))?;
+        let (what, resp) = self.response_for(method, path, status)?;
         let media = resp["content"]
             .as_object()
             .and_then(|c| c.iter().find(|(k, _)| k.starts_with("text/plain")))
