@@ -76,7 +76,7 @@ fn every_shape_of_ssh_connection() {
     );
     assert_eq!(
         ep(
-            json!("ssh -i ~/.ssh/id -o StrictHostKeyChecking=no root@127.0.0.7 -p 3"),
+            json!("ssh -i ~/.ssh/id -o ConnectTimeout=5 root@127.0.0.7 -p 3"),
             &[]
         ),
         Ok(Some("root@127.0.0.7:3".into()))
