@@ -86,6 +86,26 @@ pub fn object_name(vm_name: &str, lineage: &Lineage) -> String {
     format!("gpuprov-{vm_name}-{}", lineage.short())
 }
 
+/// The per-VM object name at a location, for clouds whose instance listing does not say
+/// where an instance runs (Massed Compute, Prime Intellect), so that `observe` in one
+/// region never sees the instance of another: `gpuprov-<vm>-<lineage8>-<region>`, the
+/// region lowercased with every character outside `[a-z0-9]` written as `-` (names on
+/// those clouds allow letters, digits and dashes).
+pub fn located_name(vm_name: &str, lineage: &Lineage, region: &str) -> String {
+    let region: String = region
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!("{}-{region}", object_name(vm_name, lineage))
+}
+
 /// The name under which an adapter registers the project's SSH public key on clouds that
 /// name keys: `gpuprov-<lineage8>-<fp12>`, where `fp12` is the first 12 hex digits of
 /// the SHA-256 of the key's decoded blob (the digest of `ssh-keygen -l`'s `SHA256:`
@@ -134,6 +154,14 @@ mod tests {
         let l = Lineage::parse("0f0e0d0c-1111-4222-8333-444455556666").unwrap();
         assert_eq!(l.short(), "0f0e0d0c");
         assert_eq!(object_name("api", &l), "gpuprov-api-0f0e0d0c");
+        assert_eq!(
+            located_name("api", &l, "US-KS-2"),
+            "gpuprov-api-0f0e0d0c-us-ks-2"
+        );
+        assert_eq!(
+            located_name("api", &l, "eu_west 1"),
+            "gpuprov-api-0f0e0d0c-eu-west-1"
+        );
         assert_eq!(
             Lineage::parse("").unwrap_err().kind,
             ErrorKind::InvalidRequest

@@ -41,10 +41,13 @@ pub mod hyperstack;
 pub mod identity;
 pub mod kit;
 pub mod lambda;
+pub mod massedcompute;
 pub mod offers;
+pub mod primeintellect;
 pub mod redact;
 pub mod registry;
 pub mod runpod;
+pub mod verda;
 
 use std::fmt;
 use std::time::Duration;

@@ -83,7 +83,13 @@ clouds! {
             lineage,
         )))
     });
-    Massedcompute => "massedcompute", CloudSettings, None;
+    Massedcompute => "massedcompute", CloudSettings, Some(|s, lineage| {
+        use super::massedcompute::{MassedComputeProvider, MassedComputeSettings};
+        Arc::new(MassedComputeProvider::new(MassedComputeSettings::from_env_and_config(
+            s.endpoint.clone(),
+            lineage,
+        )))
+    });
     Hyperstack => "hyperstack", CloudSettings, Some(|s, lineage| {
         use super::hyperstack::{HyperstackProvider, HyperstackSettings};
         Arc::new(HyperstackProvider::new(HyperstackSettings::from_env_and_config(
@@ -106,8 +112,20 @@ clouds! {
         )))
     });
     Nebius => "nebius", CloudSettings, None;
-    Verda => "verda", CloudSettings, None;
-    Primeintellect => "primeintellect", CloudSettings, None;
+    Verda => "verda", CloudSettings, Some(|s, lineage| {
+        use super::verda::{VerdaProvider, VerdaSettings};
+        Arc::new(VerdaProvider::new(VerdaSettings::from_env_and_config(
+            s.endpoint.clone(),
+            lineage,
+        )))
+    });
+    Primeintellect => "primeintellect", CloudSettings, Some(|s, lineage| {
+        use super::primeintellect::{PrimeIntellectProvider, PrimeIntellectSettings};
+        Arc::new(PrimeIntellectProvider::new(PrimeIntellectSettings::from_env_and_config(
+            s.endpoint.clone(),
+            lineage,
+        )))
+    });
     Runpod => "runpod", CloudSettings, Some(|s, lineage| {
         use super::runpod::{RunpodProvider, RunpodSettings};
         Arc::new(RunpodProvider::new(RunpodSettings::from_env_and_config(

@@ -41,7 +41,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::provider::kit::http::{client, transport_failure};
-use crate::provider::kit::{Failure, Source, TokenSource};
+use crate::provider::kit::{Failure, Source, TokenCall, TokenSource};
 use crate::provider::Secret;
 
 use super::errors::token_failure;
@@ -408,7 +408,7 @@ impl Tokens {
 impl TokenSource for Tokens {
     /// The current token while it is more than [`REFRESH_THRESHOLD`] from its expiry,
     /// else a new one (callers wait for one request in flight rather than send their own).
-    async fn token(&self) -> Result<Secret, Failure> {
+    async fn token(&self, _call: &TokenCall<'_>) -> Result<Secret, Failure> {
         let mut current = self.current.lock().await;
         if let Some((token, expires)) = current.as_ref() {
             if Instant::now() + REFRESH_THRESHOLD < *expires {

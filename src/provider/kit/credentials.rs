@@ -135,6 +135,22 @@ impl Lookup {
     pub fn finish(self) -> (Option<Credential>, Vec<String>) {
         (self.found, self.looked)
     }
+
+    /// The secret found and where, or `None` and every place looked at, comma-separated:
+    /// the pair an adapter's settings keep (never the secret in the place).
+    pub fn place(self) -> (Option<Secret>, String) {
+        match self.found {
+            Some(c) => (Some(c.secret), c.source.to_string()),
+            None => (None, self.looked.join(", ")),
+        }
+    }
+}
+
+/// The string field `key` of a JSON configuration file's text (a vendor CLI's
+/// `config.json`); `None` when the text is not JSON or the field is not a string.
+pub fn json_field(text: &str, key: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    v.get(key).and_then(|f| f.as_str()).map(str::to_string)
 }
 
 /// "looked in: A, B" for a missing-credential message.
@@ -177,6 +193,19 @@ mod tests {
             .file(Some(&dir.path().join("absent")), parse)
             .finish();
         assert!(c.is_none());
+        assert_eq!(
+            json_field(r#"{"k": "v", "n": 1}"#, "k").as_deref(),
+            Some("v")
+        );
+        assert_eq!(json_field(r#"{"n": 1}"#, "n"), None);
+        assert_eq!(json_field("nope", "k"), None);
+        let (s, place) = Lookup::new()
+            .env_value("ACME_KEY", Some("k".into()))
+            .place();
+        assert_eq!(
+            (s.unwrap().expose(), place.as_str()),
+            ("k", "the ACME_KEY environment variable")
+        );
         let report = CredentialReport::of(None, &looked);
         assert!(report.is_missing());
         assert!(

@@ -7,7 +7,8 @@
 //! 2. no response: the endpoint refused the connection → `Unreachable`, anything else
 //!    (timeout, reset) → `Transient`;
 //! 3. HTTP 429 / gRPC `RESOURCE_EXHAUSTED` → `Transient` with the server's `Retry-After`
-//!    (never failover);
+//!    (never failover); the kit's own [`codes`]: a stale OAuth token → `Transient`, client
+//!    credentials the token endpoint refused → `Credentials`;
 //! 4. the vendor's [`Rule`]s, first match wins (a rule may also set a region-wide block
 //!    and a help line);
 //! 5. the defaults every adapter shares: 5xx / gRPC `UNAVAILABLE` → `Transient`, 401 / 403
@@ -29,6 +30,16 @@ pub mod grpc {
     pub const PERMISSION_DENIED: i32 = 7;
     pub const NOT_FOUND: i32 = 5;
     pub const INTERNAL: i32 = 13;
+}
+
+/// The codes the kit itself gives a [`Failure`] (never shown: they start `gpuprov/`),
+/// which the classifier maps before any vendor rule.
+pub mod codes {
+    /// The API answered 401 to an OAuth access token that had worked before: it expired
+    /// or was revoked early and is dropped, so another try fetches a new one → `Transient`.
+    pub const STALE_TOKEN: &str = "gpuprov/stale-token";
+    /// The token endpoint refused the client credentials → `Credentials`.
+    pub const TOKEN_REFUSED: &str = "gpuprov/token-refused";
 }
 
 /// How far a call got.
@@ -296,6 +307,8 @@ impl Classifier {
             Status::Transport { refused: true } => ErrorKind::Unreachable,
             Status::Transport { refused: false } => ErrorKind::Transient,
             Status::Http(429) | Status::Grpc(grpc::RESOURCE_EXHAUSTED) => ErrorKind::Transient,
+            _ if f.has_code(codes::STALE_TOKEN) => ErrorKind::Transient,
+            _ if f.has_code(codes::TOKEN_REFUSED) => ErrorKind::Credentials,
             _ => match self.rules.iter().find(|r| r.matches(f, call.name)) {
                 Some(r) => {
                     help = r.help.map(str::to_string);
@@ -320,8 +333,11 @@ impl Classifier {
             help = Some(self.credentials_help.to_string());
         }
         // An empty code (a decoder's mark for the vendor's own body without a code, see
-        // `Failure::code`) is not shown.
-        let code = f.code.as_deref().filter(|c| !c.is_empty());
+        // `Failure::code`) is not shown, nor are the kit's own `codes`.
+        let code = f
+            .code
+            .as_deref()
+            .filter(|c| !c.is_empty() && !c.starts_with("gpuprov/"));
         let cause = match (f.status, code) {
             (Status::Http(s), Some(c)) => format!("{c} (HTTP {s}): {}", f.message),
             (Status::Grpc(g), Some(c)) => format!("{c} (gRPC {g}): {}", f.message),
@@ -431,6 +447,23 @@ mod tests {
             Capacity
         );
         assert_eq!(kind(Failure::grpc(9, "precondition"), "c"), Failed);
+    }
+
+    #[test]
+    fn the_kits_own_codes_decide_before_the_table_and_are_not_shown() {
+        let stale = Failure::http(401, Some(codes::STALE_TOKEN.into()), "HTTP 401: expired");
+        let e = C.classify(&stale, Call::named("create", "launch"), []);
+        assert_eq!(e.kind, ErrorKind::Transient);
+        assert_eq!(e.msg, "acme launch: HTTP 401: expired");
+        let refused = Failure::http(400, Some(codes::TOKEN_REFUSED.into()), "bad client");
+        let e = C.classify(&refused, Call::named("create", "launch"), []);
+        assert_eq!(
+            e.kind,
+            ErrorKind::Credentials,
+            "the create rule for 400 is not asked"
+        );
+        assert_eq!(e.help.as_deref(), Some("set ACME_KEY"));
+        assert_eq!(e.msg, "acme launch: bad client");
     }
 
     #[test]

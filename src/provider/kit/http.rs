@@ -3,8 +3,11 @@
 //! timeout, `Retry-After` / `RateLimit-*` parsing, and the vendor's hooks for its error
 //! body and its success envelope. Built on reqwest with rustls.
 //!
-//! A cloud whose bearer token is short-lived (GCP's OAuth2 access tokens) hands the client
-//! a [`TokenSource`]: every call asks it for the current token, and every token it has
+//! A 2xx `text/plain` body is the payload `Value::String` of its text, trimmed.
+//!
+//! A cloud whose bearer token is short-lived (GCP's service-account tokens, Verda's
+//! OAuth2 client credentials in [`super::oauth`]) hands the client a [`TokenSource`]:
+//! every call asks it for the current token, and every token it has
 //! issued is scrubbed from errors like the credential itself.
 //!
 //! An adapter makes one [`RestClient`] at construction (no I/O) and calls
@@ -24,7 +27,7 @@ use serde_json::Value;
 use super::super::redact::{redact_url, Secret};
 use super::super::{cause, ErrorKind, ProviderError};
 use super::credentials::Credential;
-use super::failure::{Call, Classifier, Failure};
+use super::failure::{codes, Call, Classifier, Failure};
 
 /// Per-request timeout when the adapter sets none, seconds.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
@@ -72,12 +75,40 @@ fn unchanged(_status: u16, v: Value) -> Result<Value, (Option<String>, String)> 
 /// expires (one token request per call at most: no loop, no wait).
 #[async_trait]
 pub trait TokenSource: Send + Sync {
-    /// A token valid for the next call. Errors: the token endpoint's answer as a
-    /// [`Failure`] (its error code and description), or the transport's.
-    async fn token(&self) -> Result<Secret, Failure>;
+    /// A token valid for the next call; `call` is the client's connection pool and
+    /// error decoding, for a source whose token endpoint is the API's own. Errors: the
+    /// token endpoint's answer as a [`Failure`] (its error code and description), or the
+    /// transport's.
+    async fn token(&self, call: &TokenCall<'_>) -> Result<Secret, Failure>;
     /// Every token issued so far and the long-lived secret behind them (a refresh token,
-    /// a private key), so none of them can surface in an error.
+    /// a private key, a client secret), so none of them can surface in an error.
     fn secrets(&self) -> Vec<Secret>;
+    /// A call made with `token` succeeded.
+    fn worked(&self, _token: &Secret) {}
+    /// The API refused `token` (HTTP 401). Returns whether a renewed token may succeed
+    /// (it had worked: it expired or was revoked early), so the call is retried
+    /// ([`codes::STALE_TOKEN`]), rather than the credentials being wrong.
+    fn rejected(&self, _token: &Secret) -> bool {
+        false
+    }
+}
+
+/// What a [`TokenSource`] may use for its own requests: the client's HTTP client (its
+/// timeout), its error-body decoder, and the transport failure naming a URL.
+pub struct TokenCall<'a> {
+    /// The client's HTTP client.
+    pub http: &'a reqwest::Client,
+    /// The vendor's error-body decoder.
+    pub decode: ErrorDecoder,
+    /// The client's per-request timeout.
+    pub timeout: Duration,
+}
+
+impl TokenCall<'_> {
+    /// The [`Failure`] of a token request to `url` that got no answer.
+    pub fn transport(&self, e: reqwest::Error, url: &str) -> Failure {
+        transport_failure(e, url, self.timeout)
+    }
 }
 
 /// How one adapter talks to its API.
@@ -208,16 +239,23 @@ impl RestClient {
         };
         let url = format!("{}{path}", self.base);
         let mut req = self.http.request(method, &url);
-        if let Some(tokens) = &self.tokens {
-            let token = tokens.token().await?;
-            req = req.bearer_auth(token.expose());
-        } else {
-            req = match &self.auth {
-                Auth::Bearer => req.bearer_auth(cred.secret.expose()),
-                Auth::Header(name) => req.header(*name, cred.secret.expose()),
-                Auth::Basic { user } => req.basic_auth(user, Some(cred.secret.expose())),
-            };
-        }
+        let token = match &self.tokens {
+            Some(tokens) => {
+                let call = TokenCall {
+                    http: &self.http,
+                    decode: self.decode_error,
+                    timeout: self.timeout,
+                };
+                Some(tokens.token(&call).await?)
+            }
+            None => None,
+        };
+        req = match (&token, &self.auth) {
+            (Some(t), _) => req.bearer_auth(t.expose()),
+            (None, Auth::Bearer) => req.bearer_auth(cred.secret.expose()),
+            (None, Auth::Header(name)) => req.header(*name, cred.secret.expose()),
+            (None, Auth::Basic { user }) => req.basic_auth(user, Some(cred.secret.expose())),
+        };
         if !query.is_empty() {
             req = req.query(query);
         }
@@ -241,6 +279,26 @@ impl RestClient {
         };
         let content_type = header("content-type");
         let text = resp.text().await.map_err(transport)?;
+        if let (Some(tokens), Some(t)) = (&self.tokens, &token) {
+            if (200..300).contains(&status) {
+                tokens.worked(t);
+            } else if status == 401 && tokens.rejected(t) {
+                let (_, message) = (self.decode_error)(status, content_type.as_deref(), &text);
+                return Err(Failure::http(
+                    status,
+                    Some(codes::STALE_TOKEN.into()),
+                    message,
+                ));
+            }
+        }
+        // A plain-text answer (Verda answers a create with the new id as text) is its text.
+        if (200..300).contains(&status)
+            && content_type
+                .as_deref()
+                .is_some_and(|c| c.trim_start().starts_with("text/plain"))
+        {
+            return Ok(Value::String(text.trim().to_string()));
+        }
         if !(200..300).contains(&status) {
             let (code, message) = (self.decode_error)(status, content_type.as_deref(), &text);
             return Err(Failure::http(status, code, message)

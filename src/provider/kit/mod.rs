@@ -9,6 +9,8 @@
 //!   [`failure::Classifier`] into the contract's error kinds;
 //! - [`paginate`]: page-number, next-link and token pagination, bounded;
 //! - [`keys`]: the project's SSH key found by value or registered;
+//! - [`oauth`]: OAuth2 client credentials, the access token cached and renewed;
+//! - [`listing`]: `observe` and `delete` over one unfiltered listing of instances;
 //! - [`credentials`]: a credential plus where it was found, and the report for
 //!   `gpuprov validate`;
 //! - [`gpu`]: GPU-name normalisation and the "no such type" error;
@@ -23,6 +25,8 @@ pub mod failure;
 pub mod gpu;
 pub mod http;
 pub mod keys;
+pub mod listing;
+pub mod oauth;
 pub mod offer;
 pub mod paginate;
 pub mod ports;
@@ -32,4 +36,4 @@ pub mod testing;
 pub use adapter::Adapter;
 pub use credentials::{Credential, CredentialReport, Lookup, Source};
 pub use failure::{Call, Classifier, Failure, Rule, Status};
-pub use http::{Auth, RestClient, TokenSource};
+pub use http::{Auth, RestClient, TokenCall, TokenSource};

@@ -9,8 +9,9 @@
 //! every driver that supports it. Vendor-only behaviour stays in the vendor's own module
 //! (`vendor::lambda` …) beside its driver.
 //!
-//! Drivers: the FakeProvider, Lambda, RunPod, DigitalOcean, Hyperstack and GCP over the
-//! spec-checked servers of their `vendor` modules, Docker on the real local Engine (its
+//! Drivers: the FakeProvider, Lambda, RunPod, DigitalOcean, Hyperstack, GCP, Massed
+//! Compute, Verda and Prime Intellect over the spec-checked servers of their `vendor`
+//! modules, Docker on the real local Engine (its
 //! own lineage per run), and AWS against moto through `aws_moto`'s rewriting proxy (its
 //! own moto per run). `aws_moto` keeps its end-to-end tests, which assert the exact
 //! offers (zone, type) and EC2 side resources beyond the scenarios. What a vendor's old
@@ -24,7 +25,10 @@ mod fake;
 mod gcp;
 mod hyperstack;
 mod lambda;
+mod massedcompute;
+mod primeintellect;
 mod runpod;
+mod verda;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -113,8 +117,14 @@ pub trait Cloud: Send + Sync {
     }
     /// The credential the adapter was built with (none for a cloud without one).
     fn secret(&self) -> Option<&'static str>;
-    /// A location of this cloud in `region`.
-    fn at(&self, region: &str) -> Location;
+    /// A location of this cloud in `region` (no zone).
+    fn at(&self, region: &str) -> Location {
+        Location {
+            cloud: self.provider().name().to_string(),
+            region: region.to_string(),
+            zone: None,
+        }
+    }
     /// Vendor checks after a full launch (request bodies, side resources) and after its
     /// teardown.
     fn check_launched(&self, _vm: &gpuprov::vm::VmRecord) {}
@@ -191,6 +201,9 @@ pub fn drivers() -> Vec<Box<dyn Driver>> {
         Box::new(docker::DockerDriver),
         Box::new(aws::AwsDriver),
         Box::new(gcp::GcpDriver),
+        Box::new(massedcompute::MassedComputeDriver),
+        Box::new(verda::VerdaDriver),
+        Box::new(primeintellect::PrimeIntellectDriver),
     ]
 }
 

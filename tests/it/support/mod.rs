@@ -3,6 +3,7 @@
 //! - [`drive`]: runs the real launch and teardown machines against one adapter.
 //! - [`spec`]: spec-checked wiremock servers of the vendor APIs.
 //! - [`clouds`]: FakeProvider variants with behaviours of real clouds.
+//! - [`faults`]: the scripted error answers of the fake vendor servers.
 //! - [`figures`]: reliability figures written beside the build.
 //! - [`k3s`]: the scripted node and the stand-in Kubernetes API of the k3s tests.
 //! - [`stores`]: moto S3 and a throwaway PostgreSQL cluster for the state backends.
@@ -10,6 +11,7 @@
 
 pub mod clouds;
 pub mod drive;
+pub mod faults;
 pub mod figures;
 pub mod k3s;
 pub mod openssh;

@@ -8,4 +8,7 @@ pub mod digitalocean;
 pub mod gcp;
 pub mod hyperstack;
 pub mod lambda;
+pub mod massedcompute;
+pub mod primeintellect;
 pub mod runpod;
+pub mod verda;

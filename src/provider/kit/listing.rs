@@ -1,0 +1,71 @@
+//! What `observe` and `delete` make of one listing of the account's instances, for clouds
+//! whose API has no filter by identity (the listing is filtered here).
+
+use super::super::Observed;
+
+/// The instances among `items` that `ours` keeps, as `observed` reports them (`None`:
+/// gone, left out), sorted by instance id so answers compare across calls.
+pub fn observed_of<T>(
+    items: &[T],
+    ours: impl Fn(&T) -> bool,
+    observed: impl Fn(&T) -> Option<Observed>,
+) -> Vec<Observed> {
+    let mut out: Vec<Observed> = items
+        .iter()
+        .filter(|i| ours(i))
+        .filter_map(observed)
+        .collect();
+    out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+    out
+}
+
+/// The items among `items` whose `id` is one of `ids` and that are still `alive` (not
+/// gone): what a delete still has to ask for. An unknown id is simply not there, so the
+/// vendor is never asked about it.
+pub fn still_listed<T>(
+    items: Vec<T>,
+    ids: &[String],
+    id: impl Fn(&T) -> &str,
+    alive: impl Fn(&T) -> bool,
+) -> Vec<T> {
+    items
+        .into_iter()
+        .filter(|i| ids.iter().any(|x| x == id(i)) && alive(i))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::InstanceStatus;
+
+    #[test]
+    fn ours_sorted_and_the_gone_left_out() {
+        let items = [
+            ("b", true, true),
+            ("a", true, true),
+            ("c", false, true),
+            ("d", true, false),
+        ];
+        let seen = observed_of(
+            &items,
+            |i| i.1,
+            |i| {
+                i.2.then(|| Observed {
+                    instance_id: i.0.into(),
+                    status: InstanceStatus::Running,
+                    ssh: None,
+                })
+            },
+        );
+        let ids: Vec<&str> = seen.iter().map(|o| o.instance_id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        let left = still_listed(
+            items.to_vec(),
+            &["a".into(), "d".into(), "x".into()],
+            |i| i.0,
+            |i| i.2,
+        );
+        assert_eq!(left, [("a", true, true)]);
+    }
+}

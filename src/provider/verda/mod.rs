@@ -1,0 +1,839 @@
+//! Verda, formerly DataCrunch (cloud name `verda`), over its public API v1
+//! (`../shared/vendor-apis/verda/verda-from-sdk.openapi.yaml`, the description derived from
+//! the vendor's Python SDK `verda` 1.25.0, the primary source; the Go SDK
+//! `verdacloud-sdk-go` where it says more).
+//!
+//! Mapping onto the contract (design 5):
+//!
+//! - `plan`: `GET /instance-types?currency=usd` ⨝ `GET /instance-availability?isSpot=…`
+//!   (the Python SDK's spelling). One offer per instance type matching the ask (GPU
+//!   `model`, exact `gpu.number_of_gpus`) and location listing it as available: region =
+//!   the location code (`FIN-01`), id `verda/<location>/<type>` (`…/spot` for spot), price
+//!   `price_per_hour` (or `spot_price`) USD per hour for the whole instance.
+//! - `prepare`: re-checks the type in the location (`GET /instance-availability/{type}`;
+//!   `false` → `Unavailable`); picks the image (`GET /images?instance_type=`: the VM's
+//!   `image` by image type or id, else the newest Ubuntu + CUDA + Docker one); finds the
+//!   project key by value among `GET /sshkeys` or registers it (`POST /sshkeys`, the id
+//!   answered as plain text); and, when the spec has a boot script, finds or creates the
+//!   startup script holding its shell form ([`BootScript::to_shell`]), named
+//!   `gpuprov-<vm>-<lineage8>-<location>-<sha8 of the text>`. Returns `{"image",
+//!   "ssh_key_id", "startup_script_id"?}`.
+//! - `create`: `POST /instances` with the type, image, location, key, startup script, an OS
+//!   volume `gpuprov-<vm>-<lineage8>-<location>-os` (`disk_gb`, else
+//!   [`DEFAULT_OS_VOLUME_GB`]), `is_spot`, and the identity: `hostname`
+//!   `gpuprov-<vm>-<lineage8>` (what the console shows) and `description`
+//!   `gpuprov-vm-name=<vm> gpuprov-lineage=<lineage>` (the full lineage). Both are fields
+//!   the Python SDK always sends and both SDKs read back as required `Instance` fields;
+//!   tags exist only in the Go SDK (lowercased keys, at most 10, not in the Python SDK), so
+//!   the identity does not rely on them. The answer is the new id as plain text (the Go
+//!   SDK also accepts an `Instance` object; both are read).
+//! - `observe`: `GET /instances` (the API has no tag or name filter), kept by the
+//!   description's identity (or, for an instance without one, the hostname) and the
+//!   location. Status `no_capacity` (the Go SDK's `StatusNoCapacity`) is the create refused
+//!   late for capacity: [`InstanceStatus::Refused`] with kind `Capacity`, so the core fails
+//!   over as if `create` had refused.
+//! - `delete`: the instance action endpoint, `PUT /instances {id: [..], action: "delete",
+//!   volume_ids: [its OS and data volumes], delete_permanently: true}`, for the ids still
+//!   listed. Its two refusals: an instance still being provisioned cannot be discontinued
+//!   yet (`Transient`: the teardown retries), and one already discontinued is gone
+//!   (success). A 207's per-instance errors are judged the same way.
+//! - `cleanup`: deletes the VM's startup scripts of the location (`DELETE /scripts/{id}`)
+//!   and any of its OS volumes left there (`DELETE /volumes/{id}` with `is_permanent`;
+//!   still attached → `InUse`). The project key stays registered.
+//!
+//! No firewall API: the capabilities declare none, so the k3s API is reached through
+//! `gpuprov tunnel` and `spec.ports` is not applied.
+//!
+//! Credentials: OAuth2 client credentials ([`kit::oauth`]): `VERDA_CLIENT_ID` and
+//! `VERDA_CLIENT_SECRET`, else the profile (`VERDA_PROFILE`, else `default`) of the vendor
+//! CLI's credentials file (`VERDA_SHARED_CREDENTIALS_FILE`, else `$VERDA_HOME/credentials`,
+//! else `~/.verda/credentials`; keys `verda_client_id`, `verda_client_secret`; repo
+//! verda-cloud/verda-cli, `internal/verda-cli/cmd/auth/README.md`). The access token from
+//! `POST /oauth2/token` is cached and renewed (refresh grant, then client credentials
+//! again), sent as `Authorization: Bearer`, and like the secret never written to state,
+//! logs or errors.
+//!
+//! SSH: host `ip`, user `root`, port 22 (no SDK states the user; dstack's DataCrunch
+//! backend logs in as `root` on port 22).
+//!
+//! Rate limits: none documented (SOURCES.md). The adapter declares four concurrent calls;
+//! a 429 is `Transient` with `Retry-After`.
+
+mod api;
+mod errors;
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use api::{
+    ActionResult, Image, Instance, InstanceType, LocationAvailability, SshKey, StartupScript,
+    Volume,
+};
+pub use errors::CLASSIFIER;
+
+use super::identity::located_name;
+use super::kit::keys::{self, Registered};
+use super::kit::oauth::ClientCredentials;
+use super::kit::{self, gpu, Adapter, Auth, Call, Credential, Failure, Lookup, RestClient, Source};
+use super::{
+    object_name, project_key_name, BootScript, Capabilities, CloudProvider, ErrorKind, Feature,
+    InstanceSpec, InstanceStatus, Lineage, Location, Observed, Offer, ProviderError,
+    ResourceRequest, Result, Secret, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
+};
+
+/// The cloud name.
+pub const CLOUD: &str = "verda";
+/// The API base URL when neither config nor environment overrides it.
+pub const DEFAULT_ENDPOINT: &str = "https://api.verda.com/v1";
+/// Environment variable overriding the endpoint (wins over `[cloud.verda] endpoint`).
+pub const ENDPOINT_ENV: &str = "GPUPROV_VERDA_ENDPOINT";
+/// Environment variables of the client credentials (the vendor SDK's README).
+pub const CLIENT_ID_ENV: &str = "VERDA_CLIENT_ID";
+pub const CLIENT_SECRET_ENV: &str = "VERDA_CLIENT_SECRET";
+/// The vendor CLI's profile, credentials file and home directory variables.
+pub const PROFILE_ENV: &str = "VERDA_PROFILE";
+pub const CREDENTIALS_FILE_ENV: &str = "VERDA_SHARED_CREDENTIALS_FILE";
+pub const HOME_ENV: &str = "VERDA_HOME";
+/// The profile read when `VERDA_PROFILE` is not set.
+pub const DEFAULT_PROFILE: &str = "default";
+/// The location the SDKs assume for an instance listed without one.
+pub const DEFAULT_LOCATION: &str = "FIN-03";
+/// The image type preferred when the VM names none (the description's example image).
+pub const DEFAULT_IMAGE: &str = "ubuntu-24.04-cuda-12.8-open-docker";
+/// The OS volume size when the VM names no `disk_gb`, GiB.
+pub const DEFAULT_OS_VOLUME_GB: u32 = 100;
+/// Login user and port of Verda instances (dstack's DataCrunch backend).
+pub const SSH_USER: &str = "root";
+pub const SSH_PORT: u16 = 22;
+
+/// Configuration of the Verda adapter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerdaSettings {
+    /// API base URL override; `None` means [`DEFAULT_ENDPOINT`].
+    pub endpoint: Option<String>,
+    /// The OAuth2 client id and secret; `None` when not found (calls then fail with
+    /// `Credentials`).
+    pub client: Option<(String, Secret)>,
+    /// Where the credentials were found, or every place looked at (never a value).
+    pub key_source: String,
+    /// The state's lineage: `observe` only sees instances described with it.
+    pub lineage: Lineage,
+}
+
+/// The client id and secret of `profile` in the text of a credentials file (an INI file
+/// with `verda_client_id` / `verda_client_secret` per profile section); `None` unless both
+/// are there.
+pub fn client_from_credentials_file(text: &str, profile: &str) -> Option<(String, String)> {
+    let ini = ini::Ini::load_from_str(text).ok()?;
+    let section = ini.section(Some(profile))?;
+    let get = |k: &str| {
+        section
+            .get(k)
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
+    Some((get("verda_client_id")?, get("verda_client_secret")?))
+}
+
+/// The client credentials and where they came from: `VERDA_CLIENT_ID` and
+/// `VERDA_CLIENT_SECRET` (`env_id`, `env_secret`) when both are set, else `profile` of the
+/// credentials file at `file`. Without them, the place names everywhere looked.
+pub fn find_client(
+    env_id: Option<String>,
+    env_secret: Option<String>,
+    file: Option<&Path>,
+    profile: &str,
+) -> (Option<(String, Secret)>, String) {
+    let env_id = env_id
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty());
+    let from_file = |text: &str| client_from_credentials_file(text, profile).map(|c| c.1);
+    let (found, looked) = Lookup::new()
+        .env_value(CLIENT_SECRET_ENV, env_secret.filter(|_| env_id.is_some()))
+        .file(file, from_file)
+        .finish();
+    let id = match found.as_ref().map(|c| &c.source) {
+        Some(Source::Env(_)) => env_id,
+        Some(Source::File(p)) => std::fs::read_to_string(p)
+            .ok()
+            .and_then(|t| client_from_credentials_file(&t, profile))
+            .map(|c| c.0),
+        _ => None,
+    };
+    match (found, id) {
+        (Some(c), Some(id)) => (
+            Some((id, c.secret)),
+            match &c.source {
+                Source::File(p) => format!("{} (profile {profile})", p.display()),
+                _ => format!("the {CLIENT_ID_ENV} and {CLIENT_SECRET_ENV} environment variables"),
+            },
+        ),
+        _ => {
+            let mut places = vec![format!(
+                "the {CLIENT_ID_ENV} and {CLIENT_SECRET_ENV} environment variables"
+            )];
+            places.extend(
+                looked
+                    .into_iter()
+                    .skip(1)
+                    .map(|p| format!("{p} (profile {profile})")),
+            );
+            (None, places.join(", "))
+        }
+    }
+}
+
+/// The vendor CLI's credentials file: `VERDA_SHARED_CREDENTIALS_FILE`, else
+/// `$VERDA_HOME/credentials`, else `~/.verda/credentials`.
+pub fn credentials_file(
+    file_env: Option<String>,
+    home_env: Option<String>,
+    home: Option<&Path>,
+) -> Option<PathBuf> {
+    let nonblank = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
+    nonblank(file_env).map(PathBuf::from).or_else(|| {
+        nonblank(home_env)
+            .map(PathBuf::from)
+            .or_else(|| home.map(|h| h.join(".verda")))
+            .map(|d| d.join("credentials"))
+    })
+}
+
+impl VerdaSettings {
+    /// Settings from `[cloud.verda] endpoint` and the environment: endpoint precedence
+    /// `GPUPROV_VERDA_ENDPOINT` > `endpoint` > [`DEFAULT_ENDPOINT`]; the client credentials
+    /// from [`find_client`].
+    pub fn from_env_and_config(endpoint: Option<String>, lineage: Lineage) -> VerdaSettings {
+        let var = |n: &str| std::env::var(n).ok();
+        let file = credentials_file(
+            var(CREDENTIALS_FILE_ENV),
+            var(HOME_ENV),
+            dirs::home_dir().as_deref(),
+        );
+        let profile = super::env_nonempty(PROFILE_ENV).unwrap_or_else(|| DEFAULT_PROFILE.into());
+        let (client, key_source) = find_client(
+            var(CLIENT_ID_ENV),
+            var(CLIENT_SECRET_ENV),
+            file.as_deref(),
+            &profile,
+        );
+        VerdaSettings {
+            endpoint: super::endpoint_from(ENDPOINT_ENV, endpoint),
+            client,
+            key_source,
+            lineage,
+        }
+    }
+}
+
+/// The Verda adapter. Construction does no I/O.
+pub struct VerdaProvider {
+    settings: VerdaSettings,
+    api: RestClient,
+    adapter: Adapter,
+}
+
+/// The description carrying a VM's identity: `gpuprov-vm-name=<vm> gpuprov-lineage=<l>`.
+pub fn identity_description(vm_name: &str, lineage: &Lineage) -> String {
+    format!("{IDENTITY_LABEL}={vm_name} {LINEAGE_LABEL}={lineage}")
+}
+
+/// The value of `key=` among the words of a description.
+fn described(description: &str, key: &str) -> Option<String> {
+    description.split_whitespace().find_map(|w| {
+        w.strip_prefix(key)
+            .and_then(|r| r.strip_prefix('='))
+            .map(str::to_string)
+    })
+}
+
+/// The GPU model of an instance type: `model`, else the description after `Nx `.
+fn model_of(t: &InstanceType) -> Option<String> {
+    if t.gpu.number_of_gpus == 0 {
+        return None;
+    }
+    let m = t.model.trim();
+    if !m.is_empty() {
+        return Some(m.to_string());
+    }
+    let d = t.gpu.description.trim();
+    let d = d.split_once("x ").map(|(_, r)| r).unwrap_or(d);
+    d.split_whitespace().next().map(str::to_string)
+}
+
+/// Whether a type fits the ask: the GPU model ([`gpu::same_model`]) and the exact GPU
+/// count, when asked.
+fn type_matches(t: &InstanceType, req: &ResourceRequest) -> bool {
+    req.gpu
+        .as_ref()
+        .is_none_or(|w| model_of(t).is_some_and(|m| gpu::same_model(w, &m)))
+        && (req.gpu_count == 0 || t.gpu.number_of_gpus == req.gpu_count)
+}
+
+/// The price of a type, USD per hour (spot or on demand); `None` when not in USD or not
+/// given.
+fn price_of(t: &InstanceType, spot: bool) -> Option<f64> {
+    if !t.currency.is_empty() && !t.currency.eq_ignore_ascii_case("usd") {
+        return None;
+    }
+    if spot {
+        t.spot_price
+    } else {
+        t.price_per_hour
+    }
+}
+
+/// Offers for the ask: each available type of each location (exact codes when asked).
+/// Unordered: the core orders them.
+fn offers_for(
+    types: &[InstanceType],
+    avail: &[LocationAvailability],
+    req: &ResourceRequest,
+) -> Vec<Offer> {
+    let mut offers = Vec::new();
+    for loc in avail {
+        if !req.regions.is_empty() && !req.regions.contains(&loc.location_code) {
+            continue;
+        }
+        for name in &loc.availabilities {
+            let Some(t) = types
+                .iter()
+                .find(|t| t.instance_type == *name && type_matches(t, req))
+            else {
+                continue;
+            };
+            let Some(price) = price_of(t, req.spot) else {
+                continue;
+            };
+            let base = kit::offer::on_demand(CLOUD, &loc.location_code, name, price);
+            offers.push(Offer {
+                id: if req.spot {
+                    format!("{}/spot", base.id)
+                } else {
+                    base.id.clone()
+                },
+                gpu: model_of(t),
+                gpu_count: t.gpu.number_of_gpus,
+                spot: req.spot,
+                detail: json!({ "gpu": t.gpu.description }),
+                ..base
+            });
+        }
+    }
+    offers
+}
+
+/// The location of a listed instance (the SDKs' default when absent).
+fn location_of(i: &Instance) -> &str {
+    i.location
+        .as_deref()
+        .filter(|l| !l.is_empty())
+        .unwrap_or(DEFAULT_LOCATION)
+}
+
+/// Normalised status of a listed instance; `None` once it is gone.
+fn status_of(i: &Instance) -> Option<InstanceStatus> {
+    Some(match i.status.as_str() {
+        "new" | "ordered" | "validating" | "provisioning" | "pending" | "restoring" | "unknown" => {
+            InstanceStatus::Pending
+        }
+        "running" => InstanceStatus::Running,
+        "offline" => InstanceStatus::Stopped,
+        "starting_hibernation" | "hibernating" => InstanceStatus::Stopping,
+        "deleting" => InstanceStatus::Terminating,
+        "discontinued" | "notfound" => return None,
+        "error" => InstanceStatus::Failed("Verda status `error`".into()),
+        "no_capacity" => InstanceStatus::Refused(Box::new(ProviderError::new(
+            ErrorKind::Capacity,
+            format!(
+                "verda: no capacity for {} in {} (instance {} is `no_capacity`)",
+                i.instance_type,
+                location_of(i),
+                i.id
+            ),
+        ))),
+        other => InstanceStatus::Failed(format!("unknown Verda status `{other}`")),
+    })
+}
+
+/// What `observe` reports of a listed instance; `None` once it is gone.
+fn observed(i: &Instance) -> Option<Observed> {
+    let status = status_of(i)?;
+    let ssh =
+        i.ip.as_deref()
+            .map(str::trim)
+            .filter(|ip| !ip.is_empty())
+            .map(|ip| SshEndpoint {
+                host: ip.to_string(),
+                port: SSH_PORT,
+                user: Some(SSH_USER.to_string()),
+            });
+    Some(Observed {
+        instance_id: i.id.clone(),
+        status,
+        ssh,
+    })
+}
+
+/// The first 8 hex digits of the SHA-256 of `text`.
+fn sha8(text: &str) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .take(4)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Whether `name` is a startup script of the VM whose location name is `located`:
+/// `<located>-<8 hex digits>`.
+fn is_script_of(name: &str, located: &str) -> bool {
+    name.strip_prefix(located)
+        .and_then(|r| r.strip_prefix('-'))
+        .is_some_and(|h| h.len() == 8 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// The id in an answer that is the id as text, or an object with an `id`.
+fn id_of(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.trim().trim_matches('"').to_string()),
+        Value::Object(o) => o.get("id").and_then(Value::as_str).map(str::to_string),
+        _ => None,
+    }
+    .filter(|s| !s.is_empty())
+}
+
+impl VerdaProvider {
+    /// An adapter for `settings`. Never fails and does no I/O.
+    pub fn new(settings: VerdaSettings) -> VerdaProvider {
+        let place = Source::Other(settings.key_source.clone());
+        let credential = Credential::found(settings.client.as_ref().map(|c| &c.1), place);
+        let endpoint = settings.endpoint.as_deref();
+        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities()).with_credential(
+            credential.as_ref(),
+            std::slice::from_ref(&settings.key_source),
+        );
+        let missing = format!(
+            "no Verda client credentials: set {CLIENT_ID_ENV} and {CLIENT_SECRET_ENV}, or run \
+             `verda auth login` (looked in: {})",
+            settings.key_source
+        );
+        let base = endpoint.unwrap_or(DEFAULT_ENDPOINT).trim_end_matches('/');
+        let mut api = RestClient::new(base, Auth::Bearer, credential, missing, &CLASSIFIER)
+            .with_error_decoder(errors::decode);
+        if let Some((id, secret)) = &settings.client {
+            let token_url = format!("{base}/oauth2/token");
+            api = api.with_token_source(Arc::new(ClientCredentials::new(
+                &token_url,
+                id,
+                secret.clone(),
+            )));
+        }
+        VerdaProvider {
+            settings,
+            api,
+            adapter,
+        }
+    }
+
+    /// Replaces the declared capabilities (tests use short timeouts and poll intervals).
+    pub fn with_capabilities(mut self, caps: Capabilities) -> VerdaProvider {
+        self.adapter.capabilities = caps;
+        self
+    }
+
+    /// Boot script (a startup script), GPUs, spot and Kubernetes; no firewall API (the
+    /// cluster is reached through the SSH tunnel). Four concurrent calls (no documented
+    /// limit).
+    pub fn default_capabilities() -> Capabilities {
+        use Feature::*;
+        Capabilities {
+            max_concurrency: 4,
+            ..kit::adapter::vm_capabilities(&[BootScript, Gpu, Kubernetes, Spot])
+        }
+    }
+
+    pub fn settings(&self) -> &VerdaSettings {
+        &self.settings
+    }
+
+    async fn instances(&self) -> Result<Vec<Instance>> {
+        self.api
+            .get("/instances", &[], Call::other("list instances"))
+            .await
+    }
+
+    /// The image type to deploy `instance_type` with: `image` when the VM names one (an
+    /// image type or id listed for the type), else [`DEFAULT_IMAGE`] when listed, else the
+    /// listed Ubuntu + CUDA image sorting last (the newest). Errors: none fits →
+    /// `InvalidRequest`.
+    async fn pick_image(&self, instance_type: &str, image: Option<&str>) -> Result<String> {
+        let what = format!("list images for {instance_type}");
+        let query = [("instance_type", instance_type.to_string())];
+        let images: Vec<Image> = self.api.get("/images", &query, Call::other(&what)).await?;
+        let wanted = image.map(str::trim).filter(|s| !s.is_empty());
+        let found = match wanted {
+            Some(w) => images.iter().find(|i| i.image_type == w || i.id == w),
+            None => images
+                .iter()
+                .find(|i| i.image_type == DEFAULT_IMAGE)
+                .or_else(|| {
+                    images
+                        .iter()
+                        .filter(|i| {
+                            i.image_type.starts_with("ubuntu-") && i.image_type.contains("cuda")
+                        })
+                        .max_by(|a, b| a.image_type.cmp(&b.image_type))
+                }),
+        };
+        found.map(|i| i.image_type.clone()).ok_or_else(|| {
+            let have: Vec<&str> = images.iter().map(|i| i.image_type.as_str()).collect();
+            ProviderError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "verda: no image {} for {instance_type}; it has: {}",
+                    wanted.unwrap_or("with Ubuntu and CUDA"),
+                    have.join(", ")
+                ),
+            )
+        })
+    }
+
+    /// The id of the account's key whose value is `public_key` (compared without the
+    /// comment), registering it under [`project_key_name`] (the next free `-<n>` when a
+    /// key of another value holds it) when there is none.
+    async fn ensure_key(&self, public_key: &str) -> Result<String> {
+        let base = project_key_name(self.settings.lineage.as_str(), public_key);
+        let list = || self.api.get("/sshkeys", &[], Call::other("list SSH keys"));
+        let register = |listed: Vec<SshKey>| {
+            let name = keys::free_name(&base, |n| listed.iter().any(|k| k.name == n));
+            async move {
+                let body = json!({ "name": name, "key": public_key.trim() });
+                let what = format!("register SSH key {name}");
+                let v: Value = self.api.post("/sshkeys", &body, Call::other(&what)).await?;
+                let id = id_of(&v).ok_or_else(|| {
+                    ProviderError::new(
+                        ErrorKind::Failed,
+                        format!("verda {what}: no key id in the answer"),
+                    )
+                })?;
+                Ok(Registered::Key(SshKey {
+                    id,
+                    name,
+                    key: public_key.trim().to_string(),
+                }))
+            }
+        };
+        let key = keys::find_or_register(public_key, list, |k: &SshKey| &k.key, register).await?;
+        Ok(key.id)
+    }
+
+    /// The id of the VM's startup script in `location` holding `boot`'s shell form, created
+    /// when missing. Errors: a boot script that cannot be rendered → `InvalidRequest`.
+    async fn ensure_script(
+        &self,
+        vm_name: &str,
+        location: &str,
+        boot: &BootScript,
+    ) -> Result<String> {
+        let text = boot.to_shell().map_err(|e| {
+            ProviderError::new(ErrorKind::InvalidRequest, format!("boot script: {e}"))
+        })?;
+        let name = format!(
+            "{}-{}",
+            located_name(vm_name, &self.settings.lineage, location),
+            sha8(&text)
+        );
+        let scripts: Vec<StartupScript> = self
+            .api
+            .get("/scripts", &[], Call::other("list startup scripts"))
+            .await?;
+        if let Some(s) = scripts.iter().find(|s| s.name == name && s.script == text) {
+            return Ok(s.id.clone());
+        }
+        let what = format!("create startup script {name}");
+        let body = json!({ "name": name, "script": text });
+        let v: Value = self.api.post("/scripts", &body, Call::other(&what)).await?;
+        id_of(&v).ok_or_else(|| {
+            ProviderError::new(
+                ErrorKind::Failed,
+                format!("verda {what}: no script id in the answer"),
+            )
+        })
+    }
+
+    /// The instance action `delete` for `ids` with `volumes`, permanently. `Ok(false)` when
+    /// Verda answered that (one of) them is already gone.
+    async fn delete_action(&self, ids: &[String], volumes: &[String]) -> Result<bool> {
+        let body = json!({
+            "id": ids,
+            "action": "delete",
+            "volume_ids": volumes,
+            "delete_permanently": true,
+        });
+        let call = Call::named(errors::DELETE, "delete instances");
+        match self
+            .api
+            .send(Method::PUT, "/instances", &[], Some(&body))
+            .await
+        {
+            Ok(v) => {
+                // 202 / 207: per-instance results (the Go SDK's `InstanceActionResult`).
+                let results: Vec<ActionResult> = serde_json::from_value(v).unwrap_or_default();
+                for r in results.iter().filter(|r| r.status == "error") {
+                    let f = Failure::http(
+                        r.status_code.unwrap_or(400),
+                        Some(String::new()),
+                        format!(
+                            "{}: {}",
+                            r.instance_id,
+                            r.error.as_deref().unwrap_or("refused")
+                        ),
+                    );
+                    if !errors::is_gone(&f) {
+                        return Err(self.api.fail(&f, call));
+                    }
+                }
+                Ok(true)
+            }
+            Err(f) if errors::is_gone(&f) => Ok(false),
+            Err(f) => Err(self.api.fail(&f, call)),
+        }
+    }
+}
+
+#[async_trait]
+impl CloudProvider for VerdaProvider {
+    /// Name, endpoint, capabilities ([`VerdaProvider::default_capabilities`]) and where
+    /// the client credentials were found ([`find_client`]).
+    fn adapter(&self) -> &Adapter {
+        &self.adapter
+    }
+
+    /// Offers from the instance types and their availability per location (see the module
+    /// docs); spot asks read spot availability and prices. An empty list means "no
+    /// capacity now". Errors: no type with that GPU model and count → `InvalidRequest`.
+    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>> {
+        let currency = [("currency", "usd".to_string())];
+        let types: Vec<InstanceType> = self
+            .api
+            .get(
+                "/instance-types",
+                &currency,
+                Call::other("list instance types"),
+            )
+            .await?;
+        if !types.iter().any(|t| type_matches(t, req)) {
+            let have = types
+                .iter()
+                .filter_map(|t| model_of(t).map(|m| format!("{m} x{}", t.gpu.number_of_gpus)));
+            return Err(gpu::no_type_for("Verda has no instance type", req, have));
+        }
+        let query = [("isSpot", req.spot.to_string())];
+        let avail: Vec<LocationAvailability> = self
+            .api
+            .get(
+                "/instance-availability",
+                &query,
+                Call::other("list instance availability"),
+            )
+            .await?;
+        Ok(offers_for(&types, &avail, req))
+    }
+
+    /// Re-checks availability (gone → `Unavailable`), picks the image, finds or registers
+    /// the key and, with a boot script, finds or creates its startup script. Returns
+    /// `{"image", "ssh_key_id", "startup_script_id"?}`.
+    async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
+        let location = &offer.location.region;
+        let ty = &offer.instance_type;
+        let path = format!("/instance-availability/{ty}");
+        let query = [
+            ("isSpot", offer.spot.to_string()),
+            ("location_code", location.clone()),
+        ];
+        let what = format!("re-check {ty} in {location}");
+        let v: Value = self.api.get(&path, &query, Call::other(&what)).await?;
+        // A JSON boolean (the Python SDK), or the string "true" (the Go SDK accepts both).
+        if !(v == Value::Bool(true) || v == json!("true")) {
+            return Err(ProviderError::new(
+                ErrorKind::Unavailable,
+                format!("verda: {ty} is no longer available in {location}"),
+            ));
+        }
+        let image = self.pick_image(ty, spec.image.as_deref()).await?;
+        let key = self.ensure_key(&spec.ssh_public_key).await?;
+        let mut out = json!({ "image": image, "ssh_key_id": key });
+        if let Some(boot) = &spec.boot_script {
+            out["startup_script_id"] =
+                json!(self.ensure_script(&spec.vm_name, location, boot).await?);
+        }
+        Ok(out)
+    }
+
+    /// `POST /instances` (see the module docs for the body). Returns the instance id.
+    ///
+    /// Verda's create takes no idempotency token (`spec.client_token` is unused): the
+    /// core's observe-before-create finds a created instance by its description.
+    async fn create(&self, offer: &Offer, prepared: &Value, spec: &InstanceSpec) -> Result<String> {
+        let lineage = super::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?;
+        let image = kit::offer::prepared(prepared, "image", Value::as_str)?;
+        let key = kit::offer::prepared(prepared, "ssh_key_id", Value::as_str)?;
+        let location = &offer.location.region;
+        let body = json!({
+            "instance_type": offer.instance_type,
+            "image": image,
+            "hostname": object_name(&spec.vm_name, lineage),
+            "description": identity_description(&spec.vm_name, lineage),
+            "ssh_key_ids": [key],
+            "location_code": location,
+            "startup_script_id": prepared.get("startup_script_id").and_then(Value::as_str),
+            "os_volume": {
+                "name": format!("{}-os", located_name(&spec.vm_name, lineage, location)),
+                "size": spec.disk_gb.filter(|g| *g > 0).unwrap_or(DEFAULT_OS_VOLUME_GB),
+            },
+            "volumes": [],
+            "existing_volumes": [],
+            "is_spot": offer.spot,
+            "coupon": null,
+        });
+        let what = format!("create {} in {location}", offer.instance_type);
+        let call = Call::named(errors::CREATE, &what).in_region(location);
+        let v: Value = self.api.post("/instances", &body, call).await?;
+        id_of(&v).ok_or_else(|| {
+            ProviderError::new(
+                ErrorKind::Failed,
+                format!("verda {what}: no instance id in the answer"),
+            )
+        })
+    }
+
+    /// `GET /instances`, keeping the instances in `at.region` described with the VM's
+    /// identity (or, without any identity, named `gpuprov-<vm>-<lineage8>`), except gone
+    /// ones, sorted by id. Status: new / ordered / validating / provisioning / pending /
+    /// restoring / unknown → Pending, running → Running, offline → Stopped, hibernating →
+    /// Stopping, deleting → Terminating, error → Failed, `no_capacity` → Refused
+    /// (`Capacity`), discontinued / notfound → gone. SSH `root@ip:22` once `ip` is set.
+    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
+        if at.cloud != CLOUD {
+            return Ok(vec![]);
+        }
+        let lineage = &self.settings.lineage;
+        let ours = |i: &Instance| {
+            let identity = match (
+                described(&i.description, IDENTITY_LABEL),
+                described(&i.description, LINEAGE_LABEL),
+            ) {
+                (Some(vm), Some(l)) => vm == vm_name && *lineage == l,
+                (None, None) => i.hostname == object_name(vm_name, lineage),
+                _ => false,
+            };
+            identity && location_of(i) == at.region
+        };
+        Ok(kit::listing::observed_of(
+            &self.instances().await?,
+            ours,
+            observed,
+        ))
+    }
+
+    /// The `delete` action for those of `instance_ids` still listed, with their volumes
+    /// (see the module docs). Unknown or already discontinued instances are success; with
+    /// several ids, a "gone" answer sends each one alone so the others still go.
+    async fn delete(&self, _at: &Location, _vm_name: &str, instance_ids: &[String]) -> Result<()> {
+        if instance_ids.is_empty() {
+            return Ok(());
+        }
+        let alive = |i: &Instance| status_of(i).is_some();
+        let listed =
+            kit::listing::still_listed(self.instances().await?, instance_ids, |i| &i.id, alive);
+        let ids: Vec<String> = listed.iter().map(|i| i.id.clone()).collect();
+        let volumes = |is: &[&Instance]| -> Vec<String> {
+            is.iter()
+                .flat_map(|i| {
+                    i.os_volume_id
+                        .iter()
+                        .chain(i.volume_ids.iter().flatten())
+                        .cloned()
+                })
+                .collect()
+        };
+        if ids.is_empty()
+            || self
+                .delete_action(&ids, &volumes(&listed.iter().collect::<Vec<_>>()))
+                .await?
+        {
+            return Ok(());
+        }
+        if listed.len() > 1 {
+            for i in &listed {
+                self.delete_action(std::slice::from_ref(&i.id), &volumes(&[i]))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the VM's startup scripts of `at.region` and its OS volumes left there (not
+    /// found → success; a volume still attached → `InUse`).
+    async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<()> {
+        if at.cloud != CLOUD {
+            return Ok(());
+        }
+        let located = located_name(vm_name, &self.settings.lineage, &at.region);
+        let scripts: Vec<StartupScript> = self
+            .api
+            .get("/scripts", &[], Call::other("list startup scripts"))
+            .await?;
+        for s in scripts.iter().filter(|s| is_script_of(&s.name, &located)) {
+            let what = format!("delete startup script {}", s.name);
+            self.api
+                .delete(
+                    &format!("/scripts/{}", s.id),
+                    errors::is_gone,
+                    Call::other(&what),
+                )
+                .await?;
+        }
+        let os = format!("{located}-os");
+        let volumes: Vec<Volume> = self
+            .api
+            .get("/volumes", &[], Call::other("list volumes"))
+            .await?;
+        for v in volumes.iter().filter(|v| {
+            v.name == os
+                && v.location.as_deref().unwrap_or(DEFAULT_LOCATION) == at.region
+                && !matches!(v.status.as_str(), "deleted" | "deleting")
+        }) {
+            if v.status == "attached" || v.instance_id.as_deref().is_some_and(|i| !i.is_empty()) {
+                return Err(ProviderError::new(
+                    ErrorKind::InUse,
+                    format!("verda: volume {} is still attached to an instance", v.name),
+                ));
+            }
+            let what = format!("delete volume {}", v.name);
+            let body = json!({ "is_permanent": true });
+            match self
+                .api
+                .send(
+                    Method::DELETE,
+                    &format!("/volumes/{}", v.id),
+                    &[],
+                    Some(&body),
+                )
+                .await
+            {
+                Ok(_) => {}
+                Err(f) if errors::is_gone(&f) => {}
+                Err(f) => return Err(self.api.fail(&f, Call::other(&what))),
+            }
+        }
+        Ok(())
+    }
+}
