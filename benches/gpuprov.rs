@@ -15,9 +15,9 @@
 //!    whole-process wall time and peak RSS (`wait4` rusage);
 //! 2. journal cost: an apply of N VMs on the FakeProvider through the real
 //!    [`StateJournal`] (fsync per batch), bytes written and time per transition, beside
-//!    the bytes the previous whole-file rewrite per transition would have written;
-//! 2b. journal cost per state backend (`gpuprov/backends.rs`): the same apply with the
-//!    state on the local file, moto's S3 and a throwaway PostgreSQL, on loopback;
+//!    the bytes the previous whole-file rewrite per transition would have written; and
+//!    (figure 2b, `gpuprov/backends.rs`) the same apply with the state on the local
+//!    file, moto's S3 and a throwaway PostgreSQL, on loopback;
 //! 3. apply concurrency: wall time of N VMs vs. one VM (the critical path) on the
 //!    FakeProvider with API latency and boot time, and the call rate the provider saw
 //!    under a declared limit;

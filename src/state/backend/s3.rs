@@ -155,7 +155,7 @@ impl Inner {
     }
 
     /// GETs `key`: its bytes and ETag, `None` when there is no such object.
-    fn get(&self, key: &str) -> Result<Result<Option<(Vec<u8>, String)>, GetError>, String> {
+    fn get(&self, key: &str) -> Result<Fetched, String> {
         let (client, bucket, key) = (
             self.client.clone(),
             self.settings.bucket.clone(),
@@ -340,6 +340,12 @@ enum Condition {
     None,
 }
 
+/// An object's bytes and ETag.
+type Object = (Vec<u8>, String);
+
+/// A GET's answer: the object, `None` when there is no such key, or why it failed.
+type Fetched = Result<Option<Object>, GetError>;
+
 /// Why a GET failed.
 #[derive(Debug)]
 struct GetError {
@@ -373,11 +379,7 @@ impl PutError {
     }
 }
 
-async fn get(
-    client: &Client,
-    bucket: &str,
-    key: &str,
-) -> Result<Option<(Vec<u8>, String)>, GetError> {
+async fn get(client: &Client, bucket: &str, key: &str) -> Fetched {
     match client.get_object().bucket(bucket).key(key).send().await {
         Ok(out) => {
             let etag = out.e_tag().unwrap_or_default().to_string();
