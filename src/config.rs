@@ -72,12 +72,11 @@ impl BackendKind {
 /// `type` (checked when the backend is opened, naming the key):
 ///
 /// - `local`: `path` (default `gpuprov.state.json` beside the config).
-/// - `s3`: `bucket` (required), `key` (the state object's key, default
-///   `gpuprov.state.json`; the lock is `<key>.lock`, the journal `<key>.journal/`),
+/// - `s3`: `bucket` and `key` (required; the state object's key: the lock is
+///   `<key>.lock`, the journal `<key>.journal/`),
 ///   `region` (else the SDK's region chain), `endpoint` (an S3-compatible store),
 ///   `force_path_style` (path-style URLs, as MinIO and moto need).
-/// - `postgres`: `schema` (default `gpuprov`), `name` (the state's row, default
-///   `default`).
+/// - `postgres`: `name` (required; the state's row), `schema` (default `gpuprov`).
 ///
 /// CI overrides any key with `--backend-config KEY=VALUE` or `GPUPROV_BACKEND_CONFIG`.
 /// No key holds a secret: credentials come from the SDK's chain or the environment.
@@ -126,12 +125,19 @@ impl BackendSettings {
             Ok(t) => t,
             Err(e) => return Err(format!("cannot apply backend overrides: {e}")),
         };
+        let mut kind = self.kind.as_str().to_string();
         for pair in pairs {
             let Some((key, value)) = pair.split_once('=') else {
                 return Err(format!("backend override {pair:?} is not KEY=VALUE"));
             };
             let key = key.trim();
             let value = value.trim();
+            // Another type starts from scratch: the keys set for the previous type do
+            // not apply to it (`--backend-config type=local` on an s3 config).
+            if key == "type" && value != kind {
+                table.clear();
+                kind = value.to_string();
+            }
             let value = match key {
                 "force_path_style" => match value {
                     "true" => toml::Value::Boolean(true),

@@ -22,12 +22,11 @@ pub struct Cli {
     #[arg(long, global = true, env = "GPUPROV_STATE")]
     pub state: Option<PathBuf>,
     /// Override a key of the [backend] table, for example type=s3 or bucket=team-state
-    /// (repeatable; GPUPROV_BACKEND_CONFIG takes comma-separated pairs)
+    /// (repeatable; applied after GPUPROV_BACKEND_CONFIG's comma-separated pairs)
     #[arg(
         long = "backend-config",
         global = true,
         value_name = "KEY=VALUE",
-        env = "GPUPROV_BACKEND_CONFIG",
         value_delimiter = ','
     )]
     pub backend_config: Vec<String>,

@@ -23,5 +23,10 @@ pub(super) fn run(project: &Project, a: &ForceUnlockArgs) -> Result<ExitCode, Re
         i.created,
         backend.location().display()
     );
+    if backend.kind() == crate::config::BackendKind::S3 {
+        errln!(
+            "note: S3 cannot tell whether that run is still going. If it is, its next journal write is refused and it stops, and its final save is refused (its state goes to its errored file); machines it created carry the gpuprov labels and are found by the next apply."
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

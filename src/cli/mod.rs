@@ -94,7 +94,10 @@ pub fn main() -> ExitCode {
 
 fn init_logging(color: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("GPUPROV_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        // The AWS SDK warns on every credential source it tries; its errors say enough.
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new("warn,aws_config=error,aws_smithy_runtime=error")
+        });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(color)
@@ -127,7 +130,7 @@ impl Project {
             config_path: cli.config.clone(),
             state_path,
             state_flag: cli.state.is_some(),
-            backend_overrides: cli.backend_config.clone(),
+            backend_overrides: backend_overrides(cli),
             backend: std::sync::OnceLock::new(),
             ssh_key: cli.ssh_key.clone(),
         }
@@ -205,6 +208,18 @@ impl Project {
         let backend = self.backend()?;
         lock_backend(&*backend, operation, timeout)
     }
+}
+
+/// The backend overrides in the order they apply: `GPUPROV_BACKEND_CONFIG`'s pairs, then
+/// `--backend-config`'s (a flag refines the environment, as on the command line of CI).
+fn backend_overrides(cli: &Cli) -> Vec<String> {
+    let env = std::env::var("GPUPROV_BACKEND_CONFIG").unwrap_or_default();
+    env.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(String::from)
+        .chain(cli.backend_config.iter().cloned())
+        .collect()
 }
 
 /// Takes `backend`'s lock, reporting a stale record left by a dead holder.

@@ -25,17 +25,18 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StateMigrateArgs) -> Result<
             "state migrate needs --from or --to (the other side is the configured backend)"
         ));
     }
-    let side = |pairs: &[String]| -> Result<Arc<dyn Backend>, Report> {
+    let side = |pairs: &[String]| -> Result<(Option<String>, Arc<dyn Backend>), Report> {
         let settings = if pairs.is_empty() {
             project.backend_settings(None)?
         } else {
             project.backend_settings(Some(pairs))?
         };
-        project.open_backend(&settings)
+        Ok((settings.endpoint.clone(), project.open_backend(&settings)?))
     };
-    let from = side(&a.from)?;
-    let to = side(&a.to)?;
-    if from.location() == to.location() {
+    let (from_endpoint, from) = side(&a.from)?;
+    let (to_endpoint, to) = side(&a.to)?;
+    // The same bucket and key on two S3-compatible stores are two states.
+    if from.location() == to.location() && from_endpoint == to_endpoint {
         return Err(miette!(
             "the source and the destination are the same state ({})",
             from.location().display()

@@ -63,7 +63,15 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StatePushArgs) -> Result<Exi
             )?;
         }
     }
+    let discard = store.replayed_journal();
     crate::state::backend::bridge::blocking(|| store.write_exact(&bytes)).map_err(Report::new)?;
+    if discard {
+        // Forced over an unfinished run: its journal would be replayed onto the pushed
+        // state by the next command.
+        crate::state::backend::bridge::blocking(|| store.discard_journals())
+            .map_err(Report::new)?;
+        errln!("note: discarded the unfinished run's journal");
+    }
     errln!(
         "Pushed {} (serial {}, lineage {}) to {}.",
         a.file.display(),

@@ -134,10 +134,9 @@ pub enum StateError {
     #[diagnostic(
         code(gpuprov::state::final_save_failed),
         help(
-            "the state in `{}` is the newest record of your machines: do not delete it. Fix the problem above, then run `mv {} {}`",
+            "the state in `{}` is the newest record of your machines: do not delete it. Fix the problem above, then {}",
             errored.display(),
-            errored.display(),
-            path.display()
+            restore_hint(errored, path)
         )
     )]
     FinalSaveFailed {
@@ -190,10 +189,10 @@ pub enum StateError {
 
     /// The stored state moved on since this run read it: another writer saved it, so
     /// this run's lock was broken (`force-unlock`, a lost session). Nothing was written.
-    #[error("the state at `{}` was changed by another writer since this run read it: {what}", location.display())]
+    #[error("this run can no longer write the state at `{}`: {what}", location.display())]
     #[diagnostic(
         code(gpuprov::state::conflict),
-        help("this run's lock was broken while it ran (force-unlock, or its session was lost), and another run saved the state since; this run's state went to the errored file instead. Compare the two with `gpuprov state pull`, then re-run `gpuprov apply`: machines this run created carry the gpuprov labels and are found by refresh")
+        help("this run lost its lock while it ran (force-unlock, or its database session ended), so it writes nothing more; its state went to the errored file instead. Compare it with `gpuprov state pull`, then re-run `gpuprov apply`: machines this run created carry the gpuprov labels and are found by refresh")
     )]
     Conflict {
         /// The state's location.
@@ -215,6 +214,20 @@ pub enum StateError {
         /// Which check failed.
         what: String,
     },
+}
+
+/// How to put an errored state back: `mv` for a file, `gpuprov state push` for a remote
+/// backend (whose location is not a path a shell can write to).
+fn restore_hint(errored: &Path, location: &Path) -> String {
+    let loc = location.display().to_string();
+    if loc.starts_with("s3://") || loc.starts_with("postgres://") {
+        format!(
+            "run `gpuprov state push {}` (add --force if the stored state moved on; compare with `gpuprov state pull` first)",
+            errored.display()
+        )
+    } else {
+        format!("run `mv {} {}`", errored.display(), loc)
+    }
 }
 
 impl StateError {

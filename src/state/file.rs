@@ -219,6 +219,20 @@ impl StateStore {
         Ok(())
     }
 
+    /// Deletes every journal stored for this state (`state push --force` over an
+    /// unfinished run, whose changes the pushed state replaces).
+    ///
+    /// # Errors
+    ///
+    /// The backend's [`StateError`].
+    pub fn discard_journals(&mut self) -> Result<(), StateError> {
+        let lineage = self.lineage.clone().unwrap_or_default();
+        let writer = JournalWriter::start(&*self.backend, &lineage, 0)?;
+        writer.remove()?;
+        self.journal = Replayed::None;
+        Ok(())
+    }
+
     /// Saves like [`StateStore::save`]; if that fails, writes the state (with its serial
     /// incremented) to `<path>.errored` so it is not lost.
     ///

@@ -213,10 +213,12 @@ fn s3_stale_lock_is_reported_and_cleared_by_force_unlock() {
     ));
 }
 
-/// The fencing test: A's lock is broken (force-unlock) while A runs; B takes the lock
-/// and saves; A's save is refused, so it can never overwrite B's newer state.
-#[test]
-fn s3_a_writer_whose_lock_was_broken_cannot_overwrite_the_state() {
+/// The fencing test: A's lock is broken (force-unlock) while A runs; B takes the lock,
+/// replays and folds A's journal, and saves. A's next journal write is refused (it stops
+/// instead of journalling into B's state), its save is refused, its release leaves B's
+/// lock, and batches a dead run left without their header never block a reader.
+#[tokio::test]
+async fn s3_a_writer_whose_lock_was_broken_cannot_overwrite_the_state() {
     let s = S3Store::start();
     let (a, b) = (s.open(), s.open());
     {
@@ -226,19 +228,51 @@ fn s3_a_writer_whose_lock_was_broken_cannot_overwrite_the_state() {
     }
     let (a_lock, _) = StateLock::acquire_on(&*a, "apply", Duration::ZERO).unwrap();
     let (mut a_store, mut a_state) = open(&a);
+    let a_journal = a_store.begin_journal(&mut a_state).unwrap();
+    a_journal
+        .append(&transition("vm.a", "creating"))
+        .await
+        .unwrap();
+
     b.force_unlock(&a_lock.info().id).unwrap();
     let (_b_lock, _) = StateLock::acquire_on(&*b, "apply", Duration::ZERO).unwrap();
     let (mut b_store, mut b_state) = open(&b);
+    assert!(b_store.replayed_journal(), "B resumes what A journalled");
+    assert_eq!(b_state.resources["vm.a"].machine.label, "creating");
+    let b_journal = b_store.begin_journal(&mut b_state).unwrap();
+
+    let fenced = a_journal.append(&transition("vm.a", "booting")).await;
+    let err = fenced.expect_err("A's journal is fenced off once its lock is gone");
+    let text = format!("{:?}", miette::Report::new(err));
+    assert!(text.contains("was broken"), "{text}");
+    b_journal
+        .append(&transition("vm.a", "booting"))
+        .await
+        .unwrap();
+    transition("vm.a", "booting").apply(&mut b_state);
     b_store.save(&mut b_state).unwrap();
+    b_journal.remove().unwrap();
     let err = a_store.save(&mut a_state).unwrap_err();
     assert!(matches!(err, StateError::Conflict { .. }), "{err:?}");
     let (_, seen) = open(&b);
     assert_eq!(seen.serial, b_state.serial, "B's state stands");
-    // A's release must not delete B's lock.
     a_lock.release().unwrap();
     assert!(
         s.get("team/gpuprov.state.json.lock").is_some(),
         "B's lock is still there"
+    );
+
+    // Batches of a discarded run (no header object) are ignored, not "corrupt".
+    s.put(
+        "team/gpuprov.state.json.journal/0000000000001-deadbeef/0000000017",
+        br#"{"op":"remove","key":"vm.a"}
+"#,
+    );
+    let (fresh, state) = open(&a);
+    assert!(!fresh.replayed_journal());
+    assert!(
+        state.resources.contains_key("vm.a"),
+        "the stray batch was not applied"
     );
 }
 

@@ -271,3 +271,43 @@ fn backend_flags_and_tables_are_checked_naming_the_key() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("conn_str"), "{}", stderr(&out));
 }
+
+/// `GPUPROV_BACKEND_CONFIG` and `--backend-config` merge (the flag last); another `type`
+/// starts from scratch; `key` is required on S3 and `name` on PostgreSQL.
+#[test]
+fn backend_overrides_merge_env_then_flags() {
+    let dir = project(1);
+    let run = |env: &str, args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpuprov"))
+            .current_dir(dir.path())
+            .env("GPUPROV_HOME", dir.path().join("home"))
+            .env("NO_COLOR", "1")
+            .env("GPUPROV_BACKEND_CONFIG", env)
+            .env("AWS_ACCESS_KEY_ID", "AKIATEST")
+            .env("AWS_SECRET_ACCESS_KEY", "not-a-real-secret")
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // Nothing listens on port 1: the error names the state the command used.
+    let env =
+        "type=s3,bucket=team,key=from-env.json,endpoint=http://127.0.0.1:1,force_path_style=true";
+    let err = run(
+        env,
+        &["--backend-config", "key=from-flag.json", "state", "pull"],
+    );
+    assert!(err.contains("s3://team/from-flag.json"), "{err}");
+    let err = run(env, &["state", "pull"]);
+    assert!(err.contains("s3://team/from-env.json"), "{err}");
+    // Back to the local file from an s3 environment: the s3 keys do not carry over.
+    let err = run(env, &["--backend-config", "type=local", "state", "list"]);
+    assert!(!err.contains("does not apply"), "{err}");
+    let err = run("type=s3,bucket=team", &["state", "list"]);
+    assert!(err.contains("needs `key`"), "{err}");
+    let err = run("", &["--backend-config", "bucket=team", "state", "list"]);
+    assert!(err.contains("type = \"s3\""), "{err}");
+}

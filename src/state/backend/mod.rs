@@ -254,11 +254,21 @@ pub fn open(
                 "`{key}` does not apply to the {} backend",
                 settings.kind.as_str()
             ),
-            Some(format!(
-                "the {} backend takes: type, {}",
-                settings.kind.as_str(),
-                allowed.join(", ")
-            )),
+            Some(match (settings.kind, key) {
+                (
+                    BackendKind::Local,
+                    "bucket" | "key" | "region" | "endpoint" | "force_path_style",
+                ) => "set `type = \"s3\"` in [backend] (the type defaults to local)".to_string(),
+                (BackendKind::Local, _) => {
+                    "set `type = \"postgres\"` in [backend] (the type defaults to local)"
+                        .to_string()
+                }
+                _ => format!(
+                    "the {} backend takes: type, {}",
+                    settings.kind.as_str(),
+                    allowed.join(", ")
+                ),
+            }),
         ));
     }
     let s = settings;
@@ -280,10 +290,13 @@ pub fn open(
                     ),
                 )
             })?;
-            let key = s
-                .key
-                .clone()
-                .unwrap_or_else(|| "gpuprov.state.json".to_string());
+            // Required, as Terraform's: a default would let two projects share one state.
+            let key = s.key.clone().ok_or_else(|| {
+                config_error(
+                    "the s3 backend needs `key`, the state object's key",
+                    Some("one key per project, for example `key = \"team/gpu/gpuprov.state.json\"` (or --backend-config key=…)".into()),
+                )
+            })?;
             if key.is_empty() || key.ends_with('/') {
                 return Err(config_error(
                     format!("the s3 backend's `key` {key:?} must name an object"),
@@ -313,7 +326,12 @@ pub fn open(
             let backend = postgres::PostgresBackend::connect(postgres::PostgresSettings {
                 conn,
                 schema: s.schema.clone().unwrap_or_else(|| "gpuprov".to_string()),
-                name: s.name.clone().unwrap_or_else(|| "default".to_string()),
+                name: s.name.clone().filter(|n| !n.is_empty()).ok_or_else(|| {
+                    config_error(
+                        "the postgres backend needs `name`, the state's name",
+                        Some("one name per project, for example `name = \"gpu-dev\"` (or --backend-config name=…)".into()),
+                    )
+                })?,
                 errored_path: project_dir.join("gpuprov.state.errored.json"),
             })?;
             Ok(Arc::new(backend))

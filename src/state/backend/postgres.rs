@@ -17,8 +17,9 @@
 //!
 //! The connection string comes from `GPUPROV_PG_CONN_STR` (else Terraform's
 //! `PG_CONN_STR`), never from `gpuprov.toml`; it is a [`Secret`], and its password is
-//! scrubbed from every error. TLS is rustls (ring) with the Mozilla roots, used as the
-//! connection string's `sslmode` says.
+//! scrubbed from every error. TLS is rustls (ring), used as the connection string's
+//! `sslmode` says, with libpq's meaning of `require`: encrypted, certificate not verified
+//! (see [`EncryptOnly`]).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -176,6 +177,60 @@ fn valid_identifier(s: &str) -> bool {
         && s.len() <= 63
 }
 
+/// libpq's `sslmode=require` (and `prefer`): the connection is encrypted, the server's
+/// certificate is not checked against a CA (PostgreSQL manual 34.19.1, table 34.1: "I
+/// want my data encrypted, and I accept the overhead. I trust that the network will make
+/// sure I always connect to the server I want."). tokio-postgres has no `verify-ca` /
+/// `verify-full`, so gpuprov offers no verified mode; the handshake's signatures are still
+/// checked, so the session is bound to the certificate presented.
+#[derive(Debug)]
+struct EncryptOnly(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for EncryptOnly {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
 /// Opens a connection (TLS as `sslmode` asks) and drives it on the current runtime.
 async fn open_connection(config: &Config) -> Result<Client, String> {
     let mut config = config.clone();
@@ -187,16 +242,13 @@ async fn open_connection(config: &Config) -> Result<Client, String> {
         });
         client
     } else {
-        let roots = rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        };
-        let tls_config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls_config = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(EncryptOnly(provider)))
+            .with_no_client_auth();
         let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls_config);
         let (client, conn) = config.connect(tls).await.map_err(|e| display_error(&e))?;
         tokio::spawn(async move {
@@ -208,6 +260,20 @@ async fn open_connection(config: &Config) -> Result<Client, String> {
 }
 
 async fn create_tables(client: &Client, schema: &str) -> Result<(), String> {
+    // Existing tables need no CREATE privilege (a role that may only read and write them).
+    let present: i64 = client
+        .query_one(
+            &format!(
+                r#"SELECT count(to_regclass(t)) FROM unnest(ARRAY['"{schema}".states', '"{schema}".journal', '"{schema}".locks']) AS t"#
+            ),
+            &[],
+        )
+        .await
+        .map_err(|e| display_error(&e))?
+        .get(0);
+    if present == 3 {
+        return Ok(());
+    }
     // Serialized across processes: concurrent `CREATE … IF NOT EXISTS` can still collide.
     let sql = format!(
         r#"BEGIN;
@@ -453,7 +519,9 @@ impl Backend for PostgresBackend {
             None => Err(StateError::Conflict {
                 location: i.location.clone(),
                 what: match expected {
-                    Some(g) => format!("its generation is no longer {g}, the one this run read"),
+                    Some(g) => {
+                        format!("another run saved it since this run read it (generation {g})")
+                    }
                     None => "a state was created there since this run found none".into(),
                 },
             }),

@@ -26,12 +26,12 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use aws_config::Region;
 use aws_sdk_s3::config::http::HttpResponse;
-use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{Delete, ObjectIdentifier};
 use aws_sdk_s3::Client;
@@ -82,6 +82,9 @@ struct Inner {
     bridge: Bridge,
     /// The conditional-write self-test, run once before the first write.
     checked: OnceLock<Result<(), (bool, String)>>,
+    /// The ETag of the lock object this process holds; journal batches are written only
+    /// while the lock object still has it (a force-unlocked run stops journalling).
+    held: Mutex<Option<String>>,
 }
 
 impl S3Backend {
@@ -122,6 +125,7 @@ impl S3Backend {
                 settings,
                 bridge,
                 checked: OnceLock::new(),
+                held: Mutex::new(None),
             }),
         })
     }
@@ -264,7 +268,7 @@ impl Inner {
                     .into_paginator()
                     .send();
                 while let Some(page) = pages.next().await {
-                    let page = page.map_err(|e| DisplayErrorContext(&e).to_string())?;
+                    let page = page.map_err(|e| describe(&e))?;
                     keys.extend(
                         page.contents()
                             .iter()
@@ -307,7 +311,7 @@ impl Inner {
                         .delete(delete)
                         .send()
                         .await
-                        .map_err(|e| DisplayErrorContext(&e).to_string())?;
+                        .map_err(|e| describe(&e))?;
                     if let Some(err) = out.errors().first() {
                         return Err(format!(
                             "{} of {} objects not deleted, the first {}: {}",
@@ -358,6 +362,8 @@ struct GetError {
 #[derive(Debug)]
 struct PutError {
     precondition: bool,
+    /// The HTTP status, when the store answered.
+    status: Option<u16>,
     reason: String,
 }
 
@@ -374,7 +380,44 @@ impl PutError {
                     code,
                     "PreconditionFailed" | "ConditionalRequestConflict" | "NoSuchKey"
                 ),
-            reason: DisplayErrorContext(e).to_string(),
+            status,
+            reason: describe(e),
+        }
+    }
+}
+
+/// A store error as a person reads it: the service's code and message (`NoSuchBucket:
+/// The specified bucket does not exist`), or for no answer the transport's cause chain.
+fn describe<E>(e: &SdkError<E, HttpResponse>) -> String
+where
+    E: std::error::Error + ProvideErrorMetadata + 'static,
+{
+    let status = e.raw_response().map(|r| r.status().as_u16());
+    match e.as_service_error() {
+        Some(s) if s.code().is_some() || s.message().is_some() => format!(
+            "{}: {} (HTTP {})",
+            s.code().unwrap_or("error"),
+            s.message().unwrap_or("no message"),
+            status.map(|c| c.to_string()).unwrap_or_else(|| "?".into())
+        ),
+        Some(_) => format!(
+            "HTTP {}",
+            status.map(|c| c.to_string()).unwrap_or_else(|| "?".into())
+        ),
+        None => {
+            // "dispatch failure: io error: … Connection refused": the whole chain, which
+            // names what failed (no credentials, no connection, a timeout).
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(cause) = source {
+                let c = cause.to_string();
+                if !text.contains(&c) {
+                    text.push_str(": ");
+                    text.push_str(&c);
+                }
+                source = cause.source();
+            }
+            text
         }
     }
 }
@@ -390,7 +433,7 @@ async fn get(client: &Client, bucket: &str, key: &str) -> Fetched {
         }
         Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => Ok(None),
         Err(e) => Err(GetError {
-            reason: DisplayErrorContext(&e).to_string(),
+            reason: describe(&e),
         }),
     }
 }
@@ -467,7 +510,9 @@ impl Backend for S3Backend {
             Err(e) if e.precondition => Err(StateError::Conflict {
                 location: i.state_location(),
                 what: match expected {
-                    Some(v) => format!("it no longer has the ETag {} this run read", v.0),
+                    Some(v) => {
+                        format!("another run saved it since this run read it (ETag {})", v.0)
+                    }
                     None => "a state was created there since this run found none".into(),
                 },
             }),
@@ -515,6 +560,12 @@ impl Backend for S3Backend {
         }
         let mut out = Vec::new();
         for (run, keys) in runs {
+            // A run without its header object was discarded by a later run (its lock was
+            // broken and it kept writing): nothing of it can be applied.
+            if !keys.first().is_some_and(|k| k.ends_with("/0000000000")) {
+                tracing::warn!(run, "ignoring a discarded run's journal batches");
+                continue;
+            }
             let (client, bucket) = (i.client.clone(), i.settings.bucket.clone());
             let fetched = i
                 .run(async move {
@@ -599,13 +650,16 @@ impl Backend for S3Backend {
                 reason,
             })?;
         match put {
-            Ok(etag) => Ok(LockAttempt::Acquired {
-                handle: Box::new(S3Lock {
-                    inner: self.inner.clone(),
-                    etag,
-                }),
-                stale: None,
-            }),
+            Ok(etag) => {
+                *i.held.lock().unwrap_or_else(|e| e.into_inner()) = Some(etag.clone());
+                Ok(LockAttempt::Acquired {
+                    handle: Box::new(S3Lock {
+                        inner: self.inner.clone(),
+                        etag,
+                    }),
+                    stale: None,
+                })
+            }
             Err(e) if e.precondition => Ok(LockAttempt::Held(self.lock_info()?)),
             Err(e) => Err(LockError::Store {
                 action: "take",
@@ -690,6 +744,7 @@ struct S3Lock {
 impl LockHandle for S3Lock {
     fn release(self: Box<Self>) -> Result<(), LockError> {
         let i = &self.inner;
+        i.held.lock().unwrap_or_else(|e| e.into_inner()).take();
         // `If-Match`: a lock force-unlocked and taken by another run is not ours to
         // delete; then there is nothing of ours left to release.
         match i.delete(&i.lock_key(), Some(self.etag.clone())) {
@@ -716,8 +771,43 @@ struct S3Journal {
     next: AtomicU64,
 }
 
+impl S3Journal {
+    /// Fences the journal: while this process holds the lock, a batch is written only if
+    /// the lock object still has the ETag it was created with (a HEAD with `If-Match`).
+    /// A run whose lock was force-unlocked stops here, so its machines stop with it
+    /// instead of journalling into a state another run now owns.
+    fn still_locked(&self) -> Result<(), String> {
+        let i = &self.inner;
+        let Some(etag) = i.held.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
+            return Ok(());
+        };
+        let (client, bucket, key) = (i.client.clone(), i.settings.bucket.clone(), i.lock_key());
+        let checked = i.run(async move {
+            client
+                .head_object()
+                .bucket(bucket)
+                .key(key)
+                .if_match(etag)
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| PutError::of(&e))
+        })?;
+        match checked {
+            Ok(()) => Ok(()),
+            Err(e) if e.precondition || e.status == Some(404) => Err(format!(
+                "this run's lock at s3://{}/{} was broken (force-unlock) or taken by another run: nothing more is journalled, and the state is not saved by this run",
+                i.settings.bucket,
+                i.lock_key()
+            )),
+            Err(e) => Err(e.reason),
+        }
+    }
+}
+
 impl JournalSink for S3Journal {
     fn append(&self, batch: &[u8]) -> Result<(), String> {
+        self.still_locked()?;
         // Batches are appended one at a time (the writer's group commit), so the
         // sequence is dense.
         let seq = self.next.fetch_add(1, Ordering::SeqCst);

@@ -111,6 +111,27 @@ impl S3Store {
             .collect()
     }
 
+    /// Writes one object (as a stray writer would).
+    pub fn put(&self, key: &str, bytes: &[u8]) {
+        let (c, b, k, body) = (
+            self.client.clone(),
+            self.bucket.clone(),
+            key.to_string(),
+            bytes.to_vec(),
+        );
+        self.bridge
+            .run(async move {
+                c.put_object()
+                    .bucket(b)
+                    .key(k)
+                    .body(aws_sdk_s3::primitives::ByteStream::from(body))
+                    .send()
+                    .await
+            })
+            .unwrap()
+            .expect("put");
+    }
+
     /// One object's bytes; `None` when there is no such object.
     pub fn get(&self, key: &str) -> Option<Vec<u8>> {
         let (c, b, k) = (self.client.clone(), self.bucket.clone(), key.to_string());
