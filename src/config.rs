@@ -113,8 +113,9 @@ pub struct BackendSettings {
 }
 
 impl BackendSettings {
-    /// Returns these settings with `KEY=VALUE` overrides applied in order (`type=s3`,
-    /// `bucket=…`, `force_path_style=true`).
+    /// Returns these settings with one layer of `KEY=VALUE` overrides applied (`type=s3`,
+    /// `bucket=…`, `force_path_style=true`); a layer whose `type` differs from these
+    /// settings' replaces them rather than merging.
     ///
     /// # Errors
     ///
@@ -125,19 +126,22 @@ impl BackendSettings {
             Ok(t) => t,
             Err(e) => return Err(format!("cannot apply backend overrides: {e}")),
         };
-        let mut kind = self.kind.as_str().to_string();
+        // Another type starts from scratch: the keys of the table's type do not apply to
+        // it (`--backend-config type=local` on an s3 config).
+        let new_kind = pairs
+            .iter()
+            .filter_map(|p| p.split_once('='))
+            .find(|(k, _)| k.trim() == "type")
+            .map(|(_, v)| v.trim());
+        if new_kind.is_some_and(|k| k != self.kind.as_str()) {
+            table.clear();
+        }
         for pair in pairs {
             let Some((key, value)) = pair.split_once('=') else {
                 return Err(format!("backend override {pair:?} is not KEY=VALUE"));
             };
             let key = key.trim();
             let value = value.trim();
-            // Another type starts from scratch: the keys set for the previous type do
-            // not apply to it (`--backend-config type=local` on an s3 config).
-            if key == "type" && value != kind {
-                table.clear();
-                kind = value.to_string();
-            }
             let value = match key {
                 "force_path_style" => match value {
                     "true" => toml::Value::Boolean(true),

@@ -113,8 +113,9 @@ struct Project {
     state_path: PathBuf,
     /// Whether `--state` was given (it names a local file, so a remote backend refuses it).
     state_flag: bool,
-    /// `--backend-config` / `GPUPROV_BACKEND_CONFIG` pairs.
-    backend_overrides: Vec<String>,
+    /// `GPUPROV_BACKEND_CONFIG`'s pairs, then `--backend-config`'s: two layers, applied
+    /// in that order.
+    backend_overrides: [Vec<String>; 2],
     backend: std::sync::OnceLock<Arc<dyn Backend>>,
     /// `--ssh-key` / `GPUPROV_SSH_KEY_FILE`.
     ssh_key: Option<PathBuf>,
@@ -140,8 +141,9 @@ impl Project {
         Config::load(&self.config_path).map_err(Report::new)
     }
 
-    /// The backend settings: the config's `[backend]` (when the config exists) with
-    /// `extra` pairs (then `--backend-config`'s) applied.
+    /// The backend settings: `base` pairs on an empty table (`state migrate --from/--to`),
+    /// else the config's `[backend]` (when the config exists) with the layers of
+    /// `GPUPROV_BACKEND_CONFIG` and then `--backend-config` applied.
     fn backend_settings(&self, base: Option<&[String]>) -> Result<BackendSettings, Report> {
         let mut settings = match base {
             // An explicit backend (`state migrate --from/--to`) starts from scratch.
@@ -149,13 +151,18 @@ impl Project {
             None if self.config_path.exists() => self.load_config()?.backend.unwrap_or_default(),
             None => BackendSettings::default(),
         };
-        let pairs = base.unwrap_or(&self.backend_overrides);
-        settings = settings.with_overrides(pairs).map_err(|e| {
-            miette!(
-                help = "pairs are KEY=VALUE, keys as in [backend]: type, path, bucket, key, region, endpoint, force_path_style, schema, name",
-                "{e}"
-            )
-        })?;
+        let layers: Vec<&[String]> = match base {
+            Some(pairs) => vec![pairs],
+            None => self.backend_overrides.iter().map(Vec::as_slice).collect(),
+        };
+        for pairs in layers {
+            settings = settings.with_overrides(pairs).map_err(|e| {
+                miette!(
+                    help = "pairs are KEY=VALUE, keys as in [backend]: type, path, bucket, key, region, endpoint, force_path_style, schema, name",
+                    "{e}"
+                )
+            })?;
+        }
         Ok(settings)
     }
 
@@ -212,14 +219,15 @@ impl Project {
 
 /// The backend overrides in the order they apply: `GPUPROV_BACKEND_CONFIG`'s pairs, then
 /// `--backend-config`'s (a flag refines the environment, as on the command line of CI).
-fn backend_overrides(cli: &Cli) -> Vec<String> {
+fn backend_overrides(cli: &Cli) -> [Vec<String>; 2] {
     let env = std::env::var("GPUPROV_BACKEND_CONFIG").unwrap_or_default();
-    env.split(',')
+    let env = env
+        .split(',')
         .map(str::trim)
         .filter(|p| !p.is_empty())
         .map(String::from)
-        .chain(cli.backend_config.iter().cloned())
-        .collect()
+        .collect();
+    [env, cli.backend_config.clone()]
 }
 
 /// Takes `backend`'s lock, reporting a stale record left by a dead holder.
