@@ -217,12 +217,6 @@ fn first_line(s: &str) -> String {
     line.chars().take(300).collect()
 }
 
-/// Whether `f` says the resource does not exist (HTTP 404), which a delete takes for
-/// done.
-pub fn is_not_found(f: &Failure) -> bool {
-    f.http_status() == Some(404)
-}
-
 /// Whether `f` says the resource exists already (HTTP 409 `alreadyExists`).
 pub fn is_already_there(f: &Failure) -> bool {
     f.http_status() == Some(409)

@@ -76,7 +76,7 @@ use super::{
 use api::{AggregatedPage, Firewall, Image, Instance, Operation, Page};
 use auth::{GoogleCredential, Tokens};
 use catalog::{Availability, MachineType};
-use errors::{is_already_there, is_not_found, CLASSIFIER, CREATE, PREPARE};
+use errors::{is_already_there, CLASSIFIER, CREATE, PREPARE};
 
 /// The cloud name.
 pub const CLOUD: &str = "gcp";
@@ -377,7 +377,7 @@ impl GcpProvider {
     async fn get_opt(&self, path: &str, call: Call<'_>) -> Result<Option<Value>> {
         match self.api.send(Method::GET, path, &[], None).await {
             Ok(v) => Ok(Some(v)),
-            Err(f) if is_not_found(&f) => Ok(None),
+            Err(f) if f.is_not_found() => Ok(None),
             Err(f) => Err(self.api.fail(&f, call)),
         }
     }
@@ -740,7 +740,7 @@ impl CloudProvider for GcpProvider {
             let path = format!("/projects/{project}/zones/{zone}/instances/{id}");
             match self.api.send(Method::DELETE, &path, &[], None).await {
                 Ok(_) => {}
-                Err(f) if is_not_found(&f) => {
+                Err(f) if f.is_not_found() => {
                     let running = self
                         .insert_operations(project, &zone)
                         .await?
@@ -766,7 +766,7 @@ impl CloudProvider for GcpProvider {
         let path = format!("/projects/{project}/global/firewalls/{name}");
         let what = format!("delete firewall {name}");
         self.api
-            .delete(&path, is_not_found, Call::named("cleanup", &what))
+            .delete(&path, Failure::is_not_found, Call::named("cleanup", &what))
             .await
     }
 

@@ -164,11 +164,6 @@ pub fn envelope(status: u16, v: Value) -> Result<Value, (Option<String>, String)
     Ok(v)
 }
 
-/// Whether the object does not exist (HTTP 404).
-pub fn is_not_found(f: &Failure) -> bool {
-    f.http_status() == Some(404)
-}
-
 /// Builds the [`Failure`] of an HTTP answer outside the client (property tests).
 pub struct ApiError;
 
@@ -299,7 +294,7 @@ mod tests {
         assert!(busy(409, "Not enough capacity"), "busy before capacity");
         assert!(!busy(400, "Invalid VM id"));
         assert!(!busy(404, "VM creating"));
-        assert!(is_not_found(&ApiError::from_response(404, "", None)));
+        assert!(ApiError::from_response(404, "", None).is_not_found());
         let e = on_delete(ApiError::from_response(
             409,
             &body("Conflict", ""),

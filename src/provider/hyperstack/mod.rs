@@ -84,7 +84,7 @@ use api::{
     offers_for, security_rules, status_of, CreateResponse, Environment, EnvironmentResponse,
     Flavor, FlavorList, ImageList, Keypair, KeypairResponse, Price, Stock, StockList, Vm,
 };
-pub use errors::{classify, is_not_found, ApiError, CAPACITY_PHRASES, CLASSIFIER, DELETE};
+pub use errors::{classify, ApiError, CAPACITY_PHRASES, CLASSIFIER, DELETE};
 
 use super::kit::keys::{self, Registered};
 use super::kit::paginate::{self, Cursor, Next};
@@ -282,7 +282,7 @@ impl HyperstackProvider {
         match self.api.send(Method::GET, "/core/stocks", &[], None).await {
             Ok(v) => Ok(self.api.parse::<StockList>(v, what)?.stocks),
             // "Stocks Not Found": no stock anywhere.
-            Err(f) if is_not_found(&f) => Ok(vec![]),
+            Err(f) if f.is_not_found() => Ok(vec![]),
             Err(f) => Err(self.api.fail(&f, what)),
         }
     }
@@ -590,7 +590,11 @@ impl CloudProvider for HyperstackProvider {
             let what = format!("delete VM {n}");
             let path = format!("/core/virtual-machines/{n}");
             self.api
-                .delete(&path, is_not_found, Call::named(DELETE, &what))
+                .delete(
+                    &path,
+                    super::kit::Failure::is_not_found,
+                    Call::named(DELETE, &what),
+                )
                 .await?;
         }
         Ok(())
@@ -619,7 +623,7 @@ impl CloudProvider for HyperstackProvider {
             Err(f) => f,
         };
         let mut err = self.api.fail(&refused, Call::other(&what));
-        if is_not_found(&refused) {
+        if refused.is_not_found() {
             // Gone since it was observed: not a request gpuprov built wrongly.
             err.kind = ErrorKind::Failed;
             return Err(err);

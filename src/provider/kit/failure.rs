@@ -124,6 +124,12 @@ impl Failure {
         }
     }
 
+    /// Whether the API said the object does not exist (HTTP 404): a delete's success,
+    /// an observe's "gone". Clouds with their own not-found code check it beside this.
+    pub fn is_not_found(&self) -> bool {
+        self.http_status() == Some(404)
+    }
+
     /// Whether the vendor's code is `code`.
     pub fn has_code(&self, code: &str) -> bool {
         self.code.as_deref() == Some(code)
@@ -370,6 +376,12 @@ impl Classifier {
         }
         err
     }
+}
+
+/// An error body's text as one short message part: trimmed, at most 300 characters
+/// (a proxy's HTML page or a stack trace must not flood the output).
+pub fn clip(text: &str) -> String {
+    text.trim().chars().take(300).collect()
 }
 
 #[cfg(test)]

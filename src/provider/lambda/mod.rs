@@ -62,7 +62,7 @@ use super::kit::{self, gpu, Adapter, Auth, Call, Credential, Lookup, RestClient}
 use super::{
     object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
     InstanceStatus, Lineage, Location, Observed, Offer, ProviderError, ResourceRequest, Result,
-    SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
+    IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 /// The cloud name.
@@ -360,14 +360,7 @@ fn is_ours(i: &Instance, region: &str, vm_name: &str, lineage: &Lineage) -> bool
 /// What `observe` reports of a listed instance; `None` once it is `terminated`.
 fn observed(i: &Instance) -> Option<Observed> {
     let status = status_of(&i.status)?;
-    let ssh =
-        i.ip.as_deref()
-            .filter(|ip| !ip.is_empty())
-            .map(|ip| SshEndpoint {
-                host: ip.to_string(),
-                port: SSH_PORT,
-                user: Some(SSH_USER.to_string()),
-            });
+    let ssh = super::kit::ports::ssh_at(i.ip.as_deref(), SSH_PORT, SSH_USER);
     Some(Observed {
         instance_id: i.id.clone(),
         status,

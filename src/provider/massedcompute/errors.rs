@@ -17,7 +17,7 @@
 
 use serde_json::Value;
 
-use crate::provider::kit::failure::{Classifier, Failure, Rule};
+use crate::provider::kit::failure::{clip, Classifier, Rule};
 use crate::provider::{cause, ErrorKind};
 
 /// Phrases of a capacity refusal (brevdev/cloud `errors.go`).
@@ -66,18 +66,14 @@ pub fn decode(status: u16, content_type: Option<&str>, body: &str) -> (Option<St
         .find_map(|k| v.get(*k).and_then(Value::as_str))
         .map(str::to_string)
         .unwrap_or_else(|| v.to_string());
-    let text: String = text.trim().chars().take(300).collect();
+    let text = clip(&text);
     (Some(String::new()), format!("HTTP {status}: {text}"))
-}
-
-/// Whether Massed Compute said the object does not exist (HTTP 404).
-pub fn is_not_found(f: &Failure) -> bool {
-    f.http_status() == Some(404)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::kit::failure::Failure;
     use crate::provider::kit::testing::proxy_page;
     use crate::provider::kit::Call;
 
@@ -138,6 +134,6 @@ mod tests {
         );
         assert_eq!(code.as_deref(), Some(""));
         assert!(m.len() < 320, "{m}");
-        assert!(is_not_found(&Failure::http(404, None, "")));
+        assert!(Failure::http(404, None, "").is_not_found());
     }
 }

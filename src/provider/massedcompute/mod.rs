@@ -573,7 +573,7 @@ impl CloudProvider for MassedComputeProvider {
             .await
         {
             Ok(_) => Ok(()),
-            Err(f) if errors::is_not_found(&f) => Ok(()),
+            Err(f) if f.is_not_found() => Ok(()),
             Err(f) => Err(self.api.fail(&f, Call::other("terminate instances"))),
         }
     }

@@ -11,7 +11,7 @@
 
 use serde_json::Value;
 
-use crate::provider::kit::failure::{Classifier, Failure, Rule};
+use crate::provider::kit::failure::{clip, Classifier, Rule};
 use crate::provider::{cause, ErrorKind};
 
 /// The call name of a pod create (its capacity phrases count only there).
@@ -91,18 +91,14 @@ pub fn decode(status: u16, content_type: Option<&str>, body: &str) -> (Option<St
             .join("; "),
         _ => return (None, cause::http_cause(status, content_type, body)),
     };
-    let text: String = text.trim().chars().take(300).collect();
+    let text = clip(&text);
     (Some(String::new()), format!("HTTP {status}: {text}"))
-}
-
-/// Whether Prime Intellect said the pod does not exist (HTTP 404).
-pub fn is_not_found(f: &Failure) -> bool {
-    f.http_status() == Some(404)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::kit::failure::Failure;
     use crate::provider::kit::testing::proxy_page;
     use crate::provider::kit::Call;
 

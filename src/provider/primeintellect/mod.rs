@@ -724,7 +724,7 @@ impl CloudProvider for PrimeIntellectProvider {
             let path = format!("/api/v1/pods/{id}");
             match self.api.send(Method::DELETE, &path, &[], None).await {
                 Ok(_) => {}
-                Err(f) if errors::is_not_found(&f) => {}
+                Err(f) if f.is_not_found() => {}
                 Err(f) => return Err(self.api.fail(&f, Call::other(&what))),
             }
         }

@@ -14,7 +14,7 @@
 //! exhausted window of the structured `RateLimit` header (spec `RateLimitHeader`), never
 //! a failover; a refused connection → `Unreachable`; `401` / `403` → `Credentials`; any
 //! other status (`404`, `409`, …) → `Failed`: an unknown error is never taken for
-//! capacity. Callers for which `404` means success (delete) test [`is_not_found`] first.
+//! capacity. Callers for which `404` means success (delete) test [`Failure::is_not_found`] first.
 
 use serde::Deserialize;
 
@@ -132,11 +132,6 @@ pub fn decode(status: u16, content_type: Option<&str>, body: &str) -> (Option<St
         _ => cause::http_cause(status, content_type, body),
     };
     (None, message)
-}
-
-/// Whether RunPod said the object does not exist (HTTP 404, `NotFoundError`).
-pub fn is_not_found(f: &Failure) -> bool {
-    f.http_status() == Some(404)
 }
 
 /// Builds the [`Failure`] of an HTTP answer outside the client (property tests).
@@ -277,7 +272,7 @@ mod tests {
             classify(&e, Call::Other, "x", None).kind,
             ErrorKind::Transient
         );
-        assert!(is_not_found(&ApiError::from_response(404, "", None, None)));
+        assert!(ApiError::from_response(404, "", None, None).is_not_found());
         let transport = Failure::transport(false, "connection reset");
         assert_eq!(
             classify(&transport, Call::CreatePod, "x", None).kind,

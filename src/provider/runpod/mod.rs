@@ -82,7 +82,7 @@ use serde_json::{json, Value};
 pub use super::Secret as ApiKey;
 pub use api::Tier;
 use api::{encode_segment, ssh_endpoint, status_of, GpuList, GpuType, Pod, PodList, SshKeys};
-pub use errors::{classify, is_not_found, ApiError, Call, CLASSIFIER};
+pub use errors::{classify, ApiError, Call, CLASSIFIER};
 
 use super::kit::gpu::norm;
 use super::kit::keys::key_value;
@@ -484,7 +484,7 @@ impl CloudProvider for RunpodProvider {
         };
         let gpu: GpuType = match self.api.send(Method::GET, &path, &query, None).await {
             Ok(v) => self.api.parse(v, Call::Other.what(&what))?,
-            Err(f) if is_not_found(&f) => return Err(gone()),
+            Err(f) if f.is_not_found() => return Err(gone()),
             Err(f) => return Err(self.api.fail(&f, Call::Other.what(&what))),
         };
         if !gpu
@@ -602,7 +602,11 @@ impl CloudProvider for RunpodProvider {
             let what = format!("delete pod {id}");
             let path = format!("/v2/pods/{}", encode_segment(id));
             self.api
-                .delete(&path, is_not_found, Call::Other.what(&what))
+                .delete(
+                    &path,
+                    super::kit::Failure::is_not_found,
+                    Call::Other.what(&what),
+                )
                 .await?;
         }
         Ok(())

@@ -84,7 +84,7 @@ use super::kit::{self, gpu, Adapter, Auth, Call, Credential, Failure, Lookup, Re
 use super::{
     object_name, project_key_name, BootScript, Capabilities, CloudProvider, ErrorKind, Feature,
     InstanceSpec, InstanceStatus, Lineage, Location, Observed, Offer, ProviderError,
-    ResourceRequest, Result, Secret, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
+    ResourceRequest, Result, Secret, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 /// The cloud name.
@@ -365,15 +365,7 @@ fn status_of(i: &Instance) -> Option<InstanceStatus> {
 /// What `observe` reports of a listed instance; `None` once it is gone.
 fn observed(i: &Instance) -> Option<Observed> {
     let status = status_of(i)?;
-    let ssh =
-        i.ip.as_deref()
-            .map(str::trim)
-            .filter(|ip| !ip.is_empty())
-            .map(|ip| SshEndpoint {
-                host: ip.to_string(),
-                port: SSH_PORT,
-                user: Some(SSH_USER.to_string()),
-            });
+    let ssh = super::kit::ports::ssh_at(i.ip.as_deref(), SSH_PORT, SSH_USER);
     Some(Observed {
         instance_id: i.id.clone(),
         status,
