@@ -56,6 +56,22 @@ pub fn is_refused(e: &reqwest::Error) -> bool {
     e.is_connect() && !e.is_timeout()
 }
 
+/// The `Display` of every level of an error chain joined by `: `, without the `Debug`
+/// dump the SDK's `DisplayErrorContext` appends, and without a level whose text the
+/// previous one already shows.
+pub fn display_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = Some(err);
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !text.is_empty() && !parts.last().is_some_and(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = e.source();
+    }
+    parts.join(": ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -202,21 +202,7 @@ where
     false
 }
 
-/// The `Display` of every level of an error chain joined by `: `, without the `Debug`
-/// dump the SDK's `DisplayErrorContext` appends, and without a level whose text the
-/// previous one already shows.
-pub fn display_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut next = Some(err);
-    while let Some(e) = next {
-        let text = e.to_string();
-        if !text.is_empty() && !parts.last().is_some_and(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        next = e.source();
-    }
-    parts.join(": ")
-}
+pub use super::super::cause::display_chain;
 
 /// The innermost cause of an error chain (the OS's "Connection refused (os error 111)"
 /// rather than the SDK's "dispatch failure: io error: ..." wrapping).

@@ -414,15 +414,7 @@ fn display_error(e: &tokio_postgres::Error) -> String {
             None => db.message().to_string(),
         },
         // "error connecting to server: Connection refused (os error 111)", with causes.
-        None => {
-            let mut text = e.to_string();
-            let mut source = std::error::Error::source(e);
-            while let Some(s) = source {
-                text.push_str(&format!(": {s}"));
-                source = s.source();
-            }
-            text
-        }
+        None => crate::provider::cause::display_chain(e),
     }
 }
 

@@ -38,6 +38,7 @@ use aws_sdk_s3::Client;
 use futures_util::StreamExt;
 
 use crate::config::BackendKind;
+use crate::provider::cause::display_chain;
 use crate::state::error::StateError;
 use crate::state::lock::{parse_info, ForceUnlockOutcome, LockError, LockInfo};
 
@@ -407,17 +408,7 @@ where
         None => {
             // "dispatch failure: io error: … Connection refused": the whole chain, which
             // names what failed (no credentials, no connection, a timeout).
-            let mut text = e.to_string();
-            let mut source = std::error::Error::source(e);
-            while let Some(cause) = source {
-                let c = cause.to_string();
-                if !text.contains(&c) {
-                    text.push_str(": ");
-                    text.push_str(&c);
-                }
-                source = cause.source();
-            }
-            text
+            display_chain(e)
         }
     }
 }
