@@ -42,6 +42,7 @@ pub mod identity;
 pub mod kit;
 pub mod lambda;
 pub mod massedcompute;
+pub mod nebius;
 pub mod offers;
 pub mod primeintellect;
 pub mod redact;

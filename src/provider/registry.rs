@@ -27,6 +27,9 @@ pub struct CloudSettings {
     /// GCP only: the project every call is about (else `GOOGLE_CLOUD_PROJECT`, else the
     /// credential's own project).
     pub project: Option<String>,
+    /// Nebius only: the project of each region, `{ eu-north1 = "project-e00…" }` (a Nebius
+    /// project lives in one region; gpuprov creates in the project of the offer's region).
+    pub projects: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// Builds one cloud's adapter from its `[cloud.NAME]` settings (plus the environment, which
@@ -111,7 +114,14 @@ clouds! {
             lineage,
         )))
     });
-    Nebius => "nebius", CloudSettings, None;
+    Nebius => "nebius", CloudSettings, Some(|s, lineage| {
+        use super::nebius::{NebiusProvider, NebiusSettings};
+        Arc::new(NebiusProvider::new(NebiusSettings::from_env_and_config(
+            s.endpoint.clone(),
+            s.projects.clone().unwrap_or_default(),
+            lineage,
+        )))
+    });
     Verda => "verda", CloudSettings, Some(|s, lineage| {
         use super::verda::{VerdaProvider, VerdaSettings};
         Arc::new(VerdaProvider::new(VerdaSettings::from_env_and_config(

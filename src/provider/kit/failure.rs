@@ -6,12 +6,15 @@
 //! 1. no credential configured → `Credentials` (with the places looked at as help);
 //! 2. no response: the endpoint refused the connection → `Unreachable`, anything else
 //!    (timeout, reset) → `Transient`;
-//! 3. HTTP 429 / gRPC `RESOURCE_EXHAUSTED` → `Transient` with the server's `Retry-After`
-//!    (never failover); the kit's own [`codes`]: a stale OAuth token → `Transient`, client
-//!    credentials the token endpoint refused → `Credentials`;
+//! 3. HTTP 429, and gRPC `RESOURCE_EXHAUSTED` without a vendor code, → `Transient` with
+//!    the server's `Retry-After` (never failover); the kit's own [`codes`]: a stale token →
+//!    `Transient`, credentials the token endpoint refused → `Credentials`. (A
+//!    `RESOURCE_EXHAUSTED` with the vendor's detail, such as Nebius' `quota_failure` or
+//!    `not_enough_resources`, is for the vendor's table: it may be quota or capacity.)
 //! 4. the vendor's [`Rule`]s, first match wins (a rule may also set a region-wide block
 //!    and a help line);
-//! 5. the defaults every adapter shares: 5xx / gRPC `UNAVAILABLE` → `Transient`, 401 / 403
+//! 5. the defaults every adapter shares: 5xx / gRPC `UNAVAILABLE`, `DEADLINE_EXCEEDED`,
+//!    `INTERNAL`, `RESOURCE_EXHAUSTED` → `Transient`, 401 / 403
 //!    / gRPC `UNAUTHENTICATED`, `PERMISSION_DENIED` → `Credentials`, anything else →
 //!    `Failed`. An unknown error is never taken for capacity.
 //!
@@ -23,6 +26,10 @@ use super::super::{BlockScope, ErrorKind, ProviderError};
 
 /// gRPC status codes the defaults use (google.rpc.Code).
 pub mod grpc {
+    pub const INVALID_ARGUMENT: i32 = 3;
+    pub const ALREADY_EXISTS: i32 = 6;
+    pub const FAILED_PRECONDITION: i32 = 9;
+    pub const ABORTED: i32 = 10;
     pub const RESOURCE_EXHAUSTED: i32 = 8;
     pub const UNAVAILABLE: i32 = 14;
     pub const DEADLINE_EXCEEDED: i32 = 4;
@@ -312,7 +319,8 @@ impl Classifier {
             Status::NoCredential => ErrorKind::Credentials,
             Status::Transport { refused: true } => ErrorKind::Unreachable,
             Status::Transport { refused: false } => ErrorKind::Transient,
-            Status::Http(429) | Status::Grpc(grpc::RESOURCE_EXHAUSTED) => ErrorKind::Transient,
+            Status::Http(429) => ErrorKind::Transient,
+            Status::Grpc(grpc::RESOURCE_EXHAUSTED) if f.code.is_none() => ErrorKind::Transient,
             _ if f.has_code(codes::STALE_TOKEN) => ErrorKind::Transient,
             _ if f.has_code(codes::TOKEN_REFUSED) => ErrorKind::Credentials,
             _ => match self.rules.iter().find(|r| r.matches(f, call.name)) {
@@ -324,9 +332,12 @@ impl Classifier {
                 }
                 None => match f.status {
                     Status::Http(s) if s >= 500 => ErrorKind::Transient,
-                    Status::Grpc(grpc::UNAVAILABLE | grpc::DEADLINE_EXCEEDED | grpc::INTERNAL) => {
-                        ErrorKind::Transient
-                    }
+                    Status::Grpc(
+                        grpc::UNAVAILABLE
+                        | grpc::DEADLINE_EXCEEDED
+                        | grpc::INTERNAL
+                        | grpc::RESOURCE_EXHAUSTED,
+                    ) => ErrorKind::Transient,
                     Status::Http(401 | 403)
                     | Status::Grpc(grpc::UNAUTHENTICATED | grpc::PERMISSION_DENIED) => {
                         ErrorKind::Credentials
@@ -427,6 +438,10 @@ mod tests {
         assert_eq!(kind(Failure::grpc(14, "down"), "c"), Transient);
         assert_eq!(kind(Failure::grpc(16, "who"), "c"), Credentials);
         assert_eq!(kind(Failure::grpc(3, "bad"), "c"), Failed);
+        assert_eq!(kind(Failure::grpc(8, "slow down"), "c"), Transient);
+        let mut coded = Failure::grpc(8, "odd");
+        coded.code = Some("something_new".into());
+        assert_eq!(kind(coded, "c"), Transient, "no rule: the default");
         assert_eq!(kind(Failure::no_credential("no key"), "c"), Credentials);
     }
 

@@ -7,6 +7,8 @@
 //!   `Retry-After` / `RateLimit-*`, the vendor's error body and success envelope hooks);
 //! - [`failure`]: one [`failure::Failure`] (HTTP, gRPC or transport) and the table-driven
 //!   [`failure::Classifier`] into the contract's error kinds;
+//! - [`grpc`]: the gRPC channels (TLS or plain HTTP/2), the bearer token and idempotency
+//!   key as metadata, and a call's transport failure (Nebius);
 //! - [`paginate`]: page-number, next-link and token pagination, bounded;
 //! - [`keys`]: the project's SSH key found by value or registered;
 //! - [`oauth`]: OAuth2 client credentials, the access token cached and renewed;
@@ -23,6 +25,7 @@ pub mod adapter;
 pub mod credentials;
 pub mod failure;
 pub mod gpu;
+pub mod grpc;
 pub mod http;
 pub mod keys;
 pub mod listing;
