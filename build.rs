@@ -32,6 +32,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .build_server(tests)
         .build_transport(false)
+        // The test server implements only the calls gpuprov makes; the rest answer UNIMPLEMENTED.
+        .generate_default_stubs(true)
         .include_file("nebius_protos.rs")
         .compile_fds(fds)?;
     Ok(())

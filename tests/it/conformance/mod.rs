@@ -11,7 +11,7 @@
 //!
 //! Drivers: the FakeProvider, Lambda, RunPod, DigitalOcean, Hyperstack, GCP, Massed
 //! Compute, Verda and Prime Intellect over the spec-checked servers of their `vendor`
-//! modules, Docker on the real local Engine (its
+//! modules, Nebius over its local gRPC server (generated from the vendor's protos), Docker on the real local Engine (its
 //! own lineage per run), and AWS against moto through `aws_moto`'s rewriting proxy (its
 //! own moto per run). `aws_moto` keeps its end-to-end tests, which assert the exact
 //! offers (zone, type) and EC2 side resources beyond the scenarios. What a vendor's old
@@ -26,6 +26,7 @@ mod gcp;
 mod hyperstack;
 mod lambda;
 mod massedcompute;
+mod nebius;
 mod primeintellect;
 mod runpod;
 mod verda;
@@ -202,6 +203,7 @@ pub fn drivers() -> Vec<Box<dyn Driver>> {
         Box::new(aws::AwsDriver),
         Box::new(gcp::GcpDriver),
         Box::new(massedcompute::MassedComputeDriver),
+        Box::new(nebius::NebiusDriver),
         Box::new(verda::VerdaDriver),
         Box::new(primeintellect::PrimeIntellectDriver),
     ]

@@ -9,6 +9,7 @@ pub mod gcp;
 pub mod hyperstack;
 pub mod lambda;
 pub mod massedcompute;
+pub mod nebius;
 pub mod primeintellect;
 pub mod runpod;
 pub mod verda;
