@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 use spec::{Canned, Seen, SpecServer};
 
 use crate::vendor::gcp as gcp_api;
+use crate::vendor::nebius as nebius_api;
 use crate::vendor::{massedcompute as mc, primeintellect as pi, verda};
 
 const LAMBDA_KEY: &str = "lambda_sentinel_key_5d1e0a";
@@ -32,6 +33,9 @@ const AWS_SECRET: &str = "aws_sentinel_secret_6f0b4f";
 /// The GCP service-account key file, relative to the project directory (the binary runs
 /// there); its access tokens carry `gcp_api::SENTINEL`.
 const GCP_KEY_FILE: &str = "gcp-sa.json";
+/// The Nebius service account's credentials file, relative to the project directory; the
+/// IAM tokens its exchange issues carry `nebius_api::SENTINEL`.
+const NEBIUS_KEY_FILE: &str = "nebius-sa.json";
 const SENTINELS: &[&str] = &[
     LAMBDA_KEY,
     RUNPOD_KEY,
@@ -39,6 +43,7 @@ const SENTINELS: &[&str] = &[
     DO_TOKEN,
     AWS_SECRET,
     gcp_api::SENTINEL,
+    nebius_api::SENTINEL,
     mc::SENTINEL,
     verda::SENTINEL,
     pi::SENTINEL,
@@ -423,6 +428,19 @@ struct Clouds {
     verda: verda::Fake,
     primeintellect: pi::Fake,
     gcp: gcp_api::Fake,
+    nebius: nebius_api::Fake,
+}
+
+/// The Nebius tenant: the example's project in eu-north1, listing H100 (1 and 8 GPUs).
+fn nebius_world() -> nebius_api::World {
+    nebius_api::World::default().with_project(
+        "eu-north1",
+        "project-e00example",
+        vec![nebius_api::platform(
+            nebius_api::H100,
+            &[(nebius_api::PRESET1, 1), (nebius_api::PRESET8, 8)],
+        )],
+    )
 }
 
 /// The GCP project: L4 in two zones of us-central1 and one of us-east4, H100 in one zone
@@ -450,6 +468,7 @@ impl Clouds {
         let hyperstack = SpecServer::start(Arc::new(spec::hyperstack())).await;
         let digitalocean = SpecServer::start(Arc::new(spec::digitalocean())).await;
         let gcp = gcp_api::Fake::start(gcp_world()).await;
+        let nebius = nebius_api::Fake::start(nebius_world());
         let (mut mcw, mut vw, mut piw) = (mc_world(), verda_world(), pi_world());
         for (cloud, f) in faults {
             let server = match cloud {
@@ -508,6 +527,7 @@ impl Clouds {
             verda: vd,
             primeintellect,
             gcp,
+            nebius,
         }
     }
 
@@ -548,6 +568,7 @@ impl Clouds {
                 "GPUPROV_PRIMEINTELLECT_ENDPOINT",
                 self.primeintellect.server.uri(),
             ),
+            ("GPUPROV_NEBIUS_ENDPOINT", self.nebius.url.clone()),
         ]
     }
 
@@ -556,6 +577,30 @@ impl Clouds {
     /// other cloud's. Verda's client secret travels only in its token request's body; its
     /// API calls carry the access token instead.
     fn verify(&self, own: &[(&str, &str)]) {
+        // Nebius (gRPC): only reads and token exchanges, every call with a Nebius token
+        // and no other cloud's credential.
+        let w = self.nebius.world.lock().unwrap();
+        for call in &w.calls {
+            assert!(
+                call.ends_with("/List") || call.ends_with("/Exchange"),
+                "nebius: plan and offers only read: {call}"
+            );
+        }
+        for (name, value) in &w.headers {
+            if name == "authorization" {
+                assert!(
+                    value.starts_with(&format!("Bearer {}", nebius_api::SENTINEL)),
+                    "nebius: {value}"
+                );
+            }
+            for (c, secret) in own {
+                assert!(
+                    *c == "nebius" || !value.contains(secret),
+                    "nebius was sent {c}'s credential"
+                );
+            }
+        }
+        drop(w);
         for (cloud, server) in self.all() {
             server.verify();
             for r in server.requests() {
@@ -610,6 +655,7 @@ const CREDENTIALS: &[(&str, &str, &str)] = &[
     ("massedcompute", "MASSED_COMPUTE_API_KEY", mc::SENTINEL),
     ("verda", "VERDA_CLIENT_SECRET", verda::SENTINEL),
     ("primeintellect", "PRIME_API_KEY", pi::SENTINEL),
+    ("nebius", "GPUPROV_NEBIUS_CREDENTIALS_FILE", NEBIUS_KEY_FILE),
 ];
 
 /// What each cloud's requests carry: the credential, or for GCP the access token its
@@ -617,7 +663,11 @@ const CREDENTIALS: &[(&str, &str, &str)] = &[
 fn all_credentials() -> Vec<(&'static str, &'static str)> {
     CREDENTIALS
         .iter()
-        .map(|(c, _, s)| (*c, if *c == "gcp" { gcp_api::SENTINEL } else { *s }))
+        .map(|(c, _, s)| match *c {
+            "gcp" => (*c, gcp_api::SENTINEL),
+            "nebius" => (*c, nebius_api::SENTINEL),
+            _ => (*c, *s),
+        })
         .collect()
 }
 
@@ -637,6 +687,11 @@ impl Project {
         std::fs::create_dir_all(dir.path().join("home")).unwrap();
         let key = gcp_api::sa_json(&clouds.gcp.tokens.token_uri());
         std::fs::write(dir.path().join(GCP_KEY_FILE), key).unwrap();
+        let nebius = serde_json::json!({"subject-credentials": {
+            "type": "JWT", "alg": "RS256", "private-key": nebius_api::KEY_PEM,
+            "kid": nebius_api::KEY_ID, "iss": nebius_api::SA_ID, "sub": nebius_api::SA_ID,
+        }});
+        std::fs::write(dir.path().join(NEBIUS_KEY_FILE), nebius.to_string()).unwrap();
         Project { dir }
     }
 
@@ -788,6 +843,7 @@ const TRAINER: &[(&str, f64)] = &[
     ("massedcompute/any/gpu_8x_h100", 22.99),
     ("verda/FIN-01/8H100.80S.176V", 19.92),
     ("primeintellect/CANADA-1/hyperstack/n3-H100x8", 16.0),
+    ("nebius/eu-north1/gpu-h100-sxm/8gpu-128vcpu-1600gb", 23.6),
 ];
 
 /// The inference box's offers: Lambda and Hyperstack sell no L40S; RunPod cheapest first
@@ -881,9 +937,9 @@ async fn the_multi_cloud_example_plans_offers_from_every_cloud_with_stock() {
     let last = stdout.find(TRAINER[7].0).expect("last shown trainer offer");
     assert!(first < last, "{stdout}");
     assert!(stdout.contains("$23.92/h"), "{stdout}");
-    // The trainer: 10 offers, 8 shown. The inference box: 5 from RunPod and DigitalOcean,
+    // The trainer: 11 offers, 8 shown. The inference box: 5 from RunPod and DigitalOcean,
     // 3 from Massed Compute, Verda and Prime Intellect, 16 from AWS (one per zone).
-    assert!(stdout.contains("… and 2 more (see --json)"), "{stdout}");
+    assert!(stdout.contains("… and 3 more (see --json)"), "{stdout}");
     assert!(stdout.contains("… and 16 more (see --json)"), "{stdout}");
     assert!(!stdout.contains("H100 NVL"), "above the cap: {stdout}");
 
@@ -973,6 +1029,7 @@ async fn the_multi_cloud_example_plans_offers_from_every_cloud_with_stock() {
             "hyperstack",
             "lambda",
             "massedcompute",
+            "nebius",
             "primeintellect",
             "runpod",
             "verda"
@@ -1139,16 +1196,31 @@ async fn without_credentials_every_rest_cloud_says_where_it_looked() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     let plan: Value = serde_json::from_str(&stdout).unwrap();
-    assert!(change(&plan, "trainer").get("offers").is_none(), "{plan:#}");
+    // Only Nebius' built-in catalog answers for the trainer (its plan works offline too).
+    assert_eq!(
+        ids_prices(&change(&plan, "trainer")["offers"]),
+        [(
+            "nebius/eu-north1/gpu-h100-sxm/8gpu-128vcpu-1600gb".to_string(),
+            23.6
+        )],
+        "{plan:#}"
+    );
     let aws_only: Vec<(&str, f64)> = INFERENCE
         .iter()
         .filter(|(id, _)| id.starts_with("aws/"))
         .copied()
         .collect();
-    assert_offers(
-        &ids_prices(&change(&plan, "inference")["offers"]),
-        &aws_only,
+    let (nebius, rest): (Vec<_>, Vec<_>) = ids_prices(&change(&plan, "inference")["offers"])
+        .into_iter()
+        .partition(|(id, _)| id.starts_with("nebius/"));
+    assert!(
+        !nebius.is_empty()
+            && nebius
+                .iter()
+                .all(|(id, p)| id.starts_with("nebius/eu-north1/gpu-l40s-") && *p <= 2.0),
+        "{nebius:?}"
     );
+    assert_offers(&rest, &aws_only);
 
     // GCP plans from its built-in catalog: the catalog's L4 zones, then AWS's.
     let notebook = ids_prices(&change(&plan, "notebook")["offers"]);
@@ -1172,14 +1244,21 @@ async fn without_credentials_every_rest_cloud_says_where_it_looked() {
     );
     assert!(notebook.iter().any(|(i, _)| i.starts_with("aws/")));
 
-    // Every REST cloud of the trainer fails: `offers --vm trainer` exits 1 and names where
-    // each cloud looked for its credential.
+    // Every REST cloud of the trainer fails: `offers --vm trainer` lists only Nebius'
+    // offline offer and names where each REST cloud looked for its credential.
     let out = project
         .run(&["offers", "--vm", "trainer"], &endpoints, &[])
         .await;
     let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
-    for (cloud, var, _) in CREDENTIALS.iter().filter(|(c, _, _)| *c != "gcp") {
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("gpu-h100-sxm/8gpu-128vcpu-1600gb"),
+        "{stdout}"
+    );
+    for (cloud, var, _) in CREDENTIALS
+        .iter()
+        .filter(|(c, _, _)| *c != "gcp" && *c != "nebius")
+    {
         let line = stderr
             .lines()
             .find(|l| l.starts_with(&format!("warning: {cloud}:")))

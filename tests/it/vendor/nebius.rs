@@ -1510,3 +1510,103 @@ async fn a_stopped_preemptible_is_started_again() {
     let seen = p.observe(&at("eu-north1"), "trainer").await.unwrap();
     assert_eq!(seen[0].status, InstanceStatus::Running);
 }
+
+/// Runs the real binary in `dir` with no ambient credentials and `env`.
+fn gpuprov(dir: &std::path::Path, env: &[(&str, String)], args: &[&str]) -> std::process::Output {
+    let mut cmd = assert_cmd::Command::cargo_bin("gpuprov").unwrap();
+    for (k, _) in std::env::vars() {
+        if k.starts_with("NEBIUS_") || k.starts_with("GPUPROV_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.current_dir(dir)
+        .env("HOME", dir.join("home"))
+        .env("GPUPROV_HOME", dir.join("gpuprov-home"))
+        .env("NO_COLOR", "1")
+        .envs(env.iter().map(|(k, v)| (k.to_string(), v.clone())))
+        .args(args)
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap()
+}
+
+/// `examples/nebius.toml` plans offline (no credential: the catalog's presets and
+/// prices; nothing dialled, the endpoint points at a closed port).
+#[test]
+fn the_nebius_example_plans_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/nebius.toml");
+    std::fs::copy(&example, dir.path().join("gpuprov.toml")).unwrap();
+    let env = [("GPUPROV_NEBIUS_ENDPOINT", "http://127.0.0.1:9".to_string())];
+    let out = gpuprov(dir.path(), &env, &["plan", "--refresh=false"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("Plan: 2 to add"), "{stdout}");
+    // 8 × H100 at $2.95 and 1 × H200 preemptible (on-demand $3.50 bounds it).
+    assert!(stdout.contains("$27.10/h"), "{stdout}");
+    let out = gpuprov(dir.path(), &env, &["offers", "--vm", "notebook", "--json"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
+    let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(
+        ids[0], "nebius/us-central1/gpu-h200-sxm/1gpu-16vcpu-200gb/preemptible",
+        "the asked region first: {ids:?}"
+    );
+}
+
+/// `gpuprov offers --cloud nebius` asks the project's platforms over gRPC with a service
+/// account's token, and prints neither the key nor the token.
+#[test]
+fn offers_answer_from_the_local_nebius() {
+    let fake = Fake::start(two_regions());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("gpuprov.toml"),
+        "[defaults]\nclouds = [\"nebius\"]\n\n[cloud.nebius]\nprojects = { eu-north1 = \
+         \"project-e00north\", us-central1 = \"project-u00central\" }\n\n[vm.trainer]\ngpu = \"H100\"\n",
+    )
+    .unwrap();
+    let creds = serde_json::json!({"subject-credentials": {
+        "type": "JWT", "alg": "RS256", "private-key": KEY_PEM,
+        "kid": KEY_ID, "iss": SA_ID, "sub": SA_ID,
+    }});
+    let file = dir.path().join("sa.json");
+    std::fs::write(&file, creds.to_string()).unwrap();
+    let env = [
+        ("GPUPROV_NEBIUS_ENDPOINT", fake.url.clone()),
+        (
+            "GPUPROV_NEBIUS_CREDENTIALS_FILE",
+            file.display().to_string(),
+        ),
+    ];
+    let out = gpuprov(
+        dir.path(),
+        &env,
+        &["offers", "--cloud", "nebius", "--gpu", "H100", "--json"],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for t in [&stdout, &stderr] {
+        assert!(!t.contains(SENTINEL) && !t.contains("PRIVATE KEY"), "{t}");
+    }
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
+    let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    for id in [
+        "nebius/eu-north1/gpu-h100-sxm/1gpu-16vcpu-200gb",
+        "nebius/us-central1/gpu-h100-sxm/8gpu-128vcpu-1600gb",
+    ] {
+        assert!(ids.contains(&id), "{ids:?}");
+    }
+    let w = fake.world.lock().unwrap();
+    assert_eq!(w.exchanges, 1, "one token for the command");
+    assert!(
+        w.calls
+            .iter()
+            .filter(|c| **c == "PlatformService/List")
+            .count()
+            >= 2
+    );
+}
