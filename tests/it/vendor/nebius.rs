@@ -10,6 +10,9 @@
 //! pattern, the 32 KiB user-data limit). Public addresses are 127.0.0.x; nothing is
 //! dialled (SSH is the `FakeConnector`).
 
+// The generated service traits answer `tonic::Status`, whatever its size.
+#![allow(clippy::result_large_err)]
+
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -1467,16 +1470,21 @@ async fn teardown_deletes_the_instance_then_its_security_group() {
         .await;
     assert_eq!(done, TeardownState::Done);
     assert_eq!(fake.live(), 0);
-    let w = fake.world.lock().unwrap();
-    assert!(
-        w.groups.is_empty() && w.rules.is_empty(),
-        "cleanup removed the security group"
-    );
-    drop(w);
+    {
+        let w = fake.world.lock().unwrap();
+        assert!(
+            w.groups.is_empty() && w.rules.is_empty(),
+            "cleanup removed the security group"
+        );
+    }
     let p = fake.provider();
-    p.delete(&at("eu-north1"), "trainer", &[up.instance_id.clone()])
-        .await
-        .unwrap();
+    p.delete(
+        &at("eu-north1"),
+        "trainer",
+        std::slice::from_ref(&up.instance_id),
+    )
+    .await
+    .unwrap();
     p.cleanup(&at("eu-north1"), "trainer").await.unwrap();
 }
 
