@@ -23,6 +23,24 @@ use super::super::kit::gpu;
 /// When the prices were last checked.
 pub const PRICES_AS_OF: &str = "2026-05-18";
 
+/// What `gpuprov offers` says of the offers' source (their `detail.catalog_note`):
+/// `live` when the presets are the project's own.
+pub fn catalog_note(live: bool) -> String {
+    let prices = format!(
+        "prices are gpuprov's built-in list prices (nebius.com/prices and Nebius' billing \
+         docs, as of {PRICES_AS_OF}; preemptible prices other than H100's are not published \
+         and shown at the on-demand price, an upper bound), not quotes"
+    );
+    if live {
+        format!("{prices}; platforms and presets from the project's PlatformService/List")
+    } else {
+        format!(
+            "{prices}; platforms and presets from the built-in catalog (no credential, or no \
+             project for the region in [cloud.nebius] projects)"
+        )
+    }
+}
+
 /// A GPU platform (`Platform.metadata.name`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Platform {

@@ -523,6 +523,7 @@ impl NebiusProvider {
                 }
             }
         }
+        let note = catalog::catalog_note(live_project.is_some());
         Ok(fit
             .into_iter()
             .map(|(p, preset, gpus)| {
@@ -538,7 +539,7 @@ impl NebiusProvider {
                 o.detail = json!({
                     "platform": p.name,
                     "preset": preset,
-                    "prices_as_of": catalog::PRICES_AS_OF,
+                    "catalog_note": note,
                 });
                 o
             })

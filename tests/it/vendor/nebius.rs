@@ -1555,7 +1555,9 @@ fn the_nebius_example_plans_offline() {
     assert!(stdout.contains("$27.10/h"), "{stdout}");
     let out = gpuprov(dir.path(), &env, &["offers", "--vm", "notebook", "--json"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}");
+    assert!(stderr.contains("from the built-in catalog"), "{stderr}");
     let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
     let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
     assert_eq!(
@@ -1600,6 +1602,11 @@ fn offers_answer_from_the_local_nebius() {
     for t in [&stdout, &stderr] {
         assert!(!t.contains(SENTINEL) && !t.contains("PRIVATE KEY"), "{t}");
     }
+    assert!(
+        stderr.contains("note: nebius: prices are gpuprov's built-in list prices")
+            && stderr.contains("from the project's PlatformService/List"),
+        "{stderr}"
+    );
     let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
     let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
     for id in [
