@@ -203,21 +203,21 @@ impl GcpProvider {
     /// credential's [`Tokens`] as a bearer token, with Google's error decoder and the GCP
     /// table. Never fails and does no I/O.
     pub fn new(settings: GcpSettings) -> GcpProvider {
-        let report = settings.credential.as_ref().map(|c| Credential {
-            // The token source sends the token; this only says where it was found.
-            secret: Secret::new(String::new()),
-            source: c.source.clone(),
-        });
-        let mut looked_in = settings.looked_in.clone();
-        if let Some(why) = &settings.unusable {
-            looked_in.push(why.clone());
-        }
         let adapter = Adapter::new(
             CLOUD,
             settings.endpoint.as_deref(),
             Self::default_capabilities(),
         )
-        .with_credential(report.as_ref(), &looked_in);
+        .with_credential_at(
+            settings.credential.as_ref().map(|c| &c.source),
+            &settings.looked_in,
+            settings.unusable.as_deref(),
+        );
+        // The token source sends the token; this only says where it was found.
+        let report = settings.credential.as_ref().map(|c| Credential {
+            secret: Secret::new(String::new()),
+            source: c.source.clone(),
+        });
         let missing = match &settings.unusable {
             Some(why) => format!("no usable Google credential: {why}"),
             None => format!(

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::super::redact::redact_url;
 use super::super::{Capabilities, Feature};
-use super::credentials::{Credential, CredentialReport};
+use super::credentials::{Credential, CredentialReport, Source};
 
 /// An adapter's self-description (see the module docs). Built once at construction; it
 /// holds no secret (the endpoint is redacted, the credential reduced to its place).
@@ -37,6 +37,28 @@ impl Adapter {
     /// The report of a credential found (`Some`) or not, having looked in `looked_in`.
     pub fn with_credential(mut self, found: Option<&Credential>, looked_in: &[String]) -> Self {
         self.credentials = CredentialReport::of(found, looked_in);
+        self
+    }
+
+    /// The report of a credential that a token source exchanges for tokens (GCP, Nebius):
+    /// where it was `found`, else every place in `looked_in` and why the one found cannot
+    /// be used (`unusable`, a malformed file).
+    pub fn with_credential_at(
+        mut self,
+        found: Option<&Source>,
+        looked_in: &[String],
+        unusable: Option<&str>,
+    ) -> Self {
+        self.credentials = match found {
+            Some(source) => CredentialReport::Found(source.to_string()),
+            None => CredentialReport::Missing(
+                looked_in
+                    .iter()
+                    .cloned()
+                    .chain(unusable.map(str::to_string))
+                    .collect(),
+            ),
+        };
         self
     }
 

@@ -71,7 +71,7 @@ use super::kit::credentials::Source;
 use super::kit::failure::codes;
 use super::kit::grpc::{self, Channels};
 use super::kit::paginate::{self, Cursor, Next};
-use super::kit::{self, Adapter, Call, Credential as KitCredential, Failure};
+use super::kit::{self, Adapter, Call, Failure};
 use super::{
     Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Lineage,
     Location, Observed, Offer, ProviderError, ResourceRequest, Result, Secret, IDENTITY_LABEL,
@@ -256,23 +256,16 @@ fn is_ours(m: Option<&common::ResourceMetadata>, vm: &str, lineage: &Lineage) ->
 impl NebiusProvider {
     /// An adapter for `settings`. Never fails and does no I/O.
     pub fn new(settings: NebiusSettings) -> NebiusProvider {
-        let report = settings
-            .credential
-            .as_ref()
-            .map(|(_, source)| KitCredential {
-                secret: Secret::new(String::new()),
-                source: source.clone(),
-            });
-        let mut looked_in = settings.looked_in.clone();
-        if let Some(why) = &settings.unusable {
-            looked_in.push(why.clone());
-        }
         let adapter = Adapter::new(
             CLOUD,
             settings.endpoint.as_deref(),
             Self::default_capabilities(),
         )
-        .with_credential(report.as_ref(), &looked_in);
+        .with_credential_at(
+            settings.credential.as_ref().map(|(_, source)| source),
+            &settings.looked_in,
+            settings.unusable.as_deref(),
+        );
         let missing = match &settings.unusable {
             Some(why) => format!("no usable Nebius credential: {why}"),
             None => format!(
@@ -419,59 +412,76 @@ impl NebiusProvider {
             })
     }
 
+    /// Every item of one paginated list call to `service`: `request` makes the request
+    /// of a page from its token, `send` sends it, `page` reads the items and the next
+    /// token of an answer. Errors: the call's, classified as `call`.
+    async fn list_all<M, R, T, F, Fut>(
+        &self,
+        service: Service,
+        call: Call<'_>,
+        request: impl Fn(String) -> M,
+        send: F,
+        page: impl Fn(R) -> (Vec<T>, String),
+    ) -> Result<Vec<T>>
+    where
+        F: Fn(Channel, tonic::Request<M>) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<tonic::Response<R>, tonic::Status>>,
+    {
+        let (request, send, page) = (&request, &send, &page);
+        paginate::all_pages(call.what, |cursor| async move {
+            let token = match cursor {
+                Cursor::Token(t) => t,
+                _ => String::new(),
+            };
+            let answer = self
+                .call(service, request(token), None, send)
+                .await
+                .map_err(|f| self.fail(&f, call))?;
+            let (items, next) = page(answer);
+            Ok((items, Next::Token(next)))
+        })
+        .await
+    }
+
     /// Every instance of `project`.
     async fn instances(&self, project: &str) -> Result<Vec<compute::Instance>> {
         let what = format!("list instances of {project}");
-        paginate::all_pages(&what, |cursor| {
-            let req = compute::ListInstancesRequest {
+        self.list_all(
+            Service::Compute,
+            Call::other(&what),
+            |page_token| compute::ListInstancesRequest {
                 parent_id: project.to_string(),
                 page_size: PAGE_SIZE,
-                page_token: match cursor {
-                    Cursor::Token(t) => t,
-                    _ => String::new(),
-                },
-            };
-            let what = what.clone();
-            async move {
-                let page = self
-                    .call(Service::Compute, req, None, |c, r| async move {
-                        compute::instance_service_client::InstanceServiceClient::new(c)
-                            .list(r)
-                            .await
-                    })
+                page_token,
+            },
+            |c, r| async move {
+                compute::instance_service_client::InstanceServiceClient::new(c)
+                    .list(r)
                     .await
-                    .map_err(|f| self.fail(&f, Call::other(&what)))?;
-                Ok((page.items, Next::Token(page.next_page_token)))
-            }
-        })
+            },
+            |p: compute::ListInstancesResponse| (p.items, p.next_page_token),
+        )
         .await
     }
 
     /// The platforms `project` lists.
     async fn platforms(&self, project: &str) -> Result<Vec<compute::Platform>> {
         let what = format!("list platforms of {project}");
-        paginate::all_pages(&what, |cursor| {
-            let req = compute::ListPlatformsRequest {
+        self.list_all(
+            Service::Compute,
+            Call::other(&what),
+            |page_token| compute::ListPlatformsRequest {
                 parent_id: project.to_string(),
                 page_size: PAGE_SIZE,
-                page_token: match cursor {
-                    Cursor::Token(t) => t,
-                    _ => String::new(),
-                },
-            };
-            let what = what.clone();
-            async move {
-                let page = self
-                    .call(Service::Compute, req, None, |c, r| async move {
-                        compute::platform_service_client::PlatformServiceClient::new(c)
-                            .list(r)
-                            .await
-                    })
+                page_token,
+            },
+            |c, r| async move {
+                compute::platform_service_client::PlatformServiceClient::new(c)
+                    .list(r)
                     .await
-                    .map_err(|f| self.fail(&f, Call::other(&what)))?;
-                Ok((page.items, Next::Token(page.next_page_token)))
-            }
-        })
+            },
+            |p: compute::ListPlatformsResponse| (p.items, p.next_page_token),
+        )
         .await
     }
 
@@ -549,29 +559,23 @@ impl NebiusProvider {
     /// The subnet of `project` an instance's interface goes to: `(subnet id, network id)`.
     async fn subnet(&self, project: &str) -> Result<(String, String)> {
         let what = format!("list subnets of {project}");
-        let subnets: Vec<vpc::Subnet> = paginate::all_pages(&what, |cursor| {
-            let req = vpc::ListSubnetsRequest {
-                parent_id: project.to_string(),
-                page_size: PAGE_SIZE,
-                page_token: match cursor {
-                    Cursor::Token(t) => t,
-                    _ => String::new(),
+        let subnets = self
+            .list_all(
+                Service::Vpc,
+                Call::named(PREPARE, &what),
+                |page_token| vpc::ListSubnetsRequest {
+                    parent_id: project.to_string(),
+                    page_size: PAGE_SIZE,
+                    page_token,
                 },
-            };
-            let what = what.clone();
-            async move {
-                let page = self
-                    .call(Service::Vpc, req, None, |c, r| async move {
-                        vpc::subnet_service_client::SubnetServiceClient::new(c)
-                            .list(r)
-                            .await
-                    })
-                    .await
-                    .map_err(|f| self.fail(&f, Call::named(PREPARE, &what)))?;
-                Ok((page.items, Next::Token(page.next_page_token)))
-            }
-        })
-        .await?;
+                |c, r| async move {
+                    vpc::subnet_service_client::SubnetServiceClient::new(c)
+                        .list(r)
+                        .await
+                },
+                |p: vpc::ListSubnetsResponse| (p.items, p.next_page_token),
+            )
+            .await?;
         let name = |s: &vpc::Subnet| {
             s.metadata
                 .as_ref()
@@ -778,28 +782,21 @@ impl NebiusProvider {
 
     async fn rules(&self, group: &str) -> Result<Vec<vpc::SecurityRule>> {
         let what = format!("list rules of security group {group}");
-        paginate::all_pages(&what, |cursor| {
-            let req = vpc::ListSecurityRulesRequest {
+        self.list_all(
+            Service::Vpc,
+            Call::named(PREPARE, &what),
+            |page_token| vpc::ListSecurityRulesRequest {
                 parent_id: group.to_string(),
                 page_size: PAGE_SIZE,
-                page_token: match cursor {
-                    Cursor::Token(t) => t,
-                    _ => String::new(),
-                },
-            };
-            let what = what.clone();
-            async move {
-                let page = self
-                    .call(Service::Vpc, req, None, |c, r| async move {
-                        vpc::security_rule_service_client::SecurityRuleServiceClient::new(c)
-                            .list(r)
-                            .await
-                    })
+                page_token,
+            },
+            |c, r| async move {
+                vpc::security_rule_service_client::SecurityRuleServiceClient::new(c)
+                    .list(r)
                     .await
-                    .map_err(|f| self.fail(&f, Call::named(PREPARE, &what)))?;
-                Ok((page.items, Next::Token(page.next_page_token)))
-            }
-        })
+            },
+            |p: vpc::ListSecurityRulesResponse| (p.items, p.next_page_token),
+        )
         .await
     }
 
