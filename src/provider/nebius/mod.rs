@@ -1243,6 +1243,38 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_service_has_its_endpoint_and_an_override_serves_all() {
+        let with = |endpoint: Option<&str>| {
+            NebiusProvider::new(NebiusSettings {
+                lineage: Lineage::random(),
+                endpoint: endpoint.map(str::to_string),
+                projects: BTreeMap::new(),
+                credential: None,
+                looked_in: vec![],
+                unusable: None,
+            })
+        };
+        let p = with(None);
+        assert_eq!(
+            p.url(Service::Compute),
+            "https://compute.api.nebius.cloud:443"
+        );
+        assert_eq!(
+            p.url(Service::Tokens),
+            "https://tokens.iam.api.nebius.cloud:443"
+        );
+        assert_eq!(p.endpoint_override(), None);
+        let p = with(Some("http://127.0.0.1:7000"));
+        assert_eq!(p.url(Service::Vpc), "http://127.0.0.1:7000");
+        assert_eq!(
+            p.endpoint_override().as_deref(),
+            Some("http://127.0.0.1:7000")
+        );
+        let p = with(Some("https://{service}.proxy.example:8443"));
+        assert_eq!(p.url(Service::Vpc), "https://vpc.proxy.example:8443");
+    }
+
+    #[test]
     fn names_and_keys_are_per_attempt() {
         let l = Lineage::parse("0f0e0d0c-0b0a-4908-8706-050403020100").unwrap();
         let a = instance_name("trainer", &l, "tok-1");
