@@ -76,6 +76,7 @@ pub struct Change {
     /// The desired settings after apply (`None` when destroyed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired: Option<VmSpec>,
+
     /// The price of what will run for this machine after apply, USD per hour, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price_per_hour: Option<f64>,
@@ -83,6 +84,56 @@ pub struct Change {
     /// (clouds in preference order, each cloud's own order), from the catalog lookup.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub offers: Vec<OfferLine>,
+    /// For a machine no cloud offers anything for: each cloud's reason, in the machine's
+    /// order of clouds (planned only with `--allow-no-offers`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub no_offers: Vec<NoOffer>,
+}
+
+impl Change {
+    /// Whether apply needs an offer for this change: a machine is created (or
+    /// replaced); one that is up, or resumed where it stopped, needs none.
+    pub fn needs_offer(&self) -> bool {
+        matches!(self.action, Action::Create | Action::Replace)
+    }
+}
+
+/// Why one cloud of a machine has no offer for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NoOffer {
+    pub cloud: String,
+    pub reason: NoOfferReason,
+    /// The cloud's own words (or the prices), without secrets.
+    pub detail: String,
+}
+
+/// The kinds of reason a cloud has no offer for a machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NoOfferReason {
+    /// Missing or rejected credentials.
+    NoCredentials,
+    /// The catalog could not be read (unreachable, an error answer).
+    ApiError,
+    /// Nothing in the catalog matches the ask (GPU, count, regions, …).
+    NoMatch,
+    /// Offers match, but every one costs more than `max_price_per_hour`.
+    AboveMaxPrice,
+    /// This build of gpuprov has no adapter for the cloud.
+    NoAdapter,
+}
+
+impl NoOfferReason {
+    /// A short lowercase phrase for tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoOfferReason::NoCredentials => "no credentials",
+            NoOfferReason::ApiError => "API error",
+            NoOfferReason::NoMatch => "nothing matches the ask",
+            NoOfferReason::AboveMaxPrice => "everything above the max price",
+            NoOfferReason::NoAdapter => "no adapter",
+        }
+    }
 }
 
 /// One offer as a plan shows it.
@@ -275,6 +326,7 @@ pub fn compute(
             desired: Some(want.clone()),
             price_per_hour: price,
             offers: Vec::new(),
+            no_offers: Vec::new(),
         };
         let Some(rec) = state.resources.get(&address) else {
             changes.push(change(
@@ -428,6 +480,7 @@ pub fn compute(
             desired: None,
             price_per_hour: None,
             offers: Vec::new(),
+            no_offers: Vec::new(),
         });
     }
     changes.sort_by(|a, b| a.address.cmp(&b.address));
@@ -578,7 +631,7 @@ pub fn render(plan: &Plan) -> String {
         if let Some(r) = &c.reason {
             let _ = writeln!(out, "  # ({r})");
         }
-        if c.attributes.is_empty() && c.offers.is_empty() {
+        if c.attributes.is_empty() && c.offers.is_empty() && c.no_offers.is_empty() {
             let _ = writeln!(out, "{:>3} vm \"{}\"", c.action.symbol(), c.vm);
             continue;
         }
@@ -613,8 +666,24 @@ pub fn render(plan: &Plan) -> String {
     out
 }
 
-/// The offers of a machine to be created, in the order apply tries them.
+/// The offers of a machine to be created, in the order apply tries them (or, when it
+/// has none, each cloud's reason).
 fn render_offers(out: &mut String, c: &Change) {
+    if c.needs_offer() && !c.no_offers.is_empty() {
+        out.push_str(
+            "\n      # NO offers: apply cannot create it (planned with --allow-no-offers):\n",
+        );
+        let width = c.no_offers.iter().map(|n| n.cloud.len()).max().unwrap_or(0);
+        for n in &c.no_offers {
+            let _ = writeln!(
+                out,
+                "      #   {:width$}  {}: {}",
+                n.cloud,
+                n.reason.as_str(),
+                n.detail
+            );
+        }
+    }
     if c.offers.is_empty() {
         return;
     }

@@ -6,9 +6,16 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 /// Provision GPU machines on many clouds from a committed gpuprov.toml
+///
+/// Every long flag also takes Terraform's single-dash spelling (-auto-approve,
+/// -lock=false, -out=FILE, -chdir=DIR).
 #[derive(Debug, Parser)]
-#[command(name = "gpuprov", version, about, long_about = None, propagate_version = true)]
+#[command(name = "gpuprov", version, about, propagate_version = true)]
 pub struct Cli {
+    /// Switch to DIR before doing anything else (Terraform's -chdir): the config, the
+    /// state and every relative path are then read from there
+    #[arg(long, value_name = "DIR", global = true)]
+    pub chdir: Option<PathBuf>,
     /// Config file
     #[arg(
         short = 'c',
@@ -182,9 +189,14 @@ pub struct PlanArgs {
     /// Print the plan as JSON on stdout
     #[arg(long)]
     pub json: bool,
-    /// Save the plan to FILE for `gpuprov apply FILE` (also spelled -out=FILE)
+    /// Save the plan to FILE for `gpuprov apply FILE`
     #[arg(long = "out", value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Plan (and apply) even when a machine to create has no offer on any of its clouds
+    /// (no credentials, an API error, nothing matching, everything above the max price);
+    /// without it that is an error listing each cloud's reason
+    #[arg(long = "allow-no-offers")]
+    pub allow_no_offers: bool,
     /// Take the state lock (default true)
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub lock: bool,
@@ -202,6 +214,11 @@ pub struct ApplyArgs {
     /// Machines provisioned at once
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub parallelism: u32,
+    /// Plan (and apply) even when a machine to create has no offer on any of its clouds
+    /// (no credentials, an API error, nothing matching, everything above the max price);
+    /// without it that is an error listing each cloud's reason
+    #[arg(long = "allow-no-offers")]
+    pub allow_no_offers: bool,
     /// Keep re-planning every 30 s while no offer has capacity, for every machine (as if
     /// each set retry_until_up = true); stop with Ctrl-C
     #[arg(long = "retry-until-up")]
@@ -278,15 +295,10 @@ pub struct ForceUnlockArgs {
     pub lock_id: String,
 }
 
-/// Rewrites Terraform's single-dash `-out FILE` / `-out=FILE` to clap's `--out`.
-pub fn normalize_args(
-    args: impl IntoIterator<Item = std::ffi::OsString>,
-) -> Vec<std::ffi::OsString> {
-    args.into_iter()
-        .map(|a| match a.to_str() {
-            Some("-out") => "--out".into(),
-            Some(s) if s.starts_with("-out=") => format!("-{s}").into(),
-            _ => a,
-        })
-        .collect()
+/// The whole command line as clap sees it: [`Cli`]'s definitions with the exit-code
+/// table as the help's epilogue. The parser, the argv normalisation, completions and the
+/// man page all start from here.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().after_help(super::error::exit_codes_help())
 }

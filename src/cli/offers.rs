@@ -1,8 +1,8 @@
 //! `gpuprov offers`: ask the clouds' catalogs what they sell (instance types, regions,
 //! prices), like `sky show-gpus` or `dstack offer`, without creating anything.
 
+use super::error::{CmdResult, Exit};
 use std::fmt::Write as _;
-use std::process::ExitCode;
 
 use miette::{miette, IntoDiagnostic, Report};
 use serde::Serialize;
@@ -135,7 +135,7 @@ fn query(a: &OffersArgs, config: Option<&Config>, project: &Project) -> Result<Q
 /// endpoints, apply when it exists) except with `--vm`. Every cloud is asked at once;
 /// a cloud that fails is reported on stderr and the others still answer. Exits 1 when
 /// no cloud answered.
-pub(super) async fn cmd_offers(project: &Project, a: &OffersArgs) -> Result<ExitCode, Report> {
+pub(super) async fn cmd_offers(project: &Project, a: &OffersArgs) -> CmdResult {
     let config = if a.vm.is_some() || project.config_path.exists() {
         Some(project.load_config()?)
     } else {
@@ -207,9 +207,9 @@ pub(super) async fn cmd_offers(project: &Project, a: &OffersArgs) -> Result<Exit
         out!("{}", render_table(&offers));
     }
     Ok(if answered == 0 {
-        ExitCode::from(1)
+        Exit::Failure
     } else {
-        ExitCode::SUCCESS
+        Exit::Success
     })
 }
 

@@ -34,6 +34,7 @@ impl Project {
             .env("NO_COLOR", "1")
             .env_remove("GPUPROV_CONFIG")
             .env_remove("GPUPROV_STATE")
+            .env_remove("GPUPROV_SSH_KEY_FILE")
             .args(args);
         c
     }
@@ -709,4 +710,265 @@ fn offers_rejects_unknown_clouds_and_bad_prices() {
         err.contains("note: aws:") && out.contains("No offers match."),
         "{out}{err}"
     );
+}
+
+/// Issue 19: the exit-code table is one table, shown by `--help` and the README.
+#[test]
+fn the_exit_code_table_is_in_help_and_readme() {
+    let p = Project::new(DOCKER_TOML);
+    let (code, out, _) = p.run(&["--help"]);
+    assert_eq!(code, 0);
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    for (c, meaning) in gpuprov::cli::EXIT_CODES {
+        assert!(
+            out.contains(&format!("  {c:<4} {meaning}")),
+            "--help lacks exit code {c}: {out}"
+        );
+        assert!(
+            readme.contains(&format!("| {c} | {meaning} |")),
+            "README lacks the row of exit code {c}"
+        );
+    }
+    p.snapshot("help", &out);
+}
+
+/// Issue 19, exit 1: every usage error, clap's or an unknown single-dash word, exits 1
+/// (never 2, which `--detailed-exitcode` gives to "changes present").
+#[test]
+fn every_usage_error_exits_1() {
+    let p = Project::new(DOCKER_TOML);
+    for args in [
+        &[][..],
+        &["bogus"],
+        &["plan", "--nope"],
+        &["plan", "-nope"],
+        &["plan", "--lock-timeout", "soon"],
+        &["plan", "--detailed-exitcode=yes"],
+        &["ssh"],
+        &["state"],
+        &["apply", "--parallelism", "0"],
+        &["-chdirr=sub", "plan"],
+    ] {
+        let (code, out, err) = p.run(args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: usage errors go to stderr: {out}");
+        assert!(
+            !err.trim().is_empty() && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+    let (code, out, err) = p.run(&["plan", "-detailed-exitcodes"]);
+    p.snap("usage_unknown_single_dash", code, &out, &err);
+    let (code, out, err) = p.run(&["plan", "--detailed-exitcodes"]);
+    p.snap("usage_unknown_long", code, &out, &err);
+}
+
+/// Issue 19, exit 0 and 2: `-detailed-exitcode` says "changes" with 2 and nothing else.
+#[test]
+fn detailed_exitcode_is_0_or_2_and_help_is_0() {
+    let p = Project::new(DOCKER_TOML);
+    assert_eq!(
+        p.run(&["plan", "-refresh=false", "-detailed-exitcode"]).0,
+        2
+    );
+    assert_eq!(p.run(&["plan", "-refresh=false"]).0, 0);
+    p.with_ready(&dev());
+    assert_eq!(
+        p.run(&["plan", "-refresh=false", "-detailed-exitcode"]).0,
+        0
+    );
+    for args in [
+        &["--help"][..],
+        &["plan", "-help"],
+        &["--version"],
+        &["help", "plan"],
+    ] {
+        let (code, out, _) = p.run(args);
+        assert_eq!(code, 0, "{args:?}");
+        assert!(out.contains("gpuprov"), "{args:?}: {out}");
+    }
+}
+
+/// Issue 19, exit 130: Ctrl-C or SIGTERM while waiting for the lock (announced with its
+/// holder) ends the command at once with 130.
+#[test]
+fn an_interrupt_while_waiting_for_the_lock_exits_130() {
+    use std::io::BufRead;
+    let p = Project::new(DOCKER_TOML);
+    let (_lock, _) = gpuprov::state::StateLock::acquire(
+        &p.path("gpuprov.state.json"),
+        "apply",
+        std::time::Duration::ZERO,
+    )
+    .unwrap();
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpuprov"))
+            .current_dir(p.dir.path())
+            .env("GPUPROV_HOME", p.path("home"))
+            .env("NO_COLOR", "1")
+            .args(["plan", "-refresh=false", "-lock-timeout=60s"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        stderr.read_line(&mut line).unwrap();
+        assert!(
+            line.starts_with("Acquiring state lock… held by apply by ")
+                && line.contains(&format!("pid {}", std::process::id()))
+                && line.contains("waiting up to 1m"),
+            "the wait is announced with its holder: {line}"
+        );
+        let started = std::time::Instant::now();
+        // SAFETY: kill(2) on the child's pid, which has not been waited for yet.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(130), "signal {signal}: {rest}");
+        assert!(
+            rest.contains("interrupted before any machine was touched"),
+            "{rest}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    }
+}
+
+/// Issue 19: Terraform's single-dash spellings, `-chdir` among them, beside the
+/// double-dash ones.
+#[test]
+fn terraform_spellings_work_beside_the_double_dash_ones() {
+    let p = Project::new(DOCKER_TOML);
+    std::fs::create_dir(p.path("sub")).unwrap();
+    std::fs::rename(p.path("gpuprov.toml"), p.path("sub/gpuprov.toml")).unwrap();
+    let (code, out, err) = p.run(&[
+        "-chdir=sub",
+        "plan",
+        "-refresh=false",
+        "-lock=false",
+        "-lock-timeout=5s",
+        "-no-color",
+        "-detailed-exitcode",
+        "-out=tfplan.json",
+    ]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        p.path("sub/tfplan.json").exists(),
+        "-out is read in -chdir's directory"
+    );
+    assert!(
+        !p.path("sub/gpuprov.state.json.lock").exists(),
+        "-lock=false took no lock"
+    );
+    let (code, json, err) = p.run(&["-chdir", "sub", "plan", "-refresh=false", "-json"]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str::<serde_json::Value>(&json).expect("-json prints JSON");
+    let (code, _, err) = p.run(&["plan", "-chdir=sub", "-refresh=false"]);
+    assert_eq!(code, 0, "a global flag after the subcommand: {err}");
+    // Without -chdir there is no config here.
+    assert_eq!(p.run(&["plan", "-refresh=false"]).0, 1);
+    let (code, _, err) = p.run(&["-chdir=nowhere", "plan"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("-chdir=nowhere: cannot switch to it"), "{err}");
+}
+
+/// A machine whose clouds offer nothing, for a different reason on each: AWS's offline
+/// catalog prices every H100 above the cap, Lambda has no key, RunPod's endpoint refuses
+/// the connection (loopback, nothing listens), and the Docker cloud has no GPUs.
+const NO_OFFERS_TOML: &str = "[vm.trainer]\nclouds = [\"aws\", \"lambda\", \"runpod\", \"docker\"]\ngpu = \"H100\"\nmax_price_per_hour = 1.0\n";
+
+fn no_offers_project() -> Project {
+    Project::new(NO_OFFERS_TOML)
+}
+
+fn run_no_offers(p: &Project, args: &[&str]) -> (i32, String, String) {
+    let out = p
+        .cmd(args)
+        .env_remove("LAMBDA_API_KEY")
+        .env("HOME", p.path("home"))
+        .env("RUNPOD_API_KEY", "sentinel-runpod-key")
+        .env("GPUPROV_RUNPOD_ENDPOINT", "http://127.0.0.1:9")
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
+}
+
+/// Issue 19: a plan that cannot be applied fails at plan time, exit 1, with each cloud's
+/// reason, unless `--allow-no-offers`.
+#[test]
+fn a_machine_without_offers_fails_the_plan_with_each_clouds_reason() {
+    let p = no_offers_project();
+    for args in [
+        &["plan", "--refresh=false"][..],
+        &["plan", "--refresh=false", "--detailed-exitcode"],
+        &["apply", "--refresh=false", "--auto-approve"],
+    ] {
+        let (code, out, err) = run_no_offers(&p, args);
+        assert_eq!(code, 1, "{args:?}: {out}{err}");
+        for why in [
+            "aws",
+            "everything above the max price: ",
+            "lambda",
+            "no credentials: ",
+            "runpod",
+            "API error: ",
+            "docker",
+            "nothing matches the ask: ",
+            "--allow-no-offers",
+        ] {
+            assert!(err.contains(why), "{args:?}: {why}: {err}");
+        }
+        assert!(!err.contains("sentinel-runpod-key"), "{err}");
+        assert!(
+            !p.path("gpuprov.state.json").exists(),
+            "{args:?} wrote a state"
+        );
+    }
+    let (code, out, err) = run_no_offers(&p, &["plan", "--refresh=false"]);
+    p.snap("plan_no_offers", code, &out, &err);
+
+    let (code, out, err) = run_no_offers(
+        &p,
+        &[
+            "plan",
+            "--refresh=false",
+            "--allow-no-offers",
+            "--detailed-exitcode",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(out.contains("NO offers: apply cannot create it"), "{out}");
+    p.snap("plan_no_offers_allowed", code, &out, &err);
+    let (code, json, _) =
+        run_no_offers(&p, &["plan", "-refresh=false", "-allow-no-offers", "-json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let reasons: Vec<&str> = v["changes"][0]["no_offers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        reasons,
+        ["above_max_price", "no_credentials", "api_error", "no_match"]
+    );
+}
+
+/// A machine that is up needs no offer: its plan is no change, even with no offers.
+#[test]
+fn a_running_machine_without_offers_still_plans_no_changes() {
+    let p = no_offers_project();
+    let config = gpuprov::config::Config::load(&p.path("gpuprov.toml")).unwrap();
+    p.with_ready(&config.vms["trainer"]);
+    let (code, out, err) = run_no_offers(&p, &["plan", "--refresh=false", "--detailed-exitcode"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("No changes."), "{out}");
 }

@@ -1134,12 +1134,30 @@ async fn without_credentials_every_rest_cloud_says_where_it_looked() {
     let home = project.path().join("home");
 
     // No REST cloud has a key: the trainer has no offer, the inference box only AWS's
-    // (its plan is an offline catalog). Plan itself still succeeds.
-    let out = project.run(&["plan", "--json"], &endpoints, &[]).await;
+    // (its plan is an offline catalog). The plan cannot be applied, so it fails (issue
+    // 19) with each cloud's reason, unless --allow-no-offers.
+    let out = project.run(&["plan"], &endpoints, &[]).await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("no offers for vm.trainer") && stderr.contains("no credentials: "),
+        "{stderr}"
+    );
+    let out = project
+        .run(&["plan", "--json", "--allow-no-offers"], &endpoints, &[])
+        .await;
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     let plan: Value = serde_json::from_str(&stdout).unwrap();
     assert!(change(&plan, "trainer").get("offers").is_none(), "{plan:#}");
+    assert!(
+        change(&plan, "trainer")["no_offers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["reason"] == "no_credentials"),
+        "{plan:#}"
+    );
     let aws_only: Vec<(&str, f64)> = INFERENCE
         .iter()
         .filter(|(id, _)| id.starts_with("aws/"))
