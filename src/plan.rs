@@ -21,7 +21,7 @@ use crate::vm::{LaunchState, TeardownState};
 pub const PLAN_FORMAT_VERSION: u32 = 1;
 
 /// What apply will do to one machine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     NoOp,
@@ -49,7 +49,7 @@ impl Action {
 }
 
 /// One attribute's change.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AttrChange {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -76,7 +76,10 @@ pub struct Change {
     /// The desired settings after apply (`None` when destroyed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired: Option<VmSpec>,
-
+    /// The settings the state recorded when the machine was last applied (`None` for a
+    /// machine the state does not have, or a record older than the snapshot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<VmSpec>,
     /// The price of what will run for this machine after apply, USD per hour, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price_per_hour: Option<f64>,
@@ -137,7 +140,7 @@ impl NoOfferReason {
 }
 
 /// One offer as a plan shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OfferLine {
     /// The offer id, for example `aws/us-east-1/p5.48xlarge`.
     pub id: String,
@@ -317,6 +320,11 @@ pub fn compute(
     let mut changes = Vec::new();
     for (name, want) in &config.vms {
         let address = format!("vm.{name}");
+        let had: Option<VmSpec> = state
+            .resources
+            .get(&address)
+            .and_then(|r| r.desired.clone())
+            .and_then(|d| serde_json::from_value(d).ok());
         let change = |action, reason: Option<String>, attributes, price| Change {
             address: address.clone(),
             vm: name.clone(),
@@ -324,6 +332,7 @@ pub fn compute(
             reason,
             attributes,
             desired: Some(want.clone()),
+            recorded: had.clone(),
             price_per_hour: price,
             offers: Vec::new(),
             no_offers: Vec::new(),
@@ -337,10 +346,6 @@ pub fn compute(
             ));
             continue;
         };
-        let had: Option<VmSpec> = rec
-            .desired
-            .clone()
-            .and_then(|d| serde_json::from_value(d).ok());
         let c = match recorded(&address, rec)? {
             Recorded::Launch(LaunchState::Ready { vm }) => {
                 let price = Some(vm.offer.price_per_hour);
@@ -476,8 +481,9 @@ pub fn compute(
             vm: name.to_string(),
             action: Action::Destroy,
             reason,
-            attributes: had.map(|h| destroy_attrs(&h)).unwrap_or_default(),
+            attributes: had.as_ref().map(destroy_attrs).unwrap_or_default(),
             desired: None,
+            recorded: had,
             price_per_hour: None,
             offers: Vec::new(),
             no_offers: Vec::new(),

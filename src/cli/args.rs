@@ -74,15 +74,17 @@ pub enum Command {
     /// Destroy every machine in the state
     Destroy(DestroyArgs),
     /// Show each machine's recorded and observed state
-    Status(RefreshArg),
+    Status(StatusArgs),
     /// List the machines in the state, one line each
-    List,
+    List(ListArgs),
+    /// Show a plan saved by `gpuprov plan -out FILE`, as text or JSON
+    Show(ShowArgs),
     /// Open a shell on a machine, or run a command there
     Ssh(SshArgs),
     /// Print the resource graph as Graphviz DOT
     Graph,
     /// Check the config and report which clouds are usable
-    Validate,
+    Validate(ValidateArgs),
     /// Inspect, pull, push or migrate the state
     #[command(subcommand)]
     State(StateCommand),
@@ -172,6 +174,42 @@ pub struct OffersArgs {
     pub json: bool,
 }
 
+/// `--json`: machine-readable output on stdout (schema in `schemas/`).
+#[derive(Debug, Args, Default)]
+pub struct JsonArg {
+    /// Print JSON on stdout instead of text (its JSON Schema is in schemas/)
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub refresh: RefreshArg,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// A plan saved by `gpuprov plan -out FILE`
+    pub plan_file: PathBuf,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
 #[derive(Debug, Args)]
 pub struct RefreshArg {
     /// Ask the clouds for each machine's current state (default true)
@@ -186,7 +224,8 @@ pub struct PlanArgs {
     /// Exit 0 when there are no changes, 2 when there are, 1 on error
     #[arg(long = "detailed-exitcode")]
     pub detailed_exitcode: bool,
-    /// Print the plan as JSON on stdout
+    /// Print the plan as JSON on stdout, in Terraform's JSON plan shape with gpuprov's
+    /// extras under "gpuprov" (schemas/gpuprov-plan.schema.json)
     #[arg(long)]
     pub json: bool,
     /// Save the plan to FILE for `gpuprov apply FILE`

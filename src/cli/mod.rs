@@ -25,13 +25,18 @@ mod argv;
 pub mod error;
 mod force_unlock;
 mod interrupt;
+pub mod json;
 mod kube;
+mod list;
 mod offers;
 mod preflight;
 mod progress;
+mod show;
 mod state_migrate;
 mod state_pull;
 mod state_push;
+mod status;
+mod validate;
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -49,7 +54,6 @@ use crate::graph::ResourceGraph;
 use crate::machine::{CancelToken, Executor, Providers};
 use crate::plan::{self, Action, Plan};
 use crate::provider::docker::{DockerProvider, DockerSettings};
-use crate::provider::kit::CredentialReport;
 use crate::provider::Lineage;
 use crate::ssh::client::Ssh2Connector;
 use crate::ssh::config_file::{write_ssh_files, SshConfigEntry};
@@ -403,15 +407,16 @@ async fn run(cli: Cli, color: bool) -> CmdResult {
         Command::Plan(a) => cmd_plan(&cli, &project, a).await,
         Command::Apply(a) => cmd_apply(&cli, &project, a, color).await,
         Command::Destroy(a) => cmd_destroy(&cli, &project, a, color).await,
-        Command::Status(r) => cmd_status(&project, r.refresh).await,
-        Command::List => cmd_list(&project),
+        Command::Status(a) => status::run(&project, a).await,
+        Command::List(a) => list::run(&project, a),
+        Command::Show(a) => show::run(a),
         Command::Ssh(a) => cmd_ssh(&project, a).await,
         Command::Graph => {
             let config = project.load_config()?;
             out!("{}", ResourceGraph::build(&config.vms).to_dot());
             Ok(Exit::Success)
         }
-        Command::Validate => cmd_validate(&project).await,
+        Command::Validate(a) => validate::run(&project, a).await,
         Command::Offers(a) => offers::cmd_offers(&project, a).await,
         Command::Kubeconfig(a) => kube::cmd_kubeconfig(&project, a).await,
         Command::Tunnel(a) => kube::cmd_tunnel(&project, a).await,
@@ -530,7 +535,8 @@ async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> CmdResult {
         errln!("note: {n}");
     }
     if a.json {
-        outln!("{}", serde_json::to_string_pretty(&plan).into_diagnostic()?);
+        let json = json::JsonPlan::of(&plan);
+        outln!("{}", serde_json::to_string_pretty(&json).into_diagnostic()?);
     } else {
         out!("{}", plan::render(&plan));
     }
@@ -977,7 +983,7 @@ async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> 
     finish_run(run, &outcomes, &actions, "Apply").await
 }
 
-fn read_saved_plan(path: &Path) -> Result<Plan, Report> {
+pub(super) fn read_saved_plan(path: &Path) -> Result<Plan, Report> {
     let text = std::fs::read_to_string(path)
         .into_diagnostic()
         .wrap_err_with(|| format!("cannot read saved plan {}", path.display()))?;
@@ -1067,140 +1073,6 @@ async fn cmd_destroy(cli: &Cli, project: &Project, a: &DestroyArgs, color: bool)
     finish_run(run, &outcomes, &actions, "Destroy").await
 }
 
-async fn cmd_status(project: &Project, refresh: bool) -> CmdResult {
-    let (_, state) = project.open_state()?;
-    if state.resources.is_empty() {
-        outln!("No machines in {}.", project.location());
-        return Ok(Exit::Success);
-    }
-    let observed = if refresh {
-        let config = project.load_config().ok();
-        let providers = match (config.as_ref(), lineage_of(&state)) {
-            (Some(c), Ok(lineage)) => build_providers(c, &lineage),
-            _ => Providers::default(),
-        };
-        match plan::refresh(&state, &providers).await {
-            Ok(o) => Some(o),
-            Err(e) => {
-                errln!("warning: {e}");
-                None
-            }
-        }
-    } else {
-        None
-    };
-    outln!(
-        "{:<20} {:<24} {:<16} {:<16} {:<22} {:>8}  LAST EVENT",
-        "MACHINE",
-        "STATE",
-        "LOCATION",
-        "INSTANCE",
-        "SSH",
-        "$/H"
-    );
-    for (address, r) in &state.resources {
-        let (st, loc, inst, ssh, price) = match plan::recorded(address, r) {
-            Ok(plan::Recorded::Launch(s)) => {
-                let name = serde_json::to_value(&s)
-                    .ok()
-                    .and_then(|v| v["state"].as_str().map(str::to_string))
-                    .unwrap_or_default();
-                let owned = s.owned();
-                let vm = s.ready().cloned();
-                (
-                    name,
-                    owned
-                        .as_ref()
-                        .map(|o| o.location.to_string())
-                        .unwrap_or_default(),
-                    owned.map(|o| o.instance_ids.join(",")).unwrap_or_default(),
-                    vm.as_ref()
-                        .map(|v| format!("{}@{}:{}", v.user, v.ssh.host, v.ssh.port))
-                        .unwrap_or_default(),
-                    vm.map(|v| format!("{:.2}", v.offer.price_per_hour))
-                        .unwrap_or_default(),
-                )
-            }
-            Ok(plan::Recorded::K3sPending { .. }) => {
-                let name = crate::record::Record::decode(&r.machine.kind, &r.machine.state)
-                    .ok()
-                    .and_then(|rec| rec.tag())
-                    .map(|s| format!("k3s:{s}"))
-                    .unwrap_or_default();
-                let vm = crate::record::vm_of(&r.machine.kind, &r.machine.state);
-                (
-                    name,
-                    vm.as_ref()
-                        .map(|v| v.location.to_string())
-                        .unwrap_or_default(),
-                    vm.as_ref()
-                        .map(|v| v.instance_id.clone())
-                        .unwrap_or_default(),
-                    vm.as_ref()
-                        .map(|v| format!("{}@{}:{}", v.user, v.ssh.host, v.ssh.port))
-                        .unwrap_or_default(),
-                    vm.map(|v| format!("{:.2}", v.offer.price_per_hour))
-                        .unwrap_or_default(),
-                )
-            }
-            Ok(plan::Recorded::Teardown(t)) => {
-                let name = serde_json::to_value(&t)
-                    .ok()
-                    .and_then(|v| v["state"].as_str().map(|s| format!("teardown:{s}")))
-                    .unwrap_or_default();
-                let owned = t.owned();
-                (
-                    name,
-                    owned
-                        .as_ref()
-                        .map(|o| o.location.to_string())
-                        .unwrap_or_default(),
-                    owned.map(|o| o.instance_ids.join(",")).unwrap_or_default(),
-                    String::new(),
-                    String::new(),
-                )
-            }
-            Err(e) => (
-                "invalid".into(),
-                e,
-                String::new(),
-                String::new(),
-                String::new(),
-            ),
-        };
-        let st = match observed.as_ref().and_then(|o| o.get(address)) {
-            Some(plan::Observation::Gone) => format!("{st} (GONE)"),
-            Some(plan::Observation::NotRunning(s)) => format!("{st} ({s:?})"),
-            _ => st,
-        };
-        let last = r
-            .events
-            .back()
-            .map(|e| format!("{} {}", e.at.format("%Y-%m-%d %H:%M:%S"), e.label))
-            .unwrap_or_default();
-        let short_inst: String = inst.chars().take(16).collect();
-        outln!(
-            "{:<20} {:<24} {:<16} {:<16} {:<22} {:>8}  {}",
-            address,
-            st,
-            loc,
-            short_inst,
-            ssh,
-            price,
-            last
-        );
-    }
-    Ok(Exit::Success)
-}
-
-fn cmd_list(project: &Project) -> CmdResult {
-    let (_, state) = project.open_state()?;
-    for (address, r) in &state.resources {
-        outln!("{address}\t{}\t{}", r.machine.kind, r.machine.label);
-    }
-    Ok(Exit::Success)
-}
-
 async fn cmd_ssh(project: &Project, a: &SshArgs) -> CmdResult {
     let (_, state) = project.open_state()?;
     let address = format!("vm.{}", a.name);
@@ -1265,63 +1137,4 @@ async fn cmd_ssh(project: &Project, a: &SshArgs) -> CmdResult {
     .into_diagnostic()?
     .map_err(|e| miette!("{e}"))?;
     Ok(Exit::Remote(status.clamp(0, 255) as u8))
-}
-
-async fn cmd_validate(project: &Project) -> CmdResult {
-    let config = project.load_config()?;
-    // Without a state yet (validate before the first apply) nothing is labelled, so any
-    // lineage serves the credential and reachability checks.
-    let lineage = project
-        .open_state()
-        .ok()
-        .and_then(|(_, s)| Lineage::parse(&s.lineage).ok())
-        .unwrap_or_else(Lineage::random);
-    let providers = build_providers(&config, &lineage);
-    let n = config.vms.len();
-    outln!(
-        "{}: valid ({n} machine{})",
-        project.config_path.display(),
-        if n == 1 { "" } else { "s" }
-    );
-    let mut ok = true;
-    for cloud in config.clouds_in_use() {
-        match providers.get(cloud.as_str()) {
-            Some(_) if cloud == Cloud::Docker => {
-                match docker_provider(Some(&config), &lineage).ping().await {
-                    Ok(where_) => outln!(
-                        "  docker: usable (Docker Engine at {where_}; no credentials needed)"
-                    ),
-                    Err(e) => {
-                        ok = false;
-                        outln!("  docker: NOT usable: {}", e.text())
-                    }
-                }
-            }
-            Some(p) => match p.credentials().await {
-                CredentialReport::Found(at) => outln!("  {cloud}: credential found in {at}"),
-                CredentialReport::NotNeeded(why) => outln!("  {cloud}: adapter available ({why})"),
-                CredentialReport::Missing(looked) => {
-                    ok = false;
-                    outln!(
-                        "  {cloud}: NO credential ({})",
-                        crate::provider::kit::credentials::looked_in(&looked)
-                    )
-                }
-            },
-            None => {
-                ok = false;
-                outln!("  {cloud}: no adapter in this build of gpuprov")
-            }
-        }
-    }
-    let pre = preflight(&config, &providers).await?;
-    pre.notes.iter().for_each(|n| outln!("  note: {n}"));
-    // A machine no cloud offers anything for cannot be created (a running one is kept).
-    for (vm, why) in &pre.no_offers {
-        outln!("  vm.{vm}: NO offers on any of its clouds:");
-        for n in why {
-            outln!("    {}: {}: {}", n.cloud, n.reason.as_str(), n.detail);
-        }
-    }
-    Ok(if ok { Exit::Success } else { Exit::Failure })
 }

@@ -5,44 +5,12 @@ use super::error::{CmdResult, Exit};
 use std::fmt::Write as _;
 
 use miette::{miette, IntoDiagnostic, Report};
-use serde::Serialize;
 
 use super::args::OffersArgs;
+use super::json::OfferRow;
 use super::{clouds_in_this_build, Project};
 use crate::config::{Cloud, Config};
 use crate::provider::{ErrorKind, Lineage, Offer, ResourceRequest};
-
-/// One offer as `offers --json` prints it: the [`Offer`] without its driver-private
-/// detail. Prices in USD per hour.
-#[derive(Debug, Serialize)]
-struct OfferRow<'a> {
-    id: &'a str,
-    cloud: &'a str,
-    region: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    zone: Option<&'a str>,
-    instance_type: &'a str,
-    gpu: Option<&'a str>,
-    gpu_count: u32,
-    spot: bool,
-    price_per_hour: f64,
-}
-
-impl<'a> From<&'a Offer> for OfferRow<'a> {
-    fn from(o: &'a Offer) -> Self {
-        OfferRow {
-            id: &o.id,
-            cloud: &o.location.cloud,
-            region: &o.location.region,
-            zone: o.location.zone.as_deref(),
-            instance_type: &o.instance_type,
-            gpu: o.gpu.as_deref(),
-            gpu_count: o.gpu_count,
-            spot: o.spot,
-            price_per_hour: o.price_per_hour,
-        }
-    }
-}
 
 /// What to ask and whom: the request, the clouds in order, and whether the list keeps
 /// apply's order (`--vm`) or is sorted cheapest first.

@@ -219,7 +219,28 @@ fn plan_json() {
     let (code, out, _) = p.run(&["plan", "--refresh=false", "--json"]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).expect("stdout is JSON only");
-    assert_eq!(v["changes"][0]["action"], "create");
+    // Terraform's JSON plan shape (issue 19), gpuprov's own facts under "gpuprov".
+    assert_eq!(v["format_version"], "1.2");
+    let c = &v["resource_changes"][0];
+    assert_eq!(
+        (&c["address"], &c["type"], &c["name"], &c["mode"]),
+        (
+            &serde_json::json!("vm.dev"),
+            &serde_json::json!("vm"),
+            &serde_json::json!("dev"),
+            &serde_json::json!("managed")
+        )
+    );
+    assert_eq!(c["change"]["actions"], serde_json::json!(["create"]));
+    assert!(c["change"]["before"].is_null());
+    assert_eq!(
+        c["change"]["after"]["clouds"],
+        serde_json::json!(["docker"])
+    );
+    assert_eq!(c["change"]["after_unknown"]["instance"], true);
+    assert_eq!(c["gpuprov"]["action"], "create");
+    assert_eq!(v["gpuprov"]["add"], 1);
+    assert_valid("gpuprov-plan.schema.json", &v);
     p.snapshot("plan_json", &out);
 }
 
@@ -585,12 +606,12 @@ fn plan_lists_the_ordered_offers_with_prices() {
     );
     let (_, json, _) = p.run(&["plan", "--refresh=false", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-    let trainer = v["changes"]
+    let trainer = &v["resource_changes"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["vm"] == "trainer")
-        .unwrap();
+        .find(|c| c["name"] == "trainer")
+        .unwrap()["gpuprov"];
     assert_eq!(
         trainer["offers"][0]["id"],
         "aws/us-east-1/p5.48xlarge/us-east-1a"
@@ -664,12 +685,12 @@ fn offers_for_a_config_machine_keep_applys_order() {
     let offers: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
     let (_, plan, _) = p.run(&["plan", "--refresh=false", "--json"]);
     let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
-    let planned = plan["changes"]
+    let planned = plan["resource_changes"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["vm"] == "trainer")
-        .unwrap()["offers"]
+        .find(|c| c["name"] == "trainer")
+        .unwrap()["gpuprov"]["offers"]
         .as_array()
         .unwrap()
         .clone();
@@ -950,7 +971,7 @@ fn a_machine_without_offers_fails_the_plan_with_each_clouds_reason() {
         run_no_offers(&p, &["plan", "-refresh=false", "-allow-no-offers", "-json"]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-    let reasons: Vec<&str> = v["changes"][0]["no_offers"]
+    let reasons: Vec<&str> = v["resource_changes"][0]["gpuprov"]["no_offers"]
         .as_array()
         .unwrap()
         .iter()
@@ -971,4 +992,122 @@ fn a_running_machine_without_offers_still_plans_no_changes() {
     let (code, out, err) = run_no_offers(&p, &["plan", "--refresh=false", "--detailed-exitcode"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("No changes."), "{out}");
+}
+
+/// Checks `value` against `schemas/NAME`, the committed JSON Schema of an output.
+fn assert_valid(name: &str, value: &serde_json::Value) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/schemas/").to_string() + name;
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(value)
+        .map(|e| format!("{e} at {}", e.instance_path))
+        .collect();
+    assert!(errors.is_empty(), "{name}: {errors:?}\n{value:#}");
+}
+
+fn json_of(out: &str) -> serde_json::Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {out}"))
+}
+
+/// Issue 19: `show -json PLANFILE` is `plan -json`, as Terraform's `show -json`; `show`
+/// alone is the text plan.
+#[test]
+fn show_prints_a_saved_plan_as_text_or_terraform_json() {
+    let p = Project::new(DOCKER_TOML);
+    assert_eq!(p.run(&["plan", "-refresh=false", "-out=tfplan"]).0, 0);
+    let (code, shown, err) = p.run(&["show", "-json", "tfplan"]);
+    assert_eq!(code, 0, "{err}");
+    let (_, planned, _) = p.run(&["plan", "-refresh=false", "-json"]);
+    // Without a state, each plan picks the lineage the first state will have.
+    let without_lineage = |text: &str| {
+        let mut v = json_of(text);
+        v["gpuprov"]["lineage"] = serde_json::Value::Null;
+        v
+    };
+    assert_eq!(without_lineage(&shown), without_lineage(&planned));
+    assert_valid("gpuprov-plan.schema.json", &json_of(&shown));
+    let (code, text, _) = p.run(&["show", "tfplan"]);
+    assert_eq!(code, 0);
+    assert!(text.contains("# vm.dev will be created"), "{text}");
+    let (code, _, err) = p.run(&["show", "-json", "nope"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot read saved plan nope"), "{err}");
+}
+
+/// Issue 19: a replacement in Terraform's shape: before and after, ["delete", "create"],
+/// and the setting that forces it as a replace path.
+#[test]
+fn plan_json_of_a_replacement_has_before_after_and_replace_paths() {
+    let p = Project::new(&format!("{DOCKER_TOML}image = \"debian:12\"\n"));
+    p.with_ready(&dev());
+    let (code, out, _) = p.run(&["plan", "-refresh=false", "-json"]);
+    assert_eq!(code, 0);
+    let v = json_of(&out);
+    assert_valid("gpuprov-plan.schema.json", &v);
+    let c = &v["resource_changes"][0]["change"];
+    assert_eq!(c["actions"], serde_json::json!(["delete", "create"]));
+    assert!(c["before"]["image"].is_null(), "{c:#}");
+    assert_eq!(c["after"]["image"], "debian:12");
+    assert_eq!(c["replace_paths"], serde_json::json!([["image"]]));
+    assert_eq!(v["resource_changes"][0]["gpuprov"]["action"], "replace");
+    assert_eq!(v["applyable"], true);
+}
+
+/// Issue 19: `status -json` and `list -json` fit their schemas.
+#[test]
+fn status_and_list_print_json_that_fits_their_schemas() {
+    let p = Project::new(DOCKER_TOML);
+    let (code, out, _) = p.run(&["status", "-json"]);
+    assert_eq!(code, 0);
+    let v = json_of(&out);
+    assert_valid("gpuprov-status.schema.json", &v);
+    assert_eq!(v["machines"], serde_json::json!([]));
+    p.with_ready(&dev());
+    let (code, out, err) = p.run(&["status", "-refresh=false", "-json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json_of(&out);
+    assert_valid("gpuprov-status.schema.json", &v);
+    let m = &v["machines"][0];
+    assert_eq!(m["address"], "vm.dev");
+    assert_eq!(m["state"], "ready");
+    assert_eq!(m["instance_ids"], serde_json::json!(["c0ffee"]));
+    assert_eq!(m["ssh"], "root@127.0.0.1:32768");
+    p.snapshot("status_json", &out);
+    let (code, out, _) = p.run(&["list", "-json"]);
+    assert_eq!(code, 0);
+    let v = json_of(&out);
+    assert_valid("gpuprov-list.schema.json", &v);
+    assert_eq!(
+        v["machines"],
+        serde_json::json!([{"address": "vm.dev", "kind": "launch", "label": "ready c0ffee"}])
+    );
+}
+
+/// Issue 19: `offers -json` and `validate -json` fit their schemas. Lambda's key is a
+/// sentinel and its endpoint a closed loopback port: the key is found, the catalog is not.
+#[test]
+fn offers_and_validate_print_json_that_fits_their_schemas() {
+    let p = Project::new("[vm.trainer]\nclouds = [\"lambda\"]\ngpu = \"H100\"\n");
+    let (code, out, err) = p.run(&["offers", "--cloud", "aws", "--gpu", "A10G", "-json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json_of(&out);
+    assert_valid("gpuprov-offers.schema.json", &v);
+    assert!(!v.as_array().unwrap().is_empty());
+    let out = p
+        .cmd(&["validate", "-json"])
+        .env("LAMBDA_API_KEY", "sentinel-lambda-key")
+        .env("GPUPROV_LAMBDA_ENDPOINT", "http://127.0.0.1:9")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(!text.contains("sentinel-lambda-key"), "{text}");
+    let v = json_of(&text);
+    assert_valid("gpuprov-validate.schema.json", &v);
+    assert_eq!(v["valid"], true);
+    assert_eq!(v["clouds"][0]["cloud"], "lambda");
+    assert_eq!(v["clouds"][0]["usable"], true);
+    assert_eq!(v["no_offers"]["trainer"][0]["reason"], "api_error");
 }
