@@ -1111,3 +1111,53 @@ fn offers_and_validate_print_json_that_fits_their_schemas() {
     assert_eq!(v["clouds"][0]["usable"], true);
     assert_eq!(v["no_offers"]["trainer"][0]["reason"], "api_error");
 }
+
+/// Issue 19: every kind of change `plan -json` prints (create, no-op, update, replace,
+/// destroy) fits the fields of Terraform's JSON plan that consumers read
+/// (`tests/fixtures/terraform-plan-shared.schema.json`, transcribed from
+/// hashicorp/terraform-json) as well as gpuprov's own schema.
+#[test]
+fn plan_json_fits_terraforms_plan_structure_for_every_action() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/terraform-plan-shared.schema.json"
+    );
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let terraform = jsonschema::validator_for(&schema).expect("schema compiles");
+    let p = Project::new(&format!("{DOCKER_TOML}\n[vm.web]\nregions = [\"local\"]\n"));
+    let mut old = dev();
+    old.name = "old".into();
+    p.with_ready(&old); // destroy
+    p.with_ready(&dev()); // no-op
+    let mut actions = std::collections::BTreeSet::new();
+    for config in [
+        format!("{DOCKER_TOML}\n[vm.web]\nregions = [\"local\"]\n"),
+        format!("{DOCKER_TOML}retry_until_up = true\n"),
+        format!("{DOCKER_TOML}image = \"debian:12\"\n"),
+    ] {
+        std::fs::write(p.path("gpuprov.toml"), config).unwrap();
+        let (code, out, err) = p.run(&["plan", "-refresh=false", "-json"]);
+        assert_eq!(code, 0, "{err}");
+        let v = json_of(&out);
+        let errors: Vec<String> = terraform
+            .iter_errors(&v)
+            .map(|e| format!("{e} at {}", e.instance_path))
+            .collect();
+        assert!(errors.is_empty(), "{errors:?}\n{v:#}");
+        assert_valid("gpuprov-plan.schema.json", &v);
+        for c in v["resource_changes"].as_array().unwrap() {
+            actions.insert(c["change"]["actions"].to_string());
+        }
+    }
+    assert_eq!(
+        actions.into_iter().collect::<Vec<_>>(),
+        [
+            r#"["create"]"#,
+            r#"["delete","create"]"#,
+            r#"["delete"]"#,
+            r#"["no-op"]"#,
+            r#"["update"]"#
+        ]
+    );
+}
