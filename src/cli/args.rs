@@ -50,6 +50,10 @@ pub struct Cli {
         env = "GPUPROV_SSH_KEY_FILE"
     )]
     pub ssh_key: Option<PathBuf>,
+    /// Ask for confirmation when needed (default true); --input=false fails instead, as
+    /// without a terminal (Terraform's -input=false)
+    #[arg(long, global = true, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub input: bool,
     /// Disable colours and live progress (also when NO_COLOR is set or output is not a terminal)
     #[arg(long = "no-color", global = true)]
     pub no_color: bool,

@@ -560,9 +560,15 @@ async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> CmdResult {
     })
 }
 
-fn confirm(what: &str, auto_approve: bool) -> Result<bool, Report> {
+fn confirm(cli: &Cli, what: &str, auto_approve: bool) -> Result<bool, Report> {
     if auto_approve {
         return Ok(true);
+    }
+    if !cli.input {
+        return Err(miette!(
+            help = "pass --auto-approve to run without confirmation (for example in CI)",
+            "{what} needs confirmation, but input is off (--input=false)"
+        ));
     }
     if !std::io::stdin().is_terminal() {
         return Err(miette!(
@@ -947,7 +953,7 @@ async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> 
                 // Before asking: a missing key is said before anyone types "yes".
                 project_key(project, &state, KeyUse::Apply)?;
             }
-            if plan.has_changes() && !confirm("apply", a.auto_approve)? {
+            if plan.has_changes() && !confirm(cli, "apply", a.auto_approve)? {
                 errln!("Apply cancelled.");
                 return Ok(Exit::Failure);
             }
@@ -1059,7 +1065,7 @@ async fn cmd_destroy(cli: &Cli, project: &Project, a: &DestroyArgs, color: bool)
         "\nPlan: 0 to add, 0 to change, {} to destroy.",
         addresses.len()
     );
-    if !confirm("destroy", a.auto_approve)? {
+    if !confirm(cli, "destroy", a.auto_approve)? {
         errln!("Destroy cancelled.");
         return Ok(Exit::Failure);
     }

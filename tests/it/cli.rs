@@ -888,6 +888,16 @@ fn terraform_spellings_work_beside_the_double_dash_ones() {
     serde_json::from_str::<serde_json::Value>(&json).expect("-json prints JSON");
     let (code, _, err) = p.run(&["plan", "-chdir=sub", "-refresh=false"]);
     assert_eq!(code, 0, "a global flag after the subcommand: {err}");
+    // Terraform's -input=false: never prompt, even on a terminal.
+    let (code, _, err) = p.run(&["-chdir=sub", "apply", "-input=false", "-refresh=false"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("input is off (--input=false)"), "{err}");
+    assert_eq!(
+        p.run(&["-chdir=sub", "plan", "-input=false", "-refresh=false"])
+            .0,
+        0,
+        "plan never asks"
+    );
     // Without -chdir there is no config here.
     assert_eq!(p.run(&["plan", "-refresh=false"]).0, 1);
     let (code, _, err) = p.run(&["-chdir=nowhere", "plan"]);
