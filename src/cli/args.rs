@@ -285,7 +285,12 @@ pub struct DestroyArgs {
 #[derive(Debug, Args)]
 pub struct SshArgs {
     /// Machine name as in [vm.NAME]
-    pub name: String,
+    #[arg(required_unless_present = "print_config")]
+    pub name: Option<String>,
+    /// Print this project's ssh config (its Host aliases: gpuprov-PROJECT-NAME, and
+    /// gpuprov-NAME while no other project uses it) and the Include line for ~/.ssh/config
+    #[arg(long = "print-config", conflicts_with_all = ["name", "command"])]
+    pub print_config: bool,
     /// Command to run instead of a shell (after --)
     #[arg(last = true)]
     pub command: Vec<String>,

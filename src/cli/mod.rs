@@ -32,6 +32,7 @@ mod offers;
 mod preflight;
 mod progress;
 mod show;
+mod ssh;
 mod state_migrate;
 mod state_pull;
 mod state_push;
@@ -56,8 +57,7 @@ use crate::plan::{self, Action, Plan};
 use crate::provider::docker::{DockerProvider, DockerSettings};
 use crate::provider::Lineage;
 use crate::ssh::client::Ssh2Connector;
-use crate::ssh::config_file::{write_ssh_files, SshConfigEntry};
-use crate::ssh::keys::{KeySource, ProjectKey};
+use crate::ssh::keys::ProjectKey;
 use crate::ssh::supply::{KeyRequest, KeySupply, SshIdentity, ENV_AGENT, ENV_PRIVATE_KEY};
 use crate::state::lock::StateLock;
 use crate::state::{Backend, StateFile, StateStore};
@@ -66,7 +66,7 @@ use error::{CmdResult, CommandError};
 pub use error::{Exit, EXIT_CODES};
 use preflight::{preflight, Preflight};
 
-use args::{ApplyArgs, Cli, Command, DestroyArgs, K8sArgs, PlanArgs, SshArgs, StateCommand};
+use args::{ApplyArgs, Cli, Command, DestroyArgs, K8sArgs, PlanArgs, StateCommand};
 
 /// Entry point of the `gpuprov` binary: parses the command line (after [`argv`]'s
 /// single-dash normalisation), runs the command, prints a failure's diagnostic and
@@ -410,7 +410,7 @@ async fn run(cli: Cli, color: bool) -> CmdResult {
         Command::Status(a) => status::run(&project, a).await,
         Command::List(a) => list::run(&project, a),
         Command::Show(a) => show::run(a),
-        Command::Ssh(a) => cmd_ssh(&project, a).await,
+        Command::Ssh(a) => ssh::run(&project, a).await,
         Command::Graph => {
             let config = project.load_config()?;
             out!("{}", ResourceGraph::build(&config.vms).to_dot());
@@ -775,8 +775,9 @@ async fn finish_run(
         return Err(Report::new(e).into());
     }
     let state = run.journal.snapshot();
-    if let Err(e) = write_ssh_config(&state, &run.key) {
-        errln!("warning: cannot write the ssh config: {e}");
+    match ssh::write_ssh_config(&state, &run.key) {
+        Ok(warnings) => warnings.iter().for_each(|w| errln!("warning: {w}")),
+        Err(e) => errln!("warning: cannot write the ssh config: {e}"),
     }
     let mut failed = false;
     let mut interrupted = false;
@@ -861,41 +862,6 @@ async fn finish_run(
     Ok(Exit::Success)
 }
 
-/// Writes the ssh config and known_hosts of `state`'s machines into the project
-/// directory, naming `key` (its file, or the public half of a supplied key) as the
-/// identity; nothing for a key with no private half here.
-fn write_ssh_config(state: &StateFile, key: &ProjectKey) -> Result<(), String> {
-    let dir = project_dir(&state.lineage);
-    let has_entries = state
-        .resources
-        .values()
-        .any(|r| crate::record::vm_of(&r.machine.kind, &r.machine.state).is_some());
-    if !has_entries && !dir.exists() {
-        return Ok(());
-    }
-    let Some(key_path) = key.config_identity_file(&dir).map_err(|e| e.to_string())? else {
-        return Ok(());
-    };
-    let entries: Vec<SshConfigEntry> = state
-        .resources
-        .iter()
-        .filter_map(|(address, r)| {
-            let vm = crate::record::vm_of(&r.machine.kind, &r.machine.state)?;
-            Some(SshConfigEntry {
-                host_alias: format!("gpuprov-{}", address.trim_start_matches("vm.")),
-                hostname: vm.ssh.host.clone(),
-                port: vm.ssh.port,
-                user: vm.user.clone(),
-                identity_file: key_path.clone(),
-                host_key: vm.host_key.clone(),
-            })
-        })
-        .collect();
-    write_ssh_files(&dir, &entries)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
-}
-
 async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> CmdResult {
     let mut config = project.load_config()?;
     if a.plan_file.is_some() && (a.k8s.k8s || a.k8s.no_k8s) {
@@ -964,8 +930,9 @@ async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> 
         // A run killed after its last transition may not have written these; without the
         // key on this machine there is nothing to name in them (and nothing to apply).
         if let Ok(key) = project_key(project, &state, KeyUse::Connect) {
-            if let Err(e) = write_ssh_config(&state, &key) {
-                errln!("warning: cannot write the ssh config: {e}");
+            match ssh::write_ssh_config(&state, &key) {
+                Ok(warnings) => warnings.iter().for_each(|w| errln!("warning: {w}")),
+                Err(e) => errln!("warning: cannot write the ssh config: {e}"),
             }
         }
         return Ok(Exit::Success);
@@ -1077,70 +1044,4 @@ async fn cmd_destroy(cli: &Cli, project: &Project, a: &DestroyArgs, color: bool)
         .map(|a| (a.clone(), Action::Destroy))
         .collect();
     finish_run(run, &outcomes, &actions, "Destroy").await
-}
-
-async fn cmd_ssh(project: &Project, a: &SshArgs) -> CmdResult {
-    let (_, state) = project.open_state()?;
-    let address = format!("vm.{}", a.name);
-    let rec = state.resources.get(&address).ok_or_else(|| {
-        miette!(
-            help = "list machines with `gpuprov list`",
-            "no machine named {:?} in {}",
-            a.name,
-            project.location()
-        )
-    })?;
-    let vm = crate::record::vm_of(&rec.machine.kind, &rec.machine.state).ok_or_else(|| {
-        miette!(
-            help = "run `gpuprov apply` first",
-            "{address} is not up: {}",
-            rec.machine.label
-        )
-    })?;
-    let key = project_key(project, &state, KeyUse::Connect)?;
-    if a.command.is_empty() {
-        // An interactive shell is best served by the user's OpenSSH client, through the
-        // generated config that pins the host key.
-        write_ssh_config(&state, &key).map_err(|e| miette!("cannot write the ssh config: {e}"))?;
-        let cfg = project_dir(&state.lineage).join("ssh_config");
-        let mut ssh = std::process::Command::new("ssh");
-        ssh.arg("-F").arg(&cfg);
-        if let KeySource::Memory(_) = key.source() {
-            // The config names only the public half of a key from the environment; this
-            // session gets a temporary copy, removed when `key` is dropped.
-            let identity = key.openssh_identity().map_err(|e| miette!("{e}"))?;
-            ssh.arg("-i").arg(identity);
-        }
-        let status = ssh
-            .arg(format!("gpuprov-{}", a.name))
-            // The key's text stays with gpuprov: ssh and the remote shell never see it.
-            .env_remove(ENV_PRIVATE_KEY)
-            .status()
-            .into_diagnostic()
-            .wrap_err(
-                "cannot run the ssh client (install openssh-client, or pass a command after --)",
-            )?;
-        return Ok(Exit::Remote(status.code().unwrap_or(1).clamp(0, 255) as u8));
-    }
-    // As OpenSSH does: the words are joined with spaces and the remote shell parses them,
-    // so `-- 'nvidia-smi | head'` and `-- exit 7` mean what they do with ssh.
-    let command = a.command.join(" ");
-    let (endpoint, user, pinned) = (vm.ssh.clone(), vm.user.clone(), vm.host_key.clone());
-    // Piped input is forwarded (`tar c . | gpuprov ssh vm -- tar x`); a terminal is not.
-    let stdin: Option<Box<dyn std::io::Read + Send>> = (!std::io::stdin().is_terminal())
-        .then(|| Box::new(std::io::stdin()) as Box<dyn std::io::Read + Send>);
-    let status = tokio::task::spawn_blocking(move || {
-        let mut out = std::io::stdout();
-        let mut err = std::io::stderr();
-        let io = crate::ssh::client::ExecIo {
-            stdin,
-            stdout: &mut out,
-            stderr: &mut err,
-        };
-        crate::ssh::client::exec(&endpoint, &user, &key, &pinned, &command, io)
-    })
-    .await
-    .into_diagnostic()?
-    .map_err(|e| miette!("{e}"))?;
-    Ok(Exit::Remote(status.clamp(0, 255) as u8))
 }

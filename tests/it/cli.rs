@@ -484,6 +484,7 @@ fn every_command_has_help() {
         "offers",
         "kubeconfig",
         "tunnel",
+        "show",
     ] {
         let (code, out, _) = p.run(&[cmd, "--help"]);
         assert_eq!(code, 0, "{cmd}");
