@@ -100,6 +100,25 @@ pub enum Command {
     Kubeconfig(KubeconfigArgs),
     /// Forward 127.0.0.1:6443 to a machine's Kubernetes API over SSH until Ctrl-C
     Tunnel(TunnelArgs),
+    /// Print shell completions (for example `gpuprov completion bash > /etc/bash_completion.d/gpuprov`)
+    Completion(CompletionArgs),
+    /// Print the man page (roff), or write one page per command into a directory
+    Man(ManArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionArgs {
+    /// The shell to complete in
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write gpuprov.1 and a page per command (gpuprov-plan.1, …) into DIR instead of
+    /// printing gpuprov.1
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 /// `--k8s` / `--no-k8s`: override `kubernetes` for every machine of the config.

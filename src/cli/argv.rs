@@ -252,7 +252,11 @@ mod tests {
             let positionals: Vec<String> = scope
                 .get_positionals()
                 .filter(|a| a.is_required_set())
-                .map(|_| "x".to_string())
+                .map(|a| {
+                    a.get_possible_values()
+                        .first()
+                        .map_or_else(|| "x".to_string(), |v| v.get_name().to_string())
+                })
                 .collect();
             for arg in scope.get_arguments() {
                 let Some(long) = arg.get_long() else { continue };

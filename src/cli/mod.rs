@@ -22,12 +22,14 @@ macro_rules! err {
 
 pub mod args;
 mod argv;
+mod completion;
 pub mod error;
 mod force_unlock;
 mod interrupt;
 pub mod json;
 mod kube;
 mod list;
+mod man;
 mod offers;
 mod preflight;
 mod progress;
@@ -420,6 +422,8 @@ async fn run(cli: Cli, color: bool) -> CmdResult {
         Command::Offers(a) => offers::cmd_offers(&project, a).await,
         Command::Kubeconfig(a) => kube::cmd_kubeconfig(&project, a).await,
         Command::Tunnel(a) => kube::cmd_tunnel(&project, a).await,
+        Command::Completion(a) => completion::run(a),
+        Command::Man(a) => man::run(a),
         Command::State(StateCommand::List) => {
             let (_, state) = project.open_state()?;
             for a in state.resources.keys() {

@@ -1172,3 +1172,66 @@ fn plan_json_fits_terraforms_plan_structure_for_every_action() {
         ]
     );
 }
+
+/// Issue 19: completions for bash, zsh and fish come from the clap definitions; the bash
+/// script parses and registers itself, and offers the flags and commands there are.
+#[test]
+fn completions_are_generated_for_each_shell() {
+    let p = Project::new(DOCKER_TOML);
+    for (shell, marker) in [
+        ("bash", "complete -F _gpuprov"),
+        ("zsh", "#compdef gpuprov"),
+        ("fish", "complete -c gpuprov"),
+    ] {
+        let (code, out, err) = p.run(&["completion", shell]);
+        assert_eq!(code, 0, "{shell}: {err}");
+        assert!(out.contains(marker), "{shell}: {out}");
+        // fish spells long flags `-l NAME`.
+        for word in [
+            "plan",
+            "apply",
+            "auto-approve",
+            "detailed-exitcode",
+            "chdir",
+        ] {
+            assert!(out.contains(word), "{shell} lacks {word}");
+        }
+    }
+    let (_, script, _) = p.run(&["completion", "bash"]);
+    std::fs::write(p.path("gpuprov.bash"), &script).unwrap();
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg("source ./gpuprov.bash && complete -p gpuprov")
+        .current_dir(p.dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("gpuprov"),
+        "{out:?}"
+    );
+    assert_eq!(
+        p.run(&["completion", "tcsh"]).0,
+        1,
+        "an unknown shell is a usage error"
+    );
+}
+
+/// Issue 19: the man page comes from the clap definitions, with the exit-code table; with
+/// --dir, one page per command.
+#[test]
+fn the_man_page_is_generated_with_every_command() {
+    let p = Project::new(DOCKER_TOML);
+    let (code, page, err) = p.run(&["man"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(page.contains(".TH gpuprov 1"), "{page}");
+    for word in ["plan", "apply", "destroy", "Exit codes", "130"] {
+        assert!(page.contains(word), "the page lacks {word}");
+    }
+    let (code, _, err) = p.run(&["man", "--dir", "man"]);
+    assert_eq!(code, 0, "{err}");
+    for file in ["gpuprov.1", "gpuprov-plan.1", "gpuprov-state-push.1"] {
+        let text = std::fs::read_to_string(p.path("man").join(file))
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(text.contains(".TH "), "{file}");
+    }
+}
