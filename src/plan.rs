@@ -99,6 +99,21 @@ impl Change {
     pub fn needs_offer(&self) -> bool {
         matches!(self.action, Action::Create | Action::Replace)
     }
+
+    /// Whether a machine without offers only has to wait for one: it retries until up
+    /// (`retry_until_up`, or `retry_all` for `apply --retry-until-up`) and every cloud's
+    /// reason is a market condition (nothing in stock that matches, everything above the
+    /// max price), not one that waiting cannot fix.
+    pub fn waits_for_offers(&self, retry_all: bool) -> bool {
+        let retries = retry_all || self.desired.as_ref().is_some_and(|d| d.retry_until_up);
+        retries
+            && self.no_offers.iter().all(|n| {
+                matches!(
+                    n.reason,
+                    NoOfferReason::NoMatch | NoOfferReason::AboveMaxPrice
+                )
+            })
+    }
 }
 
 /// Why one cloud of a machine has no offer for it.
@@ -676,9 +691,11 @@ pub fn render(plan: &Plan) -> String {
 /// has none, each cloud's reason).
 fn render_offers(out: &mut String, c: &Change) {
     if c.needs_offer() && !c.no_offers.is_empty() {
-        out.push_str(
-            "\n      # NO offers: apply cannot create it (planned with --allow-no-offers):\n",
-        );
+        out.push_str(if c.waits_for_offers(false) {
+            "\n      # NO offers now: apply waits for one (retry_until_up):\n"
+        } else {
+            "\n      # NO offers: apply cannot create it (planned with --allow-no-offers):\n"
+        });
         let width = c.no_offers.iter().map(|n| n.cloud.len()).max().unwrap_or(0);
         for n in &c.no_offers {
             let _ = writeln!(

@@ -44,10 +44,7 @@ pub(super) fn install_default() {
             if !TAKEN_OVER.load(Ordering::SeqCst) {
                 let e = CommandError::new(
                     Kind::Interrupted,
-                    miette::miette!(
-                        code = "gpuprov::interrupted",
-                        "interrupted before any machine was touched"
-                    ),
+                    miette::miette!(code = "gpuprov::interrupted", "interrupted"),
                 );
                 errln!();
                 e.print();

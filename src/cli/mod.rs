@@ -530,7 +530,7 @@ async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> CmdResult {
     let pre = preflight(&config, &providers).await?;
     let plan = make_plan(&config, &state, &providers, a.refresh.refresh, &pre).await?;
     if !a.allow_no_offers {
-        if let Some(e) = preflight::no_offers_error(&plan) {
+        if let Some(e) = preflight::no_offers_error(&plan, false) {
             return Err(e.into());
         }
     }
@@ -914,7 +914,7 @@ async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> 
         _ => {
             let plan = make_plan(&config, &state, &providers, a.refresh.refresh, &pre).await?;
             if !a.allow_no_offers {
-                if let Some(e) = preflight::no_offers_error(&plan) {
+                if let Some(e) = preflight::no_offers_error(&plan, false) {
                     return Err(e.into());
                 }
             }

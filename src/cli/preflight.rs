@@ -25,12 +25,16 @@ pub(super) struct Preflight {
 
 /// An error naming every machine `plan` would create (or replace) although no cloud
 /// offers anything for it, with each cloud's reason; `None` when there is none. A
-/// machine that is up (or only resumed) needs no offer.
-pub(super) fn no_offers_error(plan: &Plan) -> Option<Report> {
+/// machine that is up (or only resumed) needs no offer, and one that waits for capacity
+/// (`retry_until_up`, or every machine with `apply --retry-until-up`: `retry_all`) is not
+/// blocked by a market condition (nothing in stock that matches, everything above the
+/// max price), only by what waiting cannot fix (credentials, an API error, no adapter).
+pub(super) fn no_offers_error(plan: &Plan, retry_all: bool) -> Option<Report> {
     let machines: BTreeMap<String, Vec<NoOffer>> = plan
         .changes
         .iter()
         .filter(|c| c.needs_offer() && !c.no_offers.is_empty())
+        .filter(|c| !(c.waits_for_offers(retry_all)))
         .map(|c| (c.vm.clone(), c.no_offers.clone()))
         .collect();
     (!machines.is_empty()).then(|| Report::new(NoOffersError { machines }))

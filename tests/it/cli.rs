@@ -850,10 +850,7 @@ fn an_interrupt_while_waiting_for_the_lock_exits_130() {
         std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
         let status = child.wait().unwrap();
         assert_eq!(status.code(), Some(130), "signal {signal}: {rest}");
-        assert!(
-            rest.contains("interrupted before any machine was touched"),
-            "{rest}"
-        );
+        assert!(rest.contains("gpuprov::interrupted"), "{rest}");
         assert!(started.elapsed() < std::time::Duration::from_secs(20));
     }
 }
@@ -1234,4 +1231,28 @@ fn the_man_page_is_generated_with_every_command() {
             .unwrap_or_else(|e| panic!("{file}: {e}"));
         assert!(text.contains(".TH "), "{file}");
     }
+}
+
+/// A machine that retries until up waits for stock: nothing matching (or everything above
+/// its price) is no error for it, but what waiting cannot fix (no credentials) still is.
+#[test]
+fn a_machine_that_retries_until_up_waits_for_offers_unless_waiting_cannot_help() {
+    let p = Project::new(
+        "[vm.trainer]\nclouds = [\"aws\"]\ngpu = \"H100\"\nmax_price_per_hour = 1.0\nretry_until_up = true\n",
+    );
+    let (code, out, err) = p.run(&["plan", "-refresh=false"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("NO offers now: apply waits for one (retry_until_up)")
+            && out.contains("everything above the max price"),
+        "{out}"
+    );
+    let (code, _, err) = run_no_offers(
+        &Project::new(
+            "[vm.trainer]\nclouds = [\"lambda\"]\ngpu = \"H100\"\nretry_until_up = true\n",
+        ),
+        &["plan", "-refresh=false"],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("no credentials: "), "{err}");
 }
