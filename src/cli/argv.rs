@@ -61,7 +61,7 @@ pub fn normalize(cmd: &Command, args: Vec<OsString>) -> Result<Vec<OsString>, Co
                 out.push(format!("-{s}").into());
                 !body.contains('=') && needs_value(arg)
             } else {
-                return Err(unknown(scope, &path, name));
+                return Err(unknown(cmd, scope, &path, name));
             }
         } else {
             // A subcommand or a positional value.
@@ -104,8 +104,9 @@ pub fn long_flags(scope: &Command) -> impl Iterator<Item = &str> {
     scope.get_arguments().filter_map(Arg::get_long)
 }
 
-/// The usage error for `-NAME`, with the nearest long flag of `scope` as the hint.
-fn unknown(scope: &Command, path: &[&str], name: &str) -> CommandError {
+/// The usage error for `-NAME` at `scope`: the nearest long flag there as the hint, else
+/// the commands of `root` that have such a flag, else how one-letter options take values.
+fn unknown(root: &Command, scope: &Command, path: &[&str], name: &str) -> CommandError {
     let nearest = long_flags(scope)
         .map(|l| (strsim::jaro(name, l), l))
         .filter(|(score, _)| *score > 0.8)
@@ -116,16 +117,43 @@ fn unknown(scope: &Command, path: &[&str], name: &str) -> CommandError {
         .collect::<Vec<_>>()
         .join(" ");
     let first = name.chars().next().unwrap_or('-');
+    let elsewhere = commands_with(root, name);
     let help = match nearest {
         Some(l) => format!("did you mean -{l} (--{l})? See `{command} --help`"),
+        None if !elsewhere.is_empty() => format!(
+            "-{name} is a flag of {}, not of `{command}`",
+            elsewhere
+                .iter()
+                .map(|c| format!("`{c}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         None if find_short(scope, first).is_some() => format!(
             "-{first} takes its value as the next word (-{first} VALUE) or after = (-{first}=VALUE); a single-dash word is a long flag, as in Terraform. See `{command} --help`"
         ),
         None => format!(
-            "a single-dash word is a long flag, as in Terraform (-auto-approve is --auto-approve); see `{command} --help` for the flags here"
+            "see `{command} --help` for its flags (a single-dash word is a long flag, as in Terraform)"
         ),
     };
     CommandError::usage(format!("unknown flag -{name} for `{command}`"), Some(help))
+}
+
+/// The (sub)commands under `root` that have the long flag `name`, as `gpuprov SUB`.
+fn commands_with(root: &Command, name: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack: Vec<(String, &Command)> = vec![("gpuprov".to_string(), root)];
+    while let Some((path, c)) = stack.pop() {
+        if c.get_arguments()
+            .any(|a| a.get_long() == Some(name) && !a.is_global_set())
+        {
+            found.push(path.clone());
+        }
+        for sub in c.get_subcommands().filter(|s| s.get_name() != "help") {
+            stack.push((format!("{path} {}", sub.get_name()), sub));
+        }
+    }
+    found.sort();
+    found
 }
 
 #[cfg(test)]
@@ -225,12 +253,18 @@ mod tests {
         assert!(e.contains("did you mean -chdir"), "{e}");
         let e = norm(&["-cfoo.toml", "plan"]).unwrap_err();
         assert!(e.contains("-c takes its value as the next word"), "{e}");
-        // A flag of another subcommand is not one here.
+        // A flag of another subcommand is not one here, and the hint says whose it is.
         let e = norm(&["plan", "-auto-approve"]).unwrap_err();
         assert!(
             e.contains("unknown flag -auto-approve for `gpuprov plan`"),
             "{e}"
         );
+        assert!(
+            e.contains("-auto-approve is a flag of `gpuprov apply`, `gpuprov destroy`"),
+            "{e}"
+        );
+        let e = norm(&["plan", "-frobnicate"]).unwrap_err();
+        assert!(e.contains("see `gpuprov plan --help` for its flags"), "{e}");
     }
 
     /// Every long flag of every (sub)command, spelt with one dash, parses as that flag.
