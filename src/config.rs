@@ -206,7 +206,7 @@ pub type VmTable = VmSettings;
 ///
 /// This is also the "desired" snapshot recorded in the state when applied, so its
 /// serialized field names are part of the state format.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct VmSpec {
     pub name: String,
     pub clouds: Vec<Cloud>,

@@ -21,7 +21,7 @@ use crate::vm::{LaunchState, TeardownState};
 pub const PLAN_FORMAT_VERSION: u32 = 1;
 
 /// What apply will do to one machine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     NoOp,
@@ -49,7 +49,7 @@ impl Action {
 }
 
 /// One attribute's change.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AttrChange {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -76,6 +76,10 @@ pub struct Change {
     /// The desired settings after apply (`None` when destroyed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired: Option<VmSpec>,
+    /// The settings the state recorded when the machine was last applied (`None` for a
+    /// machine the state does not have, or a record older than the snapshot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<VmSpec>,
     /// The price of what will run for this machine after apply, USD per hour, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price_per_hour: Option<f64>,
@@ -83,10 +87,75 @@ pub struct Change {
     /// (clouds in preference order, each cloud's own order), from the catalog lookup.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub offers: Vec<OfferLine>,
+    /// For a machine no cloud offers anything for: each cloud's reason, in the machine's
+    /// order of clouds (planned only with `--allow-no-offers`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub no_offers: Vec<NoOffer>,
+}
+
+impl Change {
+    /// Whether apply needs an offer for this change: a machine is created (or
+    /// replaced); one that is up, or resumed where it stopped, needs none.
+    pub fn needs_offer(&self) -> bool {
+        matches!(self.action, Action::Create | Action::Replace)
+    }
+
+    /// Whether a machine without offers only has to wait for one: it retries until up
+    /// (`retry_until_up`, or `retry_all` for `apply --retry-until-up`) and every cloud's
+    /// reason is a market condition (nothing in stock that matches, everything above the
+    /// max price), not one that waiting cannot fix.
+    pub fn waits_for_offers(&self, retry_all: bool) -> bool {
+        let retries = retry_all || self.desired.as_ref().is_some_and(|d| d.retry_until_up);
+        retries
+            && self.no_offers.iter().all(|n| {
+                matches!(
+                    n.reason,
+                    NoOfferReason::NoMatch | NoOfferReason::AboveMaxPrice
+                )
+            })
+    }
+}
+
+/// Why one cloud of a machine has no offer for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NoOffer {
+    pub cloud: String,
+    pub reason: NoOfferReason,
+    /// The cloud's own words (or the prices), without secrets.
+    pub detail: String,
+}
+
+/// The kinds of reason a cloud has no offer for a machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NoOfferReason {
+    /// Missing or rejected credentials.
+    NoCredentials,
+    /// The catalog could not be read (unreachable, an error answer).
+    ApiError,
+    /// Nothing in the catalog matches the ask (GPU, count, regions, …).
+    NoMatch,
+    /// Offers match, but every one costs more than `max_price_per_hour`.
+    AboveMaxPrice,
+    /// This build of gpuprov has no adapter for the cloud.
+    NoAdapter,
+}
+
+impl NoOfferReason {
+    /// A short lowercase phrase for tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoOfferReason::NoCredentials => "no credentials",
+            NoOfferReason::ApiError => "API error",
+            NoOfferReason::NoMatch => "nothing matches the ask",
+            NoOfferReason::AboveMaxPrice => "everything above the max price",
+            NoOfferReason::NoAdapter => "no adapter",
+        }
+    }
 }
 
 /// One offer as a plan shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OfferLine {
     /// The offer id, for example `aws/us-east-1/p5.48xlarge`.
     pub id: String,
@@ -266,6 +335,11 @@ pub fn compute(
     let mut changes = Vec::new();
     for (name, want) in &config.vms {
         let address = format!("vm.{name}");
+        let had: Option<VmSpec> = state
+            .resources
+            .get(&address)
+            .and_then(|r| r.desired.clone())
+            .and_then(|d| serde_json::from_value(d).ok());
         let change = |action, reason: Option<String>, attributes, price| Change {
             address: address.clone(),
             vm: name.clone(),
@@ -273,8 +347,10 @@ pub fn compute(
             reason,
             attributes,
             desired: Some(want.clone()),
+            recorded: had.clone(),
             price_per_hour: price,
             offers: Vec::new(),
+            no_offers: Vec::new(),
         };
         let Some(rec) = state.resources.get(&address) else {
             changes.push(change(
@@ -285,10 +361,6 @@ pub fn compute(
             ));
             continue;
         };
-        let had: Option<VmSpec> = rec
-            .desired
-            .clone()
-            .and_then(|d| serde_json::from_value(d).ok());
         let c = match recorded(&address, rec)? {
             Recorded::Launch(LaunchState::Ready { vm }) => {
                 let price = Some(vm.offer.price_per_hour);
@@ -424,10 +496,12 @@ pub fn compute(
             vm: name.to_string(),
             action: Action::Destroy,
             reason,
-            attributes: had.map(|h| destroy_attrs(&h)).unwrap_or_default(),
+            attributes: had.as_ref().map(destroy_attrs).unwrap_or_default(),
             desired: None,
+            recorded: had,
             price_per_hour: None,
             offers: Vec::new(),
+            no_offers: Vec::new(),
         });
     }
     changes.sort_by(|a, b| a.address.cmp(&b.address));
@@ -578,7 +652,7 @@ pub fn render(plan: &Plan) -> String {
         if let Some(r) = &c.reason {
             let _ = writeln!(out, "  # ({r})");
         }
-        if c.attributes.is_empty() && c.offers.is_empty() {
+        if c.attributes.is_empty() && c.offers.is_empty() && c.no_offers.is_empty() {
             let _ = writeln!(out, "{:>3} vm \"{}\"", c.action.symbol(), c.vm);
             continue;
         }
@@ -613,8 +687,26 @@ pub fn render(plan: &Plan) -> String {
     out
 }
 
-/// The offers of a machine to be created, in the order apply tries them.
+/// The offers of a machine to be created, in the order apply tries them (or, when it
+/// has none, each cloud's reason).
 fn render_offers(out: &mut String, c: &Change) {
+    if c.needs_offer() && !c.no_offers.is_empty() {
+        out.push_str(if c.waits_for_offers(false) {
+            "\n      # NO offers now: apply waits for one (retry_until_up):\n"
+        } else {
+            "\n      # NO offers: apply cannot create it (planned with --allow-no-offers):\n"
+        });
+        let width = c.no_offers.iter().map(|n| n.cloud.len()).max().unwrap_or(0);
+        for n in &c.no_offers {
+            let _ = writeln!(
+                out,
+                "      #   {:width$}  {}: {}",
+                n.cloud,
+                n.reason.as_str(),
+                n.detail
+            );
+        }
+    }
     if c.offers.is_empty() {
         return;
     }

@@ -6,9 +6,16 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 /// Provision GPU machines on many clouds from a committed gpuprov.toml
+///
+/// Every long flag also takes Terraform's single-dash spelling (-auto-approve,
+/// -lock=false, -out=FILE, -chdir=DIR).
 #[derive(Debug, Parser)]
-#[command(name = "gpuprov", version, about, long_about = None, propagate_version = true)]
+#[command(name = "gpuprov", version, about, propagate_version = true)]
 pub struct Cli {
+    /// Switch to DIR before doing anything else (Terraform's -chdir): the config, the
+    /// state and every relative path are then read from there
+    #[arg(long, value_name = "DIR", global = true)]
+    pub chdir: Option<PathBuf>,
     /// Config file
     #[arg(
         short = 'c',
@@ -43,6 +50,10 @@ pub struct Cli {
         env = "GPUPROV_SSH_KEY_FILE"
     )]
     pub ssh_key: Option<PathBuf>,
+    /// Ask for confirmation when needed (default true); --input=false fails instead, as
+    /// without a terminal (Terraform's -input=false)
+    #[arg(long, global = true, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub input: bool,
     /// Disable colours and live progress (also when NO_COLOR is set or output is not a terminal)
     #[arg(long = "no-color", global = true)]
     pub no_color: bool,
@@ -67,15 +78,17 @@ pub enum Command {
     /// Destroy every machine in the state
     Destroy(DestroyArgs),
     /// Show each machine's recorded and observed state
-    Status(RefreshArg),
+    Status(StatusArgs),
     /// List the machines in the state, one line each
-    List,
+    List(ListArgs),
+    /// Show a plan saved by `gpuprov plan -out FILE`, as text or JSON
+    Show(ShowArgs),
     /// Open a shell on a machine, or run a command there
     Ssh(SshArgs),
     /// Print the resource graph as Graphviz DOT
     Graph,
     /// Check the config and report which clouds are usable
-    Validate,
+    Validate(ValidateArgs),
     /// Inspect, pull, push or migrate the state
     #[command(subcommand)]
     State(StateCommand),
@@ -87,6 +100,25 @@ pub enum Command {
     Kubeconfig(KubeconfigArgs),
     /// Forward 127.0.0.1:6443 to a machine's Kubernetes API over SSH until Ctrl-C
     Tunnel(TunnelArgs),
+    /// Print shell completions (for example `gpuprov completion bash > /etc/bash_completion.d/gpuprov`)
+    Completion(CompletionArgs),
+    /// Print the man page (roff), or write one page per command into a directory
+    Man(ManArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionArgs {
+    /// The shell to complete in
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write gpuprov.1 and a page per command (gpuprov-plan.1, …) into DIR instead of
+    /// printing gpuprov.1
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 /// `--k8s` / `--no-k8s`: override `kubernetes` for every machine of the config.
@@ -165,6 +197,42 @@ pub struct OffersArgs {
     pub json: bool,
 }
 
+/// `--json`: machine-readable output on stdout (schema in `schemas/`).
+#[derive(Debug, Args, Default)]
+pub struct JsonArg {
+    /// Print JSON on stdout instead of text (its JSON Schema is in schemas/)
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub refresh: RefreshArg,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// A plan saved by `gpuprov plan -out FILE`
+    pub plan_file: PathBuf,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
 #[derive(Debug, Args)]
 pub struct RefreshArg {
     /// Ask the clouds for each machine's current state (default true)
@@ -179,12 +247,18 @@ pub struct PlanArgs {
     /// Exit 0 when there are no changes, 2 when there are, 1 on error
     #[arg(long = "detailed-exitcode")]
     pub detailed_exitcode: bool,
-    /// Print the plan as JSON on stdout
+    /// Print the plan as JSON on stdout, in Terraform's JSON plan shape with gpuprov's
+    /// extras under "gpuprov" (schemas/gpuprov-plan.schema.json)
     #[arg(long)]
     pub json: bool,
-    /// Save the plan to FILE for `gpuprov apply FILE` (also spelled -out=FILE)
+    /// Save the plan to FILE for `gpuprov apply FILE`
     #[arg(long = "out", value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Plan (and apply) even when a machine to create has no offer on any of its clouds
+    /// (no credentials, an API error, nothing matching, everything above the max price);
+    /// without it that is an error listing each cloud's reason
+    #[arg(long = "allow-no-offers")]
+    pub allow_no_offers: bool,
     /// Take the state lock (default true)
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub lock: bool,
@@ -202,6 +276,11 @@ pub struct ApplyArgs {
     /// Machines provisioned at once
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub parallelism: u32,
+    /// Plan (and apply) even when a machine to create has no offer on any of its clouds
+    /// (no credentials, an API error, nothing matching, everything above the max price);
+    /// without it that is an error listing each cloud's reason
+    #[arg(long = "allow-no-offers")]
+    pub allow_no_offers: bool,
     /// Keep re-planning every 30 s while no offer has capacity, for every machine (as if
     /// each set retry_until_up = true); stop with Ctrl-C
     #[arg(long = "retry-until-up")]
@@ -225,7 +304,12 @@ pub struct DestroyArgs {
 #[derive(Debug, Args)]
 pub struct SshArgs {
     /// Machine name as in [vm.NAME]
-    pub name: String,
+    #[arg(required_unless_present = "print_config")]
+    pub name: Option<String>,
+    /// Print this project's ssh config (its Host aliases: gpuprov-PROJECT-NAME, and
+    /// gpuprov-NAME while no other project uses it) and the Include line for ~/.ssh/config
+    #[arg(long = "print-config", conflicts_with_all = ["name", "command"])]
+    pub print_config: bool,
     /// Command to run instead of a shell (after --)
     #[arg(last = true)]
     pub command: Vec<String>,
@@ -278,15 +362,10 @@ pub struct ForceUnlockArgs {
     pub lock_id: String,
 }
 
-/// Rewrites Terraform's single-dash `-out FILE` / `-out=FILE` to clap's `--out`.
-pub fn normalize_args(
-    args: impl IntoIterator<Item = std::ffi::OsString>,
-) -> Vec<std::ffi::OsString> {
-    args.into_iter()
-        .map(|a| match a.to_str() {
-            Some("-out") => "--out".into(),
-            Some(s) if s.starts_with("-out=") => format!("-{s}").into(),
-            _ => a,
-        })
-        .collect()
+/// The whole command line as clap sees it: [`Cli`]'s definitions with the exit-code
+/// table as the help's epilogue. The parser, the argv normalisation, completions and the
+/// man page all start from here.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().after_help(super::error::exit_codes_help())
 }

@@ -1,6 +1,6 @@
 //! `gpuprov force-unlock ID`: clears a stale lock record on any backend.
 
-use std::process::ExitCode;
+use super::error::{CmdResult, Exit};
 
 use miette::Report;
 
@@ -9,7 +9,7 @@ use super::Project;
 
 /// Clears the lock whose id is `a.lock_id`, after checking it is the one recorded (and,
 /// where the backend can tell, that its holder is gone).
-pub(super) fn run(project: &Project, a: &ForceUnlockArgs) -> Result<ExitCode, Report> {
+pub(super) fn run(project: &Project, a: &ForceUnlockArgs) -> CmdResult {
     let backend = project.backend()?;
     let outcome = crate::state::backend::bridge::blocking(|| backend.force_unlock(&a.lock_id))
         .map_err(Report::new)?;
@@ -28,5 +28,5 @@ pub(super) fn run(project: &Project, a: &ForceUnlockArgs) -> Result<ExitCode, Re
             "note: S3 cannot tell whether that run is still going. If it is, its next journal write is refused and it stops, and its final save is refused (its state goes to its errored file); machines it created carry the gpuprov labels and are found by the next apply."
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }

@@ -1,9 +1,9 @@
 //! `gpuprov kubeconfig NAME` and `gpuprov tunnel NAME`: the user's side of a machine's
 //! k3s cluster (design 4.5, "Access mode").
 
+use super::error::{CmdResult, Exit};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use miette::{miette, Report};
 
@@ -197,20 +197,17 @@ pub(super) fn forget_cluster(name: &str, ours: &Kubeconfig) -> (Vec<PathBuf>, Ve
     (changed, warnings)
 }
 
-pub(super) async fn cmd_kubeconfig(
-    project: &Project,
-    a: &KubeconfigArgs,
-) -> Result<ExitCode, Report> {
+pub(super) async fn cmd_kubeconfig(project: &Project, a: &KubeconfigArgs) -> CmdResult {
     let (_, c) = cluster_of(project, &a.name)?;
     // Read it even for --path: a path to nothing would fail later, in kubectl.
     let (text, kc) = read_kubeconfig(&c.kubeconfig)?;
     if a.path {
         outln!("{}", c.kubeconfig.display());
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Exit::Success);
     }
     if !a.merge {
         out!("{text}");
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Exit::Success);
     }
     let target = merge_target(a.kubeconfig.as_ref())?;
     let unchanged =
@@ -220,11 +217,7 @@ pub(super) async fn cmd_kubeconfig(
             .map_err(|e| miette!(help = unchanged, "{}: {e}", target.display()))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Kubeconfig::empty(),
         Err(e) => {
-            return Err(miette!(
-                help = unchanged,
-                "cannot read {}: {e}",
-                target.display()
-            ))
+            return Err(miette!(help = unchanged, "cannot read {}: {e}", target.display()).into())
         }
     };
     let name = entry_name(&a.name);
@@ -236,7 +229,7 @@ pub(super) async fn cmd_kubeconfig(
             ),
             "{} already has a cluster {name} with another server or CA; it was not modified",
             target.display()
-        ));
+        ).into());
     }
     mine.merge(&kc, a.use_context);
     let yaml = mine
@@ -259,7 +252,7 @@ pub(super) async fn cmd_kubeconfig(
             a.name
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
 /// Resolves on Ctrl-C, SIGTERM or SIGHUP: the tunnel runs in the foreground, or with `&`
@@ -283,7 +276,7 @@ async fn stop_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
-pub(super) async fn cmd_tunnel(project: &Project, a: &TunnelArgs) -> Result<ExitCode, Report> {
+pub(super) async fn cmd_tunnel(project: &Project, a: &TunnelArgs) -> CmdResult {
     let (vm, c) = cluster_of(project, &a.name)?;
     let recorded_port = match c.access {
         AccessRecord::SshTunnel { local_port } => local_port,
@@ -317,18 +310,19 @@ pub(super) async fn cmd_tunnel(project: &Project, a: &TunnelArgs) -> Result<Exit
             "note: the kubeconfig points at 127.0.0.1:{recorded_port}; use `kubectl --server https://127.0.0.1:{port}`"
         );
     }
+    super::interrupt::take_over();
     // The tunnel (and its ssh) is dropped on every way out, so nothing is left listening.
     // Stopping it is how it is meant to end: exit 0, whichever signal stopped it.
     tokio::select! {
         () = stop_signal() => {
             errln!("\nTunnel closed.");
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Success)
         }
         status = tunnel.wait() => {
             Err(miette!("the ssh tunnel ended: {}", match status {
                 Ok(s) => s.to_string(),
                 Err(e) => e.to_string(),
-            }))
+            }).into())
         }
     }
 }

@@ -21,13 +21,25 @@ macro_rules! err {
 }
 
 pub mod args;
+mod argv;
+mod completion;
+pub mod error;
 mod force_unlock;
+mod interrupt;
+pub mod json;
 mod kube;
+mod list;
+mod man;
 mod offers;
+mod preflight;
 mod progress;
+mod show;
+mod ssh;
 mod state_migrate;
 mod state_pull;
 mod state_push;
+mod status;
+mod validate;
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -36,7 +48,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Parser;
 use miette::{miette, Context, IntoDiagnostic, Report};
 
 use crate::config::BackendSettings;
@@ -46,24 +57,31 @@ use crate::graph::ResourceGraph;
 use crate::machine::{CancelToken, Executor, Providers};
 use crate::plan::{self, Action, Plan};
 use crate::provider::docker::{DockerProvider, DockerSettings};
-use crate::provider::kit::CredentialReport;
-use crate::provider::Feature;
 use crate::provider::Lineage;
 use crate::ssh::client::Ssh2Connector;
-use crate::ssh::config_file::{write_ssh_files, SshConfigEntry};
-use crate::ssh::keys::{KeySource, ProjectKey};
+use crate::ssh::keys::ProjectKey;
 use crate::ssh::supply::{KeyRequest, KeySupply, SshIdentity, ENV_AGENT, ENV_PRIVATE_KEY};
 use crate::state::lock::StateLock;
 use crate::state::{Backend, StateFile, StateStore};
 
-use args::{ApplyArgs, Cli, Command, DestroyArgs, K8sArgs, PlanArgs, SshArgs, StateCommand};
+use error::{CmdResult, CommandError};
+pub use error::{Exit, EXIT_CODES};
+use preflight::{preflight, Preflight};
 
-/// Entry point of the `gpuprov` binary.
+use args::{ApplyArgs, Cli, Command, DestroyArgs, K8sArgs, PlanArgs, StateCommand};
+
+/// Entry point of the `gpuprov` binary: parses the command line (after [`argv`]'s
+/// single-dash normalisation), runs the command, prints a failure's diagnostic and
+/// returns the exit code of the table in [`error::EXIT_CODES`].
 pub fn main() -> ExitCode {
-    let cli = Cli::parse_from(args::normalize_args(std::env::args_os()));
-    let color =
-        !cli.no_color && std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal();
-    let _ = miette::set_hook(Box::new(move |_| {
+    // Diagnostics are coloured on a terminal unless NO_COLOR or --no-color (known once
+    // parsed) says otherwise; usage errors are rendered before that.
+    COLOR.store(
+        std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal(),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    let _ = miette::set_hook(Box::new(|_| {
+        let color = COLOR.load(std::sync::atomic::Ordering::Relaxed);
         Box::new(
             miette::MietteHandlerOpts::new()
                 .color(color)
@@ -72,24 +90,71 @@ pub fn main() -> ExitCode {
                 .build(),
         )
     }));
-    init_logging(color);
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            errln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
+    let outcome = match parse(std::env::args_os().collect()) {
+        Ok(Some(cli)) => run_cli(cli),
+        Ok(None) => Ok(Exit::Success),
+        Err(e) => Err(e),
     };
-    match rt.block_on(run(cli, color)) {
-        Ok(code) => code,
-        Err(report) => {
-            errln!("{report:?}");
-            ExitCode::from(1)
+    match outcome {
+        Ok(exit) => exit.into(),
+        Err(e) => {
+            e.print();
+            e.exit().into()
         }
     }
+}
+
+/// Whether diagnostics are coloured (read by the miette hook at each report).
+static COLOR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Parses `args` (the program name first): `None` when clap printed help or the version
+/// (exit 0), else the command line; every usage error (clap's, or an unknown single-dash
+/// word) is a [`error::Kind::Usage`] error, exit 1.
+///
+/// # Errors
+///
+/// The usage error, to print with [`CommandError::print`].
+pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Option<Cli>, CommandError> {
+    use clap::FromArgMatches;
+    let mut command = args::command();
+    command.build();
+    let args = argv::normalize(&command, args)?;
+    let matches = match command.try_get_matches_from_mut(args) {
+        Ok(m) => m,
+        // `--help`, `--version`: clap's text on stdout, and success.
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Some(Cli::from_arg_matches(&matches)?))
+}
+
+fn run_cli(cli: Cli) -> CmdResult {
+    if let Some(dir) = &cli.chdir {
+        std::env::set_current_dir(dir).map_err(|e| {
+            CommandError::usage(
+                format!("-chdir={}: cannot switch to it: {e}", dir.display()),
+                Some(
+                    "-chdir names an existing directory; the config and state are read from there"
+                        .into(),
+                ),
+            )
+        })?;
+    }
+    let color =
+        !cli.no_color && std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal();
+    COLOR.store(color, std::sync::atomic::Ordering::Relaxed);
+    init_logging(color);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| miette!("cannot start the async runtime: {e}"))?;
+    rt.block_on(async {
+        interrupt::install_default();
+        run(cli, color).await
+    })
 }
 
 fn init_logging(color: bool) {
@@ -236,11 +301,28 @@ fn lock_backend(
     operation: &str,
     timeout: Duration,
 ) -> Result<StateLock, Report> {
-    // Waiting for the lock blocks; tell the runtime so other tasks keep running.
-    let (lock, stale) = crate::state::backend::bridge::blocking(|| {
-        StateLock::acquire_on(backend, operation, timeout)
-    })
-    .map_err(Report::new)?;
+    // Waiting for the lock blocks; tell the runtime so other tasks keep running. One try
+    // first, so a wait is announced with its holder instead of looking like a hang.
+    let acquire = |timeout| {
+        crate::state::backend::bridge::blocking(|| {
+            StateLock::acquire_on(backend, operation, timeout)
+        })
+    };
+    let first = match acquire(Duration::ZERO) {
+        Err(crate::state::lock::LockError::Held { info, .. }) if !timeout.is_zero() => {
+            let holder = info.map_or_else(
+                || "another process".to_string(),
+                |i| format!("{} by {}, pid {}", i.operation, i.who, i.pid),
+            );
+            errln!(
+                "Acquiring state lock… held by {holder}; waiting up to {} (--lock-timeout)",
+                humantime::format_duration(timeout)
+            );
+            acquire(timeout)
+        }
+        other => other,
+    };
+    let (lock, stale) = first.map_err(Report::new)?;
     if let Some(info) = stale {
         errln!(
             "note: a previous lock ({} by {}, pid {}, {}) was not released; that process is gone, so the lock was taken over",
@@ -321,145 +403,33 @@ fn clouds_in_this_build() -> String {
         .join(", ")
 }
 
-/// What the catalog lookups before a plan found: notes to show, and per machine the
-/// cheapest matching offer's price (USD per hour) on its first cloud that has one.
-struct Preflight {
-    notes: Vec<String>,
-    /// Per machine, the matching offers in the order the launch machine tries them.
-    offers: BTreeMap<String, Vec<crate::provider::Offer>>,
-}
-
-/// Rejects what cannot work before anything runs, with one catalog lookup per machine and
-/// usable cloud: machines with no cloud adapter in this build, asks every usable cloud
-/// rejects (`InvalidRequest`, for example a GPU on the Docker cloud), and an explicit
-/// `kubernetes = true` on clouds that cannot host k3s. The same lookups give the offers
-/// the plan shows.
-async fn preflight(config: &Config, providers: &Providers) -> Result<Preflight, Report> {
-    let mut notes = Vec::new();
-    let mut k3s_skipped: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut offers: BTreeMap<String, Vec<crate::provider::Offer>> = BTreeMap::new();
-    for vm in config.vms.values() {
-        let usable: Vec<_> = vm
-            .clouds
-            .iter()
-            .filter(|c| providers.get(c.as_str()).is_some())
-            .collect();
-        if usable.is_empty() {
-            return Err(Report::new(config.vm_error(
-                &vm.name,
-                format!(
-                    "vm.{}: no adapter for {} in this build of gpuprov",
-                    vm.name,
-                    vm.clouds.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
-                ),
-                Some(format!(
-                    "available clouds in this build: {}",
-                    clouds_in_this_build()
-                )),
-            )));
-        }
-        let mut rejections = Vec::new();
-        for c in &usable {
-            let Some(p) = providers.get(c.as_str()) else {
-                continue;
-            };
-            match p.plan(&vm.request()).await {
-                Err(e) if e.kind == crate::provider::ErrorKind::InvalidRequest => {
-                    rejections.push(format!("{c}: {}", e.text()))
-                }
-                // Other errors (capacity, credentials, an unreachable catalog) are for
-                // apply to handle; the plan says why this cloud shows no offers.
-                Err(e) => notes.push(format!(
-                    "vm.{}: {c} shows no offers: {} ({:?})",
-                    vm.name,
-                    e.text(),
-                    e.kind
-                )),
-                // The same filter and order as the launch machine's Planning step.
-                Ok(mut found) => {
-                    crate::provider::offers::order(&mut found, &vm.request(), &p.capabilities());
-                    offers.entry(vm.name.clone()).or_default().extend(
-                        found.into_iter().filter(|o| {
-                            vm.max_price_per_hour.is_none_or(|m| o.price_per_hour <= m)
-                        }),
-                    )
-                }
-            }
-        }
-        if rejections.len() == usable.len() {
-            return Err(Report::new(config.vm_error(
-                &vm.name,
-                format!("vm.{}: no cloud can provide what it asks for", vm.name),
-                Some(rejections.join("; ")),
-            )));
-        }
-        let k3s_capable = usable.iter().any(|c| {
-            providers
-                .get(c.as_str())
-                .is_some_and(|p| p.capabilities().supports(Feature::Kubernetes))
-        });
-        if vm.kubernetes && !k3s_capable {
-            if vm.kubernetes_explicit {
-                return Err(Report::new(config.vm_error(
-                    &vm.name,
-                    format!(
-                        "vm.{}: kubernetes = true, but none of its clouds can host k3s",
-                        vm.name
-                    ),
-                    Some("set kubernetes = false (or drop --k8s), or add a cloud that supports Kubernetes".into()),
-                )));
-            }
-            k3s_skipped
-                .entry(
-                    usable
-                        .iter()
-                        .map(|c| c.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                )
-                .or_default()
-                .push(vm.name.clone());
-        }
-    }
-    // One note per cloud set, not per machine: a fleet of 1,000 gets one line.
-    for (clouds, vms) in k3s_skipped {
-        let shown: Vec<String> = vms.iter().take(3).map(|v| format!("vm.{v}")).collect();
-        let more = match vms.len().saturating_sub(3) {
-            0 => String::new(),
-            n => format!(" and {n} more"),
-        };
-        notes.push(format!(
-            "{}{more}: kubernetes skipped: {clouds} cannot host k3s",
-            shown.join(", ")
-        ));
-    }
-    Ok(Preflight { notes, offers })
-}
-
-async fn run(cli: Cli, color: bool) -> Result<ExitCode, Report> {
+async fn run(cli: Cli, color: bool) -> CmdResult {
     let project = Project::new(&cli);
     match &cli.command {
         Command::Plan(a) => cmd_plan(&cli, &project, a).await,
         Command::Apply(a) => cmd_apply(&cli, &project, a, color).await,
         Command::Destroy(a) => cmd_destroy(&cli, &project, a, color).await,
-        Command::Status(r) => cmd_status(&project, r.refresh).await,
-        Command::List => cmd_list(&project),
-        Command::Ssh(a) => cmd_ssh(&project, a).await,
+        Command::Status(a) => status::run(&project, a).await,
+        Command::List(a) => list::run(&project, a),
+        Command::Show(a) => show::run(a),
+        Command::Ssh(a) => ssh::run(&project, a).await,
         Command::Graph => {
             let config = project.load_config()?;
             out!("{}", ResourceGraph::build(&config.vms).to_dot());
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Success)
         }
-        Command::Validate => cmd_validate(&project).await,
+        Command::Validate(a) => validate::run(&project, a).await,
         Command::Offers(a) => offers::cmd_offers(&project, a).await,
         Command::Kubeconfig(a) => kube::cmd_kubeconfig(&project, a).await,
         Command::Tunnel(a) => kube::cmd_tunnel(&project, a).await,
+        Command::Completion(a) => completion::run(a),
+        Command::Man(a) => man::run(a),
         Command::State(StateCommand::List) => {
             let (_, state) = project.open_state()?;
             for a in state.resources.keys() {
                 outln!("{a}");
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Success)
         }
         Command::State(StateCommand::Show { address }) => {
             let (_, state) = project.open_state()?;
@@ -479,7 +449,7 @@ async fn run(cli: Cli, color: bool) -> Result<ExitCode, Report> {
                 )
             })?;
             outln!("{}", serde_json::to_string_pretty(r).into_diagnostic()?);
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Success)
         }
         Command::State(StateCommand::Pull) => state_pull::run(&project),
         Command::State(StateCommand::Push(a)) => state_push::run(&cli, &project, a),
@@ -522,6 +492,7 @@ async fn make_plan(
             c.offers = found
                 .map(|o| o.iter().map(plan::OfferLine::from).collect())
                 .unwrap_or_default();
+            c.no_offers = pre.no_offers.get(&c.vm).cloned().unwrap_or_default();
         }
     }
     for name in providers.names() {
@@ -546,7 +517,7 @@ fn apply_k8s_flags(config: &mut Config, k: &K8sArgs) {
     }
 }
 
-async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> Result<ExitCode, Report> {
+async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> CmdResult {
     let mut config = project.load_config()?;
     apply_k8s_flags(&mut config, &a.k8s);
     let _lock = if a.lock {
@@ -558,12 +529,18 @@ async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> Result<ExitCode
     let providers = build_providers(&config, &lineage_of(&state)?);
     let pre = preflight(&config, &providers).await?;
     let plan = make_plan(&config, &state, &providers, a.refresh.refresh, &pre).await?;
+    if !a.allow_no_offers {
+        if let Some(e) = preflight::no_offers_error(&plan, false) {
+            return Err(e.into());
+        }
+    }
     // Notes go to stderr, so `--json` output stays machine-readable.
     for n in &pre.notes {
         errln!("note: {n}");
     }
     if a.json {
-        outln!("{}", serde_json::to_string_pretty(&plan).into_diagnostic()?);
+        let json = json::JsonPlan::of(&plan);
+        outln!("{}", serde_json::to_string_pretty(&json).into_diagnostic()?);
     } else {
         out!("{}", plan::render(&plan));
     }
@@ -581,15 +558,21 @@ async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> Result<ExitCode
         }
     }
     Ok(if a.detailed_exitcode && plan.has_changes() {
-        ExitCode::from(2)
+        Exit::Changes
     } else {
-        ExitCode::SUCCESS
+        Exit::Success
     })
 }
 
-fn confirm(what: &str, auto_approve: bool) -> Result<bool, Report> {
+fn confirm(cli: &Cli, what: &str, auto_approve: bool) -> Result<bool, Report> {
     if auto_approve {
         return Ok(true);
+    }
+    if !cli.input {
+        return Err(miette!(
+            help = "pass --auto-approve to run without confirmation (for example in CI)",
+            "{what} needs confirmation, but input is off (--input=false)"
+        ));
     }
     if !std::io::stdin().is_terminal() {
         return Err(miette!(
@@ -607,6 +590,7 @@ fn confirm(what: &str, auto_approve: bool) -> Result<bool, Report> {
 /// Listens for Ctrl-C and SIGTERM (what CI runners send on timeout): the first asks the
 /// machines to compensate, the second makes them exit leaving the journal resumable.
 fn spawn_signal_handler(cancel: CancelToken) {
+    interrupt::take_over();
     tokio::spawn(async move {
         #[cfg(unix)]
         let mut term =
@@ -782,7 +766,7 @@ async fn finish_run(
     outcomes: &BTreeMap<String, Outcome>,
     actions: &BTreeMap<String, Action>,
     verb: &str,
-) -> Result<ExitCode, Report> {
+) -> CmdResult {
     let cancelled = run.engine.executor.cancel_token().level() > 0;
     let clusters = run.clusters;
     drop(run.engine);
@@ -792,11 +776,12 @@ async fn finish_run(
             // Last resort: the only copy of what was created is this output.
             outln!("{state_json}");
         }
-        return Err(Report::new(e));
+        return Err(Report::new(e).into());
     }
     let state = run.journal.snapshot();
-    if let Err(e) = write_ssh_config(&state, &run.key) {
-        errln!("warning: cannot write the ssh config: {e}");
+    match ssh::write_ssh_config(&state, &run.key) {
+        Ok(warnings) => warnings.iter().for_each(|w| errln!("warning: {w}")),
+        Err(e) => errln!("warning: cannot write the ssh config: {e}"),
     }
     let mut failed = false;
     let mut interrupted = false;
@@ -850,12 +835,13 @@ async fn finish_run(
     }
     if interrupted || cancelled {
         errln!("\n{verb} interrupted; the state records where each machine is (`gpuprov status`).");
-        return Ok(ExitCode::from(130));
+        return Ok(Exit::Interrupted);
     }
     if failed {
         return Err(miette!(
             "{verb} finished with errors (see above); the state records where each machine is"
-        ));
+        )
+        .into());
     }
     // Counted by what was planned, as Terraform's summary: a replacement adds and destroys.
     let action = |address: &str| actions.get(address).copied();
@@ -877,56 +863,17 @@ async fn finish_run(
     errln!(
         "\n{verb} complete! Resources: {added} added, {changed} changed, {destroyed} destroyed."
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
-/// Writes the ssh config and known_hosts of `state`'s machines into the project
-/// directory, naming `key` (its file, or the public half of a supplied key) as the
-/// identity; nothing for a key with no private half here.
-fn write_ssh_config(state: &StateFile, key: &ProjectKey) -> Result<(), String> {
-    let dir = project_dir(&state.lineage);
-    let has_entries = state
-        .resources
-        .values()
-        .any(|r| crate::record::vm_of(&r.machine.kind, &r.machine.state).is_some());
-    if !has_entries && !dir.exists() {
-        return Ok(());
-    }
-    let Some(key_path) = key.config_identity_file(&dir).map_err(|e| e.to_string())? else {
-        return Ok(());
-    };
-    let entries: Vec<SshConfigEntry> = state
-        .resources
-        .iter()
-        .filter_map(|(address, r)| {
-            let vm = crate::record::vm_of(&r.machine.kind, &r.machine.state)?;
-            Some(SshConfigEntry {
-                host_alias: format!("gpuprov-{}", address.trim_start_matches("vm.")),
-                hostname: vm.ssh.host.clone(),
-                port: vm.ssh.port,
-                user: vm.user.clone(),
-                identity_file: key_path.clone(),
-                host_key: vm.host_key.clone(),
-            })
-        })
-        .collect();
-    write_ssh_files(&dir, &entries)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
-}
-
-async fn cmd_apply(
-    cli: &Cli,
-    project: &Project,
-    a: &ApplyArgs,
-    color: bool,
-) -> Result<ExitCode, Report> {
+async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> CmdResult {
     let mut config = project.load_config()?;
     if a.plan_file.is_some() && (a.k8s.k8s || a.k8s.no_k8s) {
         return Err(miette!(
             help = "pass --k8s / --no-k8s to `gpuprov plan -out FILE` instead",
             "--k8s and --no-k8s cannot change a saved plan"
-        ));
+        )
+        .into());
     }
     apply_k8s_flags(&mut config, &a.k8s);
     let _lock = project.lock("apply", cli.lock_timeout)?;
@@ -951,7 +898,7 @@ async fn cmd_apply(
                     help = "run `gpuprov plan -out FILE` again and apply the new plan",
                     "saved plan {} is stale: it was made against state serial {} (lineage {}), the state is now at serial {} (lineage {})",
                     path.display(), plan.serial, plan.lineage, state.serial, state.lineage
-                ));
+                ).into());
             }
             if plan.config_sha256 != plan::sha256_hex(config.source.as_bytes()) {
                 return Err(miette!(
@@ -959,20 +906,26 @@ async fn cmd_apply(
                     "saved plan {} was made from a different {}",
                     path.display(),
                     project.config_path.display()
-                ));
+                )
+                .into());
             }
             plan
         }
         _ => {
             let plan = make_plan(&config, &state, &providers, a.refresh.refresh, &pre).await?;
+            if !a.allow_no_offers {
+                if let Some(e) = preflight::no_offers_error(&plan, false) {
+                    return Err(e.into());
+                }
+            }
             out!("{}", plan::render(&plan));
             if plan.has_changes() {
                 // Before asking: a missing key is said before anyone types "yes".
                 project_key(project, &state, KeyUse::Apply)?;
             }
-            if plan.has_changes() && !confirm("apply", a.auto_approve)? {
+            if plan.has_changes() && !confirm(cli, "apply", a.auto_approve)? {
                 errln!("Apply cancelled.");
-                return Ok(ExitCode::from(1));
+                return Ok(Exit::Failure);
             }
             plan
         }
@@ -981,11 +934,12 @@ async fn cmd_apply(
         // A run killed after its last transition may not have written these; without the
         // key on this machine there is nothing to name in them (and nothing to apply).
         if let Ok(key) = project_key(project, &state, KeyUse::Connect) {
-            if let Err(e) = write_ssh_config(&state, &key) {
-                errln!("warning: cannot write the ssh config: {e}");
+            match ssh::write_ssh_config(&state, &key) {
+                Ok(warnings) => warnings.iter().for_each(|w| errln!("warning: {w}")),
+                Err(e) => errln!("warning: cannot write the ssh config: {e}"),
             }
         }
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Exit::Success);
     }
     let key = project_key(project, &state, KeyUse::Apply)?;
     let run = start_run(
@@ -1006,7 +960,7 @@ async fn cmd_apply(
     finish_run(run, &outcomes, &actions, "Apply").await
 }
 
-fn read_saved_plan(path: &Path) -> Result<Plan, Report> {
+pub(super) fn read_saved_plan(path: &Path) -> Result<Plan, Report> {
     let text = std::fs::read_to_string(path)
         .into_diagnostic()
         .wrap_err_with(|| format!("cannot read saved plan {}", path.display()))?;
@@ -1036,12 +990,7 @@ fn read_saved_plan(path: &Path) -> Result<Plan, Report> {
     Ok(plan)
 }
 
-async fn cmd_destroy(
-    cli: &Cli,
-    project: &Project,
-    a: &DestroyArgs,
-    color: bool,
-) -> Result<ExitCode, Report> {
+async fn cmd_destroy(cli: &Cli, project: &Project, a: &DestroyArgs, color: bool) -> CmdResult {
     // The config is optional for destroy: the state says what exists. When present it
     // supplies cloud settings (endpoints).
     let config = project.load_config().ok();
@@ -1049,7 +998,7 @@ async fn cmd_destroy(
     let (store, state) = project.open_state()?;
     if state.resources.is_empty() {
         errln!("No machines in {}: nothing to destroy.", project.location());
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Exit::Success);
     }
     let mut providers = match &config {
         Some(c) => build_providers(c, &lineage_of(&state)?),
@@ -1087,9 +1036,9 @@ async fn cmd_destroy(
         "\nPlan: 0 to add, 0 to change, {} to destroy.",
         addresses.len()
     );
-    if !confirm("destroy", a.auto_approve)? {
+    if !confirm(cli, "destroy", a.auto_approve)? {
         errln!("Destroy cancelled.");
-        return Ok(ExitCode::from(1));
+        return Ok(Exit::Failure);
     }
     let key = project_key(project, &state, KeyUse::Destroy)?;
     let run = start_run(state, store, providers, &key, a.parallelism, false, color)?;
@@ -1099,264 +1048,4 @@ async fn cmd_destroy(
         .map(|a| (a.clone(), Action::Destroy))
         .collect();
     finish_run(run, &outcomes, &actions, "Destroy").await
-}
-
-async fn cmd_status(project: &Project, refresh: bool) -> Result<ExitCode, Report> {
-    let (_, state) = project.open_state()?;
-    if state.resources.is_empty() {
-        outln!("No machines in {}.", project.location());
-        return Ok(ExitCode::SUCCESS);
-    }
-    let observed = if refresh {
-        let config = project.load_config().ok();
-        let providers = match (config.as_ref(), lineage_of(&state)) {
-            (Some(c), Ok(lineage)) => build_providers(c, &lineage),
-            _ => Providers::default(),
-        };
-        match plan::refresh(&state, &providers).await {
-            Ok(o) => Some(o),
-            Err(e) => {
-                errln!("warning: {e}");
-                None
-            }
-        }
-    } else {
-        None
-    };
-    outln!(
-        "{:<20} {:<24} {:<16} {:<16} {:<22} {:>8}  LAST EVENT",
-        "MACHINE",
-        "STATE",
-        "LOCATION",
-        "INSTANCE",
-        "SSH",
-        "$/H"
-    );
-    for (address, r) in &state.resources {
-        let (st, loc, inst, ssh, price) = match plan::recorded(address, r) {
-            Ok(plan::Recorded::Launch(s)) => {
-                let name = serde_json::to_value(&s)
-                    .ok()
-                    .and_then(|v| v["state"].as_str().map(str::to_string))
-                    .unwrap_or_default();
-                let owned = s.owned();
-                let vm = s.ready().cloned();
-                (
-                    name,
-                    owned
-                        .as_ref()
-                        .map(|o| o.location.to_string())
-                        .unwrap_or_default(),
-                    owned.map(|o| o.instance_ids.join(",")).unwrap_or_default(),
-                    vm.as_ref()
-                        .map(|v| format!("{}@{}:{}", v.user, v.ssh.host, v.ssh.port))
-                        .unwrap_or_default(),
-                    vm.map(|v| format!("{:.2}", v.offer.price_per_hour))
-                        .unwrap_or_default(),
-                )
-            }
-            Ok(plan::Recorded::K3sPending { .. }) => {
-                let name = crate::record::Record::decode(&r.machine.kind, &r.machine.state)
-                    .ok()
-                    .and_then(|rec| rec.tag())
-                    .map(|s| format!("k3s:{s}"))
-                    .unwrap_or_default();
-                let vm = crate::record::vm_of(&r.machine.kind, &r.machine.state);
-                (
-                    name,
-                    vm.as_ref()
-                        .map(|v| v.location.to_string())
-                        .unwrap_or_default(),
-                    vm.as_ref()
-                        .map(|v| v.instance_id.clone())
-                        .unwrap_or_default(),
-                    vm.as_ref()
-                        .map(|v| format!("{}@{}:{}", v.user, v.ssh.host, v.ssh.port))
-                        .unwrap_or_default(),
-                    vm.map(|v| format!("{:.2}", v.offer.price_per_hour))
-                        .unwrap_or_default(),
-                )
-            }
-            Ok(plan::Recorded::Teardown(t)) => {
-                let name = serde_json::to_value(&t)
-                    .ok()
-                    .and_then(|v| v["state"].as_str().map(|s| format!("teardown:{s}")))
-                    .unwrap_or_default();
-                let owned = t.owned();
-                (
-                    name,
-                    owned
-                        .as_ref()
-                        .map(|o| o.location.to_string())
-                        .unwrap_or_default(),
-                    owned.map(|o| o.instance_ids.join(",")).unwrap_or_default(),
-                    String::new(),
-                    String::new(),
-                )
-            }
-            Err(e) => (
-                "invalid".into(),
-                e,
-                String::new(),
-                String::new(),
-                String::new(),
-            ),
-        };
-        let st = match observed.as_ref().and_then(|o| o.get(address)) {
-            Some(plan::Observation::Gone) => format!("{st} (GONE)"),
-            Some(plan::Observation::NotRunning(s)) => format!("{st} ({s:?})"),
-            _ => st,
-        };
-        let last = r
-            .events
-            .back()
-            .map(|e| format!("{} {}", e.at.format("%Y-%m-%d %H:%M:%S"), e.label))
-            .unwrap_or_default();
-        let short_inst: String = inst.chars().take(16).collect();
-        outln!(
-            "{:<20} {:<24} {:<16} {:<16} {:<22} {:>8}  {}",
-            address,
-            st,
-            loc,
-            short_inst,
-            ssh,
-            price,
-            last
-        );
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn cmd_list(project: &Project) -> Result<ExitCode, Report> {
-    let (_, state) = project.open_state()?;
-    for (address, r) in &state.resources {
-        outln!("{address}\t{}\t{}", r.machine.kind, r.machine.label);
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-async fn cmd_ssh(project: &Project, a: &SshArgs) -> Result<ExitCode, Report> {
-    let (_, state) = project.open_state()?;
-    let address = format!("vm.{}", a.name);
-    let rec = state.resources.get(&address).ok_or_else(|| {
-        miette!(
-            help = "list machines with `gpuprov list`",
-            "no machine named {:?} in {}",
-            a.name,
-            project.location()
-        )
-    })?;
-    let vm = crate::record::vm_of(&rec.machine.kind, &rec.machine.state).ok_or_else(|| {
-        miette!(
-            help = "run `gpuprov apply` first",
-            "{address} is not up: {}",
-            rec.machine.label
-        )
-    })?;
-    let key = project_key(project, &state, KeyUse::Connect)?;
-    if a.command.is_empty() {
-        // An interactive shell is best served by the user's OpenSSH client, through the
-        // generated config that pins the host key.
-        write_ssh_config(&state, &key).map_err(|e| miette!("cannot write the ssh config: {e}"))?;
-        let cfg = project_dir(&state.lineage).join("ssh_config");
-        let mut ssh = std::process::Command::new("ssh");
-        ssh.arg("-F").arg(&cfg);
-        if let KeySource::Memory(_) = key.source() {
-            // The config names only the public half of a key from the environment; this
-            // session gets a temporary copy, removed when `key` is dropped.
-            let identity = key.openssh_identity().map_err(|e| miette!("{e}"))?;
-            ssh.arg("-i").arg(identity);
-        }
-        let status = ssh
-            .arg(format!("gpuprov-{}", a.name))
-            // The key's text stays with gpuprov: ssh and the remote shell never see it.
-            .env_remove(ENV_PRIVATE_KEY)
-            .status()
-            .into_diagnostic()
-            .wrap_err(
-                "cannot run the ssh client (install openssh-client, or pass a command after --)",
-            )?;
-        return Ok(ExitCode::from(
-            status.code().unwrap_or(1).clamp(0, 255) as u8
-        ));
-    }
-    // As OpenSSH does: the words are joined with spaces and the remote shell parses them,
-    // so `-- 'nvidia-smi | head'` and `-- exit 7` mean what they do with ssh.
-    let command = a.command.join(" ");
-    let (endpoint, user, pinned) = (vm.ssh.clone(), vm.user.clone(), vm.host_key.clone());
-    // Piped input is forwarded (`tar c . | gpuprov ssh vm -- tar x`); a terminal is not.
-    let stdin: Option<Box<dyn std::io::Read + Send>> = (!std::io::stdin().is_terminal())
-        .then(|| Box::new(std::io::stdin()) as Box<dyn std::io::Read + Send>);
-    let status = tokio::task::spawn_blocking(move || {
-        let mut out = std::io::stdout();
-        let mut err = std::io::stderr();
-        let io = crate::ssh::client::ExecIo {
-            stdin,
-            stdout: &mut out,
-            stderr: &mut err,
-        };
-        crate::ssh::client::exec(&endpoint, &user, &key, &pinned, &command, io)
-    })
-    .await
-    .into_diagnostic()?
-    .map_err(|e| miette!("{e}"))?;
-    Ok(ExitCode::from(status.clamp(0, 255) as u8))
-}
-
-async fn cmd_validate(project: &Project) -> Result<ExitCode, Report> {
-    let config = project.load_config()?;
-    // Without a state yet (validate before the first apply) nothing is labelled, so any
-    // lineage serves the credential and reachability checks.
-    let lineage = project
-        .open_state()
-        .ok()
-        .and_then(|(_, s)| Lineage::parse(&s.lineage).ok())
-        .unwrap_or_else(Lineage::random);
-    let providers = build_providers(&config, &lineage);
-    let n = config.vms.len();
-    outln!(
-        "{}: valid ({n} machine{})",
-        project.config_path.display(),
-        if n == 1 { "" } else { "s" }
-    );
-    let mut ok = true;
-    for cloud in config.clouds_in_use() {
-        match providers.get(cloud.as_str()) {
-            Some(_) if cloud == Cloud::Docker => {
-                match docker_provider(Some(&config), &lineage).ping().await {
-                    Ok(where_) => outln!(
-                        "  docker: usable (Docker Engine at {where_}; no credentials needed)"
-                    ),
-                    Err(e) => {
-                        ok = false;
-                        outln!("  docker: NOT usable: {}", e.text())
-                    }
-                }
-            }
-            Some(p) => match p.credentials().await {
-                CredentialReport::Found(at) => outln!("  {cloud}: credential found in {at}"),
-                CredentialReport::NotNeeded(why) => outln!("  {cloud}: adapter available ({why})"),
-                CredentialReport::Missing(looked) => {
-                    ok = false;
-                    outln!(
-                        "  {cloud}: NO credential ({})",
-                        crate::provider::kit::credentials::looked_in(&looked)
-                    )
-                }
-            },
-            None => {
-                ok = false;
-                outln!("  {cloud}: no adapter in this build of gpuprov")
-            }
-        }
-    }
-    match preflight(&config, &providers).await.map(|p| p.notes) {
-        Ok(notes) => notes.iter().for_each(|n| outln!("  note: {n}")),
-        Err(e) => return Err(e),
-    }
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
 }

@@ -1,48 +1,16 @@
 //! `gpuprov offers`: ask the clouds' catalogs what they sell (instance types, regions,
 //! prices), like `sky show-gpus` or `dstack offer`, without creating anything.
 
+use super::error::{CmdResult, Exit};
 use std::fmt::Write as _;
-use std::process::ExitCode;
 
 use miette::{miette, IntoDiagnostic, Report};
-use serde::Serialize;
 
 use super::args::OffersArgs;
+use super::json::OfferRow;
 use super::{clouds_in_this_build, Project};
 use crate::config::{Cloud, Config};
 use crate::provider::{ErrorKind, Lineage, Offer, ResourceRequest};
-
-/// One offer as `offers --json` prints it: the [`Offer`] without its driver-private
-/// detail. Prices in USD per hour.
-#[derive(Debug, Serialize)]
-struct OfferRow<'a> {
-    id: &'a str,
-    cloud: &'a str,
-    region: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    zone: Option<&'a str>,
-    instance_type: &'a str,
-    gpu: Option<&'a str>,
-    gpu_count: u32,
-    spot: bool,
-    price_per_hour: f64,
-}
-
-impl<'a> From<&'a Offer> for OfferRow<'a> {
-    fn from(o: &'a Offer) -> Self {
-        OfferRow {
-            id: &o.id,
-            cloud: &o.location.cloud,
-            region: &o.location.region,
-            zone: o.location.zone.as_deref(),
-            instance_type: &o.instance_type,
-            gpu: o.gpu.as_deref(),
-            gpu_count: o.gpu_count,
-            spot: o.spot,
-            price_per_hour: o.price_per_hour,
-        }
-    }
-}
 
 /// What to ask and whom: the request, the clouds in order, and whether the list keeps
 /// apply's order (`--vm`) or is sorted cheapest first.
@@ -135,7 +103,7 @@ fn query(a: &OffersArgs, config: Option<&Config>, project: &Project) -> Result<Q
 /// endpoints, apply when it exists) except with `--vm`. Every cloud is asked at once;
 /// a cloud that fails is reported on stderr and the others still answer. Exits 1 when
 /// no cloud answered.
-pub(super) async fn cmd_offers(project: &Project, a: &OffersArgs) -> Result<ExitCode, Report> {
+pub(super) async fn cmd_offers(project: &Project, a: &OffersArgs) -> CmdResult {
     let config = if a.vm.is_some() || project.config_path.exists() {
         Some(project.load_config()?)
     } else {
@@ -207,9 +175,9 @@ pub(super) async fn cmd_offers(project: &Project, a: &OffersArgs) -> Result<Exit
         out!("{}", render_table(&offers));
     }
     Ok(if answered == 0 {
-        ExitCode::from(1)
+        Exit::Failure
     } else {
-        ExitCode::SUCCESS
+        Exit::Success
     })
 }
 

@@ -1,6 +1,6 @@
 //! `gpuprov state migrate`: copies a project's state from one backend to another.
 
-use std::process::ExitCode;
+use super::error::{CmdResult, Exit};
 use std::sync::Arc;
 
 use miette::{miette, Report};
@@ -18,12 +18,12 @@ use super::{lock_backend, Project};
 /// back and compared before success is reported, and the source is left untouched. A
 /// source with an unfinished run's journal is refused (its changes would not travel);
 /// a destination holding another lineage or a newer serial is refused unless `--force`.
-pub(super) fn run(cli: &Cli, project: &Project, a: &StateMigrateArgs) -> Result<ExitCode, Report> {
+pub(super) fn run(cli: &Cli, project: &Project, a: &StateMigrateArgs) -> CmdResult {
     if a.from.is_empty() && a.to.is_empty() {
         return Err(miette!(
             help = "for example, after adding an s3 [backend] to gpuprov.toml: `gpuprov state migrate --from type=local`",
             "state migrate needs --from or --to (the other side is the configured backend)"
-        ));
+        ).into());
     }
     let side = |pairs: &[String]| -> Result<(Option<String>, Arc<dyn Backend>), Report> {
         let settings = if pairs.is_empty() {
@@ -40,7 +40,8 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StateMigrateArgs) -> Result<
         return Err(miette!(
             "the source and the destination are the same state ({})",
             from.location().display()
-        ));
+        )
+        .into());
     }
     let _from_lock = lock_backend(&*from, "state migrate (source)", cli.lock_timeout)?;
     let _to_lock = lock_backend(&*to, "state migrate (destination)", cli.lock_timeout)?;
@@ -51,13 +52,14 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StateMigrateArgs) -> Result<
             help = "run `gpuprov apply` (or `gpuprov destroy`) on the source first, so the run finishes and its journal is folded into the state",
             "the source {} holds an unfinished run's journal, whose changes would not be migrated",
             from.location().display()
-        ));
+        ).into());
     }
     let Some(bytes) = source.original_bytes().map(<[u8]>::to_vec) else {
         return Err(miette!(
             "no state is stored at {}: nothing to migrate",
             from.location().display()
-        ));
+        )
+        .into());
     };
     let (mut dest, existing) = blocking(|| StateStore::open_in(to.clone())).map_err(Report::new)?;
     if let Some(current) = dest.original_bytes() {
@@ -67,7 +69,7 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StateMigrateArgs) -> Result<
                 to.location().display(),
                 state.serial
             );
-            return Ok(ExitCode::SUCCESS);
+            return Ok(Exit::Success);
         }
         let conflict = if existing.lineage != state.lineage {
             Some(format!(
@@ -88,7 +90,7 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StateMigrateArgs) -> Result<
                     help = "inspect both with `gpuprov state pull`; --force overwrites the destination",
                     "refusing to migrate to {}: {what}",
                     to.location().display()
-                ));
+                ).into());
             }
         }
     }
@@ -97,7 +99,8 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StateMigrateArgs) -> Result<
             help = "finish that run on the destination first, or pass --force to discard it",
             "the destination {} holds an unfinished run's journal",
             to.location().display()
-        ));
+        )
+        .into());
     }
     blocking(|| dest.write_exact(&bytes)).map_err(Report::new)?;
     // Verified by reading back through a fresh store, not trusted from the write.
@@ -107,7 +110,7 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StateMigrateArgs) -> Result<
             help = "the source is untouched; retry, or inspect the destination with `gpuprov state pull`",
             "the state read back from {} differs from the source",
             to.location().display()
-        ));
+        ).into());
     }
     errln!(
         "Migrated the state (lineage {}, serial {}, {} machine{}, {} bytes) from {} to {}, verified. The source is untouched.",
@@ -124,5 +127,5 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StateMigrateArgs) -> Result<
             "Point the [backend] table of gpuprov.toml at the destination before the next apply."
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }

@@ -1,6 +1,6 @@
 //! `gpuprov state pull`: prints the state as stored in the backend.
 
-use std::process::ExitCode;
+use super::error::{CmdResult, Exit};
 
 use miette::{miette, Report};
 
@@ -9,7 +9,7 @@ use super::Project;
 /// Prints the stored state document byte for byte. When an unfinished run left a
 /// journal, prints the state with that journal applied (what the next run will see),
 /// and says so on stderr.
-pub(super) fn run(project: &Project) -> Result<ExitCode, Report> {
+pub(super) fn run(project: &Project) -> CmdResult {
     let (store, state) = project.open_state()?;
     if store.replayed_journal() {
         errln!(
@@ -17,17 +17,18 @@ pub(super) fn run(project: &Project) -> Result<ExitCode, Report> {
         );
         let bytes = crate::state::to_json_bytes(&state).map_err(Report::new)?;
         out!("{}", String::from_utf8_lossy(&bytes));
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Exit::Success);
     }
     match store.original_bytes() {
         Some(bytes) => {
             out!("{}", String::from_utf8_lossy(bytes));
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Success)
         }
         None => Err(miette!(
             help = "run `gpuprov apply` to create it, or `gpuprov state push FILE`",
             "no state is stored at {}",
             project.location()
-        )),
+        )
+        .into()),
     }
 }

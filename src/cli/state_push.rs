@@ -1,7 +1,7 @@
 //! `gpuprov state push FILE`: replaces the backend's state with a state file.
 
+use super::error::{CmdResult, Exit};
 use std::io::Read;
-use std::process::ExitCode;
 
 use miette::{miette, IntoDiagnostic, Report};
 
@@ -14,7 +14,7 @@ use super::Project;
 /// older serial, the same serial with other content, or an unfinished run's journal in
 /// the backend. The file must parse as a state this build can read; its bytes are stored
 /// as they are (serial and lineage kept).
-pub(super) fn run(cli: &Cli, project: &Project, a: &StatePushArgs) -> Result<ExitCode, Report> {
+pub(super) fn run(cli: &Cli, project: &Project, a: &StatePushArgs) -> CmdResult {
     let bytes = if a.file.as_os_str() == "-" {
         let mut b = Vec::new();
         std::io::stdin().read_to_end(&mut b).into_diagnostic()?;
@@ -79,5 +79,5 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StatePushArgs) -> Result<Exi
         pushed.lineage,
         project.location()
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }

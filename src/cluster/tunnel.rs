@@ -210,6 +210,7 @@ impl Tunnel {
         let known_hosts = tunnel.dir.join("known_hosts");
         let line = render_known_hosts(&[SshConfigEntry {
             host_alias: HOST_KEY_ALIAS.into(),
+            other_aliases: vec![],
             hostname: vm.ssh.host.clone(),
             port: vm.ssh.port,
             user: vm.user.clone(),

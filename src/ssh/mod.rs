@@ -64,7 +64,9 @@ pub mod keys;
 pub mod supply;
 
 pub use client::{exec, ExecIo, Ssh2Connector};
-pub use config_file::{render_known_hosts, render_ssh_config, write_ssh_files, SshConfigEntry};
+pub use config_file::{
+    host_aliases, render_known_hosts, render_ssh_config, write_ssh_files, SshConfigEntry,
+};
 pub use keys::{ensure_project_key, KeySource, ProjectKey};
 pub use supply::{KeyError, KeyRequest, KeySupply, SshIdentity};
 

@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use clap::{CommandFactory, Parser};
-use gpuprov::cli::args::{normalize_args, Cli};
+use clap::CommandFactory;
+use gpuprov::cli::args::Cli;
 use serde_yaml::Value;
 
 fn ci_dir() -> PathBuf {
@@ -71,7 +71,11 @@ fn parses(args: &[String]) -> Result<Cli, String> {
         }
         kept.push(std::ffi::OsString::from(a));
     }
-    Cli::try_parse_from(normalize_args(kept)).map_err(|e| e.to_string())
+    match gpuprov::cli::parse(kept) {
+        Ok(Some(cli)) => Ok(cli),
+        Ok(None) => Err("printed help instead".into()),
+        Err(e) => Err(format!("{e:?}")),
+    }
 }
 
 fn assert_plan_and_apply(plan: &[Vec<String>], apply: &[Vec<String>], file: &str) {

@@ -34,6 +34,7 @@ impl Project {
             .env("NO_COLOR", "1")
             .env_remove("GPUPROV_CONFIG")
             .env_remove("GPUPROV_STATE")
+            .env_remove("GPUPROV_SSH_KEY_FILE")
             .args(args);
         c
     }
@@ -218,7 +219,28 @@ fn plan_json() {
     let (code, out, _) = p.run(&["plan", "--refresh=false", "--json"]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).expect("stdout is JSON only");
-    assert_eq!(v["changes"][0]["action"], "create");
+    // Terraform's JSON plan shape (issue 19), gpuprov's own facts under "gpuprov".
+    assert_eq!(v["format_version"], "1.2");
+    let c = &v["resource_changes"][0];
+    assert_eq!(
+        (&c["address"], &c["type"], &c["name"], &c["mode"]),
+        (
+            &serde_json::json!("vm.dev"),
+            &serde_json::json!("vm"),
+            &serde_json::json!("dev"),
+            &serde_json::json!("managed")
+        )
+    );
+    assert_eq!(c["change"]["actions"], serde_json::json!(["create"]));
+    assert!(c["change"]["before"].is_null());
+    assert_eq!(
+        c["change"]["after"]["clouds"],
+        serde_json::json!(["docker"])
+    );
+    assert_eq!(c["change"]["after_unknown"]["instance"], true);
+    assert_eq!(c["gpuprov"]["action"], "create");
+    assert_eq!(v["gpuprov"]["add"], 1);
+    assert_valid("gpuprov-plan.schema.json", &v);
     p.snapshot("plan_json", &out);
 }
 
@@ -462,6 +484,7 @@ fn every_command_has_help() {
         "offers",
         "kubeconfig",
         "tunnel",
+        "show",
     ] {
         let (code, out, _) = p.run(&[cmd, "--help"]);
         assert_eq!(code, 0, "{cmd}");
@@ -584,12 +607,12 @@ fn plan_lists_the_ordered_offers_with_prices() {
     );
     let (_, json, _) = p.run(&["plan", "--refresh=false", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-    let trainer = v["changes"]
+    let trainer = &v["resource_changes"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["vm"] == "trainer")
-        .unwrap();
+        .find(|c| c["name"] == "trainer")
+        .unwrap()["gpuprov"];
     assert_eq!(
         trainer["offers"][0]["id"],
         "aws/us-east-1/p5.48xlarge/us-east-1a"
@@ -663,12 +686,12 @@ fn offers_for_a_config_machine_keep_applys_order() {
     let offers: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
     let (_, plan, _) = p.run(&["plan", "--refresh=false", "--json"]);
     let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
-    let planned = plan["changes"]
+    let planned = plan["resource_changes"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["vm"] == "trainer")
-        .unwrap()["offers"]
+        .find(|c| c["name"] == "trainer")
+        .unwrap()["gpuprov"]["offers"]
         .as_array()
         .unwrap()
         .clone();
@@ -709,4 +732,527 @@ fn offers_rejects_unknown_clouds_and_bad_prices() {
         err.contains("note: aws:") && out.contains("No offers match."),
         "{out}{err}"
     );
+}
+
+/// Issue 19: the exit-code table is one table, shown by `--help` and the README.
+#[test]
+fn the_exit_code_table_is_in_help_and_readme() {
+    let p = Project::new(DOCKER_TOML);
+    let (code, out, _) = p.run(&["--help"]);
+    assert_eq!(code, 0);
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    for (c, meaning) in gpuprov::cli::EXIT_CODES {
+        assert!(
+            out.contains(&format!("  {c:<4} {meaning}")),
+            "--help lacks exit code {c}: {out}"
+        );
+        assert!(
+            readme.contains(&format!("| {c} | {meaning} |")),
+            "README lacks the row of exit code {c}"
+        );
+    }
+    p.snapshot("help", &out);
+}
+
+/// Issue 19, exit 1: every usage error, clap's or an unknown single-dash word, exits 1
+/// (never 2, which `--detailed-exitcode` gives to "changes present").
+#[test]
+fn every_usage_error_exits_1() {
+    let p = Project::new(DOCKER_TOML);
+    for args in [
+        &[][..],
+        &["bogus"],
+        &["plan", "--nope"],
+        &["plan", "-nope"],
+        &["plan", "--lock-timeout", "soon"],
+        &["plan", "--detailed-exitcode=yes"],
+        &["ssh"],
+        &["state"],
+        &["apply", "--parallelism", "0"],
+        &["-chdirr=sub", "plan"],
+    ] {
+        let (code, out, err) = p.run(args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: usage errors go to stderr: {out}");
+        assert!(
+            !err.trim().is_empty() && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+    let (code, out, err) = p.run(&["plan", "-detailed-exitcodes"]);
+    p.snap("usage_unknown_single_dash", code, &out, &err);
+    let (code, out, err) = p.run(&["plan", "--detailed-exitcodes"]);
+    p.snap("usage_unknown_long", code, &out, &err);
+}
+
+/// Issue 19, exit 0 and 2: `-detailed-exitcode` says "changes" with 2 and nothing else.
+#[test]
+fn detailed_exitcode_is_0_or_2_and_help_is_0() {
+    let p = Project::new(DOCKER_TOML);
+    assert_eq!(
+        p.run(&["plan", "-refresh=false", "-detailed-exitcode"]).0,
+        2
+    );
+    assert_eq!(p.run(&["plan", "-refresh=false"]).0, 0);
+    p.with_ready(&dev());
+    assert_eq!(
+        p.run(&["plan", "-refresh=false", "-detailed-exitcode"]).0,
+        0
+    );
+    for args in [
+        &["--help"][..],
+        &["plan", "-help"],
+        &["--version"],
+        &["help", "plan"],
+    ] {
+        let (code, out, _) = p.run(args);
+        assert_eq!(code, 0, "{args:?}");
+        assert!(out.contains("gpuprov"), "{args:?}: {out}");
+    }
+}
+
+/// Issue 19, exit 130: Ctrl-C or SIGTERM while waiting for the lock (announced with its
+/// holder) ends the command at once with 130.
+#[test]
+fn an_interrupt_while_waiting_for_the_lock_exits_130() {
+    use std::io::BufRead;
+    let p = Project::new(DOCKER_TOML);
+    let (_lock, _) = gpuprov::state::StateLock::acquire(
+        &p.path("gpuprov.state.json"),
+        "apply",
+        std::time::Duration::ZERO,
+    )
+    .unwrap();
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gpuprov"))
+            .current_dir(p.dir.path())
+            .env("GPUPROV_HOME", p.path("home"))
+            .env("NO_COLOR", "1")
+            .args(["plan", "-refresh=false", "-lock-timeout=60s"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        stderr.read_line(&mut line).unwrap();
+        assert!(
+            line.starts_with("Acquiring state lock… held by apply by ")
+                && line.contains(&format!("pid {}", std::process::id()))
+                && line.contains("waiting up to 1m"),
+            "the wait is announced with its holder: {line}"
+        );
+        let started = std::time::Instant::now();
+        // SAFETY: kill(2) on the child's pid, which has not been waited for yet.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(130), "signal {signal}: {rest}");
+        assert!(rest.contains("gpuprov::interrupted"), "{rest}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    }
+}
+
+/// Issue 19: Terraform's single-dash spellings, `-chdir` among them, beside the
+/// double-dash ones.
+#[test]
+fn terraform_spellings_work_beside_the_double_dash_ones() {
+    let p = Project::new(DOCKER_TOML);
+    std::fs::create_dir(p.path("sub")).unwrap();
+    std::fs::rename(p.path("gpuprov.toml"), p.path("sub/gpuprov.toml")).unwrap();
+    let (code, out, err) = p.run(&[
+        "-chdir=sub",
+        "plan",
+        "-refresh=false",
+        "-lock=false",
+        "-lock-timeout=5s",
+        "-no-color",
+        "-detailed-exitcode",
+        "-out=tfplan.json",
+    ]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        p.path("sub/tfplan.json").exists(),
+        "-out is read in -chdir's directory"
+    );
+    assert!(
+        !p.path("sub/gpuprov.state.json.lock").exists(),
+        "-lock=false took no lock"
+    );
+    let (code, json, err) = p.run(&["-chdir", "sub", "plan", "-refresh=false", "-json"]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str::<serde_json::Value>(&json).expect("-json prints JSON");
+    let (code, _, err) = p.run(&["plan", "-chdir=sub", "-refresh=false"]);
+    assert_eq!(code, 0, "a global flag after the subcommand: {err}");
+    // Terraform's -input=false: never prompt, even on a terminal.
+    let (code, _, err) = p.run(&["-chdir=sub", "apply", "-input=false", "-refresh=false"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("input is off (--input=false)"), "{err}");
+    assert_eq!(
+        p.run(&["-chdir=sub", "plan", "-input=false", "-refresh=false"])
+            .0,
+        0,
+        "plan never asks"
+    );
+    // Without -chdir there is no config here.
+    assert_eq!(p.run(&["plan", "-refresh=false"]).0, 1);
+    let (code, _, err) = p.run(&["-chdir=nowhere", "plan"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("-chdir=nowhere: cannot switch to it"), "{err}");
+}
+
+/// A machine whose clouds offer nothing, for a different reason on each: AWS's offline
+/// catalog prices every H100 above the cap, Lambda has no key, RunPod's endpoint refuses
+/// the connection (loopback, nothing listens), and the Docker cloud has no GPUs.
+const NO_OFFERS_TOML: &str = "[vm.trainer]\nclouds = [\"aws\", \"lambda\", \"runpod\", \"docker\"]\ngpu = \"H100\"\nmax_price_per_hour = 1.0\n";
+
+fn no_offers_project() -> Project {
+    Project::new(NO_OFFERS_TOML)
+}
+
+fn run_no_offers(p: &Project, args: &[&str]) -> (i32, String, String) {
+    let out = p
+        .cmd(args)
+        .env_remove("LAMBDA_API_KEY")
+        .env("HOME", p.path("home"))
+        .env("RUNPOD_API_KEY", "sentinel-runpod-key")
+        .env("GPUPROV_RUNPOD_ENDPOINT", "http://127.0.0.1:9")
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
+}
+
+/// Issue 19: a plan that cannot be applied fails at plan time, exit 1, with each cloud's
+/// reason, unless `--allow-no-offers`.
+#[test]
+fn a_machine_without_offers_fails_the_plan_with_each_clouds_reason() {
+    let p = no_offers_project();
+    for args in [
+        &["plan", "--refresh=false"][..],
+        &["plan", "--refresh=false", "--detailed-exitcode"],
+        &["apply", "--refresh=false", "--auto-approve"],
+    ] {
+        let (code, out, err) = run_no_offers(&p, args);
+        assert_eq!(code, 1, "{args:?}: {out}{err}");
+        for why in [
+            "aws",
+            "everything above the max price: ",
+            "lambda",
+            "no credentials: ",
+            "runpod",
+            "API error: ",
+            "docker",
+            "nothing matches the ask: ",
+            "--allow-no-offers",
+        ] {
+            assert!(err.contains(why), "{args:?}: {why}: {err}");
+        }
+        assert!(!err.contains("sentinel-runpod-key"), "{err}");
+        assert!(
+            !p.path("gpuprov.state.json").exists(),
+            "{args:?} wrote a state"
+        );
+    }
+    let (code, out, err) = run_no_offers(&p, &["plan", "--refresh=false"]);
+    p.snap("plan_no_offers", code, &out, &err);
+
+    let (code, out, err) = run_no_offers(
+        &p,
+        &[
+            "plan",
+            "--refresh=false",
+            "--allow-no-offers",
+            "--detailed-exitcode",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(out.contains("NO offers: apply cannot create it"), "{out}");
+    p.snap("plan_no_offers_allowed", code, &out, &err);
+    let (code, json, _) =
+        run_no_offers(&p, &["plan", "-refresh=false", "-allow-no-offers", "-json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let reasons: Vec<&str> = v["resource_changes"][0]["gpuprov"]["no_offers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        reasons,
+        ["above_max_price", "no_credentials", "api_error", "no_match"]
+    );
+}
+
+/// A machine that is up needs no offer: its plan is no change, even with no offers.
+#[test]
+fn a_running_machine_without_offers_still_plans_no_changes() {
+    let p = no_offers_project();
+    let config = gpuprov::config::Config::load(&p.path("gpuprov.toml")).unwrap();
+    p.with_ready(&config.vms["trainer"]);
+    let (code, out, err) = run_no_offers(&p, &["plan", "--refresh=false", "--detailed-exitcode"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("No changes."), "{out}");
+}
+
+/// Checks `value` against `schemas/NAME`, the committed JSON Schema of an output.
+fn assert_valid(name: &str, value: &serde_json::Value) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/schemas/").to_string() + name;
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(value)
+        .map(|e| format!("{e} at {}", e.instance_path))
+        .collect();
+    assert!(errors.is_empty(), "{name}: {errors:?}\n{value:#}");
+}
+
+fn json_of(out: &str) -> serde_json::Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {out}"))
+}
+
+/// Issue 19: `show -json PLANFILE` is `plan -json`, as Terraform's `show -json`; `show`
+/// alone is the text plan.
+#[test]
+fn show_prints_a_saved_plan_as_text_or_terraform_json() {
+    let p = Project::new(DOCKER_TOML);
+    assert_eq!(p.run(&["plan", "-refresh=false", "-out=tfplan"]).0, 0);
+    let (code, shown, err) = p.run(&["show", "-json", "tfplan"]);
+    assert_eq!(code, 0, "{err}");
+    let (_, planned, _) = p.run(&["plan", "-refresh=false", "-json"]);
+    // Without a state, each plan picks the lineage the first state will have.
+    let without_lineage = |text: &str| {
+        let mut v = json_of(text);
+        v["gpuprov"]["lineage"] = serde_json::Value::Null;
+        v
+    };
+    assert_eq!(without_lineage(&shown), without_lineage(&planned));
+    assert_valid("gpuprov-plan.schema.json", &json_of(&shown));
+    let (code, text, _) = p.run(&["show", "tfplan"]);
+    assert_eq!(code, 0);
+    assert!(text.contains("# vm.dev will be created"), "{text}");
+    let (code, _, err) = p.run(&["show", "-json", "nope"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot read saved plan nope"), "{err}");
+}
+
+/// Issue 19: a replacement in Terraform's shape: before and after, ["delete", "create"],
+/// and the setting that forces it as a replace path.
+#[test]
+fn plan_json_of_a_replacement_has_before_after_and_replace_paths() {
+    let p = Project::new(&format!("{DOCKER_TOML}image = \"debian:12\"\n"));
+    p.with_ready(&dev());
+    let (code, out, _) = p.run(&["plan", "-refresh=false", "-json"]);
+    assert_eq!(code, 0);
+    let v = json_of(&out);
+    assert_valid("gpuprov-plan.schema.json", &v);
+    let c = &v["resource_changes"][0]["change"];
+    assert_eq!(c["actions"], serde_json::json!(["delete", "create"]));
+    assert!(c["before"]["image"].is_null(), "{c:#}");
+    assert_eq!(c["after"]["image"], "debian:12");
+    assert_eq!(c["replace_paths"], serde_json::json!([["image"]]));
+    assert_eq!(v["resource_changes"][0]["gpuprov"]["action"], "replace");
+    assert_eq!(v["applyable"], true);
+}
+
+/// Issue 19: `status -json` and `list -json` fit their schemas.
+#[test]
+fn status_and_list_print_json_that_fits_their_schemas() {
+    let p = Project::new(DOCKER_TOML);
+    let (code, out, _) = p.run(&["status", "-json"]);
+    assert_eq!(code, 0);
+    let v = json_of(&out);
+    assert_valid("gpuprov-status.schema.json", &v);
+    assert_eq!(v["machines"], serde_json::json!([]));
+    p.with_ready(&dev());
+    let (code, out, err) = p.run(&["status", "-refresh=false", "-json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json_of(&out);
+    assert_valid("gpuprov-status.schema.json", &v);
+    let m = &v["machines"][0];
+    assert_eq!(m["address"], "vm.dev");
+    assert_eq!(m["state"], "ready");
+    assert_eq!(m["instance_ids"], serde_json::json!(["c0ffee"]));
+    assert_eq!(m["ssh"], "root@127.0.0.1:32768");
+    p.snapshot("status_json", &out);
+    let (code, out, _) = p.run(&["list", "-json"]);
+    assert_eq!(code, 0);
+    let v = json_of(&out);
+    assert_valid("gpuprov-list.schema.json", &v);
+    assert_eq!(
+        v["machines"],
+        serde_json::json!([{"address": "vm.dev", "kind": "launch", "label": "ready c0ffee"}])
+    );
+}
+
+/// Issue 19: `offers -json` and `validate -json` fit their schemas. Lambda's key is a
+/// sentinel and its endpoint a closed loopback port: the key is found, the catalog is not.
+#[test]
+fn offers_and_validate_print_json_that_fits_their_schemas() {
+    let p = Project::new("[vm.trainer]\nclouds = [\"lambda\"]\ngpu = \"H100\"\n");
+    let (code, out, err) = p.run(&["offers", "--cloud", "aws", "--gpu", "A10G", "-json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json_of(&out);
+    assert_valid("gpuprov-offers.schema.json", &v);
+    assert!(!v.as_array().unwrap().is_empty());
+    let out = p
+        .cmd(&["validate", "-json"])
+        .env("LAMBDA_API_KEY", "sentinel-lambda-key")
+        .env("GPUPROV_LAMBDA_ENDPOINT", "http://127.0.0.1:9")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(!text.contains("sentinel-lambda-key"), "{text}");
+    let v = json_of(&text);
+    assert_valid("gpuprov-validate.schema.json", &v);
+    assert_eq!(v["valid"], true);
+    assert_eq!(v["clouds"][0]["cloud"], "lambda");
+    assert_eq!(v["clouds"][0]["usable"], true);
+    assert_eq!(v["no_offers"]["trainer"][0]["reason"], "api_error");
+}
+
+/// Issue 19: every kind of change `plan -json` prints (create, no-op, update, replace,
+/// destroy) fits the fields of Terraform's JSON plan that consumers read
+/// (`tests/fixtures/terraform-plan-shared.schema.json`, transcribed from
+/// hashicorp/terraform-json) as well as gpuprov's own schema.
+#[test]
+fn plan_json_fits_terraforms_plan_structure_for_every_action() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/terraform-plan-shared.schema.json"
+    );
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let terraform = jsonschema::validator_for(&schema).expect("schema compiles");
+    let p = Project::new(&format!("{DOCKER_TOML}\n[vm.web]\nregions = [\"local\"]\n"));
+    let mut old = dev();
+    old.name = "old".into();
+    p.with_ready(&old); // destroy
+    p.with_ready(&dev()); // no-op
+    let mut actions = std::collections::BTreeSet::new();
+    for config in [
+        format!("{DOCKER_TOML}\n[vm.web]\nregions = [\"local\"]\n"),
+        format!("{DOCKER_TOML}retry_until_up = true\n"),
+        format!("{DOCKER_TOML}image = \"debian:12\"\n"),
+    ] {
+        std::fs::write(p.path("gpuprov.toml"), config).unwrap();
+        let (code, out, err) = p.run(&["plan", "-refresh=false", "-json"]);
+        assert_eq!(code, 0, "{err}");
+        let v = json_of(&out);
+        let errors: Vec<String> = terraform
+            .iter_errors(&v)
+            .map(|e| format!("{e} at {}", e.instance_path))
+            .collect();
+        assert!(errors.is_empty(), "{errors:?}\n{v:#}");
+        assert_valid("gpuprov-plan.schema.json", &v);
+        for c in v["resource_changes"].as_array().unwrap() {
+            actions.insert(c["change"]["actions"].to_string());
+        }
+    }
+    assert_eq!(
+        actions.into_iter().collect::<Vec<_>>(),
+        [
+            r#"["create"]"#,
+            r#"["delete","create"]"#,
+            r#"["delete"]"#,
+            r#"["no-op"]"#,
+            r#"["update"]"#
+        ]
+    );
+}
+
+/// Issue 19: completions for bash, zsh and fish come from the clap definitions; the bash
+/// script parses and registers itself, and offers the flags and commands there are.
+#[test]
+fn completions_are_generated_for_each_shell() {
+    let p = Project::new(DOCKER_TOML);
+    for (shell, marker) in [
+        ("bash", "complete -F _gpuprov"),
+        ("zsh", "#compdef gpuprov"),
+        ("fish", "complete -c gpuprov"),
+    ] {
+        let (code, out, err) = p.run(&["completion", shell]);
+        assert_eq!(code, 0, "{shell}: {err}");
+        assert!(out.contains(marker), "{shell}: {out}");
+        // fish spells long flags `-l NAME`.
+        for word in [
+            "plan",
+            "apply",
+            "auto-approve",
+            "detailed-exitcode",
+            "chdir",
+        ] {
+            assert!(out.contains(word), "{shell} lacks {word}");
+        }
+    }
+    let (_, script, _) = p.run(&["completion", "bash"]);
+    std::fs::write(p.path("gpuprov.bash"), &script).unwrap();
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg("source ./gpuprov.bash && complete -p gpuprov")
+        .current_dir(p.dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("gpuprov"),
+        "{out:?}"
+    );
+    assert_eq!(
+        p.run(&["completion", "tcsh"]).0,
+        1,
+        "an unknown shell is a usage error"
+    );
+}
+
+/// Issue 19: the man page comes from the clap definitions, with the exit-code table; with
+/// --dir, one page per command.
+#[test]
+fn the_man_page_is_generated_with_every_command() {
+    let p = Project::new(DOCKER_TOML);
+    let (code, page, err) = p.run(&["man"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(page.contains(".TH gpuprov 1"), "{page}");
+    for word in ["plan", "apply", "destroy", "Exit codes", "130"] {
+        assert!(page.contains(word), "the page lacks {word}");
+    }
+    let (code, _, err) = p.run(&["man", "--dir", "man"]);
+    assert_eq!(code, 0, "{err}");
+    for file in ["gpuprov.1", "gpuprov-plan.1", "gpuprov-state-push.1"] {
+        let text = std::fs::read_to_string(p.path("man").join(file))
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(text.contains(".TH "), "{file}");
+    }
+}
+
+/// A machine that retries until up waits for stock: nothing matching (or everything above
+/// its price) is no error for it, but what waiting cannot fix (no credentials) still is.
+#[test]
+fn a_machine_that_retries_until_up_waits_for_offers_unless_waiting_cannot_help() {
+    let p = Project::new(
+        "[vm.trainer]\nclouds = [\"aws\"]\ngpu = \"H100\"\nmax_price_per_hour = 1.0\nretry_until_up = true\n",
+    );
+    let (code, out, err) = p.run(&["plan", "-refresh=false"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("NO offers now: apply waits for one (retry_until_up)")
+            && out.contains("everything above the max price"),
+        "{out}"
+    );
+    let (code, _, err) = run_no_offers(
+        &Project::new(
+            "[vm.trainer]\nclouds = [\"lambda\"]\ngpu = \"H100\"\nretry_until_up = true\n",
+        ),
+        &["plan", "-refresh=false"],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("no credentials: "), "{err}");
 }

@@ -31,6 +31,24 @@ fn committed_schema_is_current() {
     );
 }
 
+/// Issue 19: the JSON Schemas of the `-json` outputs (plan, status, list, offers,
+/// validate) are generated from their types.
+#[test]
+fn committed_output_schemas_are_current() {
+    for (name, fresh) in gpuprov::cli::json::schemas() {
+        let path = root().join("schemas").join(name);
+        if std::env::var_os("GPUPROV_UPDATE_SCHEMAS").is_some() {
+            std::fs::write(&path, &fresh).unwrap();
+        }
+        assert!(
+            std::fs::read_to_string(&path).unwrap_or_default() == fresh,
+            "schemas/{name} is stale: run `GPUPROV_UPDATE_SCHEMAS=1 cargo nextest run -E 'test(config::)'` and commit it"
+        );
+        let schema: serde_json::Value = serde_json::from_str(&fresh).unwrap();
+        jsonschema::validator_for(&schema).expect("schema compiles");
+    }
+}
+
 #[test]
 fn committed_state_schema_is_current_and_accepts_a_real_state() {
     let path = root().join("schemas/gpuprov-state.schema.json");

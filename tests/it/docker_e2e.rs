@@ -254,7 +254,10 @@ async fn docker_lifecycle_apply_ssh_reapply_kill9_adopt_destroy() {
     )
     .unwrap();
     assert!(
-        ssh_config.contains("Host gpuprov-dev") && ssh_config.contains("StrictHostKeyChecking yes"),
+        ssh_config.contains(&format!(
+            "\nHost gpuprov-{}-dev gpuprov-dev\n",
+            &lineage[..8]
+        )) && ssh_config.contains("StrictHostKeyChecking yes"),
         "{ssh_config}"
     );
 

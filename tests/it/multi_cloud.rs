@@ -802,13 +802,15 @@ fn ids_prices(offers: &Value) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// gpuprov's facts about `vm`'s change in a `plan -json` (Terraform's shape: its
+/// `resource_changes[]` entry's `gpuprov` object).
 fn change<'a>(plan: &'a Value, vm: &str) -> &'a Value {
-    plan["changes"]
+    &plan["resource_changes"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["vm"] == vm)
-        .unwrap_or_else(|| panic!("no change for {vm}: {plan:#}"))
+        .find(|c| c["name"] == vm)
+        .unwrap_or_else(|| panic!("no change for {vm}: {plan:#}"))["gpuprov"]
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -974,18 +976,22 @@ async fn the_multi_cloud_example_plans_offers_from_every_cloud_with_stock() {
     assert!(close(inference["price_per_hour"].as_f64().unwrap(), 0.79));
     assert!(close(notebook["price_per_hour"].as_f64().unwrap(), 0.8536));
     assert!(close(
-        plan["hourly_cost_after"].as_f64().unwrap(),
+        plan["gpuprov"]["hourly_cost_after"].as_f64().unwrap(),
         23.92 + 0.79 + 0.8536
     ));
     for (cloud, _) in clouds.all() {
         assert!(
-            plan["endpoints"][cloud].is_string(),
+            plan["gpuprov"]["endpoints"][cloud].is_string(),
             "{cloud} endpoint override recorded: {plan:#}"
         );
     }
-    let saved: Value =
-        serde_json::from_str(&std::fs::read_to_string(project.path().join("saved.plan")).unwrap())
-            .unwrap();
+    // `show -json` of the saved plan is the printed one (as Terraform's `show -json`).
+    let out = project
+        .run(&["show", "-json", "saved.plan"], &endpoints, &creds)
+        .await;
+    let (shown, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}\n{stderr}");
+    let saved: Value = serde_json::from_str(&shown).unwrap();
     assert_eq!(saved, plan, "the saved plan is the printed one");
 
     // `offers --vm trainer` agrees with the plan, in the same order.
@@ -1190,8 +1196,12 @@ async fn without_credentials_every_rest_cloud_says_where_it_looked() {
     let endpoints = clouds.endpoints();
     let home = project.path().join("home");
 
-    // No REST cloud has a key: the trainer has no offer, the inference box only AWS's
-    // (its plan is an offline catalog). Plan itself still succeeds.
+    // No REST cloud has a key: the trainer's only offer is Nebius' and the inference box's
+    // are Nebius' and AWS's (both plan from built-in catalogs without a credential), so
+    // the plan can be applied and succeeds; each REST cloud says why it added none.
+    let out = project.run(&["plan"], &endpoints, &[]).await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     let out = project.run(&["plan", "--json"], &endpoints, &[]).await;
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");

@@ -316,6 +316,7 @@ fn generated_ssh_config_works_with_the_openssh_client() {
     let sshd = start_sshd(tmp.path(), &host, &project);
     let entry = |host_key: HostKey| SshConfigEntry {
         host_alias: "gpuprov-box".into(),
+        other_aliases: vec![],
         hostname: "127.0.0.1".into(),
         port: sshd.port,
         user: current_user(),
@@ -498,6 +499,7 @@ async fn keys_from_the_environment_and_the_agent_log_in_like_the_key_file() {
         let config_naming = |identity_file: PathBuf| {
             let entry = SshConfigEntry {
                 host_alias: "gpuprov-box".into(),
+                other_aliases: vec![],
                 hostname: "127.0.0.1".into(),
                 port: sshd.port,
                 user: user.clone(),
@@ -595,4 +597,149 @@ async fn keys_from_the_environment_and_the_agent_log_in_like_the_key_file() {
         );
         assert!(!project_dir.join("id_ed25519").exists());
     }
+}
+
+/// Writes `work/gpuprov.toml` (one Docker machine `api`) and a state of `lineage` where
+/// `vm.api` is up at `127.0.0.1:port` with `host_key`.
+fn project_with_api_at(work: &Path, lineage: &str, port: u16, host_key: HostKey) {
+    use gpuprov::provider::{Location, Offer};
+    use gpuprov::state::{MachineRecord, ResourceRecord, StateStore};
+    use gpuprov::vm::{LaunchState, VmRecord};
+    fs::write(
+        work.join("gpuprov.toml"),
+        "[vm.api]\nclouds = [\"docker\"]\nkubernetes = false\n",
+    )
+    .unwrap();
+    let (mut store, mut state) = StateStore::open(work.join("gpuprov.state.json")).unwrap();
+    state.lineage = lineage.into();
+    let location = Location {
+        cloud: "docker".into(),
+        region: "local".into(),
+        zone: None,
+    };
+    let vm = VmRecord {
+        instance_id: format!("c-{port}"),
+        location: location.clone(),
+        offer: Offer {
+            id: "docker/local/container".into(),
+            location,
+            instance_type: "container".into(),
+            gpu: None,
+            gpu_count: 0,
+            spot: false,
+            price_per_hour: 0.0,
+            detail: serde_json::Value::Null,
+        },
+        ssh: endpoint(port),
+        user: current_user(),
+        host_key,
+        ready_at: chrono::Utc::now(),
+    };
+    let s = LaunchState::Ready { vm: Box::new(vm) };
+    let rec = ResourceRecord::new(MachineRecord {
+        kind: "launch".into(),
+        state: serde_json::to_value(&s).unwrap(),
+        label: "ready".into(),
+        updated_at: chrono::Utc::now(),
+    });
+    state.resources.insert("vm.api".into(), rec);
+    store.save(&mut state).unwrap();
+}
+
+/// Issue 19: two projects on one machine each have a machine named `api`. Through the
+/// `Include` of their generated configs, the system ssh client reaches each project's own
+/// machine by `gpuprov-PROJECT-api`; the short `gpuprov-api` stays with the project that
+/// had it first, and the second project is told it is taken.
+#[test]
+fn two_projects_with_a_machine_of_the_same_name_each_reach_their_own() {
+    require_openssh();
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("gpuprov home");
+    let key = ensure_project_key(&tmp.path().join("key"), "gpuprov-test").unwrap();
+    let mut servers = Vec::new();
+    for (i, lineage) in [
+        "11111111-1111-4111-8111-111111111111",
+        "22222222-2222-4222-8222-222222222222",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let work = tmp.path().join(format!("project {i}"));
+        fs::create_dir_all(&work).unwrap();
+        let host = ensure_project_key(&work.join("host"), "host").unwrap();
+        let sshd = start_sshd(&work, &host, &key);
+        project_with_api_at(&work, lineage, sshd.port, host_key_of(&host));
+        let out = Command::new(env!("CARGO_BIN_EXE_gpuprov"))
+            .current_dir(&work)
+            .env("GPUPROV_HOME", &home)
+            .env("NO_COLOR", "1")
+            .env_remove("GPUPROV_SSH_PRIVATE_KEY")
+            .env_remove("SSH_AUTH_SOCK")
+            .args(["ssh", "--print-config", "--ssh-key"])
+            .arg(key.private_key_path().unwrap())
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        );
+        assert!(out.status.success(), "{stdout}{stderr}");
+        let project = &lineage[..8];
+        if i == 0 {
+            assert!(
+                stdout.contains(&format!("\nHost gpuprov-{project}-api gpuprov-api\n")),
+                "{stdout}"
+            );
+            assert!(stderr.is_empty(), "{stderr}");
+        } else {
+            assert!(
+                stdout.contains(&format!("\nHost gpuprov-{project}-api\n")),
+                "the short alias is the first project's: {stdout}"
+            );
+            assert!(
+                stderr.contains("warning: ssh alias gpuprov-api is taken by another project")
+                    && stderr.contains(&format!("`ssh gpuprov-{project}-api`")),
+                "{stderr}"
+            );
+        }
+        assert!(stdout.contains("#   Include "), "{stdout}");
+        servers.push((project.to_string(), sshd));
+    }
+    // The user's ~/.ssh/config, as the README says.
+    let user_config = tmp.path().join("user ssh config");
+    fs::write(
+        &user_config,
+        format!("Include \"{}/projects/*/ssh_config\"\n", home.display()),
+    )
+    .unwrap();
+    let server_port = |alias: &str| {
+        let out = Command::new("ssh")
+            .arg("-F")
+            .arg(&user_config)
+            .args(["-o", "BatchMode=yes", alias, "echo $SSH_CONNECTION"])
+            .env_remove("SSH_AUTH_SOCK")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ssh {alias}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // SSH_CONNECTION: client address, client port, server address, server port.
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .nth(3)
+            .and_then(|p| p.parse::<u16>().ok())
+            .unwrap_or_else(|| panic!("ssh {alias}: {out:?}"))
+    };
+    for (project, sshd) in &servers {
+        assert_eq!(
+            server_port(&format!("gpuprov-{project}-api")),
+            sshd.port,
+            "{project}'s machine: {}",
+            sshd.log()
+        );
+    }
+    assert_eq!(server_port("gpuprov-api"), servers[0].1.port);
 }

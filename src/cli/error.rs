@@ -1,0 +1,190 @@
+//! The CLI's one error type and its exit codes, as jj's `CommandError`: every failure a
+//! command returns is a [`CommandError`] whose [`Kind`] decides the exit code, and every
+//! way a command ends is an [`Exit`]. [`EXIT_CODES`] is the table `--help` and the README
+//! show; [`Exit::code`] is the only place a number is chosen.
+
+use miette::{Diagnostic, Report};
+
+/// How a command ended. [`Exit::code`] maps it to the process's exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// It did what was asked (`plan --detailed-exitcode`: and there are no changes).
+    Success,
+    /// It failed after saying why on stderr (a refused prompt, an unusable cloud in
+    /// `validate`); errors with a message are [`CommandError`]s.
+    Failure,
+    /// `plan --detailed-exitcode` found changes.
+    Changes,
+    /// Ctrl-C or SIGTERM stopped it.
+    Interrupted,
+    /// `gpuprov ssh NAME -- CMD`: the remote command's own status, as ssh passes it on.
+    Remote(u8),
+}
+
+impl Exit {
+    /// The process exit status of this outcome.
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Success => 0,
+            Exit::Failure => 1,
+            Exit::Changes => 2,
+            Exit::Interrupted => 130,
+            Exit::Remote(n) => n,
+        }
+    }
+}
+
+impl From<Exit> for std::process::ExitCode {
+    fn from(e: Exit) -> Self {
+        std::process::ExitCode::from(e.code())
+    }
+}
+
+/// The documented exit codes: (code, meaning), as `gpuprov --help` and the README list
+/// them. A test checks both against [`Exit::code`].
+pub const EXIT_CODES: &[(u8, &str)] = &[
+    (0, "success; with --detailed-exitcode: no changes"),
+    (
+        1,
+        "error, including a usage error (an unknown flag, a missing or malformed value)",
+    ),
+    (2, "changes present (only with plan --detailed-exitcode)"),
+    (130, "interrupted (Ctrl-C or SIGTERM)"),
+];
+
+/// The `--help` epilogue: [`EXIT_CODES`] as an indented table.
+pub fn exit_codes_help() -> String {
+    let mut s = String::from("Exit codes:\n");
+    for (code, meaning) in EXIT_CODES {
+        s.push_str(&format!("  {code:<4} {meaning}\n"));
+    }
+    s.push_str("  `gpuprov ssh NAME -- CMD` exits with the remote command's status, as ssh does.");
+    s
+}
+
+/// What kind of failure a [`CommandError`] is; the kind decides the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The command line is wrong: an unknown flag or subcommand, a missing or malformed
+    /// value. Exit 1 (never 2, which `--detailed-exitcode` gives to "changes present").
+    Usage,
+    /// Anything the user or their environment can act on: the config, the state, the
+    /// lock, a cloud's answer, a refused operation. Exit 1.
+    User,
+    /// Ctrl-C or SIGTERM before the command had anything to undo. Exit 130.
+    Interrupted,
+}
+
+/// A command's failure: its [`Kind`] and the diagnostic to show (a miette report with a
+/// code and a separate help, or clap's own rendering of a usage error).
+#[derive(Debug)]
+pub struct CommandError {
+    kind: Kind,
+    body: Body,
+}
+
+#[derive(Debug)]
+enum Body {
+    Report(Report),
+    Clap(clap::Error),
+}
+
+/// A usage error found before clap parses (an unknown single-dash word).
+#[derive(Debug, thiserror::Error, Diagnostic)]
+#[error("{message}")]
+#[diagnostic(code(gpuprov::usage))]
+struct UsageError {
+    message: String,
+    #[help]
+    help: Option<String>,
+}
+
+impl CommandError {
+    /// A usage error with its own message and hint (code `gpuprov::usage`).
+    pub fn usage(message: impl Into<String>, help: Option<String>) -> CommandError {
+        CommandError {
+            kind: Kind::Usage,
+            body: Body::Report(Report::new(UsageError {
+                message: message.into(),
+                help,
+            })),
+        }
+    }
+
+    /// Any diagnostic as an error of `kind`.
+    pub fn new(kind: Kind, report: Report) -> CommandError {
+        CommandError {
+            kind,
+            body: Body::Report(report),
+        }
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// How the command ended: the exit code follows from the kind.
+    pub fn exit(&self) -> Exit {
+        match self.kind {
+            Kind::Usage | Kind::User => Exit::Failure,
+            Kind::Interrupted => Exit::Interrupted,
+        }
+    }
+
+    /// Prints the diagnostic on stderr.
+    pub fn print(&self) {
+        match &self.body {
+            Body::Report(r) => errln!("{r:?}"),
+            // clap renders its usage errors itself (with the usage line and a tip), in
+            // colour where stderr is a terminal and NO_COLOR is unset.
+            Body::Clap(e) => {
+                let _ = e.print();
+            }
+        }
+    }
+}
+
+impl From<Report> for CommandError {
+    fn from(report: Report) -> Self {
+        CommandError::new(Kind::User, report)
+    }
+}
+
+impl From<clap::Error> for CommandError {
+    fn from(e: clap::Error) -> Self {
+        CommandError {
+            kind: Kind::Usage,
+            body: Body::Clap(e),
+        }
+    }
+}
+
+/// What every command returns.
+pub type CmdResult = Result<Exit, CommandError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_table_is_what_the_exits_map_to() {
+        let documented: Vec<u8> = EXIT_CODES.iter().map(|(c, _)| *c).collect();
+        let mapped: Vec<u8> = [
+            Exit::Success,
+            Exit::Failure,
+            Exit::Changes,
+            Exit::Interrupted,
+        ]
+        .iter()
+        .map(|e| e.code())
+        .collect();
+        assert_eq!(documented, mapped);
+        let usage = CommandError::usage("x", None);
+        assert_eq!((usage.kind(), usage.exit().code()), (Kind::Usage, 1));
+        let user = CommandError::from(miette::miette!("x"));
+        assert_eq!((user.kind(), user.exit().code()), (Kind::User, 1));
+        let int = CommandError::new(Kind::Interrupted, miette::miette!("x"));
+        assert_eq!(int.exit().code(), 130);
+    }
+}
