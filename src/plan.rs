@@ -15,6 +15,8 @@ use crate::provider::redact::redact_url;
 use crate::provider::InstanceStatus;
 use crate::record::{DecodeError, Record};
 use crate::state::{ResourceRecord, StateFile};
+
+pub mod markdown;
 use crate::vm::{LaunchState, TeardownState};
 
 /// Version of the saved plan file format (`plan -out FILE`).
@@ -91,6 +93,10 @@ pub struct Change {
     /// order of clouds (planned only with `--allow-no-offers`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub no_offers: Vec<NoOffer>,
+    /// The offer of the machine the state records as up now (where it runs, its price in
+    /// USD per hour), `None` when nothing runs for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<OfferLine>,
 }
 
 impl Change {
@@ -211,6 +217,14 @@ impl Plan {
         self.changes.iter().any(|c| c.action != Action::NoOp)
     }
 
+    /// What runs now costs, USD per hour: the sum of the machines' current offers.
+    pub fn hourly_cost_before(&self) -> f64 {
+        self.changes
+            .iter()
+            .filter_map(|c| c.current.as_ref())
+            .fold(0.0, |sum, o| sum + o.price_per_hour)
+    }
+
     /// `(add, change, destroy)` counts as Terraform's summary line counts them.
     pub fn counts(&self) -> (usize, usize, usize) {
         let (mut add, mut change, mut destroy) = (0, 0, 0);
@@ -228,6 +242,17 @@ impl Plan {
         }
         (add, change, destroy)
     }
+}
+
+/// The offer of the machine `rec` records as up (ready, or kept by an aborted apply).
+fn current_offer(address: &str, rec: &ResourceRecord) -> Result<Option<OfferLine>, String> {
+    Ok(match recorded(address, rec)? {
+        Recorded::Launch(LaunchState::Ready { vm }) => Some(OfferLine::from(&vm.offer)),
+        Recorded::Launch(LaunchState::Aborted { owned: Some(o), .. }) => {
+            o.vm.as_ref().map(|vm| OfferLine::from(&vm.offer))
+        }
+        _ => None,
+    })
 }
 
 /// What refresh observed of a machine that the state says is up.
@@ -351,6 +376,7 @@ pub fn compute(
             price_per_hour: price,
             offers: Vec::new(),
             no_offers: Vec::new(),
+            current: None,
         };
         let Some(rec) = state.resources.get(&address) else {
             changes.push(change(
@@ -361,7 +387,8 @@ pub fn compute(
             ));
             continue;
         };
-        let c = match recorded(&address, rec)? {
+        let current = current_offer(&address, rec)?;
+        let mut c = match recorded(&address, rec)? {
             Recorded::Launch(LaunchState::Ready { vm }) => {
                 let price = Some(vm.offer.price_per_hour);
                 match observed.and_then(|o| o.get(&address)) {
@@ -474,6 +501,7 @@ pub fn compute(
                 offer_price(want),
             ),
         };
+        c.current = current;
         changes.push(c);
     }
     for (address, rec) in &state.resources {
@@ -502,6 +530,7 @@ pub fn compute(
             price_per_hour: None,
             offers: Vec::new(),
             no_offers: Vec::new(),
+            current: current_offer(address, rec)?,
         });
     }
     changes.sort_by(|a, b| a.address.cmp(&b.address));

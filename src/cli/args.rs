@@ -231,6 +231,9 @@ pub struct ShowArgs {
     pub plan_file: PathBuf,
     #[command(flatten)]
     pub json: JsonArg,
+    /// Print the plan as Markdown (for a pull-request comment)
+    #[arg(long, conflicts_with = "json")]
+    pub markdown: bool,
 }
 
 #[derive(Debug, Args)]
@@ -249,8 +252,12 @@ pub struct PlanArgs {
     pub detailed_exitcode: bool,
     /// Print the plan as JSON on stdout, in Terraform's JSON plan shape with gpuprov's
     /// extras under "gpuprov" (schemas/gpuprov-plan.schema.json)
-    #[arg(long)]
+    #[arg(long, conflicts_with = "markdown")]
     pub json: bool,
+    /// Print the plan as Markdown on stdout (for a pull-request comment): a summary, a
+    /// table of machines with prices, the hourly cost change and folded attribute diffs
+    #[arg(long)]
+    pub markdown: bool,
     /// Save the plan to FILE for `gpuprov apply FILE`
     #[arg(long = "out", value_name = "FILE")]
     pub out: Option<PathBuf>,

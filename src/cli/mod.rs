@@ -541,15 +541,18 @@ async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> CmdResult {
     if a.json {
         let json = json::JsonPlan::of(&plan);
         outln!("{}", serde_json::to_string_pretty(&json).into_diagnostic()?);
+    } else if a.markdown {
+        out!("{}", plan::markdown::render(&plan));
     } else {
         out!("{}", plan::render(&plan));
     }
+    show::write_step_summary(&plan)?;
     if let Some(out) = &a.out {
         let text = serde_json::to_string_pretty(&plan).into_diagnostic()?;
         crate::state::write_atomic(out, text.as_bytes())
             .map_err(Report::new)
             .wrap_err_with(|| format!("cannot save the plan to {}", out.display()))?;
-        if !a.json {
+        if !a.json && !a.markdown {
             outln!(
                 "\nSaved the plan to: {}\nTo perform exactly these actions, run: gpuprov apply {}",
                 out.display(),

@@ -190,6 +190,19 @@ fn github_actions_plans_pull_requests_and_applies_the_default_branch() {
         );
     }
 
+    // The saved plan is posted on the pull request as Markdown (issue 19, item 5).
+    let comment = github_step(plan_job, "Comment the plan on the pull request");
+    let comment_script = comment["run"].as_str().unwrap();
+    let shown = gpuprov_commands(comment_script);
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert_eq!(
+        shown[0][1..3],
+        ["show".to_string(), "-markdown".to_string()]
+    );
+    assert!(gpuprov_commands(plan_script)[0].contains(&"-out=tfplan".to_string()));
+    assert!(comment_script.contains("gh pr comment"), "{comment_script}");
+    assert_eq!(wf["permissions"]["pull-requests"].as_str(), Some("write"));
+
     // Exit codes: plan 0 and 2 pass (and say whether there are changes), 1 fails.
     for (code, passes, changes) in [(0, true, "false"), (2, true, "true"), (1, false, "")] {
         let (status, out) = run_with_fake_gpuprov(plan_script, code);

@@ -35,6 +35,7 @@ impl Project {
             .env_remove("GPUPROV_CONFIG")
             .env_remove("GPUPROV_STATE")
             .env_remove("GPUPROV_SSH_KEY_FILE")
+            .env_remove("GITHUB_STEP_SUMMARY")
             .args(args);
         c
     }
@@ -1255,4 +1256,59 @@ fn a_machine_that_retries_until_up_waits_for_offers_unless_waiting_cannot_help()
     );
     assert_eq!(code, 1);
     assert!(err.contains("no credentials: "), "{err}");
+}
+
+/// Issue 19, item 5: the Markdown plan for pull requests (`plan -markdown`, `show
+/// -markdown`), also appended to `$GITHUB_STEP_SUMMARY` when GitHub Actions sets it.
+#[test]
+fn plan_markdown_for_pull_requests_and_the_job_summary() {
+    let p = Project::new(DOCKER_TOML);
+    let summary = p.path("summary.md");
+    let (code, md, err) = p.run(&["plan", "-refresh=false", "-markdown", "-out=tfplan"]);
+    assert_eq!(code, 0, "{err}");
+    p.snapshot("plan_markdown_create", &md);
+    assert!(
+        md.starts_with("### gpuprov plan: 1 to add, 0 to change, 0 to destroy"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| `vm.dev` | ➕ create | `docker/local` | `container` | $0.00 |"),
+        "{md}"
+    );
+    assert!(
+        !md.contains("Saved the plan"),
+        "stdout stays Markdown: {md}"
+    );
+    let out = p
+        .cmd(&["show", "-markdown", "tfplan"])
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        md,
+        "show renders the saved plan alike"
+    );
+    let written = std::fs::read_to_string(&summary).unwrap();
+    assert_eq!(written.trim_end(), md.trim_end());
+    // A text plan in CI still writes the summary (appended).
+    let out = p
+        .cmd(&["plan", "-refresh=false"])
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let written = std::fs::read_to_string(&summary).unwrap();
+    assert_eq!(written.matches("### gpuprov plan").count(), 2, "{written}");
+    // An unwritable summary path is an error that names it.
+    let out = p
+        .cmd(&["plan", "-refresh=false"])
+        .env("GITHUB_STEP_SUMMARY", p.path("no/such/dir/summary.md"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("GITHUB_STEP_SUMMARY"));
+    let (code, _, err) = p.run(&["plan", "-json", "-markdown"]);
+    assert_eq!(code, 1, "conflicting formats are a usage error: {err}");
 }
