@@ -8,7 +8,8 @@
 //!    (timeout, reset) → `Transient`;
 //! 3. HTTP 429, and gRPC `RESOURCE_EXHAUSTED` without a vendor code, → `Transient` with
 //!    the server's `Retry-After` (never failover); the kit's own [`codes`]: a stale token →
-//!    `Transient`, credentials the token endpoint refused → `Credentials`. (A
+//!    `Transient`, credentials the token endpoint refused → `Credentials`, an endpoint that
+//!    is no usable URL → `InvalidRequest` (checked first: nothing was sent). (A
 //!    `RESOURCE_EXHAUSTED` with the vendor's detail, such as Nebius' `quota_failure` or
 //!    `not_enough_resources`, is for the vendor's table: it may be quota or capacity.)
 //! 4. the vendor's [`Rule`]s, first match wins (a rule may also set a region-wide block
@@ -47,6 +48,9 @@ pub mod codes {
     pub const STALE_TOKEN: &str = "gpuprov/stale-token";
     /// The token endpoint refused the client credentials → `Credentials`.
     pub const TOKEN_REFUSED: &str = "gpuprov/token-refused";
+    /// The configured endpoint is no URL the client can use (nothing was sent) →
+    /// `InvalidRequest`: retrying cannot help.
+    pub const BAD_ENDPOINT: &str = "gpuprov/bad-endpoint";
 }
 
 /// How far a call got.
@@ -317,6 +321,7 @@ impl Classifier {
         let mut cloud_wide = false;
         let kind = match f.status {
             Status::NoCredential => ErrorKind::Credentials,
+            _ if f.has_code(codes::BAD_ENDPOINT) => ErrorKind::InvalidRequest,
             Status::Transport { refused: true } => ErrorKind::Unreachable,
             Status::Transport { refused: false } => ErrorKind::Transient,
             Status::Http(429) => ErrorKind::Transient,

@@ -35,8 +35,13 @@ impl Channels {
             return Ok(c.clone());
         }
         let bad = |e: &dyn std::fmt::Display| {
-            Failure::transport(false, format!("endpoint {url} cannot be used: {e}"))
+            let mut f = Failure::transport(false, format!("endpoint {url} cannot be used: {e}"));
+            f.code = Some(super::failure::codes::BAD_ENDPOINT.into());
+            f
         };
+        if !(url.starts_with("https://") || url.starts_with("http://")) {
+            return Err(bad(&"not an http:// or https:// URL"));
+        }
         let mut ep = Endpoint::from_shared(url.to_string())
             .map_err(|e| bad(&e))?
             .timeout(CALL_TIMEOUT)
@@ -107,5 +112,8 @@ mod tests {
         let channels = Channels::default();
         let e = channels.get("not a url").unwrap_err();
         assert!(e.message.contains("not a url"), "{}", e.message);
+        assert!(e.has_code(super::super::failure::codes::BAD_ENDPOINT));
+        assert!(channels.get("ftp://127.0.0.1:9").is_err());
+        assert!(channels.get("http://{service}").is_err());
     }
 }

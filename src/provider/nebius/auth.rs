@@ -121,11 +121,12 @@ pub fn parse_credentials_file(text: &str) -> Result<ServiceAccount, String> {
         )
     })?;
     let s = f.subject;
+    // The values are not shown: a mis-pasted file may hold key text anywhere.
     if s.kind.as_deref().is_some_and(|k| k != "JWT") {
-        return Err(format!("subject-credentials type {:?} is not JWT", s.kind));
+        return Err("subject-credentials type is not JWT".into());
     }
     if s.alg != "RS256" {
-        return Err(format!("algorithm {} is not RS256", s.alg));
+        return Err("its alg is not RS256 (the only algorithm Nebius service accounts use)".into());
     }
     if s.iss != s.sub {
         return Err("iss and sub differ (both must be the service account id)".into());
@@ -133,11 +134,23 @@ pub fn parse_credentials_file(text: &str) -> Result<ServiceAccount, String> {
     if s.kid.trim().is_empty() || s.iss.trim().is_empty() {
         return Err("kid and iss must not be empty".into());
     }
+    usable_key(&s.private_key)?;
     Ok(ServiceAccount {
         id: s.iss,
         public_key_id: s.kid,
         private_key: Secret::new(s.private_key),
     })
+}
+
+/// Checks that `pem` is an RSA private key in PEM, the only kind that signs RS256.
+fn usable_key(pem: &str) -> Result<(), String> {
+    jsonwebtoken::EncodingKey::from_rsa_pem(pem.as_bytes())
+        .map(|_| ())
+        .map_err(|_| {
+            "its private key is not an RSA private key in PEM (Nebius service-account keys \
+             are RSA: `nebius iam auth-public-key generate`)"
+                .into()
+        })
 }
 
 /// The credential the environment and files name (module docs). `env` reads a variable
@@ -165,11 +178,16 @@ pub fn find(env: impl Fn(&str) -> Option<String>, home: Option<&Path>) -> Found 
     found.looked_in.push(config.display().to_string());
     if let Ok(text) = std::fs::read_to_string(&config) {
         match from_profile(&text, env(PROFILE_ENV).as_deref(), &config) {
-            Ok(Some(sa)) => {
+            Ok(Ok(sa)) => {
                 found.credential = Some((Credential::ServiceAccount(sa), Source::File(config)));
                 return found;
             }
-            Ok(None) => {}
+            // Say why the CLI's profile was passed over (a user login, a missing profile).
+            Ok(Err(skipped)) => {
+                if let Some(last) = found.looked_in.last_mut() {
+                    *last = format!("{last} ({skipped})");
+                }
+            }
             Err(why) => {
                 found.unusable = Some(format!("{}: {why}", config.display()));
                 return found;
@@ -195,13 +213,14 @@ fn read_file(path: &Path) -> Result<ServiceAccount, String> {
 }
 
 /// The service account of the CLI profile `profile` (else the file's `default`, else its
-/// only profile) in the CLI config `text`; `None` when that profile is not a service
-/// account one (a federation login gpuprov cannot use).
+/// only profile) in the CLI config `text`; `Ok(Err(why))` when there is no such profile or
+/// it is not a service account one (a federation login gpuprov cannot use); `Err` for a
+/// service-account profile that cannot be used.
 fn from_profile(
     text: &str,
     profile: Option<&str>,
     config: &Path,
-) -> Result<Option<ServiceAccount>, String> {
+) -> Result<Result<ServiceAccount, String>, String> {
     let v: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| format!("not YAML: {e}"))?;
     let profiles = &v["profiles"];
     let name = profile
@@ -211,10 +230,19 @@ fn from_profile(
             Some(m) if m.len() == 1 => m.keys().next()?.as_str().map(str::to_string),
             _ => None,
         });
-    let Some(name) = name else { return Ok(None) };
+    let Some(name) = name else {
+        return Ok(Err("it names no default profile".into()));
+    };
     let p = &profiles[name.as_str()];
+    if p.is_null() {
+        return Ok(Err(format!("it has no profile {name}")));
+    }
     if p["auth-type"].as_str() != Some("service account") {
-        return Ok(None);
+        return Ok(Err(format!(
+            "profile {name} is not a service-account profile (auth-type {}); gpuprov needs a \
+             service account",
+            p["auth-type"].as_str().unwrap_or("unset")
+        )));
     }
     let field = |k: &str| p[k].as_str().map(str::trim).filter(|s| !s.is_empty());
     let relative = |f: &str| {
@@ -227,7 +255,7 @@ fn from_profile(
     };
     if let Some(file) = field("service-account-credentials-file-path") {
         return read_file(&relative(file))
-            .map(Some)
+            .map(Ok)
             .map_err(|why| format!("profile {name}: {file}: {why}"));
     }
     let (Some(id), Some(key_id)) = (field("service-account-id"), field("public-key-id")) else {
@@ -246,7 +274,8 @@ fn from_profile(
             ))
         }
     };
-    Ok(Some(ServiceAccount {
+    usable_key(&key).map_err(|why| format!("profile {name}: {why}"))?;
+    Ok(Ok(ServiceAccount {
         id: id.to_string(),
         public_key_id: key_id.to_string(),
         private_key: Secret::new(key),
@@ -462,24 +491,42 @@ impl Tokens {
 mod tests {
     use super::*;
 
-    const FILE: &str = r#"{"subject-credentials": {"type": "JWT", "alg": "RS256",
-        "private-key": "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
-        "kid": "publickey-e00abc", "iss": "serviceaccount-e00xyz", "sub": "serviceaccount-e00xyz"}}"#;
+    /// A credentials file with the tests' RSA key (a test-only key).
+    fn file() -> String {
+        let key = include_str!("../../../tests/fixtures/gcp/test-only-sa-key.pem");
+        serde_json::json!({"subject-credentials": {"type": "JWT", "alg": "RS256",
+            "private-key": key, "kid": "publickey-e00abc",
+            "iss": "serviceaccount-e00xyz", "sub": "serviceaccount-e00xyz"}})
+        .to_string()
+    }
 
     #[test]
     fn the_credentials_file_is_the_sdks() {
-        let sa = parse_credentials_file(FILE).unwrap();
+        let sa = parse_credentials_file(&file()).unwrap();
         assert_eq!(sa.id, "serviceaccount-e00xyz");
         assert_eq!(sa.public_key_id, "publickey-e00abc");
-        assert!(!format!("{sa:?}").contains("AAAA"), "the key is not shown");
-        let other = FILE.replace("\"sub\": \"serviceaccount-e00xyz\"", "\"sub\": \"x\"");
+        assert!(
+            !format!("{sa:?}").contains("PRIVATE"),
+            "the key is not shown"
+        );
+        let ed = file().replace(
+            "-----BEGIN PRIVATE KEY-----",
+            "-----BEGIN OPENSSH PRIVATE KEY-----",
+        );
+        let e = parse_credentials_file(&ed).unwrap_err();
+        assert!(e.contains("not an RSA private key in PEM"), "{e}");
+        let other = file().replace("\"sub\":\"serviceaccount-e00xyz\"", "\"sub\":\"x\"");
         assert!(parse_credentials_file(&other)
             .unwrap_err()
             .contains("differ"));
-        let es = FILE.replace("RS256", "ES256");
+        let es = file().replace("RS256", "ES256");
         assert!(parse_credentials_file(&es).unwrap_err().contains("RS256"));
         let junk = parse_credentials_file("{\"private-key\": \"AAAA\"").unwrap_err();
         assert!(!junk.contains("AAAA"), "{junk}");
+        // A mis-pasted file: key text where the algorithm goes is not echoed.
+        let pasted = file().replace("\"RS256\"", "\"-----BEGIN PRIVATE KEY-----MIIEvg\"");
+        let e = parse_credentials_file(&pasted).unwrap_err();
+        assert!(!e.contains("MIIEvg") && !e.contains("PRIVATE"), "{e}");
     }
 
     #[test]
@@ -487,7 +534,7 @@ mod tests {
         let home = tempfile::tempdir().unwrap();
         let dir = home.path().join(".nebius");
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("credentials.json"), FILE).unwrap();
+        std::fs::write(dir.join("credentials.json"), file()).unwrap();
         let none = |_: &str| None;
         let f = find(none, Some(home.path()));
         assert!(
@@ -495,7 +542,7 @@ mod tests {
         );
         assert_eq!(f.looked_in.len(), 4, "{:?}", f.looked_in);
 
-        std::fs::write(dir.join("sa.json"), FILE).unwrap();
+        std::fs::write(dir.join("sa.json"), file()).unwrap();
         std::fs::write(
             dir.join("config.yaml"),
             "default: ci\nprofiles:\n  ci:\n    auth-type: service account\n    service-account-credentials-file-path: sa.json\n  me:\n    auth-type: federation\n",
@@ -512,6 +559,13 @@ mod tests {
         assert!(
             matches!(f.credential, Some((_, Source::File(ref p))) if p.ends_with("credentials.json")),
             "a federation profile is skipped"
+        );
+        assert!(
+            f.looked_in
+                .iter()
+                .any(|l| l.contains("profile me is not a service-account profile")),
+            "{:?}",
+            f.looked_in
         );
         let f = find(
             |k| (k == TOKEN_ENV).then(|| "tok".into()),

@@ -269,9 +269,7 @@ impl NebiusProvider {
         let missing = match &settings.unusable {
             Some(why) => format!("no usable Nebius credential: {why}"),
             None => format!(
-                "no Nebius credential: set {} or {} ({})",
-                auth::TOKEN_ENV,
-                auth::CREDENTIALS_FILE_ENV,
+                "no Nebius credential ({})",
                 kit::credentials::looked_in(&settings.looked_in)
             ),
         };
@@ -341,9 +339,10 @@ impl NebiusProvider {
         let Some(tokens) = &self.tokens else {
             return Err(Failure::no_credential(self.missing.clone()));
         };
-        let channel = self.channel(Service::Tokens)?;
         tokens
             .token(|req| async move {
+                // Only an exchange needs the token service (a ready token does not).
+                let channel = self.channel(Service::Tokens)?;
                 let req = grpc::request(req, None, None)?;
                 iam::token_exchange_service_client::TokenExchangeServiceClient::new(channel)
                     .exchange(req)
@@ -397,7 +396,7 @@ impl NebiusProvider {
     fn project(&self, region: &str) -> Result<&str> {
         if self.tokens.is_none() {
             let f = Failure::no_credential(self.missing.clone());
-            return Err(self.fail(&f, Call::other("use the Nebius API")));
+            return Err(self.fail(&f, Call::other("API call")));
         }
         self.settings
             .projects
@@ -978,7 +977,7 @@ impl CloudProvider for NebiusProvider {
     async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>> {
         let Some(gpu) = req.gpu.as_deref() else {
             return Err(invalid(
-                "nebius: gpuprov offers Nebius' GPU platforms only; set gpu (for example \"H100\")",
+                "gpuprov offers Nebius' GPU platforms only; set gpu (for example \"H100\")",
             ));
         };
         let platforms = catalog::platforms_for(gpu);
@@ -989,6 +988,11 @@ impl CloudProvider for NebiusProvider {
                 catalog::configurations(),
             ));
         }
+        // A credential named explicitly but unusable is an error, not an offline plan.
+        if let Some(why) = &self.settings.unusable {
+            let f = Failure::no_credential(format!("no usable Nebius credential: {why}"));
+            return Err(self.fail(&f, Call::other("list platforms")));
+        }
         let regions: Vec<String> = if !req.regions.is_empty() {
             req.regions.clone()
         } else if !self.settings.projects.is_empty() {
@@ -996,13 +1000,34 @@ impl CloudProvider for NebiusProvider {
         } else {
             catalog::REGIONS.iter().map(|r| r.to_string()).collect()
         };
+        let has_project = |r: &str| {
+            self.settings
+                .projects
+                .get(r)
+                .is_some_and(|p| !p.trim().is_empty())
+        };
         let mut out = Vec::new();
+        let mut without_project = Vec::new();
         for region in &regions {
-            let known = catalog::REGIONS.contains(&region.as_str())
-                || self.settings.projects.contains_key(region);
-            if known {
-                out.extend(self.region_offers(req, region, &platforms).await?);
+            let known = catalog::REGIONS.contains(&region.as_str()) || has_project(region);
+            if !known {
+                continue;
             }
+            // With a credential, apply can only create where a project is named: offer
+            // nothing elsewhere rather than an offer whose prepare must fail.
+            if self.tokens.is_some() && !has_project(region) {
+                without_project.push(region.clone());
+                continue;
+            }
+            out.extend(self.region_offers(req, region, &platforms).await?);
+        }
+        if out.is_empty() && !without_project.is_empty() {
+            return Err(invalid(format!(
+                "no project for {}: set [cloud.nebius] projects = {{ {} = \"project-…\" }} (a \
+                 Nebius project lives in one region)",
+                without_project.join(", "),
+                without_project[0]
+            )));
         }
         Ok(out)
     }
@@ -1194,6 +1219,11 @@ impl CloudProvider for NebiusProvider {
 
     /// Deletes the VM's security group; not found is success, still attached `InUse`.
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<()> {
+        // Side resources are made in the region's project: with none configured, none
+        // can have been made (a prepare refused for want of one made nothing).
+        if self.tokens.is_some() && !self.settings.projects.contains_key(&at.region) {
+            return Ok(());
+        }
         let project = self.project(&at.region)?;
         let name = super::object_name(vm_name, &self.settings.lineage);
         let Some(g) = self.security_group(project, &name).await? else {

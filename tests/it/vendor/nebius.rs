@@ -1625,3 +1625,52 @@ fn offers_answer_from_the_local_nebius() {
             >= 2
     );
 }
+
+/// From a newcomer's review: a region without a project offers nothing once a credential
+/// is there (apply could not create there), a refused prepare leaves nothing to clean up,
+/// an endpoint that is no URL is a config error, and an explicitly named credentials file
+/// that cannot be used fails the plan instead of planning offline.
+#[tokio::test]
+async fn regions_without_a_project_bad_endpoints_and_unusable_files_are_config_errors() {
+    let fake = Fake::start(two_regions());
+    let p = fake.provider();
+    let e = p.plan(&vm(&["eu-west1"]).request()).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidRequest, "{e}");
+    assert!(e.msg.contains("projects = { eu-west1"), "{e}");
+    assert_eq!(
+        p.plan(&vm(&["eu-west1", "eu-north1"]).request())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    p.cleanup(&at("eu-west1"), "trainer").await.unwrap();
+    p.delete(&at("eu-west1"), "trainer", &[]).await.unwrap();
+
+    let settings = |endpoint: &str, unusable: Option<&str>| NebiusSettings {
+        lineage: Lineage::parse(LINEAGE).unwrap(),
+        endpoint: Some(endpoint.into()),
+        projects: fake.world.lock().unwrap().projects.clone(),
+        credential: unusable.is_none().then(|| {
+            (
+                Credential::IamToken(Secret::new("t")),
+                Source::Env("NEBIUS_IAM_TOKEN"),
+            )
+        }),
+        looked_in: vec![],
+        unusable: unusable.map(str::to_string),
+    };
+    for bad in ["not a url", "ftp://127.0.0.1:9", "{service}"] {
+        let e = NebiusProvider::new(settings(bad, None))
+            .plan(&vm(&["eu-north1"]).request())
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidRequest, "{bad}: {e}");
+    }
+    let e = NebiusProvider::new(settings(&fake.url, Some("/x/sa.json: cannot read")))
+        .plan(&vm(&["eu-north1"]).request())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Credentials, "{e}");
+    assert!(e.msg.contains("/x/sa.json"), "{e}");
+}
