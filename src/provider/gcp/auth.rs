@@ -34,13 +34,13 @@
 //! JWT is made with `jsonwebtoken` and sent with the kit's HTTP client.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::provider::kit::http::{client, transport_failure};
+use crate::provider::kit::token_cache::TokenCache;
 use crate::provider::kit::{Failure, Source, TokenCall, TokenSource};
 use crate::provider::Secret;
 
@@ -307,8 +307,7 @@ struct TokenAnswer {
 pub struct Tokens {
     credential: GoogleCredential,
     http: reqwest::Client,
-    current: tokio::sync::Mutex<Option<(Secret, Instant)>>,
-    issued: Mutex<Vec<Secret>>,
+    cache: TokenCache,
 }
 
 impl std::fmt::Debug for Tokens {
@@ -325,8 +324,7 @@ impl Tokens {
         Tokens {
             credential,
             http: client(TOKEN_TIMEOUT),
-            current: tokio::sync::Mutex::new(None),
-            issued: Mutex::new(Vec::new()),
+            cache: TokenCache::default(),
         }
     }
 
@@ -409,30 +407,17 @@ impl TokenSource for Tokens {
     /// The current token while it is more than [`REFRESH_THRESHOLD`] from its expiry,
     /// else a new one (callers wait for one request in flight rather than send their own).
     async fn token(&self, _call: &TokenCall<'_>) -> Result<Secret, Failure> {
-        let mut current = self.current.lock().await;
-        if let Some((token, expires)) = current.as_ref() {
-            if Instant::now() + REFRESH_THRESHOLD < *expires {
-                return Ok(token.clone());
-            }
-        }
-        let (token, lifetime) = self.fetch().await?;
-        self.issued
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(token.clone());
-        *current = Some((token.clone(), Instant::now() + lifetime));
-        Ok(token)
+        self.cache
+            .get(|| async {
+                let (token, lifetime) = self.fetch().await?;
+                Ok((token, lifetime.saturating_sub(REFRESH_THRESHOLD)))
+            })
+            .await
     }
 
     fn secrets(&self) -> Vec<Secret> {
         let mut out = self.credential.secrets();
-        out.extend(
-            self.issued
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .cloned(),
-        );
+        out.extend(self.cache.issued());
         out
     }
 }

@@ -12,6 +12,8 @@
 //! - [`paginate`]: page-number, next-link and token pagination, bounded;
 //! - [`keys`]: the project's SSH key found by value or registered;
 //! - [`oauth`]: OAuth2 client credentials, the access token cached and renewed;
+//! - [`token_cache`]: a short-lived access token kept until its renewal and renewed once
+//!   for concurrent callers (GCP, Nebius);
 //! - [`listing`]: `observe` and `delete` over one unfiltered listing of instances;
 //! - [`credentials`]: a credential plus where it was found, and the report for
 //!   `gpuprov validate`;
@@ -35,6 +37,7 @@ pub mod paginate;
 pub mod ports;
 #[cfg(test)]
 pub mod testing;
+pub mod token_cache;
 
 pub use adapter::Adapter;
 pub use credentials::{Credential, CredentialReport, Lookup, Source};

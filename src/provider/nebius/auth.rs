@@ -27,13 +27,14 @@
 //! scrubbed from every error.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::super::kit::credentials::Source;
 use super::super::kit::failure::codes;
+use super::super::kit::oauth::RENEW_AT;
+use super::super::kit::token_cache::TokenCache;
 use super::super::kit::Failure;
 use super::super::redact::Secret;
 use super::proto::nebius::iam::v1::{CreateTokenResponse, ExchangeTokenRequest};
@@ -330,46 +331,20 @@ pub fn exchange_request(jwt: &Secret) -> ExchangeTokenRequest {
     }
 }
 
-struct Cached {
-    token: Secret,
-    renew_at: Instant,
-    worked: bool,
-}
-
 /// The access token of one credential: a ready one, or a service account's, exchanged,
 /// cached and renewed (module docs). Its `Debug` shows no secret.
+#[derive(Debug)]
 pub struct Tokens {
     credential: Credential,
-    cached: Mutex<Option<Cached>>,
-    /// Every token and JWT issued, to scrub from errors.
-    issued: Mutex<Vec<Secret>>,
-    /// Held across an exchange, so concurrent calls make one.
-    gate: tokio::sync::Mutex<()>,
-}
-
-impl std::fmt::Debug for Tokens {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tokens")
-            .field("credential", &self.credential)
-            .finish()
-    }
+    cache: TokenCache,
 }
 
 impl Tokens {
     pub fn new(credential: Credential) -> Tokens {
         Tokens {
             credential,
-            cached: Mutex::new(None),
-            issued: Mutex::new(Vec::new()),
-            gate: tokio::sync::Mutex::new(()),
+            cache: TokenCache::default(),
         }
-    }
-
-    fn fresh(&self) -> Option<Secret> {
-        let c = self.cached.lock().unwrap_or_else(|p| p.into_inner());
-        c.as_ref()
-            .filter(|c| Instant::now() < c.renew_at)
-            .map(|c| c.token.clone())
     }
 
     /// A token for the next call: the ready one, or the cached one until 90 % of its
@@ -385,89 +360,42 @@ impl Tokens {
             Credential::IamToken(t) => return Ok(t.clone()),
             Credential::ServiceAccount(sa) => sa,
         };
-        if let Some(t) = self.fresh() {
-            return Ok(t);
-        }
-        let _one = self.gate.lock().await;
-        if let Some(t) = self.fresh() {
-            return Ok(t);
-        }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or_default();
-        let jwt = jwt(sa, now).map_err(|why| {
-            let mut f = Failure::no_credential(why);
-            f.code = Some(codes::TOKEN_REFUSED.into());
-            f
-        })?;
-        self.remember(&jwt);
-        let answer = exchange(exchange_request(&jwt)).await.map_err(|mut f| {
-            use super::super::kit::failure::grpc;
-            if matches!(
-                f.status,
-                super::super::kit::Status::Grpc(
-                    grpc::UNAUTHENTICATED | grpc::PERMISSION_DENIED | grpc::INVALID_ARGUMENT
-                )
-            ) {
-                f.code = Some(codes::TOKEN_REFUSED.into());
-                f.message = format!(
-                    "the token exchange refused service account {}: {}",
-                    sa.id, f.message
-                );
-            }
-            f
-        })?;
-        let token = Secret::new(answer.access_token);
-        self.remember(&token);
-        let lifetime = if answer.expires_in > 0 {
-            answer.expires_in
-        } else {
-            DEFAULT_LIFETIME_SECS
-        };
-        let renew_in =
-            Duration::from_secs_f64(lifetime as f64 * super::super::kit::oauth::RENEW_AT);
-        *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = Some(Cached {
-            token: token.clone(),
-            renew_at: Instant::now() + renew_in,
-            worked: false,
-        });
-        Ok(token)
-    }
-
-    fn remember(&self, s: &Secret) {
-        self.issued
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(s.clone());
+        self.cache
+            .get(|| async {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or_default();
+                let jwt = jwt(sa, now).map_err(|why| {
+                    let mut f = Failure::no_credential(why);
+                    f.code = Some(codes::TOKEN_REFUSED.into());
+                    f
+                })?;
+                self.cache.remember(&jwt);
+                let answer = exchange(exchange_request(&jwt))
+                    .await
+                    .map_err(|f| refused(f, sa))?;
+                let lifetime = if answer.expires_in > 0 {
+                    answer.expires_in
+                } else {
+                    DEFAULT_LIFETIME_SECS
+                };
+                let renew_in = Duration::from_secs_f64(lifetime as f64 * RENEW_AT);
+                Ok((Secret::new(answer.access_token), renew_in))
+            })
+            .await
     }
 
     /// A call with `token` succeeded.
     pub fn worked(&self, token: &Secret) {
-        if let Some(c) = self
-            .cached
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_mut()
-            .filter(|c| &c.token == token)
-        {
-            c.worked = true;
-        }
+        self.cache.worked(token);
     }
 
     /// The API refused `token` (UNAUTHENTICATED). Drops it; returns whether a new one may
     /// succeed: it had worked (it expired or was revoked early), so the call is retried.
     /// A ready token from the environment cannot be renewed.
     pub fn rejected(&self, token: &Secret) -> bool {
-        let mut c = self.cached.lock().unwrap_or_else(|p| p.into_inner());
-        match c.as_ref() {
-            Some(cached) if &cached.token == token => {
-                let worked = cached.worked;
-                *c = None;
-                worked
-            }
-            _ => false,
-        }
+        self.cache.rejected(token)
     }
 
     /// The secrets to scrub: the private key, every JWT and token issued.
@@ -476,15 +404,28 @@ impl Tokens {
             Credential::IamToken(t) => vec![t.clone()],
             Credential::ServiceAccount(sa) => vec![sa.private_key.clone()],
         };
-        out.extend(
-            self.issued
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .cloned(),
-        );
+        out.extend(self.cache.issued());
         out
     }
+}
+
+/// A token exchange's refusal of the service account `sa` (UNAUTHENTICATED,
+/// PERMISSION_DENIED, INVALID_ARGUMENT) as [`codes::TOKEN_REFUSED`], so `Credentials`.
+fn refused(mut f: Failure, sa: &ServiceAccount) -> Failure {
+    use super::super::kit::failure::grpc;
+    if matches!(
+        f.status,
+        super::super::kit::Status::Grpc(
+            grpc::UNAUTHENTICATED | grpc::PERMISSION_DENIED | grpc::INVALID_ARGUMENT
+        )
+    ) {
+        f.code = Some(codes::TOKEN_REFUSED.into());
+        f.message = format!(
+            "the token exchange refused service account {}: {}",
+            sa.id, f.message
+        );
+    }
+    f
 }
 
 #[cfg(test)]
