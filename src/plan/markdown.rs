@@ -213,6 +213,7 @@ mod tests {
             offers: vec![],
             no_offers: vec![],
             current: None,
+            found: None,
         }
     }
 
@@ -297,6 +298,8 @@ mod tests {
             changes: vec![create, replace, update, destroy, none, same],
             hourly_cost_after: 23.92 + 0.86 + 0.8536,
             hourly_cost_incomplete: true,
+            foreign: vec![],
+            unlisted: vec![],
         };
         let md = render(&plan);
         insta::assert_snapshot!("plan_markdown_every_action", md);
