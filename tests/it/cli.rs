@@ -486,6 +486,7 @@ fn every_command_has_help() {
         "kubeconfig",
         "tunnel",
         "show",
+        "sweep",
     ] {
         let (code, out, _) = p.run(&[cmd, "--help"]);
         assert_eq!(code, 0, "{cmd}");
@@ -1311,4 +1312,45 @@ fn plan_markdown_for_pull_requests_and_the_job_summary() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("GITHUB_STEP_SUMMARY"));
     let (code, _, err) = p.run(&["plan", "-json", "-markdown"]);
     assert_eq!(code, 1, "conflicting formats are a usage error: {err}");
+}
+
+/// Issue 18: `state recover` and `sweep` — their help, and the errors they give before
+/// any cloud is asked (a malformed lineage, a state that records machines).
+#[test]
+fn state_recover_and_sweep_help_and_errors() {
+    let p = Project::new(DOCKER_TOML);
+    let (code, out, _) = p.run(&["state", "recover", "--help"]);
+    assert_eq!(code, 0);
+    p.snapshot("state_recover_help", &out);
+    let (code, out, _) = p.run(&["sweep", "--help"]);
+    assert_eq!(code, 0);
+    p.snapshot("sweep_help", &out);
+
+    let (code, out, err) = p.run(&["state", "recover", "--lineage", "not-a-uuid"]);
+    assert_eq!(code, 1);
+    p.snap("state_recover_bad_lineage", code, &out, &err);
+    let (code, out, err) = p.run(&["sweep", "--destroy", "not-a-uuid"]);
+    assert_eq!(code, 1);
+    p.snap("sweep_bad_lineage", code, &out, &err);
+    let (code, _, err) = p.run(&["sweep", "--auto-approve"]);
+    assert_eq!(code, 1, "--auto-approve needs --destroy: {err}");
+    assert!(err.contains("--destroy"), "{err}");
+
+    // A state that records machines is never replaced by a recovery.
+    p.with_ready(&dev());
+    let before = std::fs::read(p.path("gpuprov.state.json")).unwrap();
+    let (code, out, err) = p.run(&[
+        "state",
+        "recover",
+        "--lineage",
+        "11111111-1111-4111-8111-111111111111",
+        "--auto-approve",
+    ]);
+    assert_eq!(code, 1);
+    p.snap("state_recover_state_in_use", code, &out, &err);
+    assert_eq!(
+        std::fs::read(p.path("gpuprov.state.json")).unwrap(),
+        before,
+        "the state is untouched"
+    );
 }

@@ -521,7 +521,9 @@ impl Clouds {
             .await;
         // Discovery by identity (plan with refresh): the account's instances, none here.
         lambda
-            .mount_fn("GET", "^/api/v1/instances$", |_| Canned::ok(json!({"data": []})))
+            .mount_fn("GET", "^/api/v1/instances$", |_| {
+                Canned::ok(json!({"data": []}))
+            })
             .await;
         digitalocean
             .mount_fn("GET", "^/v2/droplets$", |_| do_page("droplets", vec![]))
