@@ -152,6 +152,16 @@ fn health_fails_a_machine_that_is_not_up_with_its_recorded_state() {
 }
 
 #[test]
+fn health_of_an_unreadable_state_exits_1_with_the_diagnostic() {
+    let p = Project::new();
+    std::fs::write(p.path("gpuprov.state.json"), "{\"version\": 4, \"serial\"").unwrap();
+    let (code, out, err) = p.run(&["health", "-json"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(out.is_empty(), "no verdict without a state: {out}");
+    p.snap("unreadable_state", (code, out, err));
+}
+
+#[test]
 fn health_help_names_the_checks_and_exit_codes() {
     let p = Project::new();
     let (code, out, err) = p.run(&["health", "--help"]);
