@@ -750,4 +750,121 @@ mod tests {
         assert_eq!(code(&[CheckStatus::Ok, CheckStatus::Fail]), 1);
         assert!(!verdict([CheckStatus::Fail]).0);
     }
+
+    fn vm() -> VmRecord {
+        let location = crate::provider::Location {
+            cloud: "docker".into(),
+            region: "local".into(),
+            zone: None,
+        };
+        VmRecord {
+            instance_id: "c0ffee".into(),
+            location: location.clone(),
+            offer: crate::provider::Offer {
+                id: "docker/local/container".into(),
+                location,
+                instance_type: "container".into(),
+                gpu: None,
+                gpu_count: 0,
+                spot: false,
+                price_per_hour: 0.0,
+                detail: serde_json::Value::Null,
+            },
+            ssh: crate::provider::SshEndpoint {
+                host: "127.0.0.1".into(),
+                port: 1,
+                user: None,
+            },
+            user: "root".into(),
+            host_key: crate::ssh::HostKey {
+                algorithm: "ssh-ed25519".into(),
+                key_base64: "AAAA".into(),
+                fingerprint: "SHA256:x".into(),
+            },
+            ready_at: chrono::Utc::now(),
+        }
+    }
+
+    #[tokio::test]
+    async fn kubernetes_is_checked_only_where_a_cluster_is_ready_and_says_why_not() {
+        use crate::cluster::k3s::AccessRecord;
+        use crate::provider::docker::{DockerProvider, DockerSettings};
+        use crate::vm::LaunchState;
+        let vm = vm();
+        let ctx = Ctx {
+            providers: Providers::new(),
+            key: Err("no key here".into()),
+            public_key: String::new(),
+        };
+        let k8s = |rec: Record, p: Option<std::sync::Arc<dyn CloudProvider>>| {
+            let (ctx, vm) = (&ctx, &vm);
+            async move { k8s_check(ctx, &rec, vm, p.as_deref(), "fetching kubeconfig").await }
+        };
+        let launch = || {
+            Record::Launch(LaunchState::Ready {
+                vm: Box::new(vm.clone()),
+            })
+        };
+        let c = k8s(launch(), None).await;
+        assert_eq!(c.status, CheckStatus::Skipped);
+        assert_eq!(c.detail, "kubernetes is off for this machine");
+        let docker: std::sync::Arc<dyn CloudProvider> =
+            std::sync::Arc::new(DockerProvider::new(DockerSettings::new(Lineage::random())));
+        let c = k8s(launch(), Some(docker)).await;
+        assert_eq!(
+            (c.status, c.detail.as_str()),
+            (CheckStatus::Skipped, "docker cannot host k3s")
+        );
+        let no_cluster = Record::K3s(K3sState::Ready {
+            vm: Box::new(vm.clone()),
+            cluster: None,
+        });
+        let c = k8s(no_cluster, None).await;
+        assert_eq!(c.status, CheckStatus::Skipped);
+        assert!(c.detail.contains("docker cannot host k3s"), "{}", c.detail);
+        let installing = Record::K3s(K3sState::FetchingKubeconfig {
+            vm: Box::new(vm.clone()),
+        });
+        let c = k8s(installing, None).await;
+        assert_eq!(
+            (c.status, c.detail.as_str()),
+            (CheckStatus::Fail, "k3s is not ready: fetching kubeconfig")
+        );
+
+        // A ready cluster: its kubeconfig is read first; no network is needed to fail.
+        let dir = tempfile::tempdir().unwrap();
+        let ready = |kubeconfig: std::path::PathBuf| {
+            Record::K3s(K3sState::Ready {
+                vm: Box::new(vm.clone()),
+                cluster: Some(ClusterRecord {
+                    access: AccessRecord::Direct {
+                        host: "127.0.0.1".into(),
+                    },
+                    kubeconfig,
+                    allocatable_gpus: 0,
+                    kubelet_version: None,
+                }),
+            })
+        };
+        let c = k8s(ready(dir.path().join("missing.yaml")), None).await;
+        assert_eq!(c.status, CheckStatus::Fail);
+        assert!(
+            c.detail.contains("cannot read its kubeconfig") && c.detail.contains("missing.yaml"),
+            "{}",
+            c.detail
+        );
+        let no_credentials = dir.path().join("kubeconfig.yaml");
+        std::fs::write(
+            &no_credentials,
+            "apiVersion: v1\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:6443\n    certificate-authority-data: bm90IGEgY2VydA==\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\nusers:\n- name: u\n  user: {}\ncurrent-context: c\n",
+        )
+        .unwrap();
+        let c = k8s(ready(no_credentials), None).await;
+        assert_eq!(c.status, CheckStatus::Fail);
+        assert!(
+            c.detail.contains("the kubeconfig cannot be used"),
+            "{}",
+            c.detail
+        );
+    }
 }
