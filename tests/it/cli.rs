@@ -487,6 +487,7 @@ fn every_command_has_help() {
         "tunnel",
         "show",
         "sweep",
+        "health",
     ] {
         let (code, out, _) = p.run(&[cmd, "--help"]);
         assert_eq!(code, 0, "{cmd}");
