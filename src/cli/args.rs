@@ -94,6 +94,9 @@ pub enum Command {
     State(StateCommand),
     /// Clear a stale state lock left by a process that is gone
     ForceUnlock(ForceUnlockArgs),
+    /// Adopt an instance created outside gpuprov as machine ADDRESS (vm.NAME of the config),
+    /// giving it the machine's identity where the cloud allows
+    Import(ImportArgs),
     /// List machines carrying gpuprov's labels that no state here knows, by lineage, with
     /// age and price; --destroy LINEAGE tears them down. Read-only by default
     Sweep(SweepArgs),
@@ -381,6 +384,15 @@ pub struct StateRecoverArgs {
     /// Machines taken over at once
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub parallelism: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The machine to import into, `vm.NAME` (its `[vm.NAME]` table must be in the config)
+    pub address: String,
+    /// Where the instance is and its id: `CLOUD/REGION/INSTANCE_ID`, for example
+    /// `docker/local/3f2a1b7c9d0e` or `lambda/us-east-1/0920582c7ff041399e34823a0be62549`
+    pub id: String,
 }
 
 #[derive(Debug, Args)]

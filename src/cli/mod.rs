@@ -26,6 +26,7 @@ mod completion;
 pub mod error;
 mod force_unlock;
 mod health;
+mod import;
 mod interrupt;
 pub mod json;
 mod kube;
@@ -462,6 +463,7 @@ async fn run(cli: Cli, color: bool) -> CmdResult {
             state_recover::run(&cli, &project, a, color).await
         }
         Command::Sweep(a) => sweep::run(&cli, &project, a).await,
+        Command::Import(a) => import::run(&cli, &project, a).await,
         Command::ForceUnlock(a) => force_unlock::run(&project, a),
     }
 }

@@ -104,6 +104,15 @@ impl CloudProvider for Governed {
         let _p = self.permit().await?;
         self.inner.observe(at, vm_name).await
     }
+    async fn import(
+        &self,
+        at: &Location,
+        vm_name: &str,
+        instance_id: &str,
+    ) -> Result<crate::provider::Imported> {
+        let _p = self.permit().await?;
+        self.inner.import(at, vm_name, instance_id).await
+    }
     async fn list(&self, at: &Location) -> Result<Vec<crate::provider::Listed>> {
         let _p = self.permit().await?;
         self.inner.list(at).await

@@ -240,6 +240,15 @@ pub struct Listed {
     pub price_per_hour: Option<f64>,
 }
 
+/// What [`CloudProvider::import`] did: the instance as `observe` now reports it, and how
+/// it carries the identity (said to the user: "labelled", "renamed to …").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Imported {
+    pub observed: Observed,
+    /// How the instance carries the identity now, in a few words.
+    pub identity: String,
+}
+
 /// Features a cloud may or may not support; the core respects what is declared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -543,6 +552,21 @@ pub trait CloudProvider: Send + Sync {
         Err(ProviderError::new(
             ErrorKind::Unavailable,
             format!("{} cannot list its instances by identity yet", self.name()),
+        ))
+    }
+    /// Takes instance `id` at `at`, created outside gpuprov, into VM `vm` (`gpuprov
+    /// import`): checks it exists there and gives it this VM's identity where the cloud
+    /// allows (labels or tags, else the identity name that `observe` also matches), so
+    /// `observe`, refresh and teardown find it from then on. Changes nothing else.
+    ///
+    /// Errors: `InvalidRequest` when `id` names no instance at `at`, or one that carries
+    /// another VM's or lineage's identity; the default is `Unavailable` (this cloud cannot
+    /// import yet).
+    async fn import(&self, at: &Location, vm: &str, id: &str) -> Result<Imported> {
+        let _ = (at, vm, id);
+        Err(ProviderError::new(
+            ErrorKind::Unavailable,
+            format!("{} cannot import instances yet", self.name()),
         ))
     }
     /// Requests that stopped instance `id` of VM `vm` start again (restart before

@@ -488,6 +488,7 @@ fn every_command_has_help() {
         "show",
         "sweep",
         "health",
+        "import",
     ] {
         let (code, out, _) = p.run(&[cmd, "--help"]);
         assert_eq!(code, 0, "{cmd}");
@@ -1354,4 +1355,25 @@ fn state_recover_and_sweep_help_and_errors() {
         before,
         "the state is untouched"
     );
+}
+
+/// Issue 18: `import` refuses what does not match the config before any cloud is asked,
+/// and writes nothing.
+#[test]
+fn import_errors_name_the_config_and_write_nothing() {
+    let p = Project::new(DOCKER_TOML);
+    let (code, out, _) = p.run(&["import", "--help"]);
+    assert_eq!(code, 0);
+    p.snapshot("import_help", &out);
+    for (name, args) in [
+        ("import_unknown_machine", &["import", "vm.nope", "docker/local/abc"][..]),
+        ("import_malformed_id", &["import", "vm.dev", "abc"][..]),
+        ("import_other_cloud", &["import", "vm.dev", "lambda/us-east-1/abc"][..]),
+        ("import_other_region", &["import", "vm.dev", "docker/elsewhere/abc"][..]),
+    ] {
+        let (code, out, err) = p.run(args);
+        assert_eq!(code, 1, "{name}");
+        p.snap(name, code, &out, &err);
+    }
+    assert!(!p.path("gpuprov.state.json").exists());
 }

@@ -229,3 +229,110 @@ async fn sweep_lists_a_foreign_lineage_and_destroys_only_it() {
     let out = a.run(&["sweep", "--destroy", &lb, "--auto-approve"]);
     assert_eq!(out.status.code(), Some(1), "nothing left of that lineage");
 }
+
+/// `import` of a container created outside gpuprov (the base image running sshd without
+/// the project key): recorded as found, renamed to the machine's container name (the Engine
+/// cannot relabel), listed by `plan` as a machine apply takes over, and removed by
+/// `destroy`; a second import into the same address, an unknown id and a foreign cloud are
+/// refused without touching the state.
+#[tokio::test(flavor = "multi_thread")]
+async fn import_adopts_a_container_made_outside_gpuprov_and_destroy_removes_it() {
+    if skip() {
+        return;
+    }
+    ensure_base_image();
+    let p = Project::new();
+    let docker = Docker::connect_with_defaults().unwrap();
+    let name = format!("outside-{}", uuid::Uuid::new_v4().simple());
+    let body = bollard::models::ContainerCreateBody {
+        image: Some("gpuprov/debian-sshd-base:bookworm".into()),
+        cmd: Some(vec!["sleep".into(), "infinity".into()]),
+        ..Default::default()
+    };
+    let created = docker
+        .create_container(
+            Some(
+                bollard::query_parameters::CreateContainerOptionsBuilder::default()
+                    .name(&name)
+                    .build(),
+            ),
+            body,
+        )
+        .await
+        .unwrap();
+    /// Removes the outside container if the test fails before destroy does.
+    struct Remove(String);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let id = self.0.clone();
+            let _ = std::thread::spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .ok()?
+                    .block_on(async {
+                        let d = Docker::connect_with_defaults().ok()?;
+                        let o = bollard::query_parameters::RemoveContainerOptionsBuilder::default()
+                            .force(true)
+                            .build();
+                        d.remove_container(&id, Some(o)).await.ok()
+                    })
+            })
+            .join();
+        }
+    }
+    let _remove = Remove(created.id.clone());
+    docker
+        .start_container(
+            &created.id,
+            None::<bollard::query_parameters::StartContainerOptions>,
+        )
+        .await
+        .unwrap();
+
+    let (code_unknown, code_cloud) = (
+        p.run(&["import", "vm.dev", "docker/local/0000000000000000"])
+            .status
+            .code(),
+        p.run(&[
+            "import",
+            "vm.dev",
+            &format!("lambda/us-east-1/{}", created.id),
+        ])
+        .status
+        .code(),
+    );
+    assert_eq!((code_unknown, code_cloud), (Some(1), Some(1)));
+    assert!(!p.state_path().exists(), "refusals write no state");
+
+    let short = &created.id[..12];
+    let out = p.run(&["import", "vm.dev", &format!("docker/local/{short}")]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("renamed to gpuprov-dev-"), "{stdout}");
+    let rec = &p.state()["resources"]["vm.dev"]["machine"]["state"];
+    assert_eq!(rec["state"], "unowned", "{rec}");
+    assert_eq!(rec["instance_ids"][0], created.id.as_str(), "{rec}");
+    let out = p.run(&["plan", "-no-color"]);
+    let (stdout, _) = text(&out);
+    assert!(stdout.contains("# vm.dev will be resumed"), "{stdout}");
+    assert!(
+        stdout.contains("Plan: 0 to add, 1 to change, 0 to destroy."),
+        "{stdout}"
+    );
+    let out = p.run(&["import", "vm.dev", &format!("docker/local/{short}")]);
+    assert_eq!(out.status.code(), Some(1), "already in the state");
+
+    let out = p.run(&["destroy", "--auto-approve"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let gone = docker
+        .inspect_container(
+            &created.id,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .is_err();
+    assert!(gone, "destroy removed the imported container");
+    assert!(p.state()["resources"].as_object().unwrap().is_empty());
+}

@@ -38,9 +38,9 @@ pub use image::{sshd_image_tag, MANAGED_LABEL, SSHD_REPOSITORY};
 
 use super::kit::Adapter;
 use super::{
-    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Lineage, Listed,
-    Location, Observed, Offer, ProviderError, ResourceRequest, Result, SshEndpoint, IDENTITY_LABEL,
-    LINEAGE_LABEL,
+    Capabilities, CloudProvider, ErrorKind, Feature, Imported, InstanceSpec, InstanceStatus,
+    Lineage, Listed, Location, Observed, Offer, ProviderError, ResourceRequest, Result,
+    SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 /// The base image used when config does not name one.
@@ -605,6 +605,29 @@ impl CloudProvider for DockerProvider {
             .list_containers(Some(options))
             .await
             .map_err(|e| self.err(e))?;
+        // An imported container carries the identity by name only (labels are fixed at
+        // create): `name` filters are regular expressions over `/NAME`.
+        let name = Self::container_name(vm_name, self.lineage());
+        let by_name = docker
+            .list_containers(Some(ListContainersOptions {
+                all: true,
+                filters: Some(HashMap::from([(
+                    "name".to_string(),
+                    vec![format!("^/{name}$")],
+                )])),
+                ..Default::default()
+            }))
+            .await
+            .map_err(|e| self.err(e))?;
+        for c in by_name {
+            let unlabelled = c
+                .labels
+                .as_ref()
+                .is_none_or(|l| !l.contains_key(IDENTITY_LABEL));
+            if unlabelled && !list.iter().any(|l| l.id == c.id) {
+                list.push(c);
+            }
+        }
         list.sort_by(|a, b| a.id.cmp(&b.id));
         let mut out = Vec::with_capacity(list.len());
         for c in &list {
@@ -664,6 +687,97 @@ impl CloudProvider for DockerProvider {
             });
         }
         Ok(out)
+    }
+
+    /// `GET /containers/{id}/json`, then `POST /containers/{id}/rename` to the VM's
+    /// container name: the Engine cannot change a container's labels, so an imported
+    /// container carries the identity by name, which `observe` also matches. A container
+    /// already carrying this identity is taken as it is; one labelled for another VM or
+    /// lineage is refused, and so is a rename to a name in use (409).
+    async fn import(&self, at: &Location, vm_name: &str, id: &str) -> Result<Imported> {
+        if !is_local(at) {
+            return Err(ProviderError::new(
+                ErrorKind::InvalidRequest,
+                format!("the docker test cloud has no location {at}"),
+            ));
+        }
+        let docker = self.docker().await?;
+        let info = docker
+            .inspect_container(
+                id,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+            .map_err(|e| {
+                if is_not_found(&e) {
+                    ProviderError::new(
+                        ErrorKind::InvalidRequest,
+                        format!("no container {id} at {at}"),
+                    )
+                } else {
+                    self.err(e)
+                }
+            })?;
+        let full_id = info.id.clone().unwrap_or_else(|| id.to_string());
+        let labels = info
+            .config
+            .as_ref()
+            .and_then(|c| c.labels.clone())
+            .unwrap_or_default();
+        let lineage = self.lineage();
+        let identity =
+            match (labels.get(IDENTITY_LABEL), labels.get(LINEAGE_LABEL)) {
+                (Some(v), Some(l)) if v == vm_name && l == lineage => {
+                    "already labelled with this identity".to_string()
+                }
+                (Some(v), l) => return Err(ProviderError::new(
+                    ErrorKind::InvalidRequest,
+                    format!(
+                        "container {id} belongs to gpuprov VM {v} of lineage {}",
+                        l.map(String::as_str).unwrap_or("(none)")
+                    ),
+                )
+                .with_help(
+                    "`gpuprov state recover` rebuilds a lost state; `gpuprov state mv` renames \
+                     a machine",
+                )),
+                (None, _) => {
+                    let name = Self::container_name(vm_name, lineage);
+                    if info.name.as_deref() != Some(&format!("/{name}")) {
+                        let options =
+                            bollard::query_parameters::RenameContainerOptionsBuilder::default()
+                                .name(&name)
+                                .build();
+                        docker
+                            .rename_container(&full_id, options)
+                            .await
+                            .map_err(|e| {
+                                if is_conflict(&e) {
+                                    ProviderError::new(
+                                        ErrorKind::InvalidRequest,
+                                        format!("a container named {name} already exists"),
+                                    )
+                                } else {
+                                    self.err(e)
+                                }
+                            })?;
+                    }
+                    format!(
+                    "renamed to {name} (the Engine cannot change a container's labels: gpuprov \
+                     finds it by this name)"
+                )
+                }
+            };
+        let seen = self.observe(at, vm_name).await?;
+        let observed = seen
+            .into_iter()
+            .find(|o| o.instance_id == full_id)
+            .ok_or_else(|| {
+                ProviderError::transient(format!(
+                    "container {id} is not listed under {vm_name} after the import"
+                ))
+            })?;
+        Ok(Imported { observed, identity })
     }
 
     /// Starts a stopped container (`POST /containers/{id}/start`; 304 "already started"

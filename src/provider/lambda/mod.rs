@@ -60,9 +60,9 @@ pub use errors::{classify, ApiError, INSUFFICIENT_CAPACITY};
 use super::kit::keys::{self, Registered};
 use super::kit::{self, gpu, Adapter, Auth, Call, Credential, Lookup, RestClient};
 use super::{
-    object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
-    InstanceStatus, Lineage, Listed, Location, Observed, Offer, ProviderError, ResourceRequest,
-    Result, IDENTITY_LABEL, LINEAGE_LABEL,
+    object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, Imported,
+    InstanceSpec, InstanceStatus, Lineage, Listed, Location, Observed, Offer, ProviderError,
+    ResourceRequest, Result, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 /// The cloud name.
@@ -343,18 +343,23 @@ fn offers_for(types: &[TypesItem], req: &ResourceRequest) -> Vec<Offer> {
 }
 
 /// Whether a listed instance belongs to `vm_name` of `lineage` at `region`: both identity
-/// tags, or (for an instance listed without tags) the gpuprov name.
+/// tags, or (for an instance without identity tags: an older launch, an import) the
+/// gpuprov name.
 fn is_ours(i: &Instance, region: &str, vm_name: &str, lineage: &Lineage) -> bool {
     if i.region.as_ref().map(|r| r.name.as_str()) != Some(region) {
         return false;
     }
-    match &i.tags {
-        Some(tags) if !tags.is_empty() => {
-            let has = |k: &str, v: &str| tags.iter().any(|t| t.key == k && t.value == v);
-            has(IDENTITY_LABEL, vm_name) && has(LINEAGE_LABEL, lineage.as_str())
-        }
-        _ => i.name.as_deref() == Some(object_name(vm_name, lineage).as_str()),
-    }
+    let tagged = i.tags.as_ref().is_some_and(|tags| {
+        let has = |k: &str, v: &str| tags.iter().any(|t| t.key == k && t.value == v);
+        has(IDENTITY_LABEL, vm_name) && has(LINEAGE_LABEL, lineage.as_str())
+    });
+    // An imported instance carries the identity by name only (its tags cannot change);
+    // one tagged with another identity never counts.
+    let other = i
+        .tags
+        .as_ref()
+        .is_some_and(|tags| tags.iter().any(|t| t.key == IDENTITY_LABEL));
+    tagged || (!other && i.name.as_deref() == Some(object_name(vm_name, lineage).as_str()))
 }
 
 /// What `observe` reports of a listed instance; `None` once it is `terminated`.
@@ -488,6 +493,72 @@ impl CloudProvider for LambdaProvider {
             .collect();
         out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
         Ok(out)
+    }
+
+    /// `GET /api/v1/instances/{id}`, then `POST /api/v1/instances/{id}` with the
+    /// identity name (`gpuprov-<vm>-<lineage8>`): Lambda's API can change an instance's
+    /// name but not its tags (`InstanceModificationRequest` has only `name`), and
+    /// `observe` matches that name. An instance tagged with another identity, or in
+    /// another region, is refused.
+    async fn import(&self, at: &Location, vm_name: &str, id: &str) -> Result<Imported> {
+        let path = format!("/api/v1/instances/{id}");
+        let instance: Instance = match self.api.send(Method::GET, &path, &[], None).await {
+            Ok(v) => self.api.parse(v, Call::other("get instance"))?,
+            Err(f) if errors::is_not_found(&f) => {
+                return Err(ProviderError::new(
+                    ErrorKind::InvalidRequest,
+                    format!("no Lambda instance {id}"),
+                ))
+            }
+            Err(f) => return Err(self.api.fail(&f, Call::other("get instance"))),
+        };
+        let region = instance.region.as_ref().map(|r| r.name.as_str());
+        if at.cloud != CLOUD || region != Some(at.region.as_str()) {
+            return Err(ProviderError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "Lambda instance {id} is in {}, not {at}",
+                    region.unwrap_or("no region")
+                ),
+            ));
+        }
+        let tag = |k: &str| {
+            instance
+                .tags
+                .as_ref()
+                .and_then(|t| t.iter().find(|t| t.key == k).map(|t| t.value.clone()))
+        };
+        let lineage = &self.settings.lineage;
+        if let Some(vm) = tag(IDENTITY_LABEL) {
+            if vm != vm_name || tag(LINEAGE_LABEL).as_deref() != Some(lineage.as_str()) {
+                return Err(ProviderError::new(
+                    ErrorKind::InvalidRequest,
+                    format!("Lambda instance {id} carries the identity of gpuprov VM {vm}"),
+                ));
+            }
+        }
+        let name = object_name(vm_name, lineage);
+        let renamed: Instance = self
+            .api
+            .post(
+                &path,
+                &json!({ "name": name }),
+                Call::other("rename instance"),
+            )
+            .await?;
+        let observed = observed(&renamed).ok_or_else(|| {
+            ProviderError::new(
+                ErrorKind::InvalidRequest,
+                format!("Lambda instance {id} is terminated"),
+            )
+        })?;
+        Ok(Imported {
+            observed,
+            identity: format!(
+                "renamed to {name} (Lambda's API cannot change tags: gpuprov finds it by this \
+                 name)"
+            ),
+        })
     }
 
     /// `GET /api/v1/instances` (the whole account: the API has no filter), keeping the

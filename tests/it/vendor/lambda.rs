@@ -335,6 +335,36 @@ impl Cloud2 {
             }
         });
         route!("GET", "^/api/v1/instances$", |w, _r| w.list());
+        route!("GET", "^/api/v1/instances/[^/]+$", |w, r| {
+            let id = r.path.rsplit('/').next().unwrap_or_default();
+            match w.instances.iter().find(|i| i["id"] == id) {
+                Some(i) => Canned::ok(json!({"data": i})),
+                None => Canned::status(
+                    404,
+                    err_body("global/object-does-not-exist", "Instance not found."),
+                ),
+            }
+        });
+        // `InstanceModificationRequest`: only the name can change.
+        route!("POST", "^/api/v1/instances/[^/]+$", |w, r| {
+            let id = r.path.rsplit('/').next().unwrap_or_default().to_string();
+            let name = r
+                .body
+                .as_ref()
+                .and_then(|b| b["name"].as_str().map(str::to_string));
+            match w.instances.iter_mut().find(|i| i["id"] == id.as_str()) {
+                Some(i) => {
+                    if let Some(n) = name {
+                        i["name"] = json!(n);
+                    }
+                    Canned::ok(json!({"data": i.clone()}))
+                }
+                None => Canned::status(
+                    404,
+                    err_body("global/object-does-not-exist", "Instance not found."),
+                ),
+            }
+        });
         route!("POST", "^/api/v1/instance-operations/launch$", |w, r| {
             let b = r.body.clone().unwrap_or_default();
             w.launch(&b)
@@ -1124,4 +1154,81 @@ fn boot_script_of(user_data: &str) -> String {
     let doc: serde_yaml::Value = serde_yaml::from_str(user_data).unwrap();
     let content = doc["write_files"][0]["content"].as_str().unwrap();
     gpuprov::provider::boot::cloud_init::decode_gz_b64(content).expect("gzip in base64")
+}
+
+/// Issue 18's `import` on Lambda: an instance launched outside gpuprov (its own name and
+/// tags) is renamed to the identity name (the API cannot change tags), after which
+/// `observe` finds it and `delete` terminates it; an instance tagged for another VM, one in
+/// another region, and an unknown id are refused as `InvalidRequest`.
+#[tokio::test]
+async fn import_renames_an_outside_instance_to_the_identity_name() {
+    let mut world = h100_world();
+    let outside = |id: &str, region_name: &str, tags: Value| {
+        json!({
+            "id": id,
+            "name": "my own box",
+            "status": "active",
+            "ip": "127.0.0.9",
+            "ssh_key_names": ["mine"],
+            "file_system_names": [],
+            "region": region(region_name),
+            "instance_type": type_json("gpu_1x_a10", "A10 (24 GB PCIe)", 1, 75),
+            "actions": {
+                "migrate": {"available": false},
+                "rebuild": {"available": false},
+                "restart": {"available": false},
+                "cold_reboot": {"available": false},
+                "terminate": {"available": true}
+            },
+            "tags": tags,
+        })
+    };
+    let (mine, theirs, west) = (
+        "0123456789abcdef0123456789abcde1",
+        "0123456789abcdef0123456789abcde2",
+        "0123456789abcdef0123456789abcde3",
+    );
+    world.instances.push(outside(
+        mine,
+        "us-east-1",
+        json!([{"key": "team", "value": "ml"}]),
+    ));
+    world.instances.push(outside(
+        theirs,
+        "us-east-1",
+        json!([{"key": "gpuprov-vm-name", "value": "other"}]),
+    ));
+    world.instances.push(outside(west, "us-west-1", json!([])));
+    let cloud = Cloud2::start(world).await;
+    let p = cloud.provider();
+    let at = Location {
+        cloud: "lambda".into(),
+        region: "us-east-1".into(),
+        zone: None,
+    };
+    assert!(p.observe(&at, "trainer").await.unwrap().is_empty());
+    let got = p.import(&at, "trainer", mine).await.unwrap();
+    assert_eq!(got.observed.instance_id, mine);
+    assert!(
+        got.identity.contains("renamed to gpuprov-trainer-"),
+        "{}",
+        got.identity
+    );
+    let seen = p.observe(&at, "trainer").await.unwrap();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].instance_id, mine);
+    for (id, why) in [
+        (theirs, "another VM's identity"),
+        (west, "another region"),
+        ("ffffffffffffffffffffffffffffffff", "unknown"),
+    ] {
+        let e = p.import(&at, "trainer", id).await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidRequest, "{why}: {e:?}");
+    }
+    p.delete(&at, "trainer", &[mine.to_string()]).await.unwrap();
+    let renames = cloud
+        .server
+        .requests_to("POST", &format!("/api/v1/instances/{mine}"));
+    assert_eq!(renames.len(), 1);
+    cloud.server.verify();
 }
