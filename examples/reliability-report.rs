@@ -212,6 +212,31 @@ fn render(rel: &BTreeMap<String, Value>, props: &BTreeMap<String, Value>) -> Str
         let _ = writeln!(s, "| not run | | |");
     }
 
+    let _ = writeln!(
+        s,
+        "\n### State lost / stale / foreign (Docker, real binary)\n"
+    );
+    let _ = writeln!(
+        s,
+        "| situation | outcome | instances of the identity before → after | test |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|");
+    let mut lifecycle = false;
+    for (_, v) in rel.iter().filter(|(n, _)| n.starts_with("lifecycle_")) {
+        lifecycle = true;
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} → {} | `{}` |",
+            v["situation"].as_str().unwrap_or_default(),
+            v["outcome"].as_str().unwrap_or_default(),
+            v["instances_before"],
+            v["instances_after"],
+            v["test"].as_str().unwrap_or_default()
+        );
+    }
+    if !lifecycle {
+        let _ = writeln!(s, "| not run | | | |");
+    }
     let _ = writeln!(s, "\n### Summary\n");
     let _ = writeln!(s, "| figure | value |");
     let _ = writeln!(s, "|---|---|");

@@ -1366,10 +1366,19 @@ fn import_errors_name_the_config_and_write_nothing() {
     assert_eq!(code, 0);
     p.snapshot("import_help", &out);
     for (name, args) in [
-        ("import_unknown_machine", &["import", "vm.nope", "docker/local/abc"][..]),
+        (
+            "import_unknown_machine",
+            &["import", "vm.nope", "docker/local/abc"][..],
+        ),
         ("import_malformed_id", &["import", "vm.dev", "abc"][..]),
-        ("import_other_cloud", &["import", "vm.dev", "lambda/us-east-1/abc"][..]),
-        ("import_other_region", &["import", "vm.dev", "docker/elsewhere/abc"][..]),
+        (
+            "import_other_cloud",
+            &["import", "vm.dev", "lambda/us-east-1/abc"][..],
+        ),
+        (
+            "import_other_region",
+            &["import", "vm.dev", "docker/elsewhere/abc"][..],
+        ),
     ] {
         let (code, out, err) = p.run(args);
         assert_eq!(code, 1, "{name}");

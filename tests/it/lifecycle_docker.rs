@@ -9,6 +9,21 @@ use bollard::query_parameters::ListContainersOptionsBuilder;
 use bollard::Docker;
 
 use crate::docker_e2e::{containers, ensure_base_image, leftovers, skip, Project};
+use crate::support::figures;
+
+/// One row of RELIABILITY.md's "state lost / stale / foreign" table.
+fn figure(name: &str, situation: &str, outcome: &str, before: usize, after: usize) {
+    figures::write(
+        &format!("lifecycle_{name}"),
+        &serde_json::json!({
+            "situation": situation,
+            "outcome": outcome,
+            "instances_before": before,
+            "instances_after": after,
+            "test": format!("tests/it/lifecycle_docker.rs::{name}"),
+        }),
+    );
+}
 
 /// Containers carrying `lineage` and VM name `vm` (any status).
 async fn containers_of(lineage: &str, vm: &str) -> Vec<String> {
@@ -121,6 +136,13 @@ async fn a_stale_backup_adopts_the_machine_created_since() {
     assert_eq!(instance_of(&p, "vm.extra"), extra[0]);
     let out = p.run(&["plan", "-detailed-exitcode"]);
     assert_eq!(out.status.code(), Some(0), "no changes after the adoption");
+    figure(
+        "a_stale_backup_adopts_the_machine_created_since",
+        "stale: state restored from before a machine was created (same lineage)",
+        "plan shows it found; apply adopts it (same instance id)",
+        extra.len(),
+        containers_of(&lineage, "extra").await.len(),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -175,6 +197,13 @@ async fn a_lost_state_is_named_by_lineage_and_recovered() {
         stderr.contains("gpuprov::recover::state_in_use"),
         "{stderr}"
     );
+    figure(
+        "a_lost_state_is_named_by_lineage_and_recovered",
+        "lost: state file deleted",
+        "plan names lineage L and `state recover --lineage L`; recover rebuilds the state, host key re-pinned (TOFU), ssh works",
+        dev.len(),
+        containers_of(&lineage, "dev").await.len(),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -228,6 +257,13 @@ async fn sweep_lists_a_foreign_lineage_and_destroys_only_it() {
     );
     let out = a.run(&["sweep", "--destroy", &lb, "--auto-approve"]);
     assert_eq!(out.status.code(), Some(1), "nothing left of that lineage");
+    figure(
+        "sweep_lists_a_foreign_lineage_and_destroys_only_it",
+        "foreign: another state's machine of the same name",
+        "never adopted; sweep lists it, sweep --destroy removes it and nothing else (own machine kept)",
+        1,
+        containers(&lb).await.len(),
+    );
 }
 
 /// `import` of a container created outside gpuprov (the base image running sshd without
@@ -335,4 +371,11 @@ async fn import_adopts_a_container_made_outside_gpuprov_and_destroy_removes_it()
         .is_err();
     assert!(gone, "destroy removed the imported container");
     assert!(p.state()["resources"].as_object().unwrap().is_empty());
+    figure(
+        "import_adopts_a_container_made_outside_gpuprov_and_destroy_removes_it",
+        "outside: an instance created outside gpuprov",
+        "import records it as found (renamed: Docker cannot relabel); destroy removes it",
+        1,
+        usize::from(!gone),
+    );
 }
