@@ -297,6 +297,8 @@ mod tests {
             changes: vec![create, replace, update, destroy, none, same],
             hourly_cost_after: 23.92 + 0.86 + 0.8536,
             hourly_cost_incomplete: true,
+            moved: vec![],
+            targets: vec![],
         };
         let md = render(&plan);
         insta::assert_snapshot!("plan_markdown_every_action", md);
