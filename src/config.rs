@@ -732,10 +732,7 @@ fn check_moved(
     let mut out: Vec<Moved> = Vec::new();
     for b in blocks {
         for end in [&b.from, &b.to] {
-            let ok = end
-                .get_ref()
-                .strip_prefix("vm.")
-                .is_some_and(valid_vm_name);
+            let ok = end.get_ref().strip_prefix("vm.").is_some_and(valid_vm_name);
             if !ok {
                 return Err(err(
                     format!("moved: {:?} is not a machine address", end.get_ref()),

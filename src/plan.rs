@@ -611,13 +611,16 @@ pub enum MoveError {
 /// stays the first name until the machine is destroyed or replaced (clouds mostly cannot
 /// relabel). Moving back to that name clears it. Nothing changes on error.
 pub fn move_record(state: &mut StateFile, from: &str, to: &str) -> Result<(), MoveError> {
+    // The source first: a moved block whose `from` is gone was applied already.
+    if !state.resources.contains_key(from) {
+        return Err(MoveError::SourceMissing(from.into()));
+    }
     if state.resources.contains_key(to) {
         return Err(MoveError::DestinationExists(to.into()));
     }
-    let mut rec = state
-        .resources
-        .remove(from)
-        .ok_or_else(|| MoveError::SourceMissing(from.into()))?;
+    let Some(mut rec) = state.resources.remove(from) else {
+        return Err(MoveError::SourceMissing(from.into()));
+    };
     let identity = rec.identity_name(from).to_string();
     let to_name = to.strip_prefix("vm.").unwrap_or(to);
     rec.cloud_name = (identity != to_name).then_some(identity);
@@ -749,7 +752,9 @@ pub fn force_replace(
 ) -> Result<(), String> {
     for address in addresses {
         let Some(c) = plan.changes.iter_mut().find(|c| &c.address == address) else {
-            return Err(format!("-replace {address}: no such machine in the config or the state"));
+            return Err(format!(
+                "-replace {address}: no such machine in the config or the state"
+            ));
         };
         if c.action == Action::Destroy {
             return Err(format!(
@@ -886,7 +891,11 @@ pub fn render(plan: &Plan) -> String {
             .any(|c| c.address == m.to && c.action != Action::NoOp);
         if !changed {
             let name = m.to.strip_prefix("vm.").unwrap_or(&m.to);
-            let _ = writeln!(out, "\n  # {} has moved to {}\n    vm \"{name}\"", m.from, m.to);
+            let _ = writeln!(
+                out,
+                "\n  # {} has moved to {}\n    vm \"{name}\"",
+                m.from, m.to
+            );
         }
     }
     for c in plan.changes.iter().filter(|c| c.action != Action::NoOp) {
@@ -1121,12 +1130,14 @@ mod tests {
 
     #[test]
     fn moved_blocks_move_present_records_ignore_absent_ones_and_refuse_both() {
-        let c = config(
-            "[vm.b]\nclouds = [\"docker\"]\n\n[[moved]]\nfrom = \"vm.a\"\nto = \"vm.b\"\n",
-        );
+        let c =
+            config("[vm.b]\nclouds = [\"docker\"]\n\n[[moved]]\nfrom = \"vm.a\"\nto = \"vm.b\"\n");
         assert_eq!(
             c.moved[0].from_span.clone(),
-            c.source.find("\"vm.a\"").map(|i| i..i + 6).expect("written")
+            c.source
+                .find("\"vm.a\"")
+                .map(|i| i..i + 6)
+                .expect("written")
         );
         let mut s = StateFile::new();
         s.resources.insert("vm.a".into(), record(&c.vms["b"]));
@@ -1162,7 +1173,10 @@ mod tests {
         assert_eq!(db.price_per_hour, Some(2.0));
         for bad in ["vm.app", "vm.gone", "vm.nope"] {
             let mut p = plan.clone();
-            assert!(force_replace(&mut p, &s, &t(bad), &|_| None).is_err(), "{bad}");
+            assert!(
+                force_replace(&mut p, &s, &t(bad), &|_| None).is_err(),
+                "{bad}"
+            );
         }
     }
 }

@@ -184,7 +184,9 @@ impl JsonPlan {
                     },
                     action_reason: match c.action {
                         Action::Destroy => Some("delete_because_no_resource_config".into()),
-                        Action::Replace if c.reason.as_deref() == Some(crate::plan::REPLACE_BY_REQUEST) => {
+                        Action::Replace
+                            if c.reason.as_deref() == Some(crate::plan::REPLACE_BY_REQUEST) =>
+                        {
                             Some("replace_by_request".into())
                         }
                         _ => None,

@@ -519,6 +519,7 @@ fn apply_targeting(
 ) -> Result<(), Report> {
     plan::force_replace(plan, state, &t.replace, first_price).map_err(|e| {
         miette!(
+            code = "gpuprov::plan::replace",
             help = "-replace names a machine of both the config and the state, for example vm.gpu",
             "{e}"
         )
@@ -530,6 +531,7 @@ fn apply_targeting(
         if !plan.changes.iter().any(|c| &c.address == target) {
             let known: Vec<&str> = plan.changes.iter().map(|c| c.address.as_str()).collect();
             return Err(miette!(
+                code = "gpuprov::plan::no_such_target",
                 help = format!("machines in the config or the state: {}", known.join(", ")),
                 "-target {target}: no such machine in the config or the state"
             ));
@@ -703,7 +705,7 @@ struct Run {
     progress: progress::Renderer,
     /// The kubeconfigs of the state's clusters as the run started (see
     /// `kube::forget_cluster`).
-    clusters: BTreeMap<String, crate::cluster::kubeconfig::Kubeconfig>,
+    clusters: BTreeMap<String, (String, crate::cluster::kubeconfig::Kubeconfig)>,
     /// The project key the run logs in with (the ssh config names it).
     key: ProjectKey,
 }
@@ -881,8 +883,7 @@ async fn finish_run(
             Outcome::Updated => errln!("{address}: updated"),
             Outcome::Unchanged => {}
             Outcome::Destroyed => {
-                let name = address.trim_start_matches("vm.");
-                if let Some(ours) = clusters.get(name) {
+                if let Some((name, ours)) = clusters.get(address) {
                     let (changed, warnings) = kube::forget_cluster(name, ours);
                     for path in changed {
                         errln!(
@@ -1138,7 +1139,9 @@ async fn cmd_destroy(cli: &Cli, project: &Project, a: &DestroyArgs, color: bool)
         if let Some(t) = a.targets.iter().find(|t| !state.resources.contains_key(*t)) {
             return Err(state_mv::unknown_address(project, &state, t));
         }
-        plan::destroy_targets(&state, &a.targets).into_iter().collect()
+        plan::destroy_targets(&state, &a.targets)
+            .into_iter()
+            .collect()
     };
     warn_targeting(&a.targets, false);
     errln!("gpuprov will destroy:");

@@ -26,9 +26,12 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StateMvArgs) -> CmdResult {
     let before = state.resources.get(&a.source).cloned();
     match crate::plan::move_record(&mut state, &a.source, &a.destination) {
         Ok(()) => {}
-        Err(MoveError::SourceMissing(_)) => return Err(unknown_address(project, &state, &a.source)),
+        Err(MoveError::SourceMissing(_)) => {
+            return Err(unknown_address(project, &state, &a.source))
+        }
         Err(e @ MoveError::DestinationExists(_)) => {
             return Err(miette!(
+                code = "gpuprov::state::address_taken",
                 help = format!(
                     "pick another name, or forget the machine there first (`gpuprov state rm {}`)",
                     a.destination
@@ -86,10 +89,21 @@ pub(super) fn unknown_address(project: &Project, state: &StateFile, address: &st
     } else {
         format!(
             "addresses in the state: {}",
-            state.resources.keys().cloned().collect::<Vec<_>>().join(", ")
+            state
+                .resources
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
         )
     };
-    miette!(help = known, "no resource {address} in {}", project.location()).into()
+    miette!(
+        code = "gpuprov::state::no_such_address",
+        help = known,
+        "no resource {address} in {}",
+        project.location()
+    )
+    .into()
 }
 
 /// Rewrites the project's ssh config for `state` (aliases follow the addresses), when

@@ -34,7 +34,12 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StateRmArgs) -> CmdResult {
     addresses.dedup();
     let removed: Vec<(String, ResourceRecord)> = addresses
         .iter()
-        .filter_map(|address| state.resources.remove(address).map(|r| (address.clone(), r)))
+        .filter_map(|address| {
+            state
+                .resources
+                .remove(address)
+                .map(|r| (address.clone(), r))
+        })
         .collect();
     if a.dry_run {
         for (address, r) in &removed {
@@ -65,11 +70,10 @@ fn warn_still_running(address: &str, r: &ResourceRecord, dry_run: bool) {
     let verb = if dry_run { "would be" } else { "is" };
     let what = match owned {
         Ok(Some(o)) => {
-            let price = o
-                .vm
-                .as_ref()
-                .map(|vm| format!(", ${:.2}/h", vm.offer.price_per_hour))
-                .unwrap_or_default();
+            let price =
+                o.vm.as_ref()
+                    .map(|vm| format!(" (${:.2}/h)", vm.offer.price_per_hour))
+                    .unwrap_or_default();
             if o.instance_ids.is_empty() {
                 format!("resources it may own at {}{price}", o.location)
             } else {

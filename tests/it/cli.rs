@@ -1341,7 +1341,10 @@ fn state_rm_forgets_without_destroying_and_warns() {
     let (code, out, err) = p.run(&["state", "rm", "vm.dev"]);
     p.snap("state_rm", code, &out, &err);
     assert_eq!(code, 0);
-    assert!(err.contains("instance c0ffee at docker/local, $0.00/h"), "{err}");
+    assert!(
+        err.contains("instance c0ffee at docker/local ($0.00/h)"),
+        "{err}"
+    );
     let after = state_json(&p);
     assert!(after["resources"].as_object().unwrap().is_empty());
     let serial = |v: &serde_json::Value| v["serial"].as_u64().unwrap();
@@ -1387,7 +1390,9 @@ fn state_mv_renames_keeping_the_instance_and_its_cloud_name() {
     // Moving back to the name the cloud objects carry forgets the alias.
     let (code, _, err) = p.run(&["state", "mv", "vm.gpu", "vm.dev"]);
     assert_eq!(code, 0, "{err}");
-    assert!(state_json(&p)["resources"]["vm.dev"].get("cloud_name").is_none());
+    assert!(state_json(&p)["resources"]["vm.dev"]
+        .get("cloud_name")
+        .is_none());
 }
 
 #[test]
@@ -1397,9 +1402,18 @@ fn state_mv_refusals_write_nothing() {
     p.with_ready(&web());
     let before = std::fs::read(p.path("gpuprov.state.json")).unwrap();
     for (name, args) in [
-        ("state_mv_destination_exists", ["state", "mv", "vm.dev", "vm.web"]),
-        ("state_mv_source_missing", ["state", "mv", "vm.nope", "vm.x"]),
-        ("state_mv_malformed", ["state", "mv", "vm.dev", "vm.Bad_Name"]),
+        (
+            "state_mv_destination_exists",
+            ["state", "mv", "vm.dev", "vm.web"],
+        ),
+        (
+            "state_mv_source_missing",
+            ["state", "mv", "vm.nope", "vm.x"],
+        ),
+        (
+            "state_mv_malformed",
+            ["state", "mv", "vm.dev", "vm.Bad_Name"],
+        ),
     ] {
         let (code, out, err) = p.run(&args);
         p.snap(name, code, &out, &err);
@@ -1428,7 +1442,10 @@ fn plan_applies_a_moved_block_as_a_move_not_destroy_and_create() {
     p.snap("plan_moved", code, &out, &err);
     assert_eq!(code, 2, "a move is a change apply saves");
     assert!(out.contains("# vm.dev has moved to vm.gpu"), "{out}");
-    assert!(out.contains("Plan: 0 to add, 0 to change, 0 to destroy."), "{out}");
+    assert!(
+        out.contains("Plan: 0 to add, 0 to change, 0 to destroy."),
+        "{out}"
+    );
     assert_eq!(
         std::fs::read(p.path("gpuprov.state.json")).unwrap(),
         before,
@@ -1447,13 +1464,29 @@ fn plan_applies_a_moved_block_as_a_move_not_destroy_and_create() {
 fn moved_blocks_are_checked_with_spans() {
     let moved = |from: &str, to: &str| format!("\n[[moved]]\nfrom = \"{from}\"\nto = \"{to}\"\n");
     for (name, text) in [
-        ("moved_to_not_in_config", format!("{DOCKER_TOML}{}", moved("vm.old", "vm.nope"))),
-        ("moved_from_still_in_config", format!("{TWO_TOML}{}", moved("vm.dev", "vm.web"))),
-        ("moved_same_address", format!("{DOCKER_TOML}{}", moved("vm.dev", "vm.dev"))),
-        ("moved_bad_address", format!("{DOCKER_TOML}{}", moved("old", "vm.dev"))),
+        (
+            "moved_to_not_in_config",
+            format!("{DOCKER_TOML}{}", moved("vm.old", "vm.nope")),
+        ),
+        (
+            "moved_from_still_in_config",
+            format!("{TWO_TOML}{}", moved("vm.dev", "vm.web")),
+        ),
+        (
+            "moved_same_address",
+            format!("{DOCKER_TOML}{}", moved("vm.dev", "vm.dev")),
+        ),
+        (
+            "moved_bad_address",
+            format!("{DOCKER_TOML}{}", moved("old", "vm.dev")),
+        ),
         (
             "moved_twice",
-            format!("{DOCKER_TOML}{}{}", moved("vm.old", "vm.dev"), moved("vm.old", "vm.dev")),
+            format!(
+                "{DOCKER_TOML}{}{}",
+                moved("vm.old", "vm.dev"),
+                moved("vm.old", "vm.dev")
+            ),
         ),
         (
             "moved_unknown_key",
@@ -1470,7 +1503,14 @@ fn moved_blocks_are_checked_with_spans() {
 #[test]
 fn plan_target_includes_dependencies_and_warns() {
     let p = Project::new(TWO_TOML);
-    let (code, out, err) = p.run(&["plan", "-refresh=false", "-target", "vm.web", "-out", "t.plan"]);
+    let (code, out, err) = p.run(&[
+        "plan",
+        "-refresh=false",
+        "-target",
+        "vm.web",
+        "-out",
+        "t.plan",
+    ]);
     p.snap("plan_target", code, &out, &err);
     assert_eq!(code, 0);
     assert!(err.contains("Resource targeting is in effect"), "{err}");
@@ -1506,7 +1546,10 @@ fn plan_replace_forces_a_replacement_of_the_named_machine_only() {
     let (code, out, err) = p.run(&["plan", "-refresh=false", "-replace", "vm.dev"]);
     p.snap("plan_replace_forced", code, &out, &err);
     assert_eq!(code, 0);
-    assert!(out.contains("Plan: 1 to add, 0 to change, 1 to destroy."), "{out}");
+    assert!(
+        out.contains("Plan: 1 to add, 0 to change, 1 to destroy."),
+        "{out}"
+    );
     let (code, out, err) = p.run(&["plan", "-refresh=false", "-replace", "vm.nope"]);
     p.snap("plan_replace_unknown", code, &out, &err);
     assert_eq!(code, 1);
@@ -1522,9 +1565,15 @@ fn destroy_target_takes_the_dependents_along() {
     let (code, out, err) = p.run(&["destroy", "-target", "vm.dev"]);
     p.snap("destroy_target", code, &out, &err);
     assert_eq!(code, 1);
-    assert!(err.contains("- vm.web") && err.contains("- vm.dev"), "{err}");
+    assert!(
+        err.contains("- vm.web") && err.contains("- vm.dev"),
+        "{err}"
+    );
     let (code, _, err) = p.run(&["destroy", "-target", "vm.web"]);
     assert_eq!(code, 1);
-    assert!(err.contains("- vm.web") && !err.contains("- vm.dev"), "{err}");
+    assert!(
+        err.contains("- vm.web") && !err.contains("- vm.dev"),
+        "{err}"
+    );
     assert_eq!(std::fs::read(p.path("gpuprov.state.json")).unwrap(), before);
 }

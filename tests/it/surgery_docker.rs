@@ -36,7 +36,10 @@ impl Project {
 async fn running(id: &str) -> bool {
     let docker = Docker::connect_with_defaults().unwrap();
     docker
-        .inspect_container(id, None)
+        .inspect_container(
+            id,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
         .await
         .ok()
         .and_then(|c| c.state)
@@ -65,7 +68,11 @@ async fn docker_state_mv_moved_replace_target_and_state_rm() {
     assert_eq!(p.state()["resources"]["vm.c"]["cloud_name"], "a");
     p.config(&TWO.replace("[vm.a]", "[vm.c]"));
     let (code, out) = p.go(&["plan", "-detailed-exitcode"]);
-    assert_eq!(code, Some(0), "refresh finds the container by its old name: {out}");
+    assert_eq!(
+        code,
+        Some(0),
+        "refresh finds the container by its old name: {out}"
+    );
 
     // A moved block: planned as a move, applied without touching the container.
     let moved = TWO.replace("[vm.a]", "[vm.d]") + "\n[[moved]]\nfrom = \"vm.c\"\nto = \"vm.d\"\n";
@@ -73,13 +80,20 @@ async fn docker_state_mv_moved_replace_target_and_state_rm() {
     let (code, out) = p.go(&["plan", "-detailed-exitcode"]);
     assert_eq!(code, Some(2), "{out}");
     assert!(out.contains("# vm.c has moved to vm.d"), "{out}");
-    assert!(out.contains("Plan: 0 to add, 0 to change, 0 to destroy."), "{out}");
+    assert!(
+        out.contains("Plan: 0 to add, 0 to change, 0 to destroy."),
+        "{out}"
+    );
     let (code, out) = p.go(&["apply", "-auto-approve"]);
     assert_eq!(code, Some(0), "{out}");
     assert_eq!(p.instance("vm.d"), a);
     assert!(p.state()["resources"].get("vm.c").is_none());
     let (code, out) = p.go(&["plan", "-detailed-exitcode"]);
-    assert_eq!(code, Some(0), "a moved block already applied is ignored: {out}");
+    assert_eq!(
+        code,
+        Some(0),
+        "a moved block already applied is ignored: {out}"
+    );
 
     // -replace: only vm.d gets a new container, which carries its own name.
     let (code, out) = p.go(&["apply", "-auto-approve", "-replace", "vm.d"]);
@@ -98,15 +112,22 @@ async fn docker_state_mv_moved_replace_target_and_state_rm() {
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("Resource targeting is in effect"), "{out}");
     assert!(out.contains("0 added, 1 changed, 0 destroyed"), "{out}");
-    let desired = |address: &str| p.state()["resources"][address]["desired"]["retry_until_up"].clone();
+    let desired =
+        |address: &str| p.state()["resources"][address]["desired"]["retry_until_up"].clone();
     assert_eq!(desired("vm.b"), true);
     assert_eq!(desired("vm.d"), false, "vm.d was not targeted");
-    assert_eq!((p.instance("vm.b"), p.instance("vm.d")), (b.clone(), d.clone()));
+    assert_eq!(
+        (p.instance("vm.b"), p.instance("vm.d")),
+        (b.clone(), d.clone())
+    );
 
     // state rm: forgotten, not destroyed.
     let (code, out) = p.go(&["state", "rm", "vm.b"]);
     assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains(&format!("instance {b} at docker/local")), "{out}");
+    assert!(
+        out.contains(&format!("instance {b} at docker/local")),
+        "{out}"
+    );
     assert!(out.contains("keeps running and billing"), "{out}");
     assert!(p.state()["resources"].get("vm.b").is_none());
     assert!(running(&b).await, "state rm left the container running");
@@ -120,5 +141,9 @@ async fn docker_state_mv_moved_replace_target_and_state_rm() {
 
     let (code, out) = p.go(&["destroy", "-auto-approve"]);
     assert_eq!(code, Some(0), "{out}");
-    assert_eq!(leftovers(&lineage).await, (0, 0, 0), "nothing left carrying the lineage");
+    assert_eq!(
+        leftovers(&lineage).await,
+        (0, 0, 0),
+        "nothing left carrying the lineage"
+    );
 }
