@@ -549,15 +549,21 @@ fn check_targeting(targets: &[String], replace: &[String]) -> Result<(), Command
         .try_for_each(|a| state_mv::check_address(a))
 }
 
-/// Terraform's warning for `-target`, on stderr (JSON on stdout stays clean).
-fn warn_targeting(targets: &[String], applying: bool) {
+/// Terraform's warnings for `-target`, on stderr (JSON on stdout stays clean): before a
+/// targeted plan, and after a targeted apply that the rest may still be pending.
+fn warn_targeting(targets: &[String], applied: bool) {
     if targets.is_empty() {
         return;
     }
-    errln!(
-        "\nWarning: Resource targeting is in effect\n\n  You are {} with the -target option, which means that the result may not\n  represent all of the changes requested by the current configuration.\n\n  The -target option is not for routine use, and is provided only for exceptional\n  situations such as recovering from errors or mistakes.\n",
-        if applying { "applying changes" } else { "creating a plan" }
-    );
+    if applied {
+        errln!(
+            "\nWarning: Applied changes may be incomplete\n\n  The plan was created with the -target option in effect, so some changes requested\n  in the configuration may have been ignored. Run `gpuprov plan` to verify that no\n  other changes are pending.\n"
+        );
+    } else {
+        errln!(
+            "\nWarning: Resource targeting is in effect\n\n  You are creating a plan with the -target option, which means that the result may not\n  represent all of the changes requested by the current configuration.\n\n  The -target option is not for routine use, and is provided only for exceptional\n  situations such as recovering from errors or mistakes.\n"
+        );
+    }
 }
 
 /// Applies the config's `[[moved]]` blocks to `state` in memory (see
