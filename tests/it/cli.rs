@@ -1451,6 +1451,16 @@ fn plan_applies_a_moved_block_as_a_move_not_destroy_and_create() {
         before,
         "plan writes nothing"
     );
+    let (code, out, _) = p.run(&["plan", "--refresh=false", "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v["resource_changes"][0]["address"], "vm.gpu");
+    assert_eq!(v["resource_changes"][0]["previous_address"], "vm.dev");
+    assert_eq!(
+        v["resource_changes"][0]["change"]["actions"],
+        serde_json::json!(["no-op"])
+    );
+    assert_valid("gpuprov-plan.schema.json", &v);
     // Both ends in the state: an error at the block.
     let mut gpu = dev();
     gpu.name = "gpu".into();
@@ -1524,6 +1534,9 @@ fn plan_target_includes_dependencies_and_warns() {
         .map(|c| c["address"].as_str().unwrap())
         .collect();
     assert_eq!(addresses, ["vm.dev", "vm.web"], "web depends_on dev");
+    let (_, out, _) = p.run(&["plan", "-refresh=false", "-target", "vm.dev", "-json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v["complete"], false, "a targeted plan is incomplete");
     // A target without dependencies plans it alone.
     let (code, out, _) = p.run(&["plan", "-refresh=false", "--target=vm.dev"]);
     assert_eq!(code, 0);
@@ -1549,6 +1562,12 @@ fn plan_replace_forces_a_replacement_of_the_named_machine_only() {
     assert!(
         out.contains("Plan: 1 to add, 0 to change, 1 to destroy."),
         "{out}"
+    );
+    let (_, out, _) = p.run(&["plan", "-refresh=false", "-replace", "vm.dev", "-json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(
+        v["resource_changes"][0]["action_reason"],
+        "replace_by_request"
     );
     let (code, out, err) = p.run(&["plan", "-refresh=false", "-replace", "vm.nope"]);
     p.snap("plan_replace_unknown", code, &out, &err);
@@ -1576,4 +1595,63 @@ fn destroy_target_takes_the_dependents_along() {
         "{err}"
     );
     assert_eq!(std::fs::read(p.path("gpuprov.state.json")).unwrap(), before);
+}
+
+/// A state written before records had `cloud_name` (the golden fixture) loads, and a
+/// move adds the field while keeping every other one, unknown ones included.
+#[test]
+fn state_mv_of_a_fixture_state_without_cloud_names_keeps_everything_else() {
+    let p = Project::new(DOCKER_TOML);
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/states/state_file.json");
+    std::fs::copy(&fixture, p.path("gpuprov.state.json")).unwrap();
+    let before = state_json(&p);
+    let (code, _, err) = p.run(&["state", "mv", "vm.old", "vm.older"]);
+    assert_eq!(code, 0, "{err}");
+    let after = state_json(&p);
+    assert_eq!(after["serial"], before["serial"].as_u64().unwrap() + 1);
+    assert_eq!(
+        after["from_a_newer_release"],
+        before["from_a_newer_release"]
+    );
+    let (old, moved) = (
+        &before["resources"]["vm.old"],
+        &after["resources"]["vm.older"],
+    );
+    assert_eq!(moved["cloud_name"], "old");
+    for key in ["machine", "desired", "from_a_newer_release"] {
+        assert_eq!(moved[key], old[key], "{key}");
+    }
+    for untouched in ["vm.gpu-node", "vm.trainer"] {
+        assert_eq!(
+            after["resources"][untouched],
+            before["resources"][untouched]
+        );
+        assert!(after["resources"][untouched].get("cloud_name").is_none());
+    }
+}
+
+#[test]
+fn state_rm_and_mv_respect_the_lock() {
+    let p = Project::new(DOCKER_TOML);
+    p.with_ready(&dev());
+    let (lock, _) = gpuprov::state::StateLock::acquire(
+        &p.path("gpuprov.state.json"),
+        "apply",
+        std::time::Duration::ZERO,
+    )
+    .unwrap();
+    for args in [
+        &["state", "rm", "-lock-timeout=1s", "vm.dev"][..],
+        &["state", "mv", "vm.dev", "vm.gpu"][..],
+    ] {
+        let (code, _, err) = p.run(args);
+        assert_eq!(code, 1, "{args:?}");
+        assert!(err.contains(&lock.info().id), "{args:?}: {err}");
+    }
+    assert!(state_json(&p)["resources"].get("vm.dev").is_some());
+    // -lock=false, as Terraform's: the user takes the risk.
+    let (code, _, err) = p.run(&["state", "mv", "-lock=false", "vm.dev", "vm.gpu"]);
+    assert_eq!(code, 0, "{err}");
+    drop(lock);
 }
