@@ -664,6 +664,34 @@ pub fn apply_moved(
     Ok(out)
 }
 
+/// Refuses a plan that would start a machine under a name another record's machine
+/// still carries in the cloud (moved away from it, see [`move_record`]): both would
+/// answer to the same identity, and the new one's launch would find the other machine.
+///
+/// Errors: the address, the holder and what to do, for the first clash.
+pub fn check_identity_clash(plan: &Plan, state: &StateFile) -> Result<(), String> {
+    for c in &plan.changes {
+        // A replacement goes with its record, so the new machine carries the address's
+        // name; a create over a kept record keeps the record's name.
+        let name = match (c.action, state.resources.get(&c.address)) {
+            (Action::Create, Some(r)) => r.identity_name(&c.address).to_string(),
+            (Action::Create | Action::Replace, _) => c.vm.clone(),
+            _ => continue,
+        };
+        let holder = state
+            .resources
+            .iter()
+            .find(|(a, r)| *a != &c.address && r.identity_name(a) == name);
+        if let Some((holder, _)) = holder {
+            return Err(format!(
+                "{} cannot be created yet: the machine of {holder} still carries the name {name} in the cloud (it was moved from vm.{name}); replace {holder} first (`gpuprov apply -replace {holder}`, which gives it its own name), or give {} another name",
+                c.address, c.address
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The applied `depends_on` of the record at `address`, as addresses.
 fn recorded_depends_on(state: &StateFile, address: &str) -> Vec<String> {
     state
@@ -1157,6 +1185,24 @@ mod tests {
         s.resources.insert("vm.a".into(), record(&c.vms["b"]));
         let e = apply_moved(&c, &mut s).expect_err("both in the state");
         assert!(e.message.contains("both are in the state"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_new_machine_may_not_take_a_name_a_moved_machine_still_carries() {
+        let c = config("[vm.a]\nclouds = [\"docker\"]\n\n[vm.b]\nclouds = [\"docker\"]\n");
+        let mut s = StateFile::new();
+        s.resources.insert("vm.a".into(), record(&c.vms["a"]));
+        move_record(&mut s, "vm.a", "vm.b").expect("moves");
+        let plan = compute(&c, &s, None, &|_| None).expect("plans");
+        let e = check_identity_clash(&plan, &s).expect_err("vm.a's name is taken");
+        assert!(
+            e.starts_with("vm.a cannot be created yet: the machine of vm.b"),
+            "{e}"
+        );
+        // Replaced, vm.b's machine carries its own name and vm.a is free.
+        s.resources.get_mut("vm.b").expect("b").cloud_name = None;
+        let plan = compute(&c, &s, None, &|_| None).expect("plans");
+        check_identity_clash(&plan, &s).expect("no clash");
     }
 
     #[test]

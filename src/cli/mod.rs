@@ -492,6 +492,13 @@ async fn make_plan(
     let mut plan = plan::compute(config, state, observed.as_ref(), &first_price)
         .map_err(|e| miette!(help = "inspect it with `gpuprov state show ADDRESS`; restore the .backup if it was edited by hand", "{e}"))?;
     apply_targeting(&mut plan, state, targeting, &first_price)?;
+    plan::check_identity_clash(&plan, state).map_err(|e| {
+        miette!(
+            code = "gpuprov::plan::name_in_use",
+            help = "clouds keep the name a machine was created under; see `gpuprov state show ADDRESS` (cloud_name)",
+            "{e}"
+        )
+    })?;
     for c in plan.changes.iter_mut() {
         if matches!(c.action, Action::Create | Action::Replace | Action::Resume) {
             let found = pre.offers.get(&c.vm);
