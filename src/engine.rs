@@ -417,12 +417,25 @@ impl Engine {
                 }
                 self.launch(&c.address, want).await
             }
-            Action::Create | Action::Resume => self.launch(&c.address, want).await,
+            Action::Create | Action::Resume => {
+                let seed = c.found.as_ref().map(|f| Owned {
+                    adopted: true,
+                    ..Owned::at(f.at(), vec![f.instance_id.clone()])
+                });
+                self.launch_from(&c.address, want, seed).await
+            }
             Action::Destroy => self.teardown(&c.address, &c.vm).await,
         }
     }
 
     async fn launch(&self, key: &str, want: VmSpec) -> Outcome {
+        self.launch_from(key, want, None).await
+    }
+
+    /// Runs the launch (or k3s) machine of `key`. A record that owns something starts
+    /// from what it owns; otherwise `seed` (an instance found by identity that the state
+    /// did not record: it is adopted, never created beside, never deleted on failure).
+    async fn launch_from(&self, key: &str, want: VmSpec, seed: Option<Owned>) -> Outcome {
         // An interrupted destroy is finished before anything is created.
         let prev = self.journal.load(key).await.ok().flatten();
         if prev.as_ref().is_some_and(unfinished_teardown) {
@@ -447,8 +460,11 @@ impl Engine {
             self.providers.clone(),
             self.connector.clone(),
         );
-        let start =
-            |prev: Option<PrevRecord>| prev.as_ref().and_then(|p| owned_of(p).ok().flatten());
+        let start = move |prev: Option<PrevRecord>| {
+            prev.as_ref()
+                .and_then(|p| owned_of(p).ok().flatten())
+                .or(seed.clone())
+        };
         match (&self.k3s, kubernetes) {
             (Some(k), true) => {
                 let mut m = K3sMachine::new(

@@ -16,6 +16,7 @@ use crate::provider::InstanceStatus;
 use crate::record::{DecodeError, Record};
 use crate::state::{ResourceRecord, StateFile};
 
+pub mod discovery;
 pub mod markdown;
 use crate::vm::{LaunchState, TeardownState};
 
@@ -97,6 +98,10 @@ pub struct Change {
     /// USD per hour), `None` when nothing runs for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current: Option<OfferLine>,
+    /// An instance of this lineage carrying the machine's identity that the state does not
+    /// record (found by [`discovery`]): apply adopts it instead of creating one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found: Option<discovery::FoundInstance>,
 }
 
 impl Change {
@@ -216,6 +221,14 @@ pub struct Plan {
     /// The `-target` addresses this plan was restricted to (empty: not targeted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub targets: Vec<String>,
+    /// Live instances named like this config's machines under another lineage, found
+    /// while the state records nothing (a lost or replaced state): never adopted, shown
+    /// with how to recover them (see [`discovery`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub foreign: Vec<discovery::FoundInstance>,
+    /// Locations discovery could not list (`location`, why).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unlisted: Vec<(String, String)>,
 }
 
 /// One record a plan moves: `from` → `to` (both `vm.NAME`).
@@ -406,6 +419,7 @@ pub fn compute(
             offers: Vec::new(),
             no_offers: Vec::new(),
             current: None,
+            found: None,
         };
         let Some(rec) = state.resources.get(&address) else {
             changes.push(change(
@@ -560,6 +574,7 @@ pub fn compute(
             offers: Vec::new(),
             no_offers: Vec::new(),
             current: current_offer(address, rec)?,
+            found: None,
         });
     }
     changes.sort_by(|a, b| a.address.cmp(&b.address));
@@ -582,6 +597,8 @@ pub fn compute(
         hourly_cost_incomplete: incomplete,
         moved: Vec::new(),
         targets: Vec::new(),
+        foreign: Vec::new(),
+        unlisted: Vec::new(),
     })
 }
 
@@ -904,6 +921,7 @@ pub fn render(plan: &Plan) -> String {
     if !plan.endpoints.is_empty() {
         out.push('\n');
     }
+    render_discovery(&mut out, plan);
     if !plan.has_changes() {
         out.push_str("No changes. Your machines match the configuration.\n");
         let _ = writeln!(out, "\n{}", cost_line(plan));
@@ -932,6 +950,7 @@ pub fn render(plan: &Plan) -> String {
             Action::Update => "will be updated in-place",
             Action::Replace => "must be replaced",
             Action::Destroy => "will be destroyed",
+            Action::Resume if c.found.is_some() => "will be adopted (found by identity)",
             Action::Resume => "will be resumed",
             Action::NoOp => unreachable!("filtered"),
         };
@@ -975,6 +994,55 @@ pub fn render(plan: &Plan) -> String {
     );
     let _ = writeln!(out, "{}", cost_line(plan));
     out
+}
+
+/// What discovery found that the plan does not act on: another lineage's machines named
+/// like this config's (a lost state), and the locations it could not look in.
+fn render_discovery(out: &mut String, plan: &Plan) {
+    for (at, why) in &plan.unlisted {
+        let _ = writeln!(
+            out,
+            "Note: could not look for unrecorded machines at {at}: {why}"
+        );
+    }
+    if !plan.unlisted.is_empty() {
+        out.push('\n');
+    }
+    if plan.foreign.is_empty() {
+        return;
+    }
+    let mut by_lineage: BTreeMap<&str, Vec<&discovery::FoundInstance>> = BTreeMap::new();
+    for f in &plan.foreign {
+        by_lineage.entry(&f.lineage).or_default().push(f);
+    }
+    out.push_str(
+        "Warning: machines with this configuration's names are running under another state\n\n",
+    );
+    for (lineage, found) in &by_lineage {
+        let _ = writeln!(out, "  lineage {lineage}:");
+        for f in found {
+            let _ = writeln!(
+                out,
+                "    vm.{}  {}  {}  {}{}",
+                f.vm,
+                f.location,
+                f.instance_id,
+                f.status,
+                f.price_per_hour
+                    .map(|p| format!("  ${p:.2}/h"))
+                    .unwrap_or_default()
+            );
+        }
+        let _ = writeln!(
+            out,
+            "    recover them with: gpuprov state recover --lineage {lineage}"
+        );
+    }
+    out.push_str(
+        "\n  This state records no machine: it may have been lost or replaced. Recovering\n  \
+         gets those machines back; apply would create new ones beside them, and theirs keep\n  \
+         billing until destroyed (`gpuprov sweep --destroy LINEAGE`).\n\n",
+    );
 }
 
 /// The offers of a machine to be created, in the order apply tries them (or, when it

@@ -94,6 +94,9 @@ pub enum Command {
     State(StateCommand),
     /// Clear a stale state lock left by a process that is gone
     ForceUnlock(ForceUnlockArgs),
+    /// List machines carrying gpuprov's labels that no state here knows, by lineage, with
+    /// age and price; --destroy LINEAGE tears them down. Read-only by default
+    Sweep(SweepArgs),
     /// Search the clouds' catalogs for offers: instance types, regions and prices
     Offers(OffersArgs),
     /// Print a machine's kubeconfig, or merge it into yours
@@ -369,6 +372,36 @@ pub enum StateCommand {
     Rm(StateRmArgs),
     /// Rename a machine in the state, keeping its instance
     Mv(StateMvArgs),
+    /// Rebuild a lost state from the machines the clouds report under its lineage
+    /// (`gpuprov plan` and `gpuprov sweep` show the lineage), logging in to each and
+    /// pinning its host key on first use
+    Recover(StateRecoverArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StateRecoverArgs {
+    /// The lost state's lineage (a UUID), as `gpuprov plan` or `gpuprov sweep` shows it
+    #[arg(long)]
+    pub lineage: String,
+    /// Recover without asking for confirmation (required without a terminal)
+    #[arg(long = "auto-approve")]
+    pub auto_approve: bool,
+    /// Machines taken over at once
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub parallelism: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// Tear down every listed object of this lineage (after confirmation)
+    #[arg(long, value_name = "LINEAGE")]
+    pub destroy: Option<String>,
+    /// Destroy without asking for confirmation (required without a terminal)
+    #[arg(long = "auto-approve", requires = "destroy")]
+    pub auto_approve: bool,
+    /// Print the listing as JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -64,6 +64,9 @@ pub struct PlanExtras {
     pub hourly_cost_after: f64,
     /// Whether a price of what will run is unknown.
     pub hourly_cost_incomplete: bool,
+    /// Live machines named like this config's under another lineage, found while the
+    /// state records nothing (a lost state: `gpuprov state recover --lineage L`).
+    pub foreign: Vec<crate::plan::discovery::FoundInstance>,
 }
 
 /// One machine's planned change, as Terraform's `resource_changes[]` entry.
@@ -112,6 +115,17 @@ pub struct ChangeValues {
     pub after_sensitive: BTreeMap<String, bool>,
     /// The settings whose change forces the replacement, each as a path (`[["image"]]`).
     pub replace_paths: Vec<Vec<String>>,
+    /// Terraform's `importing` (`{"id": ...}`): an instance found by its identity labels
+    /// that the state does not record, which apply adopts instead of creating one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub importing: Option<Importing>,
+}
+
+/// Terraform's `change.importing`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Importing {
+    /// The instance id at the cloud.
+    pub id: String,
 }
 
 /// gpuprov's facts about one change.
@@ -130,6 +144,9 @@ pub struct ChangeExtras {
     pub offers: Vec<OfferLine>,
     /// For a machine no cloud offers anything for: each cloud's reason.
     pub no_offers: Vec<NoOffer>,
+    /// The instance apply adopts (found by identity, unknown to the state).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub found: Option<crate::plan::discovery::FoundInstance>,
 }
 
 /// Terraform's actions for gpuprov's action.
@@ -181,6 +198,9 @@ impl JsonPlan {
                             .filter(|a| a.forces_replacement)
                             .map(|a| vec![a.name.clone()])
                             .collect(),
+                        importing: c.found.as_ref().map(|f| Importing {
+                            id: f.instance_id.clone(),
+                        }),
                     },
                     action_reason: match c.action {
                         Action::Destroy => Some("delete_because_no_resource_config".into()),
@@ -198,6 +218,7 @@ impl JsonPlan {
                         price_per_hour: c.price_per_hour,
                         offers: c.offers.clone(),
                         no_offers: c.no_offers.clone(),
+                        found: c.found.clone(),
                     },
                 }
             })
@@ -221,6 +242,7 @@ impl JsonPlan {
                 destroy,
                 hourly_cost_after: plan.hourly_cost_after,
                 hourly_cost_incomplete: plan.hourly_cost_incomplete,
+                foreign: plan.foreign.clone(),
             },
         }
     }

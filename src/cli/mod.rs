@@ -39,8 +39,10 @@ mod state_migrate;
 mod state_mv;
 mod state_pull;
 mod state_push;
+mod state_recover;
 mod state_rm;
 mod status;
+mod sweep;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -458,6 +460,10 @@ async fn run(cli: Cli, color: bool) -> CmdResult {
         Command::State(StateCommand::Migrate(a)) => state_migrate::run(&cli, &project, a),
         Command::State(StateCommand::Rm(a)) => state_rm::run(&cli, &project, a),
         Command::State(StateCommand::Mv(a)) => state_mv::run(&cli, &project, a),
+        Command::State(StateCommand::Recover(a)) => {
+            state_recover::run(&cli, &project, a, color).await
+        }
+        Command::Sweep(a) => sweep::run(&cli, &project, a).await,
         Command::ForceUnlock(a) => force_unlock::run(&project, a),
     }
 }
@@ -507,6 +513,12 @@ async fn make_plan(
                 .unwrap_or_default();
             c.no_offers = pre.no_offers.get(&c.vm).cloned().unwrap_or_default();
         }
+    }
+    if refresh {
+        let offered = pre.offers.values().flatten().map(|o| o.location.clone());
+        let locations = plan::discovery::locations(offered, state);
+        let found = plan::discovery::discover(&locations, providers).await;
+        plan::discovery::fold(&mut plan, state, &found);
     }
     for name in providers.names() {
         if let Some(ep) = providers.get(name).and_then(|p| p.endpoint_override()) {

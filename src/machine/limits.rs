@@ -104,6 +104,10 @@ impl CloudProvider for Governed {
         let _p = self.permit().await?;
         self.inner.observe(at, vm_name).await
     }
+    async fn list(&self, at: &Location) -> Result<Vec<crate::provider::Listed>> {
+        let _p = self.permit().await?;
+        self.inner.list(at).await
+    }
     async fn delete(&self, at: &Location, vm_name: &str, instance_ids: &[String]) -> Result<()> {
         crate::crash::point("provider.before:delete").await;
         let r = {

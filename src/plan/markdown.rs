@@ -213,6 +213,7 @@ mod tests {
             offers: vec![],
             no_offers: vec![],
             current: None,
+            found: None,
         }
     }
 
@@ -299,6 +300,8 @@ mod tests {
             hourly_cost_incomplete: true,
             moved: vec![],
             targets: vec![],
+            foreign: vec![],
+            unlisted: vec![],
         };
         let md = render(&plan);
         insta::assert_snapshot!("plan_markdown_every_action", md);

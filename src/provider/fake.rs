@@ -33,6 +33,9 @@ pub struct FakeInstance {
     pub unlisted_for: u32,
     pub id: String,
     pub vm_name: String,
+    /// The lineage label the create carried (empty: put in directly by a test without
+    /// one; `list` leaves such instances out).
+    pub lineage: String,
     pub location: Location,
     pub status: InstanceStatus,
     /// Observes left before a Pending instance turns Running.
@@ -376,6 +379,18 @@ impl FakeProvider {
         location: Location,
         status: InstanceStatus,
     ) -> String {
+        self.insert_instance_of(vm_name, "", location, status)
+    }
+
+    /// Puts an instance carrying `lineage` in the cloud directly (one another state, or a
+    /// lost one, created).
+    pub fn insert_instance_of(
+        &self,
+        vm_name: &str,
+        lineage: &str,
+        location: Location,
+        status: InstanceStatus,
+    ) -> String {
         let mut g = self.lock();
         g.next_id += 1;
         let id = format!("{}-i-{}", self.adapter.name(), g.next_id);
@@ -385,6 +400,7 @@ impl FakeProvider {
                 unlisted_for: 0,
                 id: id.clone(),
                 vm_name: vm_name.into(),
+                lineage: lineage.into(),
                 location,
                 status,
                 observes_to_boot: 0,
@@ -503,6 +519,7 @@ impl CloudProvider for FakeProvider {
                 unlisted_for: lag,
                 id: id.clone(),
                 vm_name: spec.vm_name.clone(),
+                lineage: spec.lineage.clone(),
                 location: offer.location.clone(),
                 status: InstanceStatus::Pending,
                 observes_to_boot: boot,
@@ -569,6 +586,42 @@ impl CloudProvider for FakeProvider {
         for id in gone {
             g.instances.remove(&id);
         }
+        Ok(out)
+    }
+
+    /// The listed instances at `at` with a lineage, as they are now (a listing does not
+    /// advance boots the way `observe` does).
+    async fn list(&self, at: &Location) -> Result<Vec<crate::provider::Listed>> {
+        let _call = self.round_trip().await;
+        let mut g = self.lock();
+        self.check(&mut g, Op::Observe, &at.region, format!("list {at}"))?;
+        let mut out: Vec<crate::provider::Listed> = g
+            .instances
+            .values()
+            .filter(|i| i.unlisted_for == 0 && !i.lineage.is_empty())
+            .filter(|i| {
+                i.location.cloud == at.cloud
+                    && i.location.region == at.region
+                    && (at.zone.is_none() || i.location.zone == at.zone)
+            })
+            .map(|i| crate::provider::Listed {
+                vm_name: i.vm_name.clone(),
+                lineage: i.lineage.clone(),
+                observed: Observed {
+                    instance_id: i.id.clone(),
+                    status: i.status.clone(),
+                    ssh: (i.status == InstanceStatus::Running).then(|| SshEndpoint {
+                        host: "127.0.0.1".into(),
+                        port: 22,
+                        user: Some("ubuntu".into()),
+                    }),
+                },
+                instance_type: None,
+                created_at: None,
+                price_per_hour: None,
+            })
+            .collect();
+        out.sort_by(|a, b| a.observed.instance_id.cmp(&b.observed.instance_id));
         Ok(out)
     }
 

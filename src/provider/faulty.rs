@@ -141,6 +141,11 @@ impl CloudProvider for Faulty {
         let r = self.inner.observe(at, vm_name).await;
         self.after("observe", r)
     }
+    async fn list(&self, at: &Location) -> Result<Vec<crate::provider::Listed>> {
+        self.before("list")?;
+        let r = self.inner.list(at).await;
+        self.after("list", r)
+    }
     async fn delete(&self, at: &Location, vm_name: &str, instance_ids: &[String]) -> Result<()> {
         self.before("delete")?;
         let r = self.inner.delete(at, vm_name, instance_ids).await;

@@ -218,6 +218,28 @@ pub fn existing(seen: Vec<Observed>) -> Vec<Observed> {
     seen.into_iter().filter(Observed::exists).collect()
 }
 
+/// One instance at a location carrying gpuprov's identity labels, of any lineage: what
+/// [`CloudProvider::list`] returns for discovery (`plan`), `gpuprov state recover` and
+/// `gpuprov sweep`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Listed {
+    /// The [`IDENTITY_LABEL`] value: the VM name the object was created for.
+    pub vm_name: String,
+    /// The [`LINEAGE_LABEL`] value: the state the object belongs to.
+    pub lineage: String,
+    /// The instance as `observe` would report it.
+    pub observed: Observed,
+    /// The cloud's instance type name, when the listing gives it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_type: Option<String>,
+    /// When the cloud created it, when the listing gives it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The price the cloud bills for it, USD per hour, when the listing gives it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_per_hour: Option<f64>,
+}
+
 /// Features a cloud may or may not support; the core respects what is declared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -510,6 +532,19 @@ pub trait CloudProvider: Send + Sync {
     /// Errors: `InUse` when a side resource is still attached to something (the core
     /// observes again before retrying).
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<()>;
+    /// Every instance at `at` (region-wide when `at.zone` is `None`) that carries both
+    /// identity labels, whatever its VM name and lineage, excluding terminated ones.
+    /// Read-only. Used by discovery (a machine of this lineage the state does not know),
+    /// `state recover` (a lost state's machines) and `sweep` (objects no state knows).
+    ///
+    /// Errors: as `observe`; the default is `Unavailable` (this adapter cannot list).
+    async fn list(&self, at: &Location) -> Result<Vec<Listed>> {
+        let _ = at;
+        Err(ProviderError::new(
+            ErrorKind::Unavailable,
+            format!("{} cannot list its instances by identity yet", self.name()),
+        ))
+    }
     /// Requests that stopped instance `id` of VM `vm` start again (restart before
     /// replace). Does not wait: `observe` reports it `Pending` and then `Running`. An
     /// instance already running or starting is success. Only called on clouds declaring

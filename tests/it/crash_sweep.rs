@@ -69,6 +69,10 @@ enum Scenario {
     /// The first offer's prepare fails after creating its side resource: it is cleaned
     /// up before the next offer (another region) is tried.
     SideAbandoned,
+    /// The state lost the machine (restored from an old backup): a running instance of
+    /// its identity and lineage is in the cloud, discovery finds it, and apply adopts it
+    /// instead of creating a second one (issue 18).
+    Adopted,
 }
 
 impl Scenario {
@@ -121,7 +125,10 @@ impl Scenario {
     }
     /// Whether the scenario starts with an instance that apply must never delete.
     fn has_kept_instance(self) -> bool {
-        matches!(self, Scenario::PreExisting | Scenario::RestartRefused)
+        matches!(
+            self,
+            Scenario::PreExisting | Scenario::RestartRefused | Scenario::Adopted
+        )
     }
     fn k3s(self) -> bool {
         matches!(self, Scenario::K3sBoot | Scenario::K3sPush)
@@ -218,6 +225,9 @@ struct World {
     kept: Option<String>,
     /// Apply plans with refresh (asks the cloud), as `gpuprov apply` does by default.
     refresh: bool,
+    /// Apply folds discovery by identity into its plan, as `gpuprov apply` does with
+    /// refresh.
+    discover: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -258,6 +268,22 @@ impl World {
                 );
                 w.kept = Some(id);
             }
+            Scenario::Adopted => {
+                // A saved state (its lineage fixed), which does not know the instance.
+                let (mut store, mut st) = StateStore::open(w.state_path()).unwrap();
+                store.save(&mut st).unwrap();
+                let at = gpuprov::provider::Location {
+                    cloud: "aws".into(),
+                    region: "us-east-1".into(),
+                    zone: None,
+                };
+                w.kept = Some(w.cloud.insert_instance_of(
+                    "dev",
+                    &st.lineage,
+                    at,
+                    gpuprov::provider::InstanceStatus::Running,
+                ));
+            }
             _ => {}
         }
         w
@@ -279,6 +305,7 @@ impl World {
             k3s: s.k3s().then(|| K3sWorld::new(s)),
             kept: None,
             refresh: s == Scenario::RestartRefused,
+            discover: s == Scenario::Adopted,
         }
     }
 
@@ -348,9 +375,20 @@ impl World {
                             }
                             false => None,
                         };
-                        let plan =
+                        let mut plan =
                             plan::compute(&config, &snapshot, observed.as_ref(), &|_| Some(1.0))
                                 .unwrap();
+                        if self.discover {
+                            let offered =
+                                ["us-east-1", "us-west-2"].map(|r| gpuprov::provider::Location {
+                                    cloud: "aws".into(),
+                                    region: r.into(),
+                                    zone: None,
+                                });
+                            let at = plan::discovery::locations(offered, &snapshot);
+                            let found = plan::discovery::discover(&at, &engine.providers).await;
+                            plan::discovery::fold(&mut plan, &snapshot, &found);
+                        }
                         engine.apply(&plan).await
                     }
                     Phase::Destroy => {
@@ -551,6 +589,7 @@ fn every_crash_point_recovers_without_duplicates_or_leaks() {
         ("pre-existing", Scenario::PreExisting),
         ("restart-refused", Scenario::RestartRefused),
         ("side-abandoned", Scenario::SideAbandoned),
+        ("adopted", Scenario::Adopted),
     ];
     let mut failures = Vec::new();
     // Per machine kind: every point name seen, and those whose every occurrence passed.

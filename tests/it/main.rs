@@ -25,6 +25,7 @@ mod host_keys;
 mod k3s_docker;
 mod k3s_machine;
 mod launch;
+mod lifecycle_docker;
 mod multi_cloud;
 mod persisted_states;
 mod properties;

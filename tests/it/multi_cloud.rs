@@ -8,8 +8,9 @@
 //! Massed Compute, Verda (its OAuth2 token endpoint included) and Prime Intellect are the
 //! spec-checked fakes of their `vendor` modules, seeded with a small catalog.
 //! AWS plans from its offline catalog (no network); it gets dummy static credentials and
-//! no instance metadata all the same. Only catalog reads are answered: any other request
-//! (a key listing, a create) is a violation `verify()` reports.
+//! no instance metadata all the same. Only catalog reads (and the instance listings of
+//! discovery by identity, empty) are answered: any other request (a key listing, a
+//! create) is a violation `verify()` reports.
 
 use crate::support::spec;
 
@@ -517,6 +518,15 @@ impl Clouds {
             .await;
         digitalocean
             .mount_fn("GET", "^/v2/regions$", |_| do_page("regions", do_regions()))
+            .await;
+        // Discovery by identity (plan with refresh): the account's instances, none here.
+        lambda
+            .mount_fn("GET", "^/api/v1/instances$", |_| {
+                Canned::ok(json!({"data": []}))
+            })
+            .await;
+        digitalocean
+            .mount_fn("GET", "^/v2/droplets$", |_| do_page("droplets", vec![]))
             .await;
         Clouds {
             lambda,

@@ -94,6 +94,22 @@ pub(super) struct Droplet {
     pub region: Option<DropletRegion>,
     #[serde(default)]
     pub tags: Vec<String>,
+    /// `size_slug`: the droplet's size (its instance type).
+    #[serde(default)]
+    pub size_slug: Option<String>,
+    /// `created_at` (RFC 3339).
+    #[serde(default)]
+    pub created_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// `size.price_hourly` (USD per hour).
+    #[serde(default)]
+    pub size: Option<DropletSize>,
+}
+
+/// The part of a droplet's `size` that `list` reports.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct DropletSize {
+    #[serde(default)]
+    pub price_hourly: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -91,8 +91,8 @@ use super::kit::paginate::{all_pages, page_of_link, Cursor, Next};
 use super::kit::{self, gpu, Adapter, Auth, Call, Credential, RestClient, Source};
 use super::{
     object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
-    InstanceStatus, Lineage, Location, Observed, Offer, ProviderError, ResourceRequest, Result,
-    SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
+    InstanceStatus, Lineage, Listed, Location, Observed, Offer, ProviderError, ResourceRequest,
+    Result, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 /// The cloud name.
@@ -502,6 +502,51 @@ impl CloudProvider for DigitalOceanProvider {
             }
         }
         out.sort_by_key(|o| o.instance_id.parse::<i64>().unwrap_or_default());
+        Ok(out)
+    }
+
+    /// `GET /v2/droplets?type=gpus` and `GET /v2/droplets` (GPU droplets are listed only
+    /// under `type=gpus`; tags can only be filtered by exact name, so every droplet of the
+    /// account, all pages), keeping those at `at.region` with both identity tags
+    /// (`gpuprov-vm-name:NAME`, `gpuprov-lineage:LINEAGE`), with `size_slug`, `created_at`
+    /// and `size.price_hourly`.
+    async fn list(&self, at: &Location) -> Result<Vec<Listed>> {
+        if at.cloud != CLOUD {
+            return Ok(vec![]);
+        }
+        let gpus = [("type", "gpus".to_string())];
+        let mut all: Vec<Droplet> = self
+            .list_all("/v2/droplets", "droplets", &gpus, "list GPU droplets")
+            .await?;
+        let others: Vec<Droplet> = self
+            .list_all("/v2/droplets", "droplets", &[], "list droplets")
+            .await?;
+        for d in others {
+            if !all.iter().any(|g| g.id == d.id) {
+                all.push(d);
+            }
+        }
+        let tag = |d: &Droplet, key: &str| {
+            let prefix = format!("{key}:");
+            d.tags
+                .iter()
+                .find_map(|t| t.strip_prefix(&prefix).map(str::to_string))
+        };
+        let mut out: Vec<Listed> = all
+            .iter()
+            .filter(|d| d.region.as_ref().map(|r| r.slug.as_str()) == Some(at.region.as_str()))
+            .filter_map(|d| {
+                Some(Listed {
+                    vm_name: tag(d, IDENTITY_LABEL)?,
+                    lineage: tag(d, LINEAGE_LABEL)?,
+                    observed: observed(d),
+                    instance_type: d.size_slug.clone(),
+                    created_at: d.created_at,
+                    price_per_hour: d.size.as_ref().and_then(|s| s.price_hourly),
+                })
+            })
+            .collect();
+        out.sort_by_key(|l| l.observed.instance_id.parse::<i64>().unwrap_or_default());
         Ok(out)
     }
 

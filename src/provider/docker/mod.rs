@@ -38,7 +38,7 @@ pub use image::{sshd_image_tag, MANAGED_LABEL, SSHD_REPOSITORY};
 
 use super::kit::Adapter;
 use super::{
-    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Lineage,
+    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Lineage, Listed,
     Location, Observed, Offer, ProviderError, ResourceRequest, Result, SshEndpoint, IDENTITY_LABEL,
     LINEAGE_LABEL,
 };
@@ -613,6 +613,54 @@ impl CloudProvider for DockerProvider {
                 instance_id: id,
                 status: self.status_of(docker, c).await,
                 ssh: ssh_endpoint(c),
+            });
+        }
+        Ok(out)
+    }
+
+    /// `GET /containers/json?all=1` filtered by the presence of both identity labels;
+    /// the instance type is the image, the creation time the summary's `Created` (Unix
+    /// seconds). The test cloud bills nothing (price 0).
+    async fn list(&self, at: &Location) -> Result<Vec<Listed>> {
+        if !is_local(at) {
+            return Ok(vec![]);
+        }
+        let docker = self.docker().await?;
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some(HashMap::from([(
+                "label".to_string(),
+                vec![IDENTITY_LABEL.to_string(), LINEAGE_LABEL.to_string()],
+            )])),
+            ..Default::default()
+        };
+        let mut list = docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| self.err(e))?;
+        list.sort_by(|a, b| a.id.cmp(&b.id));
+        let mut out = Vec::with_capacity(list.len());
+        for c in &list {
+            let (Some(id), Some(labels)) = (c.id.clone(), c.labels.as_ref()) else {
+                continue;
+            };
+            let (Some(vm), Some(lineage)) = (labels.get(IDENTITY_LABEL), labels.get(LINEAGE_LABEL))
+            else {
+                continue;
+            };
+            out.push(Listed {
+                vm_name: vm.clone(),
+                lineage: lineage.clone(),
+                observed: Observed {
+                    instance_id: id,
+                    status: self.status_of(docker, c).await,
+                    ssh: ssh_endpoint(c),
+                },
+                instance_type: c.image.clone(),
+                created_at: c
+                    .created
+                    .and_then(|t| chrono::DateTime::from_timestamp(t, 0)),
+                price_per_hour: Some(0.0),
             });
         }
         Ok(out)

@@ -71,6 +71,17 @@ pub(super) struct Instance {
     pub region: Option<Region>,
     #[serde(default)]
     pub tags: Option<Vec<Tag>>,
+    /// `instance_type` (required by the spec; read leniently: only the name and price).
+    #[serde(default)]
+    pub instance_type: Option<TypeRef>,
+}
+
+/// The part of an instance's `InstanceType` that `list` reports.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct TypeRef {
+    pub name: String,
+    #[serde(default)]
+    pub price_cents_per_hour: Option<i64>,
 }
 
 /// `InstanceLaunchResponse`.

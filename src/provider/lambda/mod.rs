@@ -61,8 +61,8 @@ use super::kit::keys::{self, Registered};
 use super::kit::{self, gpu, Adapter, Auth, Call, Credential, Lookup, RestClient};
 use super::{
     object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
-    InstanceStatus, Lineage, Location, Observed, Offer, ProviderError, ResourceRequest, Result,
-    IDENTITY_LABEL, LINEAGE_LABEL,
+    InstanceStatus, Lineage, Listed, Location, Observed, Offer, ProviderError, ResourceRequest,
+    Result, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 /// The cloud name.
@@ -487,6 +487,45 @@ impl CloudProvider for LambdaProvider {
             .filter_map(observed)
             .collect();
         out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+        Ok(out)
+    }
+
+    /// `GET /api/v1/instances` (the whole account: the API has no filter), keeping the
+    /// instances at `at.region` that carry both identity tags; the instance type and its
+    /// price (`instance_type.price_cents_per_hour`) come with each. Instances tagged by
+    /// name only (older launches) are not listed: their name holds no whole lineage.
+    async fn list(&self, at: &Location) -> Result<Vec<Listed>> {
+        if at.cloud != CLOUD {
+            return Ok(vec![]);
+        }
+        let list: Vec<Instance> = self
+            .api
+            .get("/api/v1/instances", &[], Call::other("list instances"))
+            .await?;
+        let tag = |i: &Instance, k: &str| {
+            i.tags
+                .as_ref()
+                .and_then(|t| t.iter().find(|t| t.key == k).map(|t| t.value.clone()))
+        };
+        let mut out: Vec<Listed> = list
+            .iter()
+            .filter(|i| i.region.as_ref().map(|r| r.name.as_str()) == Some(at.region.as_str()))
+            .filter_map(|i| {
+                Some(Listed {
+                    vm_name: tag(i, IDENTITY_LABEL)?,
+                    lineage: tag(i, LINEAGE_LABEL)?,
+                    observed: observed(i)?,
+                    instance_type: i.instance_type.as_ref().map(|t| t.name.clone()),
+                    created_at: None,
+                    price_per_hour: i
+                        .instance_type
+                        .as_ref()
+                        .and_then(|t| t.price_cents_per_hour)
+                        .map(|c| c as f64 / 100.0),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.observed.instance_id.cmp(&b.observed.instance_id));
         Ok(out)
     }
 

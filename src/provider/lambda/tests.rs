@@ -115,6 +115,7 @@ fn ownership_needs_region_and_both_tags() {
                 })
                 .collect()
         }),
+        instance_type: None,
     };
     let lin = "0f0e0d0c-1111-4222-8333-444455556666";
     let l = Lineage::parse(lin).unwrap();

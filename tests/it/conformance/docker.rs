@@ -104,6 +104,10 @@ impl CloudProvider for Counted {
         self.inner.observe(at, vm_name).await
     }
 
+    async fn list(&self, at: &Location) -> Result<Vec<gpuprov::provider::Listed>, ProviderError> {
+        self.inner.list(at).await
+    }
+
     async fn delete(
         &self,
         at: &Location,
@@ -139,6 +143,10 @@ struct DockerCloud {
 impl Driver for DockerDriver {
     fn name(&self) -> &'static str {
         "docker"
+    }
+
+    fn cannot_list(&self) -> Option<&'static str> {
+        None
     }
 
     fn unsupported(&self, s: Scenario) -> Option<&'static str> {

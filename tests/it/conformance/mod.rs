@@ -56,6 +56,10 @@ pub enum Scenario {
     UnplannableAskIsInvalidRequest,
     DeleteAndCleanupIdempotent,
     PlanListsTheOffer,
+    /// `list` finds a launched machine by its identity labels (VM name and lineage), in
+    /// its region only, and a run that lost its record adopts it from that listing
+    /// instead of creating a second instance (issue 18's discovery and recovery).
+    ListFindsAndAdoptsByIdentity,
 }
 
 pub const SCENARIOS: &[Scenario] = &[
@@ -70,6 +74,7 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario::UnplannableAskIsInvalidRequest,
     Scenario::DeleteAndCleanupIdempotent,
     Scenario::PlanListsTheOffer,
+    Scenario::ListFindsAndAdoptsByIdentity,
 ];
 
 /// A fault the cloud answers the first create with, in its own words.
@@ -169,7 +174,20 @@ pub trait Driver: Sync {
     fn unknown_instance_id(&self) -> &'static str {
         "0123456789abcdef0123456789abcdef"
     }
+    /// Why the adapter cannot run [`Scenario::ListFindsAndAdoptsByIdentity`] (it does not
+    /// implement `CloudProvider::list` yet); `None` where it does.
+    fn cannot_list(&self) -> Option<&'static str> {
+        Some("the adapter does not implement CloudProvider::list yet")
+    }
     async fn start(&self, world: World) -> Box<dyn Cloud>;
+}
+
+/// Why `d` cannot express `s`, if it cannot: its own answer, or that it cannot list.
+fn unsupported(d: &dyn Driver, s: Scenario) -> Option<&'static str> {
+    d.unsupported(s).or(match s {
+        Scenario::ListFindsAndAdoptsByIdentity => d.cannot_list(),
+        _ => None,
+    })
 }
 
 /// Runs `f` to completion on a fresh thread and runtime: drivers answer the sync [`Cloud`]
@@ -267,7 +285,7 @@ fn ask(vm: &VmSpec, regions: &[&str]) -> ResourceRequest {
 async fn for_each(s: Scenario) -> usize {
     let mut ran = 0;
     for d in drivers() {
-        if let Some(why) = d.unsupported(s) {
+        if let Some(why) = unsupported(d.as_ref(), s) {
             eprintln!("{:?} on {}: unsupported ({why})", s, d.name());
             continue;
         }
@@ -557,6 +575,80 @@ async fn scenario(d: &dyn Driver, s: Scenario) {
             cloud.check_after(s);
             cloud.verify();
         }
+        Scenario::ListFindsAndAdoptsByIdentity => {
+            let cloud = d
+                .start(World {
+                    capacity_in: vec![r0, r1],
+                    ..World::default()
+                })
+                .await;
+            let r = run(cloud, &[r0]);
+            let end = r.launch().await.unwrap();
+            let vm = end
+                .ready()
+                .unwrap_or_else(|| panic!("{name}: not ready: {end:?}"))
+                .clone();
+            let listed = r.provider.list(&r.cloud.at(r0)).await.unwrap();
+            let mine: Vec<_> = listed
+                .iter()
+                .filter(|l| l.observed.instance_id == vm.instance_id)
+                .collect();
+            assert_eq!(mine.len(), 1, "{name}: {listed:?}");
+            assert_eq!(mine[0].vm_name, "trainer", "{name}");
+            assert_eq!(mine[0].lineage, r.cloud.lineage(), "{name}");
+            // A cloud with one region (Docker's `local`) has nowhere else to look.
+            let elsewhere = if r1 == r0 {
+                vec![]
+            } else {
+                r.provider.list(&r.cloud.at(r1)).await.unwrap()
+            };
+            assert!(
+                elsewhere
+                    .iter()
+                    .all(|l| l.observed.instance_id != vm.instance_id),
+                "{name}: listed in {r1} too: {elsewhere:?}"
+            );
+            // The record is lost; what the listing found is adopted, never created beside.
+            let lost = Run {
+                journal: Arc::new(MemoryJournal::new()),
+                ..run(r.cloud, &[r0])
+            };
+            let found = LaunchState::Unowned {
+                location: lost.cloud.at(r0),
+                instance_ids: vec![vm.instance_id.clone()],
+                reason: "found by identity".into(),
+            };
+            use gpuprov::machine::Journal as _;
+            lost.journal
+                .record(
+                    "vm.trainer",
+                    "launch",
+                    &serde_json::to_value(&found).unwrap(),
+                    "unowned",
+                )
+                .await
+                .unwrap();
+            let end = lost.launch().await.unwrap();
+            let again = end
+                .ready()
+                .unwrap_or_else(|| panic!("{name}: not adopted: {end:?} {:?}", lost.labels()));
+            assert_eq!(
+                again.instance_id, vm.instance_id,
+                "{name}: the same instance"
+            );
+            assert_eq!(lost.cloud.creates(), [r0], "{name}: still one create");
+            assert_eq!(lost.cloud.instances(), 1, "{name}");
+            let end = lost
+                .teardown(Target::new(
+                    vm.location.clone(),
+                    "trainer",
+                    vec![vm.instance_id.clone()],
+                ))
+                .await;
+            assert_eq!(end, TeardownState::Done, "{name}");
+            lost.cloud.check_after(s);
+            lost.cloud.verify();
+        }
     }
 }
 
@@ -581,7 +673,7 @@ fn the_matrix() {
         out.push_str(&format!("{:<40}", format!("{s:?}")));
         let mut any = false;
         for d in &ds {
-            let cell = match d.unsupported(*s) {
+            let cell = match unsupported(d.as_ref(), *s) {
                 None => {
                     any = true;
                     "supported"
@@ -599,7 +691,7 @@ fn the_matrix() {
     println!("{out}");
     for d in &ds {
         for s in SCENARIOS {
-            if let Some(why) = d.unsupported(*s) {
+            if let Some(why) = unsupported(d.as_ref(), *s) {
                 println!("{} / {s:?}: {why}", d.name());
             }
         }
@@ -629,4 +721,5 @@ scenario_tests! {
     unplannable_ask_is_invalid_request => UnplannableAskIsInvalidRequest,
     delete_and_cleanup_idempotent => DeleteAndCleanupIdempotent,
     plan_lists_the_offer => PlanListsTheOffer,
+    list_finds_and_adopts_by_identity => ListFindsAndAdoptsByIdentity,
 }

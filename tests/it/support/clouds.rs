@@ -71,6 +71,9 @@ impl CloudProvider for TestCloud {
     ) -> Result<Vec<gpuprov::provider::Observed>> {
         self.inner.observe(at, vm_name).await
     }
+    async fn list(&self, at: &Location) -> Result<Vec<gpuprov::provider::Listed>> {
+        self.inner.list(at).await
+    }
     async fn delete(&self, at: &Location, vm_name: &str, instance_ids: &[String]) -> Result<()> {
         self.inner.delete(at, vm_name, instance_ids).await
     }
