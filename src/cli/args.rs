@@ -103,6 +103,8 @@ pub enum Command {
     Kubeconfig(KubeconfigArgs),
     /// Forward 127.0.0.1:6443 to a machine's Kubernetes API over SSH until Ctrl-C
     Tunnel(TunnelArgs),
+    /// Check each machine's cloud status, SSH login and k3s API; exit 1 when one fails
+    Health(HealthArgs),
     /// Print shell completions (for example `gpuprov completion bash > /etc/bash_completion.d/gpuprov`)
     Completion(CompletionArgs),
     /// Print the man page (roff), or write one page per command into a directory
@@ -212,6 +214,28 @@ pub struct JsonArg {
 pub struct StatusArgs {
     #[command(flatten)]
     pub refresh: RefreshArg,
+    #[command(flatten)]
+    pub json: JsonArg,
+}
+
+/// `gpuprov health [NAME]`.
+#[derive(Debug, Args)]
+#[command(after_help = "Checks, each ok, warn, fail or skipped:
+  cloud  the cloud's own view of the recorded instance: running is ok; starting is a
+         warning; stopped, deleted outside gpuprov or an API error is a failure; the
+         cloud's own findings (Docker: healthcheck, OOM kill, exit code) are shown
+  ssh    a login with the project key and the host key pinned in the state, running
+         `true` (5 s to connect); a changed host key is a failure
+  k8s    the k3s API (/readyz and the node) through the kubeconfig's access path;
+         skipped for a machine without k3s
+A machine that is not up (aborted, exhausted, leaked, unowned) fails with its recorded
+state. Machines are checked concurrently, each check once, within a deadline.
+
+Exit codes: 0 when no check failed (warnings allowed), 1 when one did or the state
+cannot be read.")]
+pub struct HealthArgs {
+    /// Check only this machine (as in [vm.NAME]); default: every machine of the state
+    pub name: Option<String>,
     #[command(flatten)]
     pub json: JsonArg,
 }

@@ -10,8 +10,8 @@ use miette::{Diagnostic, Report};
 pub enum Exit {
     /// It did what was asked (`plan --detailed-exitcode`: and there are no changes).
     Success,
-    /// It failed after saying why on stderr (a refused prompt, an unusable cloud in
-    /// `validate`); errors with a message are [`CommandError`]s.
+    /// It failed after saying why (a refused prompt, an unusable cloud in `validate`, a
+    /// failed check in `health`); errors with a message are [`CommandError`]s.
     Failure,
     /// `plan --detailed-exitcode` found changes.
     Changes,
@@ -58,7 +58,10 @@ pub fn exit_codes_help() -> String {
     for (code, meaning) in EXIT_CODES {
         s.push_str(&format!("  {code:<4} {meaning}\n"));
     }
-    s.push_str("  `gpuprov ssh NAME -- CMD` exits with the remote command's status, as ssh does.");
+    s.push_str(
+        "  `gpuprov ssh NAME -- CMD` exits with the remote command's status, as ssh does.\n",
+    );
+    s.push_str("  `gpuprov validate` and `gpuprov health` exit 1 when a check fails.");
     s
 }
 

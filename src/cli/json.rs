@@ -1,6 +1,6 @@
 //! The machine-readable outputs (`-json`, on stdout): the plan in Terraform's JSON plan
-//! shape (`plan -json`, `show -json PLANFILE`), and `status`, `list`, `offers` and
-//! `validate`. Every type derives its JSON Schema; `schemas/gpuprov-*.schema.json` are
+//! shape (`plan -json`, `show -json PLANFILE`), and `status`, `list`, `offers`,
+//! `validate` and `health`. Every type derives its JSON Schema; `schemas/gpuprov-*.schema.json` are
 //! generated from them ([`schemas`]) and a test fails when one is stale.
 //!
 //! The plan follows Terraform's JSON output format (`terraform show -json PLANFILE`,
@@ -370,6 +370,82 @@ pub struct CloudCheck {
     pub detail: String,
 }
 
+/// `health -json`: each machine's checks and the verdict.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct JsonHealth {
+    /// Where the state lives (a file or a backend location).
+    pub state: String,
+    /// Whether no check failed (the exit code: 0 when true; warnings allowed).
+    pub healthy: bool,
+    /// The machines checked, in address order (one with `health NAME`).
+    pub machines: Vec<MachineHealth>,
+}
+
+/// One machine in `health -json`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct MachineHealth {
+    /// `vm.NAME`.
+    pub address: String,
+    /// The recorded state's one-line label (`ready 3f2a…`, `aborted: …`).
+    pub recorded: String,
+    /// `cloud/region[/zone]`, when the machine may own an instance.
+    pub location: Option<String>,
+    /// The recorded instance id, when the machine is up.
+    pub instance_id: Option<String>,
+    /// The worst of the three checks (`skipped` counts as `ok`).
+    pub status: CheckStatus,
+    /// The vendor's own view of the instance, with its findings.
+    pub cloud: Check,
+    /// A login with the project key and the pinned host key, running `true`.
+    pub ssh: Check,
+    /// The k3s API (`/readyz` and the node), where the machine has a cluster.
+    pub kubernetes: Check,
+}
+
+/// One check's outcome.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Check {
+    pub status: CheckStatus,
+    /// One line: what was seen, or why the check failed or was skipped (no secret).
+    pub detail: String,
+    /// The cloud's own findings (`cloud` only; empty elsewhere).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<HealthFinding>,
+}
+
+/// How a check came out, from best to worst; `warn` keeps exit code 0, `fail` makes it 1.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    /// Not applicable to this machine (the detail says why).
+    Skipped,
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl CheckStatus {
+    /// The lower-case word the table and the JSON use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckStatus::Skipped => "skipped",
+            CheckStatus::Ok => "ok",
+            CheckStatus::Warn => "warn",
+            CheckStatus::Fail => "fail",
+        }
+    }
+}
+
+/// A vendor-native finding ([`crate::provider::Finding`]).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct HealthFinding {
+    /// `info`, `warning` or `error`.
+    pub severity: String,
+    pub message: String,
+}
+
 /// The JSON Schemas of the outputs, as (file name under `schemas/`, pretty JSON with a
 /// trailing newline).
 pub fn schemas() -> Vec<(&'static str, String)> {
@@ -398,6 +474,10 @@ pub fn schemas() -> Vec<(&'static str, String)> {
         (
             "gpuprov-validate.schema.json",
             pretty(schemars::schema_for!(JsonValidate)),
+        ),
+        (
+            "gpuprov-health.schema.json",
+            pretty(schemars::schema_for!(JsonHealth)),
         ),
     ]
 }

@@ -25,6 +25,7 @@ mod argv;
 mod completion;
 pub mod error;
 mod force_unlock;
+mod health;
 mod interrupt;
 pub mod json;
 mod kube;
@@ -426,6 +427,7 @@ async fn run(cli: Cli, color: bool) -> CmdResult {
         Command::Offers(a) => offers::cmd_offers(&project, a).await,
         Command::Kubeconfig(a) => kube::cmd_kubeconfig(&project, a).await,
         Command::Tunnel(a) => kube::cmd_tunnel(&project, a).await,
+        Command::Health(a) => health::run(&project, a).await,
         Command::Completion(a) => completion::run(a),
         Command::Man(a) => man::run(a),
         Command::State(StateCommand::List) => {

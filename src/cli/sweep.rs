@@ -43,6 +43,21 @@ pub struct SweepLineage {
 }
 
 pub(super) async fn run(cli: &Cli, project: &Project, a: &SweepArgs) -> CmdResult {
+    // A malformed --destroy is refused before any cloud is asked.
+    let target = a
+        .destroy
+        .as_deref()
+        .map(|t| {
+            Lineage::parse(t).map_err(|e| {
+                miette!(
+                    code = "gpuprov::sweep::lineage",
+                    help = "`gpuprov sweep` lists the lineages found",
+                    "--destroy: {}",
+                    e.text()
+                )
+            })
+        })
+        .transpose()?;
     let config = project.load_config()?;
     let (_store, state) = project.open_state()?;
     let lineage = lineage_of(&state)?;
@@ -88,7 +103,7 @@ pub(super) async fn run(cli: &Cli, project: &Project, a: &SweepArgs) -> CmdResul
             .cloned()
             .collect(),
     };
-    let Some(target) = &a.destroy else {
+    let Some(target) = target else {
         if a.json {
             outln!(
                 "{}",
@@ -99,14 +114,6 @@ pub(super) async fn run(cli: &Cli, project: &Project, a: &SweepArgs) -> CmdResul
         }
         return Ok(Exit::Success);
     };
-    let target = Lineage::parse(target).map_err(|e| {
-        miette!(
-            code = "gpuprov::sweep::lineage",
-            help = "`gpuprov sweep` lists the lineages found",
-            "--destroy: {}",
-            e.text()
-        )
-    })?;
     let Some(group) = listing.lineages.iter().find(|l| target == l.lineage) else {
         return Err(miette!(
             code = "gpuprov::sweep::nothing_found",

@@ -126,6 +126,15 @@ impl CloudProvider for Governed {
         crate::crash::point("provider.after:start").await;
         r
     }
+    async fn diagnose(
+        &self,
+        at: &Location,
+        vm_name: &str,
+        instance_id: &str,
+    ) -> Result<Vec<crate::provider::Finding>> {
+        let _p = self.permit().await?;
+        self.inner.diagnose(at, vm_name, instance_id).await
+    }
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<()> {
         crate::crash::point("provider.before:cleanup").await;
         let r = {

@@ -307,4 +307,53 @@ mod tests {
         assert_eq!(foreign["L2"][0].instance_id, "i-3");
         assert_eq!(d.listed[0].status, "running");
     }
+
+    /// A stale state (it knows `a` only) meets the cloud: `b` of this lineage is adopted,
+    /// and nothing of another lineage is shown while the state records machines; an
+    /// empty state names the other lineage and how to recover it.
+    #[test]
+    fn fold_adopts_this_lineage_and_names_a_lost_one() {
+        let config = crate::config::Config::parse(
+            std::path::Path::new("gpuprov.toml"),
+            "[defaults]\nclouds = [\"docker\"]\n[vm.a]\n[vm.b]\n".into(),
+        )
+        .unwrap();
+        let mut empty = StateFile::new();
+        empty.lineage = "L1".into();
+        let d = Discovery {
+            listed: vec![
+                listed("b", "L1", "i-b", InstanceStatus::Running),
+                listed("b", "L1", "i-b2", InstanceStatus::Stopped),
+                listed("a", "L2", "i-x", InstanceStatus::Running),
+            ],
+            ..Discovery::default()
+        };
+        let mut plan = super::super::compute(&config, &empty, None, &|_| Some(1.0)).unwrap();
+        fold(&mut plan, &empty, &d);
+        let b = plan.changes.iter().find(|c| c.vm == "b").unwrap();
+        assert_eq!(b.action, Action::Resume);
+        assert_eq!(
+            b.found.as_ref().unwrap().instance_id,
+            "i-b",
+            "the running one"
+        );
+        let a = plan.changes.iter().find(|c| c.vm == "a").unwrap();
+        assert_eq!(a.action, Action::Create, "another lineage is never adopted");
+        assert_eq!(plan.foreign.len(), 1);
+        insta::assert_snapshot!("plan_with_found_and_foreign", super::super::render(&plan));
+        // A state that records a machine: the other lineage is another project's.
+        let mut stale = empty.clone();
+        stale.resources.insert(
+            "vm.a".into(),
+            crate::state::ResourceRecord::new(crate::state::MachineRecord {
+                kind: "launch".into(),
+                state: serde_json::json!({"state": "planning", "round": 0}),
+                label: "planning".into(),
+                updated_at: chrono::Utc::now(),
+            }),
+        );
+        let mut plan = super::super::compute(&config, &stale, None, &|_| Some(1.0)).unwrap();
+        fold(&mut plan, &stale, &d);
+        assert!(plan.foreign.is_empty());
+    }
 }

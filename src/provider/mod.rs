@@ -560,6 +560,45 @@ pub trait CloudProvider: Send + Sync {
             format!("{} cannot start a stopped instance", self.name()),
         ))
     }
+    /// Vendor-native findings about instance `id` of VM `vm` at `at`, for `gpuprov health`
+    /// (the design's optional `diagnose`): what the vendor knows beyond the
+    /// [`InstanceStatus`] `observe` gives (a failing health check, an out-of-memory kill,
+    /// a crash loop), each in one line without secrets. Read-only, one call, no waiting.
+    /// The default finds nothing: the status from `observe` is all this cloud says.
+    ///
+    /// Errors: as `observe` (the API could not be asked); an instance that is gone is no
+    /// error but no findings (`observe` says it is gone).
+    async fn diagnose(&self, at: &Location, vm: &str, id: &str) -> Result<Vec<Finding>> {
+        let _ = (at, vm, id);
+        Ok(Vec::new())
+    }
+}
+
+/// One vendor-native finding of [`CloudProvider::diagnose`]: how serious, and what in one
+/// line (never a secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finding {
+    pub severity: Severity,
+    pub message: String,
+}
+
+impl Finding {
+    pub fn new(severity: Severity, message: impl Into<String>) -> Finding {
+        Finding {
+            severity,
+            message: message.into(),
+        }
+    }
+}
+
+/// How serious a [`Finding`] is: `Info` changes no verdict, `Warning` makes the cloud
+/// check a warning, `Error` a failure. Ordered by seriousness.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Info,
+    Warning,
+    Error,
 }
 
 #[cfg(test)]

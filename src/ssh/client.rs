@@ -250,6 +250,41 @@ pub fn exec(
     Ok(status)
 }
 
+/// Runs `command` as [`exec`] does (the host key checked against `pinned` before
+/// authenticating) but with every step bounded by `timeout` (TCP connect, handshake,
+/// authentication and each read of the command's run), its stdin closed and its output
+/// discarded: a check that must fail instead of waiting, as `gpuprov health`'s. Returns
+/// the remote exit status.
+///
+/// Errors: as [`exec`]; a step that takes longer than `timeout` is
+/// [`SshError::Unreachable`].
+pub fn run_bounded(
+    endpoint: &SshEndpoint,
+    user: &str,
+    key: &ProjectKey,
+    pinned: &HostKey,
+    command: &str,
+    timeout: Duration,
+) -> Result<i32, SshError> {
+    let (session, _) = open_session(endpoint, user, key, Some(pinned), timeout)?;
+    let ep = describe(endpoint, user);
+    let lost = |msg: String| SshError::Unreachable {
+        endpoint: ep.clone(),
+        msg: format!("connection lost while running a command: {msg}"),
+    };
+    let ssh_lost = |e: ssh2::Error| lost(e.message().to_string());
+    let mut channel = session.channel_session().map_err(ssh_lost)?;
+    channel.exec(command).map_err(ssh_lost)?;
+    channel.send_eof().map_err(ssh_lost)?;
+    // Drained, not kept: a check only needs the status.
+    io::copy(&mut channel, &mut io::sink()).map_err(|e| lost(e.to_string()))?;
+    io::copy(&mut channel.stderr(), &mut io::sink()).map_err(|e| lost(e.to_string()))?;
+    channel.wait_close().map_err(ssh_lost)?;
+    let status = channel.exit_status().map_err(ssh_lost)?;
+    let _ = session.disconnect(None, "gpuprov check done", None);
+    Ok(status)
+}
+
 /// Connects, checks the host key against `pinned`, then authenticates with the project
 /// key. Returns the authenticated session and the host key seen.
 fn open_session(

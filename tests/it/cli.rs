@@ -486,6 +486,8 @@ fn every_command_has_help() {
         "kubeconfig",
         "tunnel",
         "show",
+        "sweep",
+        "health",
     ] {
         let (code, out, _) = p.run(&[cmd, "--help"]);
         assert_eq!(code, 0, "{cmd}");
@@ -1654,4 +1656,45 @@ fn state_rm_and_mv_respect_the_lock() {
     let (code, _, err) = p.run(&["state", "mv", "-lock=false", "vm.dev", "vm.gpu"]);
     assert_eq!(code, 0, "{err}");
     drop(lock);
+}
+
+/// Issue 18: `state recover` and `sweep` — their help, and the errors they give before
+/// any cloud is asked (a malformed lineage, a state that records machines).
+#[test]
+fn state_recover_and_sweep_help_and_errors() {
+    let p = Project::new(DOCKER_TOML);
+    let (code, out, _) = p.run(&["state", "recover", "--help"]);
+    assert_eq!(code, 0);
+    p.snapshot("state_recover_help", &out);
+    let (code, out, _) = p.run(&["sweep", "--help"]);
+    assert_eq!(code, 0);
+    p.snapshot("sweep_help", &out);
+
+    let (code, out, err) = p.run(&["state", "recover", "--lineage", "not-a-uuid"]);
+    assert_eq!(code, 1);
+    p.snap("state_recover_bad_lineage", code, &out, &err);
+    let (code, out, err) = p.run(&["sweep", "--destroy", "not-a-uuid"]);
+    assert_eq!(code, 1);
+    p.snap("sweep_bad_lineage", code, &out, &err);
+    let (code, _, err) = p.run(&["sweep", "--auto-approve"]);
+    assert_eq!(code, 1, "--auto-approve needs --destroy: {err}");
+    assert!(err.contains("--destroy"), "{err}");
+
+    // A state that records machines is never replaced by a recovery.
+    p.with_ready(&dev());
+    let before = std::fs::read(p.path("gpuprov.state.json")).unwrap();
+    let (code, out, err) = p.run(&[
+        "state",
+        "recover",
+        "--lineage",
+        "11111111-1111-4111-8111-111111111111",
+        "--auto-approve",
+    ]);
+    assert_eq!(code, 1);
+    p.snap("state_recover_state_in_use", code, &out, &err);
+    assert_eq!(
+        std::fs::read(p.path("gpuprov.state.json")).unwrap(),
+        before,
+        "the state is untouched"
+    );
 }

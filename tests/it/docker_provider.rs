@@ -647,10 +647,45 @@ async fn create_leaves_a_stopped_container_alone_and_start_restarts_it() {
     );
     p.start(&local(), vm, &id).await.unwrap();
     assert_eq!(wait_running(&p, vm).await.instance_id, id);
+
+    // `diagnose` (issue 18): a running container without a healthcheck has nothing to
+    // say; a killed one says how it exited; a removed one has no findings.
+    assert_eq!(p.diagnose(&local(), vm, &id).await.unwrap(), vec![]);
+    docker
+        .kill_container(
+            &id,
+            Some(
+                bollard::query_parameters::KillContainerOptionsBuilder::new()
+                    .signal("KILL")
+                    .build(),
+            ),
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while p.observe(&local(), vm).await.unwrap()[0].status == InstanceStatus::Running {
+        assert!(
+            Instant::now() < deadline,
+            "still running 15 s after SIGKILL"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let findings = p.diagnose(&local(), vm, &id).await.unwrap();
+    assert!(
+        findings
+            .iter()
+            .any(|f| f.severity == gpuprov::provider::Severity::Error
+                && f.message == "exited with code 137"),
+        "{findings:?}"
+    );
+    p.start(&local(), vm, &id).await.unwrap();
+    assert_eq!(wait_running(&p, vm).await.instance_id, id);
+
     p.start(&local(), vm, &id).await.unwrap();
     p.delete(&local(), vm, std::slice::from_ref(&id))
         .await
         .unwrap();
+    assert_eq!(p.diagnose(&local(), vm, &id).await.unwrap(), vec![]);
     let gone = p.start(&local(), vm, &id).await.unwrap_err();
     assert_eq!(gone.kind, ErrorKind::Failed, "{gone:?}");
 }

@@ -21,6 +21,7 @@ mod docker_provider;
 mod engine;
 mod executor;
 mod faults;
+mod health;
 mod host_keys;
 mod k3s_docker;
 mod k3s_machine;

@@ -708,6 +708,36 @@ impl CloudProvider for DockerProvider {
         }
     }
 
+    /// The container's own view (`GET /containers/{id}/json`, [`findings_of`]): its
+    /// healthcheck, an out-of-memory kill, a restart loop, how it exited. A container that
+    /// no longer exists has no findings (`observe` says it is gone); a location other
+    /// than `docker/local` holds nothing.
+    async fn diagnose(
+        &self,
+        at: &Location,
+        _vm_name: &str,
+        instance_id: &str,
+    ) -> Result<Vec<super::Finding>> {
+        if !is_local(at) {
+            return Ok(vec![]);
+        }
+        let docker = self.docker().await?;
+        match docker
+            .inspect_container(
+                instance_id,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+        {
+            Ok(i) => Ok(i
+                .state
+                .map(|s| findings_of(&s, i.restart_count))
+                .unwrap_or_default()),
+            Err(e) if is_not_found(&e) => Ok(vec![]),
+            Err(e) => Err(self.err(e)),
+        }
+    }
+
     /// Force-removes each container with its anonymous volumes (`DELETE
     /// /containers/{id}?force=true&v=true`). 404 (already gone) and 409 (removal already in
     /// progress) are success. Does not wait.
@@ -774,10 +804,125 @@ impl CloudProvider for DockerProvider {
     }
 }
 
+/// The findings `diagnose` reports for a container's `State` (Docker Engine API,
+/// "ContainerInspect"): `Health.Status` unhealthy (with the last check's output) is an
+/// error, starting a warning, healthy an info; `OOMKilled` and a daemon `Error` are
+/// errors; `Restarting` is a warning; a stopped container's `ExitCode` is an error when
+/// non-zero; restarts (`RestartCount`) are an info.
+pub fn findings_of(
+    state: &bollard::models::ContainerState,
+    restart_count: Option<i64>,
+) -> Vec<super::Finding> {
+    use super::{Finding, Severity};
+    use bollard::models::HealthStatusEnum;
+    let mut out = Vec::new();
+    if let Some(h) = &state.health {
+        let last = h
+            .log
+            .as_ref()
+            .and_then(|l| l.last())
+            .and_then(|r| r.output.as_deref())
+            .map(|o| o.trim().lines().next().unwrap_or("").to_string())
+            .filter(|o| !o.is_empty());
+        match h.status {
+            Some(HealthStatusEnum::UNHEALTHY) => out.push(Finding::new(
+                Severity::Error,
+                format!(
+                    "healthcheck unhealthy ({} failures in a row){}",
+                    h.failing_streak.unwrap_or(0),
+                    last.map(|o| format!(": {o}")).unwrap_or_default()
+                ),
+            )),
+            Some(HealthStatusEnum::STARTING) => {
+                out.push(Finding::new(Severity::Warning, "healthcheck starting"))
+            }
+            Some(HealthStatusEnum::HEALTHY) => {
+                out.push(Finding::new(Severity::Info, "healthcheck healthy"))
+            }
+            _ => {}
+        }
+    }
+    if state.oom_killed == Some(true) {
+        out.push(Finding::new(
+            Severity::Error,
+            "killed by the out-of-memory killer (OOMKilled)",
+        ));
+    }
+    if state.restarting == Some(true) {
+        out.push(Finding::new(Severity::Warning, "restarting"));
+    }
+    if let Some(e) = state.error.as_deref().filter(|e| !e.is_empty()) {
+        out.push(Finding::new(Severity::Error, format!("engine error: {e}")));
+    }
+    if state.running != Some(true) {
+        match state.exit_code {
+            Some(0) | None => {}
+            Some(code) => out.push(Finding::new(
+                Severity::Error,
+                format!("exited with code {code}"),
+            )),
+        }
+    }
+    if let Some(n) = restart_count.filter(|n| *n > 0) {
+        out.push(Finding::new(Severity::Info, format!("restarted {n} times")));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use bollard::models::Port;
+
+    #[test]
+    fn findings_say_what_the_engine_says() {
+        use super::super::Severity;
+        use bollard::models::{ContainerState, Health, HealthStatusEnum, HealthcheckResult};
+        let healthy = ContainerState {
+            running: Some(true),
+            exit_code: Some(0),
+            health: Some(Health {
+                status: Some(HealthStatusEnum::HEALTHY),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let f = findings_of(&healthy, Some(0));
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].severity, Severity::Info);
+        let sick = ContainerState {
+            running: Some(false),
+            oom_killed: Some(true),
+            exit_code: Some(137),
+            health: Some(Health {
+                status: Some(HealthStatusEnum::UNHEALTHY),
+                failing_streak: Some(3),
+                log: Some(vec![HealthcheckResult {
+                    output: Some("curl: connection refused\nmore".into()),
+                    ..Default::default()
+                }]),
+            }),
+            ..Default::default()
+        };
+        let f = findings_of(&sick, Some(2));
+        let text: Vec<&str> = f.iter().map(|f| f.message.as_str()).collect();
+        assert_eq!(
+            text,
+            [
+                "healthcheck unhealthy (3 failures in a row): curl: connection refused",
+                "killed by the out-of-memory killer (OOMKilled)",
+                "exited with code 137",
+                "restarted 2 times"
+            ]
+        );
+        assert_eq!(f.iter().map(|f| f.severity).max(), Some(Severity::Error));
+        let clean_stop = ContainerState {
+            running: Some(false),
+            exit_code: Some(0),
+            ..Default::default()
+        };
+        assert!(findings_of(&clean_stop, None).is_empty());
+    }
 
     fn summary(state: ContainerSummaryStateEnum, ports: Vec<Port>) -> ContainerSummary {
         ContainerSummary {
