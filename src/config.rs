@@ -40,6 +40,37 @@ pub struct ConfigFile {
     /// absent.
     #[serde(default)]
     pub backend: Option<BackendSettings>,
+    /// Renames recorded in the config, Terraform-style: `[[moved]]` with `from = "vm.a"`
+    /// and `to = "vm.b"`. `plan` and `apply` move the state's record before planning, so
+    /// the machine is kept instead of destroyed and created again.
+    #[serde(default)]
+    pub moved: Vec<MovedBlock>,
+}
+
+/// One `[[moved]]` block: the machine recorded at `from` is now `to`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MovedBlock {
+    /// The old address, for example `vm.a` (no longer a machine of the config).
+    #[schemars(with = "String")]
+    pub from: Spanned<String>,
+    /// The new address, for example `vm.b` (a machine of the config).
+    #[schemars(with = "String")]
+    pub to: Spanned<String>,
+}
+
+/// A validated `[[moved]]` block, with where it is written (byte ranges into
+/// [`Config::source`]) for diagnostics raised when it meets the state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Moved {
+    /// The old address, `vm.NAME`.
+    pub from: String,
+    /// The new address, `vm.NAME`, a machine of the config.
+    pub to: String,
+    /// Where `from`'s value is written.
+    pub from_span: std::ops::Range<usize>,
+    /// Where `to`'s value is written.
+    pub to_span: std::ops::Range<usize>,
 }
 
 /// The kind of state backend (`[backend] type`).
@@ -316,6 +347,8 @@ pub struct Config {
     pub clouds: BTreeMap<Cloud, CloudSettings>,
     /// The `[backend]` table, if any.
     pub backend: Option<BackendSettings>,
+    /// The `[[moved]]` blocks, in file order.
+    pub moved: Vec<Moved>,
     /// The file's text, kept for diagnostics raised after loading.
     pub source: String,
 }
@@ -474,11 +507,13 @@ impl Config {
                 Some("remove one of these depends_on entries".into()),
             ));
         }
+        let moved = check_moved(&file.moved, &vms, &reporter)?;
         Ok(Config {
             path: path.to_path_buf(),
             vms,
             clouds: file.cloud,
             backend: file.backend,
+            moved,
             source: text,
         })
     }
@@ -499,6 +534,24 @@ impl Config {
             }
         }
         out
+    }
+
+    /// A diagnostic pointing at `span` (a byte range into the config text), raised after
+    /// loading: a `[[moved]]` block that conflicts with the state, say.
+    pub fn error_at(
+        &self,
+        span: std::ops::Range<usize>,
+        label: &str,
+        message: String,
+        help: Option<String>,
+    ) -> ConfigError {
+        ConfigError {
+            message,
+            src: NamedSource::new(self.path.display().to_string(), self.source.clone()),
+            span: Some(SourceSpan::from(span)),
+            label: label.into(),
+            help,
+        }
     }
 
     /// A diagnostic about machine `vm` raised after loading (for example a cloud that
@@ -665,6 +718,82 @@ fn merge(
         retry_until_up: s.retry_until_up.or(d.retry_until_up).unwrap_or(false),
         depends_on: t.depends_on.iter().map(|d| d.get_ref().clone()).collect(),
     })
+}
+
+/// Checks the `[[moved]]` blocks: both addresses are `vm.NAME` with valid names and
+/// differ, `to` is a machine of the config and `from` is not, and no address is moved
+/// from twice.
+fn check_moved(
+    blocks: &[MovedBlock],
+    vms: &BTreeMap<String, VmSpec>,
+    r: &Reporter<'_>,
+) -> Result<Vec<Moved>, Box<ConfigError>> {
+    let err = |message, span, label: &str, help| r.err(message, span, label, help);
+    let mut out: Vec<Moved> = Vec::new();
+    for b in blocks {
+        for end in [&b.from, &b.to] {
+            let ok = end.get_ref().strip_prefix("vm.").is_some_and(valid_vm_name);
+            if !ok {
+                return Err(err(
+                    format!("moved: {:?} is not a machine address", end.get_ref()),
+                    Some(end.span()),
+                    "expected vm.NAME",
+                    Some("addresses are vm.NAME, as in `gpuprov state list`".into()),
+                ));
+            }
+        }
+        let (from, to) = (b.from.get_ref(), b.to.get_ref());
+        if from == to {
+            return Err(err(
+                format!("moved: from and to are both {from}"),
+                Some(b.to.span()),
+                "same address",
+                None,
+            ));
+        }
+        let defined = || {
+            Some(format!(
+                "machines in the config: {}",
+                vms.keys()
+                    .map(|n| format!("vm.{n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        };
+        if !vms.contains_key(&to["vm.".len()..]) {
+            return Err(err(
+                format!("moved: {to} is not a machine of the config"),
+                Some(b.to.span()),
+                "no [vm] table of this name",
+                defined(),
+            ));
+        }
+        if vms.contains_key(&from["vm.".len()..]) {
+            return Err(err(
+                format!("moved: {from} is still a machine of the config"),
+                Some(b.from.span()),
+                "still defined",
+                Some(format!(
+                    "remove [{from}] (it was renamed to {to}), or drop this moved block"
+                )),
+            ));
+        }
+        if out.iter().any(|m| m.from == *from) {
+            return Err(err(
+                format!("moved: {from} is moved more than once"),
+                Some(b.from.span()),
+                "moved again here",
+                Some("keep one moved block per old address".into()),
+            ));
+        }
+        out.push(Moved {
+            from: from.clone(),
+            to: to.clone(),
+            from_span: b.from.span(),
+            to_span: b.to.span(),
+        });
+    }
+    Ok(out)
 }
 
 /// Whether `name` is a valid machine name: `[a-z][a-z0-9-]{0,39}`, not ending in `-`.

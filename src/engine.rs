@@ -71,6 +71,16 @@ impl StateJournal {
         self.lock().state.clone()
     }
 
+    /// The machine name `key`'s cloud objects carry when a move renamed the address
+    /// ([`crate::state::ResourceRecord::cloud_name`]); `None` when it is the address's.
+    pub fn cloud_name(&self, key: &str) -> Option<String> {
+        self.lock()
+            .state
+            .resources
+            .get(key)
+            .and_then(|r| r.cloud_name.clone())
+    }
+
     /// Figures of the run's journal so far (appends, fsync batches, bytes, time).
     pub fn stats(&self) -> JournalStats {
         self.writer.stats()
@@ -437,6 +447,11 @@ impl Engine {
         self.journal.stage_desired(key, &want);
         let mut want = want;
         want.retry_until_up |= self.retry_until_up;
+        // A moved machine keeps the name its cloud objects carry (the snapshot keeps the
+        // config's): observe and cleanup must still find them.
+        if let Some(n) = self.journal.cloud_name(key) {
+            want.name = n;
+        }
         let kubernetes = want.kubernetes && self.k3s_capable(&want);
         let m = LaunchMachine::new(
             want,
@@ -507,6 +522,9 @@ impl Engine {
             return Outcome::Destroyed;
         };
         let resumable = unfinished_teardown(&prev);
+        // A moved machine's cloud objects (and kubeconfig) still carry its old name.
+        let cloud_name = self.journal.cloud_name(key);
+        let vm_name = cloud_name.as_deref().unwrap_or(vm_name);
         // The cluster's kubeconfig (it holds the client key) goes with the VM: the file
         // gpuprov writes for this name, never a path read from the (editable) state.
         let kubeconfig = self

@@ -2,7 +2,7 @@
 //! (the clouds' view), and renders the difference with Terraform's symbols. Pure except
 //! for [`refresh`], which asks the clouds.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
@@ -214,6 +214,13 @@ pub struct Plan {
     pub hourly_cost_after: f64,
     /// Whether some price of what will run is unknown (the sum is then a lower bound).
     pub hourly_cost_incomplete: bool,
+    /// The state's records this plan moves (`[[moved]]` blocks), applied by apply before
+    /// any change.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub moved: Vec<MovedLine>,
+    /// The `-target` addresses this plan was restricted to (empty: not targeted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<String>,
     /// Live instances named like this config's machines under another lineage, found
     /// while the state records nothing (a lost or replaced state): never adopted, shown
     /// with how to recover them (see [`discovery`]).
@@ -224,10 +231,32 @@ pub struct Plan {
     pub unlisted: Vec<(String, String)>,
 }
 
+/// One record a plan moves: `from` → `to` (both `vm.NAME`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MovedLine {
+    pub from: String,
+    pub to: String,
+}
+
 impl Plan {
-    /// Whether apply would change anything.
+    /// Whether apply would change anything (a moved record counts: apply saves it).
     pub fn has_changes(&self) -> bool {
-        self.changes.iter().any(|c| c.action != Action::NoOp)
+        !self.moved.is_empty() || self.changes.iter().any(|c| c.action != Action::NoOp)
+    }
+
+    /// Recomputes [`Plan::hourly_cost_after`] from the changes (after targeting or
+    /// `-replace` changed them); `untouched` is what keeps running outside the plan.
+    fn recompute_cost(&mut self, untouched: &[Change]) {
+        let (mut total, mut incomplete) = cost_of(&self.changes);
+        for c in untouched.iter().filter(|c| c.action != Action::Create) {
+            if let Some(o) = &c.current {
+                total += o.price_per_hour;
+            } else if c.action != Action::Destroy {
+                incomplete = true;
+            }
+        }
+        self.hourly_cost_after = total;
+        self.hourly_cost_incomplete = incomplete;
     }
 
     /// What runs now costs, USD per hour: the sum of the machines' current offers.
@@ -344,7 +373,7 @@ pub async fn refresh(
         let Some(p) = providers.get(&vm.location.cloud) else {
             continue;
         };
-        let name = address.strip_prefix("vm.").unwrap_or(address);
+        let name = r.identity_name(address);
         let seen = p
             .observe(&vm.location, name)
             .await
@@ -549,15 +578,7 @@ pub fn compute(
         });
     }
     changes.sort_by(|a, b| a.address.cmp(&b.address));
-    let (mut total, mut incomplete) = (0.0, false);
-    for c in &changes {
-        if c.action != Action::Destroy {
-            match c.price_per_hour {
-                Some(p) => total += p,
-                None => incomplete = true,
-            }
-        }
-    }
+    let (total, incomplete) = cost_of(&changes);
     let endpoints = config
         .clouds
         .iter()
@@ -574,9 +595,230 @@ pub fn compute(
         changes,
         hourly_cost_after: total,
         hourly_cost_incomplete: incomplete,
+        moved: Vec::new(),
+        targets: Vec::new(),
         foreign: Vec::new(),
         unlisted: Vec::new(),
     })
+}
+
+/// The hourly cost (USD) of what runs after `changes`, and whether a price is unknown.
+fn cost_of(changes: &[Change]) -> (f64, bool) {
+    let (mut total, mut incomplete) = (0.0, false);
+    for c in changes.iter().filter(|c| c.action != Action::Destroy) {
+        match c.price_per_hour {
+            Some(p) => total += p,
+            None => incomplete = true,
+        }
+    }
+    (total, incomplete)
+}
+
+/// Why a record cannot be moved.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MoveError {
+    #[error("{0} is not in the state")]
+    SourceMissing(String),
+    #[error("{0} is already in the state")]
+    DestinationExists(String),
+}
+
+/// Moves the record at `from` to `to` (both `vm.NAME`), keeping the machine: the record
+/// remembers the name its cloud objects carry ([`ResourceRecord::cloud_name`]), which
+/// stays the first name until the machine is destroyed or replaced (clouds mostly cannot
+/// relabel). Moving back to that name clears it. Nothing changes on error.
+pub fn move_record(state: &mut StateFile, from: &str, to: &str) -> Result<(), MoveError> {
+    // The source first: a moved block whose `from` is gone was applied already.
+    if !state.resources.contains_key(from) {
+        return Err(MoveError::SourceMissing(from.into()));
+    }
+    if state.resources.contains_key(to) {
+        return Err(MoveError::DestinationExists(to.into()));
+    }
+    let Some(mut rec) = state.resources.remove(from) else {
+        return Err(MoveError::SourceMissing(from.into()));
+    };
+    let identity = rec.identity_name(from).to_string();
+    let to_name = to.strip_prefix("vm.").unwrap_or(to);
+    rec.cloud_name = (identity != to_name).then_some(identity);
+    rec.push_event(format!("moved from {from} to {to}"));
+    state.resources.insert(to.into(), rec);
+    Ok(())
+}
+
+/// Applies the config's `[[moved]]` blocks to `state` (in memory), Terraform's way: a
+/// block whose `from` is not in the state is ignored. Returns the moves made.
+///
+/// Errors: a diagnostic at the block when both `from` and `to` are in the state.
+pub fn apply_moved(
+    config: &Config,
+    state: &mut StateFile,
+) -> Result<Vec<MovedLine>, Box<crate::config::ConfigError>> {
+    let mut out = Vec::new();
+    for m in &config.moved {
+        match move_record(state, &m.from, &m.to) {
+            Ok(()) => out.push(MovedLine {
+                from: m.from.clone(),
+                to: m.to.clone(),
+            }),
+            Err(MoveError::SourceMissing(_)) => {}
+            Err(MoveError::DestinationExists(_)) => {
+                return Err(Box::new(config.error_at(
+                    m.to_span.clone(),
+                    "already in the state",
+                    format!(
+                        "moved: cannot move {} to {}: both are in the state",
+                        m.from, m.to
+                    ),
+                    Some(format!(
+                        "the state records a machine at each address; destroy one (`gpuprov destroy -target {}`) or forget it (`gpuprov state rm`), or drop this moved block",
+                        m.from
+                    )),
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Refuses a plan that would start a machine under a name another record's machine
+/// still carries in the cloud (moved away from it, see [`move_record`]): both would
+/// answer to the same identity, and the new one's launch would find the other machine.
+///
+/// Errors: the address, the holder and what to do, for the first clash.
+pub fn check_identity_clash(plan: &Plan, state: &StateFile) -> Result<(), String> {
+    for c in &plan.changes {
+        // A replacement goes with its record, so the new machine carries the address's
+        // name; a create over a kept record keeps the record's name.
+        let name = match (c.action, state.resources.get(&c.address)) {
+            (Action::Create, Some(r)) => r.identity_name(&c.address).to_string(),
+            (Action::Create | Action::Replace, _) => c.vm.clone(),
+            _ => continue,
+        };
+        let holder = state
+            .resources
+            .iter()
+            .find(|(a, r)| *a != &c.address && r.identity_name(a) == name);
+        if let Some((holder, _)) = holder {
+            return Err(format!(
+                "{} cannot be created yet: the machine of {holder} still carries the name {name} in the cloud (it was moved from vm.{name}); replace {holder} first (`gpuprov apply -replace {holder}`, which gives it its own name), or give {} another name",
+                c.address, c.address
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The applied `depends_on` of the record at `address`, as addresses.
+fn recorded_depends_on(state: &StateFile, address: &str) -> Vec<String> {
+    state
+        .resources
+        .get(address)
+        .and_then(|r| r.desired.clone())
+        .and_then(|d| serde_json::from_value::<VmSpec>(d).ok())
+        .map(|v| v.depends_on.iter().map(|n| format!("vm.{n}")).collect())
+        .unwrap_or_default()
+}
+
+/// `start` and everything reachable from it along `next`.
+fn closure(start: &[String], next: impl Fn(&str) -> Vec<String>) -> BTreeSet<String> {
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    let mut todo: Vec<String> = start.to_vec();
+    while let Some(a) = todo.pop() {
+        if seen.insert(a.clone()) {
+            todo.extend(next(&a));
+        }
+    }
+    seen
+}
+
+/// What `destroy -target` destroys: the targets and, transitively, every machine of the
+/// state whose applied `depends_on` names one of them (a dependent goes first).
+pub fn destroy_targets(state: &StateFile, targets: &[String]) -> BTreeSet<String> {
+    closure(targets, |a| {
+        state
+            .resources
+            .keys()
+            .filter(|other| recorded_depends_on(state, other).iter().any(|d| d == a))
+            .cloned()
+            .collect()
+    })
+}
+
+/// What `-target` keeps of a plan: each target, the machines a created or changed one
+/// `depends_on` (transitively, from the config), and for a destroyed one the machines of
+/// the state that depend on it.
+pub fn target_closure(plan: &Plan, state: &StateFile, targets: &[String]) -> BTreeSet<String> {
+    let by_address: BTreeMap<&str, &Change> = plan
+        .changes
+        .iter()
+        .map(|c| (c.address.as_str(), c))
+        .collect();
+    closure(targets, |a| match by_address.get(a) {
+        Some(c) if c.action == Action::Destroy => destroy_targets(state, &[a.to_string()])
+            .into_iter()
+            .filter(|d| d != a)
+            .collect(),
+        Some(c) => c
+            .desired
+            .as_ref()
+            .map(|d| d.depends_on.iter().map(|n| format!("vm.{n}")).collect())
+            .unwrap_or_default(),
+        None => Vec::new(),
+    })
+}
+
+/// Restricts `plan` to [`target_closure`] of `targets` (Terraform's `-target`): the
+/// other changes are dropped, so apply (and a saved plan) touches nothing else; the
+/// hourly cost counts the untouched machines at what they cost now.
+pub fn restrict_to_targets(plan: &mut Plan, state: &StateFile, targets: &[String]) {
+    let keep = target_closure(plan, state, targets);
+    let (kept, dropped): (Vec<Change>, Vec<Change>) = std::mem::take(&mut plan.changes)
+        .into_iter()
+        .partition(|c| keep.contains(&c.address));
+    plan.changes = kept;
+    plan.targets = targets.to_vec();
+    plan.recompute_cost(&dropped);
+}
+
+/// The reason of a replacement `-replace` asked for.
+pub const REPLACE_BY_REQUEST: &str = "replacement requested with -replace";
+
+/// Plans each of `addresses` as [`Action::Replace`] even when unchanged (Terraform's
+/// `-replace`); `offer_price` gives the price of the new machine, as in [`compute`].
+///
+/// Errors: an address the config does not have (it would be destroyed, not replaced) or
+/// the state does not have (nothing to replace).
+pub fn force_replace(
+    plan: &mut Plan,
+    state: &StateFile,
+    addresses: &[String],
+    offer_price: &dyn Fn(&VmSpec) -> Option<f64>,
+) -> Result<(), String> {
+    for address in addresses {
+        let Some(c) = plan.changes.iter_mut().find(|c| &c.address == address) else {
+            return Err(format!(
+                "-replace {address}: no such machine in the config or the state"
+            ));
+        };
+        if c.action == Action::Destroy {
+            return Err(format!(
+                "-replace {address}: it is not in the config, so it would be destroyed, not replaced"
+            ));
+        }
+        if !state.resources.contains_key(address) {
+            return Err(format!(
+                "-replace {address}: it is not in the state yet, so there is nothing to replace (apply creates it)"
+            ));
+        }
+        if matches!(c.action, Action::NoOp | Action::Update | Action::Resume) {
+            c.action = Action::Replace;
+            c.reason = Some(REPLACE_BY_REQUEST.into());
+            c.price_per_hour = c.desired.as_ref().and_then(offer_price);
+        }
+    }
+    plan.recompute_cost(&[]);
+    Ok(())
 }
 
 fn label_of(s: &LaunchState) -> String {
@@ -686,6 +928,22 @@ pub fn render(plan: &Plan) -> String {
         return out;
     }
     out.push_str("gpuprov will perform the following actions:\n");
+    let moved_from = |address: &str| plan.moved.iter().find(|m| m.to == address);
+    // A moved machine with nothing else to do, as Terraform shows it.
+    for m in &plan.moved {
+        let changed = plan
+            .changes
+            .iter()
+            .any(|c| c.address == m.to && c.action != Action::NoOp);
+        if !changed {
+            let name = m.to.strip_prefix("vm.").unwrap_or(&m.to);
+            let _ = writeln!(
+                out,
+                "\n  # {} has moved to {}\n    vm \"{name}\"",
+                m.from, m.to
+            );
+        }
+    }
     for c in plan.changes.iter().filter(|c| c.action != Action::NoOp) {
         let verb = match c.action {
             Action::Create => "will be created",
@@ -697,6 +955,9 @@ pub fn render(plan: &Plan) -> String {
             Action::NoOp => unreachable!("filtered"),
         };
         let _ = writeln!(out, "\n  # {} {verb}", c.address);
+        if let Some(m) = moved_from(&c.address) {
+            let _ = writeln!(out, "  # (moved from {})", m.from);
+        }
         if let Some(r) = &c.reason {
             let _ = writeln!(out, "  # ({r})");
         }
@@ -853,4 +1114,183 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    const FOUR: &str = "[defaults]\nclouds = [\"docker\"]\n\n[vm.db]\n\n[vm.app]\ndepends_on = [\"db\"]\n\n[vm.web]\ndepends_on = [\"app\"]\n\n[vm.other]\n";
+
+    fn config(text: &str) -> Config {
+        Config::parse(Path::new("t.toml"), text.into()).expect("valid config")
+    }
+
+    /// A record of a launch in progress, applied with `desired`.
+    fn record(desired: &VmSpec) -> ResourceRecord {
+        let mut r = ResourceRecord::new(crate::state::MachineRecord {
+            kind: crate::record::LAUNCH.into(),
+            state: serde_json::to_value(LaunchState::start(None)).expect("serializes"),
+            label: "planning".into(),
+            updated_at: chrono::Utc::now(),
+        });
+        r.desired = Some(serde_json::to_value(desired).expect("serializes"));
+        r
+    }
+
+    fn recorded_all(c: &Config) -> StateFile {
+        let mut s = StateFile::new();
+        for (name, vm) in &c.vms {
+            s.resources.insert(format!("vm.{name}"), record(vm));
+        }
+        s
+    }
+
+    fn list(s: BTreeSet<String>) -> Vec<String> {
+        s.into_iter().collect()
+    }
+
+    fn t(a: &str) -> Vec<String> {
+        vec![a.to_string()]
+    }
+
+    #[test]
+    fn a_target_brings_what_it_depends_on_transitively() {
+        let c = config(FOUR);
+        let state = StateFile::new();
+        let plan = compute(&c, &state, None, &|_| None).expect("plans");
+        assert_eq!(
+            list(target_closure(&plan, &state, &t("vm.web"))),
+            ["vm.app", "vm.db", "vm.web"]
+        );
+        assert_eq!(list(target_closure(&plan, &state, &t("vm.db"))), ["vm.db"]);
+    }
+
+    #[test]
+    fn a_destroyed_target_brings_what_depends_on_it() {
+        let all = recorded_all(&config(FOUR));
+        assert_eq!(
+            list(destroy_targets(&all, &t("vm.db"))),
+            ["vm.app", "vm.db", "vm.web"]
+        );
+        assert_eq!(list(destroy_targets(&all, &t("vm.web"))), ["vm.web"]);
+        // In a plan: the machines left the config, so they are destroyed.
+        let only_other = config("[vm.other]\nclouds = [\"docker\"]\n");
+        let plan = compute(&only_other, &all, None, &|_| None).expect("plans");
+        assert_eq!(
+            list(target_closure(&plan, &all, &t("vm.app"))),
+            ["vm.app", "vm.web"]
+        );
+    }
+
+    #[test]
+    fn targeting_drops_the_other_changes_and_recounts_the_cost() {
+        let c = config(FOUR);
+        let state = StateFile::new();
+        let mut plan = compute(&c, &state, None, &|_| Some(1.5)).expect("plans");
+        assert_eq!(plan.hourly_cost_after, 6.0);
+        restrict_to_targets(&mut plan, &state, &t("vm.app"));
+        let kept: Vec<&str> = plan.changes.iter().map(|c| c.address.as_str()).collect();
+        assert_eq!(kept, ["vm.app", "vm.db"]);
+        assert_eq!(plan.targets, ["vm.app"]);
+        assert_eq!(plan.hourly_cost_after, 3.0);
+        assert_eq!(plan.counts(), (2, 0, 0));
+    }
+
+    #[test]
+    fn a_moved_record_remembers_the_name_its_cloud_objects_carry() {
+        let c = config(FOUR);
+        let mut s = StateFile::new();
+        s.resources.insert("vm.a".into(), record(&c.vms["db"]));
+        move_record(&mut s, "vm.a", "vm.b").expect("moves");
+        assert_eq!(s.resources["vm.b"].cloud_name.as_deref(), Some("a"));
+        move_record(&mut s, "vm.b", "vm.c").expect("moves");
+        assert_eq!(s.resources["vm.c"].identity_name("vm.c"), "a");
+        let before = s.clone();
+        assert_eq!(
+            move_record(&mut s, "vm.x", "vm.y"),
+            Err(MoveError::SourceMissing("vm.x".into()))
+        );
+        s.resources.insert("vm.d".into(), record(&c.vms["db"]));
+        let with_d = s.clone();
+        assert_eq!(
+            move_record(&mut s, "vm.c", "vm.d"),
+            Err(MoveError::DestinationExists("vm.d".into()))
+        );
+        assert_eq!(s, with_d, "nothing changes on error");
+        assert_eq!(before.resources.len() + 1, s.resources.len());
+        move_record(&mut s, "vm.c", "vm.a").expect("moves back");
+        assert_eq!(s.resources["vm.a"].cloud_name, None);
+    }
+
+    #[test]
+    fn moved_blocks_move_present_records_ignore_absent_ones_and_refuse_both() {
+        let c =
+            config("[vm.b]\nclouds = [\"docker\"]\n\n[[moved]]\nfrom = \"vm.a\"\nto = \"vm.b\"\n");
+        assert_eq!(
+            c.moved[0].from_span.clone(),
+            c.source
+                .find("\"vm.a\"")
+                .map(|i| i..i + 6)
+                .expect("written")
+        );
+        let mut s = StateFile::new();
+        s.resources.insert("vm.a".into(), record(&c.vms["b"]));
+        let moved = apply_moved(&c, &mut s).expect("moves");
+        assert_eq!(
+            moved,
+            [MovedLine {
+                from: "vm.a".into(),
+                to: "vm.b".into()
+            }]
+        );
+        assert_eq!(s.resources["vm.b"].cloud_name.as_deref(), Some("a"));
+        // Applied already: from is absent, the block is ignored.
+        assert_eq!(apply_moved(&c, &mut s).expect("ignored"), []);
+        let plan = compute(&c, &s, None, &|_| None).expect("plans");
+        assert!(plan.changes.iter().all(|c| c.action != Action::Destroy));
+        s.resources.insert("vm.a".into(), record(&c.vms["b"]));
+        let e = apply_moved(&c, &mut s).expect_err("both in the state");
+        assert!(e.message.contains("both are in the state"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_new_machine_may_not_take_a_name_a_moved_machine_still_carries() {
+        let c = config("[vm.a]\nclouds = [\"docker\"]\n\n[vm.b]\nclouds = [\"docker\"]\n");
+        let mut s = StateFile::new();
+        s.resources.insert("vm.a".into(), record(&c.vms["a"]));
+        move_record(&mut s, "vm.a", "vm.b").expect("moves");
+        let plan = compute(&c, &s, None, &|_| None).expect("plans");
+        let e = check_identity_clash(&plan, &s).expect_err("vm.a's name is taken");
+        assert!(
+            e.starts_with("vm.a cannot be created yet: the machine of vm.b"),
+            "{e}"
+        );
+        // Replaced, vm.b's machine carries its own name and vm.a is free.
+        s.resources.get_mut("vm.b").expect("b").cloud_name = None;
+        let plan = compute(&c, &s, None, &|_| None).expect("plans");
+        check_identity_clash(&plan, &s).expect("no clash");
+    }
+
+    #[test]
+    fn replace_is_forced_only_for_machines_of_config_and_state() {
+        let c = config(FOUR);
+        let mut s = StateFile::new();
+        s.resources.insert("vm.db".into(), record(&c.vms["db"]));
+        s.resources.insert("vm.gone".into(), record(&c.vms["db"]));
+        let plan = compute(&c, &s, None, &|_| Some(2.0)).expect("plans");
+        let mut p = plan.clone();
+        force_replace(&mut p, &s, &t("vm.db"), &|_| Some(2.0)).expect("replaces");
+        let db = p.changes.iter().find(|c| c.address == "vm.db").expect("db");
+        assert_eq!(db.action, Action::Replace);
+        assert_eq!(db.price_per_hour, Some(2.0));
+        for bad in ["vm.app", "vm.gone", "vm.nope"] {
+            let mut p = plan.clone();
+            assert!(
+                force_replace(&mut p, &s, &t(bad), &|_| None).is_err(),
+                "{bad}"
+            );
+        }
+    }
 }

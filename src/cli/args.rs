@@ -273,10 +273,32 @@ pub struct RefreshArg {
     pub refresh: bool,
 }
 
+/// `-target` and `-replace` of `plan` and `apply`.
+#[derive(Debug, Args, Default)]
+pub struct TargetArgs {
+    /// Plan only this machine, for example vm.gpu (repeatable), plus the machines it
+    /// depends_on, or for a destroy the machines that depend on it; for exceptional
+    /// situations, not for routine use
+    #[arg(long = "target", value_name = "ADDRESS")]
+    pub targets: Vec<String>,
+    /// Replace this machine even when nothing changed, for example vm.gpu (repeatable)
+    #[arg(long = "replace", value_name = "ADDRESS")]
+    pub replace: Vec<String>,
+}
+
+impl TargetArgs {
+    /// Whether `-target` or `-replace` was given.
+    pub fn any(&self) -> bool {
+        !self.targets.is_empty() || !self.replace.is_empty()
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct PlanArgs {
     #[command(flatten)]
     pub refresh: RefreshArg,
+    #[command(flatten)]
+    pub targeting: TargetArgs,
     /// Exit 0 when there are no changes, 2 when there are, 1 on error
     #[arg(long = "detailed-exitcode")]
     pub detailed_exitcode: bool,
@@ -325,6 +347,8 @@ pub struct ApplyArgs {
     #[command(flatten)]
     pub refresh: RefreshArg,
     #[command(flatten)]
+    pub targeting: TargetArgs,
+    #[command(flatten)]
     pub k8s: K8sArgs,
 }
 
@@ -336,6 +360,10 @@ pub struct DestroyArgs {
     /// Machines torn down at once
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub parallelism: u32,
+    /// Destroy only this machine, for example vm.gpu (repeatable), and the machines that
+    /// depend on it; for exceptional situations, not for routine use
+    #[arg(long = "target", value_name = "ADDRESS")]
+    pub targets: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -367,6 +395,10 @@ pub enum StateCommand {
     Push(StatePushArgs),
     /// Copy the state from one backend to another, verified, leaving the source as is
     Migrate(StateMigrateArgs),
+    /// Forget machines without destroying them: they keep running, and billing
+    Rm(StateRmArgs),
+    /// Rename a machine in the state, keeping its instance
+    Mv(StateMvArgs),
     /// Rebuild a lost state from the machines the clouds report under its lineage
     /// (`gpuprov plan` and `gpuprov sweep` show the lineage), logging in to each and
     /// pinning its host key on first use
@@ -406,6 +438,35 @@ pub struct SweepArgs {
     /// Print the listing as JSON
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StateRmArgs {
+    /// Addresses to forget, for example vm.gpu
+    #[arg(required = true, value_name = "ADDRESS")]
+    pub addresses: Vec<String>,
+    /// Show what would be forgotten, changing nothing
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
+    /// Take the state lock (default true)
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub lock: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StateMvArgs {
+    /// The address in the state, for example vm.old
+    #[arg(value_name = "SOURCE")]
+    pub source: String,
+    /// Its new address, for example vm.new (not in the state yet)
+    #[arg(value_name = "DESTINATION")]
+    pub destination: String,
+    /// Show what would be moved, changing nothing
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
+    /// Take the state lock (default true)
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub lock: bool,
 }
 
 #[derive(Debug, Args)]

@@ -207,7 +207,8 @@ fn worst(checks: &[&Check]) -> CheckStatus {
 
 /// One machine's three checks.
 async fn check_machine(ctx: &Ctx, address: &str, r: &ResourceRecord) -> MachineHealth {
-    let name = address.strip_prefix("vm.").unwrap_or(address);
+    // A moved machine's cloud objects carry the name it was created under.
+    let name = r.identity_name(address);
     let mut m = MachineHealth {
         address: address.to_string(),
         recorded: r.machine.label.clone(),

@@ -31,8 +31,8 @@ pub struct JsonPlan {
     pub format_version: String,
     /// Whether applying it would change anything (Terraform's `applyable`).
     pub applyable: bool,
-    /// Whether applying it brings every machine to its configuration (always true:
-    /// gpuprov has no deferred changes).
+    /// Whether applying it brings every machine to its configuration: false for a plan
+    /// restricted with `-target`, true otherwise (gpuprov has no deferred changes).
     pub complete: bool,
     /// Whether planning failed (always false: a failed plan prints a diagnostic, no JSON).
     pub errored: bool,
@@ -74,6 +74,10 @@ pub struct PlanExtras {
 pub struct ResourceChange {
     /// `vm.NAME`, as in the state and `gpuprov state show`.
     pub address: String,
+    /// The address the state recorded the machine under before a `[[moved]]` block moved
+    /// it (Terraform's `previous_address`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous_address: Option<String>,
     /// Always "managed".
     pub mode: String,
     /// Always "vm".
@@ -168,6 +172,11 @@ impl JsonPlan {
                 let creates = matches!(c.action, Action::Create | Action::Replace);
                 ResourceChange {
                     address: c.address.clone(),
+                    previous_address: plan
+                        .moved
+                        .iter()
+                        .find(|m| m.to == c.address)
+                        .map(|m| m.from.clone()),
                     mode: "managed".into(),
                     kind: "vm".into(),
                     name: c.vm.clone(),
@@ -193,8 +202,15 @@ impl JsonPlan {
                             id: f.instance_id.clone(),
                         }),
                     },
-                    action_reason: (c.action == Action::Destroy)
-                        .then(|| "delete_because_no_resource_config".to_string()),
+                    action_reason: match c.action {
+                        Action::Destroy => Some("delete_because_no_resource_config".into()),
+                        Action::Replace
+                            if c.reason.as_deref() == Some(crate::plan::REPLACE_BY_REQUEST) =>
+                        {
+                            Some("replace_by_request".into())
+                        }
+                        _ => None,
+                    },
                     gpuprov: ChangeExtras {
                         action: c.action,
                         reason: c.reason.clone(),
@@ -210,7 +226,8 @@ impl JsonPlan {
         JsonPlan {
             format_version: TERRAFORM_FORMAT_VERSION.into(),
             applyable: plan.has_changes(),
-            complete: true,
+            // A targeted plan leaves the rest of the config unapplied (Terraform's rule).
+            complete: plan.targets.is_empty(),
             errored: false,
             resource_changes,
             gpuprov: PlanExtras {

@@ -144,8 +144,9 @@ pub(super) fn ready_hint(name: &str, r: &crate::state::ResourceRecord) -> Option
 
 /// The kubeconfigs of the state's clusters, read before a run that may destroy them, so
 /// [`forget_cluster`] can tell the user's copies of *these* clusters from same-named
-/// entries of other projects.
-pub(super) fn clusters_of(state: &StateFile) -> BTreeMap<String, Kubeconfig> {
+/// entries of other projects. Keyed by address; each with the machine name its entries
+/// carry (the name it was created under, which a move does not change).
+pub(super) fn clusters_of(state: &StateFile) -> BTreeMap<String, (String, Kubeconfig)> {
     state
         .resources
         .iter()
@@ -154,8 +155,8 @@ pub(super) fn clusters_of(state: &StateFile) -> BTreeMap<String, Kubeconfig> {
                 return None;
             };
             let text = std::fs::read_to_string(s.kubeconfig()?).ok()?;
-            let name = address.strip_prefix("vm.").unwrap_or(address).to_string();
-            Some((name, Kubeconfig::parse(&text).ok()?))
+            let identity = r.identity_name(address).to_string();
+            Some((address.clone(), (identity, Kubeconfig::parse(&text).ok()?)))
         })
         .collect()
 }

@@ -38,9 +38,11 @@ mod progress;
 mod show;
 mod ssh;
 mod state_migrate;
+mod state_mv;
 mod state_pull;
 mod state_push;
 mod state_recover;
+mod state_rm;
 mod status;
 mod sweep;
 mod validate;
@@ -72,7 +74,7 @@ use error::{CmdResult, CommandError};
 pub use error::{Exit, EXIT_CODES};
 use preflight::{preflight, Preflight};
 
-use args::{ApplyArgs, Cli, Command, DestroyArgs, K8sArgs, PlanArgs, StateCommand};
+use args::{ApplyArgs, Cli, Command, DestroyArgs, K8sArgs, PlanArgs, StateCommand, TargetArgs};
 
 /// Entry point of the `gpuprov` binary: parses the command line (after [`argv`]'s
 /// single-dash normalisation), runs the command, prints a failure's diagnostic and
@@ -459,6 +461,8 @@ async fn run(cli: Cli, color: bool) -> CmdResult {
         Command::State(StateCommand::Pull) => state_pull::run(&project),
         Command::State(StateCommand::Push(a)) => state_push::run(&cli, &project, a),
         Command::State(StateCommand::Migrate(a)) => state_migrate::run(&cli, &project, a),
+        Command::State(StateCommand::Rm(a)) => state_rm::run(&cli, &project, a),
+        Command::State(StateCommand::Mv(a)) => state_mv::run(&cli, &project, a),
         Command::State(StateCommand::Recover(a)) => {
             state_recover::run(&cli, &project, a, color).await
         }
@@ -476,6 +480,7 @@ async fn make_plan(
     providers: &Providers,
     refresh: bool,
     pre: &Preflight,
+    targeting: &TargetArgs,
 ) -> Result<Plan, Report> {
     let observed = if refresh {
         Some(plan::refresh(state, providers).await.map_err(|e| {
@@ -496,6 +501,14 @@ async fn make_plan(
     };
     let mut plan = plan::compute(config, state, observed.as_ref(), &first_price)
         .map_err(|e| miette!(help = "inspect it with `gpuprov state show ADDRESS`; restore the .backup if it was edited by hand", "{e}"))?;
+    apply_targeting(&mut plan, state, targeting, &first_price)?;
+    plan::check_identity_clash(&plan, state).map_err(|e| {
+        miette!(
+            code = "gpuprov::plan::name_in_use",
+            help = "clouds keep the name a machine was created under; see `gpuprov state show ADDRESS` (cloud_name)",
+            "{e}"
+        )
+    })?;
     for c in plan.changes.iter_mut() {
         if matches!(c.action, Action::Create | Action::Replace | Action::Resume) {
             let found = pre.offers.get(&c.vm);
@@ -517,6 +530,69 @@ async fn make_plan(
         }
     }
     Ok(plan)
+}
+
+/// Applies `-replace` and then `-target` to a computed plan (before offers are attached,
+/// so a forced replacement gets them too).
+fn apply_targeting(
+    plan: &mut Plan,
+    state: &StateFile,
+    t: &TargetArgs,
+    first_price: &dyn Fn(&crate::config::VmSpec) -> Option<f64>,
+) -> Result<(), Report> {
+    plan::force_replace(plan, state, &t.replace, first_price).map_err(|e| {
+        miette!(
+            code = "gpuprov::plan::replace",
+            help = "-replace names a machine of both the config and the state, for example vm.gpu",
+            "{e}"
+        )
+    })?;
+    if t.targets.is_empty() {
+        return Ok(());
+    }
+    for target in &t.targets {
+        if !plan.changes.iter().any(|c| &c.address == target) {
+            let known: Vec<&str> = plan.changes.iter().map(|c| c.address.as_str()).collect();
+            return Err(miette!(
+                code = "gpuprov::plan::no_such_target",
+                help = format!("machines in the config or the state: {}", known.join(", ")),
+                "-target {target}: no such machine in the config or the state"
+            ));
+        }
+    }
+    plan::restrict_to_targets(plan, state, &t.targets);
+    Ok(())
+}
+
+/// Checks the addresses of `-target` and `-replace` (`vm.NAME`).
+fn check_targeting(targets: &[String], replace: &[String]) -> Result<(), CommandError> {
+    targets
+        .iter()
+        .chain(replace)
+        .try_for_each(|a| state_mv::check_address(a))
+}
+
+/// Terraform's warnings for `-target`, on stderr (JSON on stdout stays clean): before a
+/// targeted plan, and after a targeted apply that the rest may still be pending.
+fn warn_targeting(targets: &[String], applied: bool) {
+    if targets.is_empty() {
+        return;
+    }
+    if applied {
+        errln!(
+            "\nWarning: Applied changes may be incomplete\n\n  The plan was created with the -target option in effect, so some changes requested\n  in the configuration may have been ignored. Run `gpuprov plan` to verify that no\n  other changes are pending.\n"
+        );
+    } else {
+        errln!(
+            "\nWarning: Resource targeting is in effect\n\n  You are creating a plan with the -target option, which means that the result may not\n  represent all of the changes requested by the current configuration.\n\n  The -target option is not for routine use, and is provided only for exceptional\n  situations such as recovering from errors or mistakes.\n"
+        );
+    }
+}
+
+/// Applies the config's `[[moved]]` blocks to `state` in memory (see
+/// [`plan::apply_moved`]).
+fn apply_moved(config: &Config, state: &mut StateFile) -> Result<Vec<plan::MovedLine>, Report> {
+    plan::apply_moved(config, state).map_err(|e| Report::new(*e))
 }
 
 /// Applies `--k8s` / `--no-k8s` to every machine of `config`. `--k8s` counts as written
@@ -541,10 +617,22 @@ async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> CmdResult {
     } else {
         None
     };
-    let (_store, state) = project.open_state()?;
+    check_targeting(&a.targeting.targets, &a.targeting.replace)?;
+    let (_store, mut state) = project.open_state()?;
+    let moved = apply_moved(&config, &mut state)?;
     let providers = build_providers(&config, &lineage_of(&state)?);
     let pre = preflight(&config, &providers).await?;
-    let plan = make_plan(&config, &state, &providers, a.refresh.refresh, &pre).await?;
+    let mut plan = make_plan(
+        &config,
+        &state,
+        &providers,
+        a.refresh.refresh,
+        &pre,
+        &a.targeting,
+    )
+    .await?;
+    plan.moved = moved;
+    warn_targeting(&plan.targets, false);
     if !a.allow_no_offers {
         if let Some(e) = preflight::no_offers_error(&plan, false) {
             return Err(e.into());
@@ -646,7 +734,7 @@ struct Run {
     progress: progress::Renderer,
     /// The kubeconfigs of the state's clusters as the run started (see
     /// `kube::forget_cluster`).
-    clusters: BTreeMap<String, crate::cluster::kubeconfig::Kubeconfig>,
+    clusters: BTreeMap<String, (String, crate::cluster::kubeconfig::Kubeconfig)>,
     /// The project key the run logs in with (the ssh config names it).
     key: ProjectKey,
 }
@@ -824,8 +912,7 @@ async fn finish_run(
             Outcome::Updated => errln!("{address}: updated"),
             Outcome::Unchanged => {}
             Outcome::Destroyed => {
-                let name = address.trim_start_matches("vm.");
-                if let Some(ours) = clusters.get(name) {
+                if let Some((name, ours)) = clusters.get(address) {
                     let (changed, warnings) = kube::forget_cluster(name, ours);
                     for path in changed {
                         errln!(
@@ -894,9 +981,18 @@ async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> 
         )
         .into());
     }
+    if a.plan_file.is_some() && a.targeting.any() {
+        return Err(miette!(
+            help = "pass -target / -replace to `gpuprov plan -out FILE` instead",
+            "-target and -replace cannot change a saved plan"
+        )
+        .into());
+    }
+    check_targeting(&a.targeting.targets, &a.targeting.replace)?;
     apply_k8s_flags(&mut config, &a.k8s);
     let _lock = project.lock("apply", cli.lock_timeout)?;
-    let (store, mut state) = project.open_state()?;
+    let (mut store, mut state) = project.open_state()?;
+    let moved = apply_moved(&config, &mut state)?;
     let saved = a.plan_file.as_deref().map(read_saved_plan).transpose()?;
     if let Some(plan) = &saved {
         // A plan made before the state file existed carries the lineage the new state
@@ -931,7 +1027,17 @@ async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> 
             plan
         }
         _ => {
-            let plan = make_plan(&config, &state, &providers, a.refresh.refresh, &pre).await?;
+            let mut plan = make_plan(
+                &config,
+                &state,
+                &providers,
+                a.refresh.refresh,
+                &pre,
+                &a.targeting,
+            )
+            .await?;
+            plan.moved = moved;
+            warn_targeting(&plan.targets, false);
             if !a.allow_no_offers {
                 if let Some(e) = preflight::no_offers_error(&plan, false) {
                     return Err(e.into());
@@ -949,6 +1055,14 @@ async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> 
             plan
         }
     };
+    if !plan.moved.is_empty() {
+        // Moves are saved before any machine runs: a journal replayed onto the unmoved
+        // state would track one machine under two addresses.
+        store.save(&mut state).map_err(Report::new)?;
+        for m in &plan.moved {
+            errln!("{}: moved from {}", m.to, m.from);
+        }
+    }
     if !plan.has_changes() {
         // A run killed after its last transition may not have written these; without the
         // key on this machine there is nothing to name in them (and nothing to apply).
@@ -971,6 +1085,7 @@ async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> 
         color,
     )?;
     let outcomes = run.engine.apply(&plan).await;
+    warn_targeting(&plan.targets, true);
     let actions = plan
         .changes
         .iter()
@@ -1013,6 +1128,7 @@ async fn cmd_destroy(cli: &Cli, project: &Project, a: &DestroyArgs, color: bool)
     // The config is optional for destroy: the state says what exists. When present it
     // supplies cloud settings (endpoints).
     let config = project.load_config().ok();
+    check_targeting(&a.targets, &[])?;
     let _lock = project.lock("destroy", cli.lock_timeout)?;
     let (store, state) = project.open_state()?;
     if state.resources.is_empty() {
@@ -1046,7 +1162,17 @@ async fn cmd_destroy(cli: &Cli, project: &Project, a: &DestroyArgs, color: bool)
             }
         }
     }
-    let addresses: Vec<String> = state.resources.keys().cloned().collect();
+    let addresses: Vec<String> = if a.targets.is_empty() {
+        state.resources.keys().cloned().collect()
+    } else {
+        if let Some(t) = a.targets.iter().find(|t| !state.resources.contains_key(*t)) {
+            return Err(state_mv::unknown_address(project, &state, t));
+        }
+        plan::destroy_targets(&state, &a.targets)
+            .into_iter()
+            .collect()
+    };
+    warn_targeting(&a.targets, false);
     errln!("gpuprov will destroy:");
     for addr in &addresses {
         errln!("  - {addr} ({})", state.resources[addr].machine.label);

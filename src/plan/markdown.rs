@@ -298,6 +298,8 @@ mod tests {
             changes: vec![create, replace, update, destroy, none, same],
             hourly_cost_after: 23.92 + 0.86 + 0.8536,
             hourly_cost_incomplete: true,
+            moved: vec![],
+            targets: vec![],
             foreign: vec![],
             unlisted: vec![],
         };

@@ -121,6 +121,14 @@ pub struct ResourceRecord {
     /// The most recent transitions, oldest first, at most [`MAX_EVENTS`].
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
     pub events: VecDeque<Event>,
+    /// The machine name its cloud objects carry (label `gpuprov-vm-name`), when it is not
+    /// the address's: set by `state mv` and `moved` blocks, because clouds mostly cannot
+    /// relabel. Every cloud call for this resource (observe, delete, cleanup) uses it; it
+    /// goes with the record when the machine is destroyed or replaced, so a replacement
+    /// carries the address's name. Absent (`None`) in older states and for machines never
+    /// moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloud_name: Option<String>,
     /// Per-resource fields this release does not know, preserved on save.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -133,8 +141,17 @@ impl ResourceRecord {
             machine,
             desired: None,
             events: VecDeque::new(),
+            cloud_name: None,
             extra: Map::new(),
         }
+    }
+
+    /// The machine name the cloud objects of the resource at `address` (`vm.NAME`) carry:
+    /// [`ResourceRecord::cloud_name`] when set, else `NAME`.
+    pub fn identity_name<'a>(&'a self, address: &'a str) -> &'a str {
+        self.cloud_name
+            .as_deref()
+            .unwrap_or_else(|| address.strip_prefix("vm.").unwrap_or(address))
     }
 
     /// Appends an event stamped with the current time, dropping the oldest events so that
@@ -259,6 +276,25 @@ mod tests {
         let obj = json.as_object().expect("object");
         assert!(!obj.contains_key("desired"));
         assert!(!obj.contains_key("events"));
+    }
+
+    #[test]
+    fn cloud_name_round_trips_and_is_omitted_when_unset() {
+        let mut r = record();
+        assert_eq!(r.identity_name("vm.b"), "b");
+        let json = serde_json::to_value(&r).expect("serializes");
+        assert!(!json.as_object().expect("object").contains_key("cloud_name"));
+        r.cloud_name = Some("a".into());
+        let json = serde_json::to_string(&r).expect("serializes");
+        assert!(json.contains(r#""cloud_name":"a""#), "{json}");
+        let back: ResourceRecord = serde_json::from_str(&json).expect("parses");
+        assert_eq!(back, r);
+        assert_eq!(back.identity_name("vm.b"), "a");
+        // A record written before the field existed reads as never moved.
+        let old = r#"{"machine":{"kind":"launch","state":{},"label":"x","updated_at":"2026-01-01T00:00:00Z"}}"#;
+        let old: ResourceRecord = serde_json::from_str(old).expect("parses");
+        assert_eq!(old.cloud_name, None);
+        assert!(old.extra.is_empty());
     }
 
     #[test]

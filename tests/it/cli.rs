@@ -1316,6 +1316,349 @@ fn plan_markdown_for_pull_requests_and_the_job_summary() {
     assert_eq!(code, 1, "conflicting formats are a usage error: {err}");
 }
 
+// State surgery (`state rm`, `state mv`, `[[moved]]`) and targeted changes (`-target`,
+// `-replace`), issue 18.
+
+const TWO_TOML: &str = "[defaults]\nclouds = [\"docker\"]\nregions = [\"local\"]\n\n[vm.dev]\n\n[vm.web]\ndepends_on = [\"dev\"]\n";
+
+fn web() -> VmSpec {
+    let mut v = dev();
+    v.name = "web".into();
+    v.depends_on = vec!["dev".into()];
+    v
+}
+
+fn state_json(p: &Project) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(p.path("gpuprov.state.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn state_rm_forgets_without_destroying_and_warns() {
+    let p = Project::new(DOCKER_TOML);
+    p.with_ready(&dev());
+    let before = std::fs::read(p.path("gpuprov.state.json")).unwrap();
+    let (code, out, err) = p.run(&["state", "rm", "-dry-run", "vm.dev"]);
+    p.snap("state_rm_dry_run", code, &out, &err);
+    assert_eq!(code, 0);
+    assert_eq!(std::fs::read(p.path("gpuprov.state.json")).unwrap(), before);
+    let (code, out, err) = p.run(&["state", "rm", "vm.dev"]);
+    p.snap("state_rm", code, &out, &err);
+    assert_eq!(code, 0);
+    assert!(
+        err.contains("instance c0ffee at docker/local ($0.00/h)"),
+        "{err}"
+    );
+    let after = state_json(&p);
+    assert!(after["resources"].as_object().unwrap().is_empty());
+    let serial = |v: &serde_json::Value| v["serial"].as_u64().unwrap();
+    let old: serde_json::Value = serde_json::from_slice(&before).unwrap();
+    assert_eq!(serial(&after), serial(&old) + 1);
+    assert_eq!(
+        std::fs::read(p.path("gpuprov.state.json.backup")).unwrap(),
+        before
+    );
+}
+
+#[test]
+fn state_rm_of_an_unknown_or_malformed_address_writes_nothing() {
+    let p = Project::new(DOCKER_TOML);
+    p.with_ready(&dev());
+    let before = std::fs::read(p.path("gpuprov.state.json")).unwrap();
+    // One unknown address among known ones: nothing is removed.
+    let (code, out, err) = p.run(&["state", "rm", "vm.dev", "vm.nope"]);
+    p.snap("state_rm_unknown", code, &out, &err);
+    assert_eq!(code, 1);
+    let (code, out, err) = p.run(&["state", "rm", "dev"]);
+    p.snap("state_rm_malformed", code, &out, &err);
+    assert_eq!(code, 1);
+    assert_eq!(std::fs::read(p.path("gpuprov.state.json")).unwrap(), before);
+}
+
+#[test]
+fn state_mv_renames_keeping_the_instance_and_its_cloud_name() {
+    let p = Project::new(DOCKER_TOML);
+    p.with_ready(&dev());
+    let (code, out, err) = p.run(&["state", "mv", "--dry-run", "vm.dev", "vm.gpu"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("Would move vm.dev to vm.gpu"), "{out}");
+    assert!(state_json(&p)["resources"].get("vm.dev").is_some());
+    let (code, out, err) = p.run(&["state", "mv", "vm.dev", "vm.gpu"]);
+    p.snap("state_mv", code, &out, &err);
+    assert_eq!(code, 0);
+    let s = state_json(&p);
+    let gpu = &s["resources"]["vm.gpu"];
+    assert_eq!(gpu["machine"]["state"]["vm"]["instance_id"], "c0ffee");
+    assert_eq!(gpu["cloud_name"], "dev");
+    assert!(s["resources"].get("vm.dev").is_none());
+    // Moving back to the name the cloud objects carry forgets the alias.
+    let (code, _, err) = p.run(&["state", "mv", "vm.gpu", "vm.dev"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(state_json(&p)["resources"]["vm.dev"]
+        .get("cloud_name")
+        .is_none());
+}
+
+#[test]
+fn state_mv_refusals_write_nothing() {
+    let p = Project::new(DOCKER_TOML);
+    p.with_ready(&dev());
+    p.with_ready(&web());
+    let before = std::fs::read(p.path("gpuprov.state.json")).unwrap();
+    for (name, args) in [
+        (
+            "state_mv_destination_exists",
+            ["state", "mv", "vm.dev", "vm.web"],
+        ),
+        (
+            "state_mv_source_missing",
+            ["state", "mv", "vm.nope", "vm.x"],
+        ),
+        (
+            "state_mv_malformed",
+            ["state", "mv", "vm.dev", "vm.Bad_Name"],
+        ),
+    ] {
+        let (code, out, err) = p.run(&args);
+        p.snap(name, code, &out, &err);
+        assert_eq!(code, 1, "{name}");
+    }
+    assert_eq!(std::fs::read(p.path("gpuprov.state.json")).unwrap(), before);
+}
+
+#[test]
+fn state_rm_and_mv_help() {
+    let p = Project::new(DOCKER_TOML);
+    for (name, sub) in [("state_rm_help", "rm"), ("state_mv_help", "mv")] {
+        let (code, out, _) = p.run(&["state", sub, "--help"]);
+        assert_eq!(code, 0);
+        p.snapshot(name, &out);
+    }
+}
+
+#[test]
+fn plan_applies_a_moved_block_as_a_move_not_destroy_and_create() {
+    let moved = "[defaults]\nclouds = [\"docker\"]\n\n[vm.gpu]\nregions = [\"local\"]\n\n[[moved]]\nfrom = \"vm.dev\"\nto = \"vm.gpu\"\n";
+    let p = Project::new(moved);
+    p.with_ready(&dev());
+    let before = std::fs::read(p.path("gpuprov.state.json")).unwrap();
+    let (code, out, err) = p.run(&["plan", "--refresh=false", "--detailed-exitcode"]);
+    p.snap("plan_moved", code, &out, &err);
+    assert_eq!(code, 2, "a move is a change apply saves");
+    assert!(out.contains("# vm.dev has moved to vm.gpu"), "{out}");
+    assert!(
+        out.contains("Plan: 0 to add, 0 to change, 0 to destroy."),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read(p.path("gpuprov.state.json")).unwrap(),
+        before,
+        "plan writes nothing"
+    );
+    let (code, out, _) = p.run(&["plan", "--refresh=false", "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v["resource_changes"][0]["address"], "vm.gpu");
+    assert_eq!(v["resource_changes"][0]["previous_address"], "vm.dev");
+    assert_eq!(
+        v["resource_changes"][0]["change"]["actions"],
+        serde_json::json!(["no-op"])
+    );
+    assert_valid("gpuprov-plan.schema.json", &v);
+    // Both ends in the state: an error at the block.
+    let mut gpu = dev();
+    gpu.name = "gpu".into();
+    p.with_ready(&gpu);
+    let (code, out, err) = p.run(&["plan", "--refresh=false"]);
+    p.snap("plan_moved_both_in_state", code, &out, &err);
+    assert_eq!(code, 1);
+}
+
+#[test]
+fn moved_blocks_are_checked_with_spans() {
+    let moved = |from: &str, to: &str| format!("\n[[moved]]\nfrom = \"{from}\"\nto = \"{to}\"\n");
+    for (name, text) in [
+        (
+            "moved_to_not_in_config",
+            format!("{DOCKER_TOML}{}", moved("vm.old", "vm.nope")),
+        ),
+        (
+            "moved_from_still_in_config",
+            format!("{TWO_TOML}{}", moved("vm.dev", "vm.web")),
+        ),
+        (
+            "moved_same_address",
+            format!("{DOCKER_TOML}{}", moved("vm.dev", "vm.dev")),
+        ),
+        (
+            "moved_bad_address",
+            format!("{DOCKER_TOML}{}", moved("old", "vm.dev")),
+        ),
+        (
+            "moved_twice",
+            format!(
+                "{DOCKER_TOML}{}{}",
+                moved("vm.old", "vm.dev"),
+                moved("vm.old", "vm.dev")
+            ),
+        ),
+        (
+            "moved_unknown_key",
+            format!("{DOCKER_TOML}{}why = \"x\"\n", moved("vm.old", "vm.dev")),
+        ),
+    ] {
+        let p = Project::new(&text);
+        let (code, out, err) = p.run(&["validate"]);
+        p.snap(name, code, &out, &err);
+        assert_eq!(code, 1, "{name}");
+    }
+}
+
+#[test]
+fn plan_target_includes_dependencies_and_warns() {
+    let p = Project::new(TWO_TOML);
+    let (code, out, err) = p.run(&[
+        "plan",
+        "-refresh=false",
+        "-target",
+        "vm.web",
+        "-out",
+        "t.plan",
+    ]);
+    p.snap("plan_target", code, &out, &err);
+    assert_eq!(code, 0);
+    assert!(err.contains("Resource targeting is in effect"), "{err}");
+    // The saved plan keeps the targeted changes only.
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(p.path("t.plan")).unwrap()).unwrap();
+    let addresses: Vec<&str> = saved["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["address"].as_str().unwrap())
+        .collect();
+    assert_eq!(addresses, ["vm.dev", "vm.web"], "web depends_on dev");
+    let (_, out, _) = p.run(&["plan", "-refresh=false", "-target", "vm.dev", "-json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v["complete"], false, "a targeted plan is incomplete");
+    // A target without dependencies plans it alone.
+    let (code, out, _) = p.run(&["plan", "-refresh=false", "--target=vm.dev"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("Plan: 1 to add"), "{out}");
+    assert!(!out.contains("vm.web"), "{out}");
+    // A saved plan is applied as it is.
+    let (code, _, err) = p.run(&["apply", "-target", "vm.dev", "t.plan"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot change a saved plan"), "{err}");
+    let (code, out, err) = p.run(&["plan", "-refresh=false", "-target", "vm.nope"]);
+    p.snap("plan_target_unknown", code, &out, &err);
+    assert_eq!(code, 1);
+}
+
+#[test]
+fn plan_replace_forces_a_replacement_of_the_named_machine_only() {
+    let p = Project::new(TWO_TOML);
+    p.with_ready(&dev());
+    p.with_ready(&web());
+    let (code, out, err) = p.run(&["plan", "-refresh=false", "-replace", "vm.dev"]);
+    p.snap("plan_replace_forced", code, &out, &err);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("Plan: 1 to add, 0 to change, 1 to destroy."),
+        "{out}"
+    );
+    let (_, out, _) = p.run(&["plan", "-refresh=false", "-replace", "vm.dev", "-json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(
+        v["resource_changes"][0]["action_reason"],
+        "replace_by_request"
+    );
+    let (code, out, err) = p.run(&["plan", "-refresh=false", "-replace", "vm.nope"]);
+    p.snap("plan_replace_unknown", code, &out, &err);
+    assert_eq!(code, 1);
+}
+
+#[test]
+fn destroy_target_takes_the_dependents_along() {
+    let p = Project::new(TWO_TOML);
+    p.with_ready(&dev());
+    p.with_ready(&web());
+    let before = std::fs::read(p.path("gpuprov.state.json")).unwrap();
+    // No terminal and no -auto-approve: it stops at the question, after the list.
+    let (code, out, err) = p.run(&["destroy", "-target", "vm.dev"]);
+    p.snap("destroy_target", code, &out, &err);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("- vm.web") && err.contains("- vm.dev"),
+        "{err}"
+    );
+    let (code, _, err) = p.run(&["destroy", "-target", "vm.web"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("- vm.web") && !err.contains("- vm.dev"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(p.path("gpuprov.state.json")).unwrap(), before);
+}
+
+/// A state written before records had `cloud_name` (the golden fixture) loads, and a
+/// move adds the field while keeping every other one, unknown ones included.
+#[test]
+fn state_mv_of_a_fixture_state_without_cloud_names_keeps_everything_else() {
+    let p = Project::new(DOCKER_TOML);
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/states/state_file.json");
+    std::fs::copy(&fixture, p.path("gpuprov.state.json")).unwrap();
+    let before = state_json(&p);
+    let (code, _, err) = p.run(&["state", "mv", "vm.old", "vm.older"]);
+    assert_eq!(code, 0, "{err}");
+    let after = state_json(&p);
+    assert_eq!(after["serial"], before["serial"].as_u64().unwrap() + 1);
+    assert_eq!(
+        after["from_a_newer_release"],
+        before["from_a_newer_release"]
+    );
+    let (old, moved) = (
+        &before["resources"]["vm.old"],
+        &after["resources"]["vm.older"],
+    );
+    assert_eq!(moved["cloud_name"], "old");
+    for key in ["machine", "desired", "from_a_newer_release"] {
+        assert_eq!(moved[key], old[key], "{key}");
+    }
+    for untouched in ["vm.gpu-node", "vm.trainer"] {
+        assert_eq!(
+            after["resources"][untouched],
+            before["resources"][untouched]
+        );
+        assert!(after["resources"][untouched].get("cloud_name").is_none());
+    }
+}
+
+#[test]
+fn state_rm_and_mv_respect_the_lock() {
+    let p = Project::new(DOCKER_TOML);
+    p.with_ready(&dev());
+    let (lock, _) = gpuprov::state::StateLock::acquire(
+        &p.path("gpuprov.state.json"),
+        "apply",
+        std::time::Duration::ZERO,
+    )
+    .unwrap();
+    for args in [
+        &["state", "rm", "-lock-timeout=1s", "vm.dev"][..],
+        &["state", "mv", "vm.dev", "vm.gpu"][..],
+    ] {
+        let (code, _, err) = p.run(args);
+        assert_eq!(code, 1, "{args:?}");
+        assert!(err.contains(&lock.info().id), "{args:?}: {err}");
+    }
+    assert!(state_json(&p)["resources"].get("vm.dev").is_some());
+    // -lock=false, as Terraform's: the user takes the risk.
+    let (code, _, err) = p.run(&["state", "mv", "-lock=false", "vm.dev", "vm.gpu"]);
+    assert_eq!(code, 0, "{err}");
+    drop(lock);
+}
+
 /// Issue 18: `state recover` and `sweep` — their help, and the errors they give before
 /// any cloud is asked (a malformed lineage, a state that records machines).
 #[test]

@@ -36,5 +36,6 @@ mod ssh_local;
 mod state_commands;
 mod state_file;
 mod state_journal;
+mod surgery_docker;
 mod validate;
 mod vendor;
