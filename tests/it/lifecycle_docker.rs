@@ -379,3 +379,40 @@ async fn import_adopts_a_container_made_outside_gpuprov_and_destroy_removes_it()
         usize::from(!gone),
     );
 }
+
+/// `state rm` forgets a machine without destroying it; `sweep` then lists it as this
+/// state's unrecorded machine, and a plan that still configures it adopts it back instead
+/// of creating a second one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forgotten_machine_is_swept_or_adopted_back() {
+    if skip() {
+        return;
+    }
+    ensure_base_image();
+    let p = Project::new();
+    assert!(p.run(&["apply", "--auto-approve"]).status.success());
+    let lineage = p.lineage();
+    let _sweeper = Sweeper(lineage.clone());
+    let dev = containers_of(&lineage, "dev").await;
+    let out = p.run(&["state", "rm", "vm.dev"]);
+    assert!(out.status.success());
+    let out = p.run(&["sweep"]);
+    let (stdout, _) = text(&out);
+    assert!(
+        stdout.contains(&format!("lineage {lineage} (this state's, not recorded)")),
+        "{stdout}"
+    );
+    assert!(stdout.contains(&dev[0][..12]), "{stdout}");
+    let out = p.run(&["plan", "-no-color"]);
+    let (stdout, _) = text(&out);
+    assert!(
+        stdout.contains("# vm.dev will be adopted (found by identity)"),
+        "{stdout}"
+    );
+    assert!(p.run(&["apply", "--auto-approve"]).status.success());
+    assert_eq!(
+        containers_of(&lineage, "dev").await,
+        dev,
+        "adopted, not duplicated"
+    );
+}
