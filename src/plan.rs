@@ -469,8 +469,10 @@ pub fn compute(
                             if *stopped { vec![] } else { create_attrs(want) },
                             offer_price(want),
                         );
-                        c.preempted =
-                            Preemption::remember(&vm.preemptions, Preemption::of(vm.as_ref(), signal));
+                        c.preempted = Preemption::remember(
+                            &vm.preemptions,
+                            Preemption::of(vm.as_ref(), signal),
+                        );
                         c
                     }
                     Some(Observation::Gone) => change(
