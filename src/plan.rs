@@ -463,8 +463,15 @@ pub fn compute(
                             },
                             Some(format!(
                                 "spot instance {} preempted at {} {} ({signal}); apply tries \
-                                 other offers first",
-                                vm.instance_id, vm.location, vm.offer.instance_type
+                                 other offers first{}",
+                                vm.instance_id,
+                                vm.location,
+                                vm.offer.instance_type,
+                                if *stopped {
+                                    "; the stopped instance is deleted first"
+                                } else {
+                                    ""
+                                }
                             )),
                             if *stopped { vec![] } else { create_attrs(want) },
                             offer_price(want),
