@@ -402,9 +402,7 @@ impl Engine {
             },
             // A preempted machine kept stopped: the launch machine deletes it itself and
             // records the preemption, which a teardown first would forget.
-            Action::Replace if !c.preempted.is_empty() && c.attributes.is_empty() => {
-                self.launch(&c.address, want).await
-            }
+            Action::Replace if c.preempted_now => self.launch(&c.address, want).await,
             Action::Replace => {
                 match self.teardown(&c.address, &want.name).await {
                     Outcome::Destroyed => {}

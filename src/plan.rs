@@ -107,6 +107,11 @@ pub struct Change {
     /// is shown in that order ([`offer_lines`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub preempted: Vec<Preemption>,
+    /// Refresh found the recorded instance preempted: apply's launch machine deletes it
+    /// itself when the cloud kept it stopped (no teardown first) and records the
+    /// preemption.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preempted_now: bool,
 }
 
 impl Change {
@@ -434,6 +439,7 @@ pub fn compute(
             current: None,
             found: None,
             preempted: Vec::new(),
+            preempted_now: false,
         };
         let Some(rec) = state.resources.get(&address) else {
             changes.push(change(
@@ -480,6 +486,7 @@ pub fn compute(
                             &vm.preemptions,
                             Preemption::of(vm.as_ref(), signal),
                         );
+                        c.preempted_now = true;
                         c
                     }
                     Some(Observation::Gone) => change(
@@ -631,6 +638,7 @@ pub fn compute(
             current: current_offer(address, rec)?,
             found: None,
             preempted: Vec::new(),
+            preempted_now: false,
         });
     }
     changes.sort_by(|a, b| a.address.cmp(&b.address));

@@ -216,6 +216,7 @@ mod tests {
             current: None,
             found: None,
             preempted: vec![],
+            preempted_now: false,
         }
     }
 

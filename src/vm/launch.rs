@@ -769,6 +769,8 @@ impl LaunchMachine {
         };
         let search = Search {
             offers: vec![vm.offer.clone()],
+            // A machine reconnected or restarted keeps its preemption history.
+            preempted: vm.preemptions.clone(),
             ..Search::default()
         };
         let caps = p.capabilities();

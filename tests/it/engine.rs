@@ -396,8 +396,13 @@ mod preemption {
 
     #[tokio::test]
     async fn a_preempted_spot_machine_relaunches_on_another_offer_first() {
+        let fake = FakeProvider::new("aws");
+        let caps = gpuprov::provider::Capabilities {
+            supported: vec![gpuprov::provider::Feature::Start],
+            ..fake.capabilities_for_test()
+        };
         let s = Setup::new(
-            FakeProvider::new("aws")
+            fake.with_capabilities(caps)
                 .with_offer("east", "us-east-1", "p5.48xlarge", 30.0)
                 .with_offer("west", "us-west-2", "p5.48xlarge", 35.0),
         );
@@ -459,6 +464,18 @@ mod preemption {
         // Up again: nothing to do, and the preemption stays on the record.
         let again = s.refreshed_plan(SPOT).await;
         assert_eq!(again.changes[0].action, Action::NoOp);
+
+        // Stopped (not preempted) and started again: the record keeps its preemption.
+        s.cloud.stop_instance(&second.instance_id);
+        let p = s.refreshed_plan(SPOT).await;
+        assert_eq!(p.changes[0].action, Action::Resume, "{:?}", p.changes[0]);
+        assert!(!p.changes[0].preempted_now);
+        let out = s.apply_plan(&p).await;
+        let Outcome::Ready(third) = &out["vm.trainer"] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(third.instance_id, second.instance_id);
+        assert_eq!(third.preemptions, second.preemptions);
     }
 
     #[tokio::test]
@@ -478,6 +495,7 @@ mod preemption {
         let p = s.refreshed_plan(SPOT).await;
         let c = &p.changes[0];
         assert_eq!(c.action, Action::Replace, "{c:?}");
+        assert!(c.preempted_now);
         assert!(plan::render(&p).contains("# vm.trainer must be replaced"));
         assert_eq!(c.offers.len(), 1, "the only offer is kept");
         assert!(c.offers[0].preempted);
