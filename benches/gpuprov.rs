@@ -181,6 +181,7 @@ fn matching_state(config: &Config) -> StateFile {
                 fingerprint: "SHA256:benchbenchbenchbenchbenchbenchbenchbenchben".into(),
             },
             ready_at: chrono::Utc::now(),
+            preemptions: vec![],
         };
         let machine = MachineRecord {
             kind: "launch".into(),

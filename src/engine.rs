@@ -410,6 +410,9 @@ impl Engine {
                 Ok(()) => Outcome::Updated,
                 Err(e) => Outcome::Failed(e.to_string()),
             },
+            // A preempted machine kept stopped: the launch machine deletes it itself and
+            // records the preemption, which a teardown first would forget.
+            Action::Replace if c.preempted_now => self.launch(&c.address, want).await,
             Action::Replace => {
                 match self.teardown(&c.address, &want.name).await {
                     Outcome::Destroyed => {}

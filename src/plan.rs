@@ -18,7 +18,7 @@ use crate::state::{ResourceRecord, StateFile};
 
 pub mod discovery;
 pub mod markdown;
-use crate::vm::{LaunchState, TeardownState};
+use crate::vm::{LaunchState, Preemption, TeardownState};
 
 /// Version of the saved plan file format (`plan -out FILE`).
 pub const PLAN_FORMAT_VERSION: u32 = 1;
@@ -102,6 +102,16 @@ pub struct Change {
     /// record (found by [`discovery`]): apply adopts it instead of creating one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub found: Option<discovery::FoundInstance>,
+    /// The machine's recent spot preemptions (its record's, plus one refresh found):
+    /// apply tries their (instance type, region) after every other offer, and `offers`
+    /// is shown in that order ([`offer_lines`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preempted: Vec<Preemption>,
+    /// Refresh found the recorded instance preempted: apply's launch machine deletes it
+    /// itself when the cloud kept it stopped (no teardown first) and records the
+    /// preemption.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preempted_now: bool,
 }
 
 impl Change {
@@ -177,6 +187,27 @@ pub struct OfferLine {
     pub price_per_hour: f64,
     #[serde(default)]
     pub spot: bool,
+    /// The machine was preempted on this instance type in this region recently: apply
+    /// tries it after every other offer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preempted: bool,
+}
+
+/// A machine's `offers` as the plan shows them, in the order apply tries them: the
+/// preflight's order with every offer of a `preempted` (instance type, region) moved
+/// last and marked (`provider::offers::demote_preempted`, as the launch machine's
+/// Planning step does).
+pub fn offer_lines(offers: &[crate::provider::Offer], preempted: &[Preemption]) -> Vec<OfferLine> {
+    let scopes: Vec<_> = preempted.iter().map(Preemption::scope).collect();
+    let mut offers = offers.to_vec();
+    crate::provider::offers::demote_preempted(&mut offers, &scopes);
+    offers
+        .iter()
+        .map(|o| OfferLine {
+            preempted: scopes.iter().any(|s| s.covers(o)),
+            ..OfferLine::from(o)
+        })
+        .collect()
 }
 
 impl From<&crate::provider::Offer> for OfferLine {
@@ -187,6 +218,7 @@ impl From<&crate::provider::Offer> for OfferLine {
             location: o.location.to_string(),
             price_per_hour: o.price_per_hour,
             spot: o.spot,
+            preempted: false,
         }
     }
 }
@@ -257,6 +289,20 @@ impl Plan {
         }
         self.hourly_cost_after = total;
         self.hourly_cost_incomplete = incomplete;
+    }
+
+    /// After the offers are attached: a preempted machine to be created runs on its first
+    /// offer once the preempted ones are moved last, so its price (and the total) is that
+    /// offer's.
+    pub fn reprice_preempted(&mut self) {
+        for c in self.changes.iter_mut() {
+            if c.needs_offer() && !c.preempted.is_empty() {
+                if let Some(first) = c.offers.first() {
+                    c.price_per_hour = Some(first.price_per_hour);
+                }
+            }
+        }
+        (self.hourly_cost_after, self.hourly_cost_incomplete) = cost_of(&self.changes);
     }
 
     /// What runs now costs, USD per hour: the sum of the machines' current offers.
@@ -378,9 +424,10 @@ pub async fn refresh(
             .observe(&vm.location, name)
             .await
             .map_err(|e| format!("cannot refresh {address} on {}: {}", vm.location, e.text()))?;
+        // A preempted instance the cloud terminated does not exist, yet says why it is gone.
         let obs = match seen
             .iter()
-            .find(|o| o.exists() && o.instance_id == vm.instance_id)
+            .find(|o| (o.exists() || o.status.is_preempted()) && o.instance_id == vm.instance_id)
         {
             Some(o) if o.status == InstanceStatus::Running => Observation::Running,
             Some(o) => Observation::NotRunning(o.status.clone()),
@@ -420,6 +467,8 @@ pub fn compute(
             no_offers: Vec::new(),
             current: None,
             found: None,
+            preempted: Vec::new(),
+            preempted_now: false,
         };
         let Some(rec) = state.resources.get(&address) else {
             changes.push(change(
@@ -435,6 +484,40 @@ pub fn compute(
             Recorded::Launch(LaunchState::Ready { vm }) => {
                 let price = Some(vm.offer.price_per_hour);
                 match observed.and_then(|o| o.get(&address)) {
+                    // Reclaimed by the cloud: created again (replaced when the cloud kept
+                    // it stopped), other offers first; apply records the preemption.
+                    Some(Observation::NotRunning(InstanceStatus::Preempted {
+                        signal,
+                        stopped,
+                    })) => {
+                        let mut c = change(
+                            if *stopped {
+                                Action::Replace
+                            } else {
+                                Action::Create
+                            },
+                            Some(format!(
+                                "spot instance {} preempted at {} {} ({signal}); apply tries \
+                                 other offers first{}",
+                                vm.instance_id,
+                                vm.location,
+                                vm.offer.instance_type,
+                                if *stopped {
+                                    "; the stopped instance is deleted first"
+                                } else {
+                                    ""
+                                }
+                            )),
+                            if *stopped { vec![] } else { create_attrs(want) },
+                            offer_price(want),
+                        );
+                        c.preempted = Preemption::remember(
+                            &vm.preemptions,
+                            Preemption::of(vm.as_ref(), signal),
+                        );
+                        c.preempted_now = true;
+                        c
+                    }
                     Some(Observation::Gone) => change(
                         Action::Create,
                         Some(format!(
@@ -545,6 +628,14 @@ pub fn compute(
             ),
         };
         c.current = current;
+        if c.preempted.is_empty() {
+            // Earlier preemptions still order the offers of a machine created again.
+            if let Recorded::Launch(LaunchState::Ready { vm }) = recorded(&address, rec)? {
+                if c.needs_offer() {
+                    c.preempted = vm.preemptions.clone();
+                }
+            }
+        }
         changes.push(c);
     }
     for (address, rec) in &state.resources {
@@ -575,6 +666,8 @@ pub fn compute(
             no_offers: Vec::new(),
             current: current_offer(address, rec)?,
             found: None,
+            preempted: Vec::new(),
+            preempted_now: false,
         });
     }
     changes.sort_by(|a, b| a.address.cmp(&b.address));
@@ -1079,11 +1172,16 @@ fn render_offers(out: &mut String, c: &Change) {
     for (i, o) in c.offers.iter().take(OFFERS_SHOWN).enumerate() {
         let _ = writeln!(
             out,
-            "      # {:>2}. {:width$}  ${:.2}/h{}",
+            "      # {:>2}. {:width$}  ${:.2}/h{}{}",
             i + 1,
             o.id,
             o.price_per_hour,
-            if o.spot { " (spot)" } else { "" }
+            if o.spot { " (spot)" } else { "" },
+            if o.preempted {
+                "  (preempted here recently: moved last)"
+            } else {
+                ""
+            }
         );
     }
     if c.offers.len() > OFFERS_SHOWN {

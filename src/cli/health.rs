@@ -306,6 +306,14 @@ fn status_verdict(status: Option<&InstanceStatus>) -> (CheckStatus, String, Opti
             format!("failed: the instance is not running: {why}"),
             Some(false),
         ),
+        Some(InstanceStatus::Preempted { signal, .. }) => (
+            Fail,
+            format!(
+                "preempted: the cloud reclaimed the spot instance ({signal}); `gpuprov apply` \
+                 replaces it, trying other offers first"
+            ),
+            Some(false),
+        ),
         Some(InstanceStatus::Refused(e)) => (
             Fail,
             format!("the cloud refused the instance: {}", e.text()),
@@ -363,7 +371,7 @@ async fn cloud_check(
         let seen = p.observe(&vm.location, name).await.map_err(|e| e.text())?;
         let status = seen
             .into_iter()
-            .find(|o| o.exists() && o.instance_id == vm.instance_id)
+            .find(|o| (o.exists() || o.status.is_preempted()) && o.instance_id == vm.instance_id)
             .map(|o| o.status);
         let findings = match status {
             Some(_) => p.diagnose(&vm.location, name, &vm.instance_id).await,
@@ -783,6 +791,7 @@ mod tests {
                 fingerprint: "SHA256:x".into(),
             },
             ready_at: chrono::Utc::now(),
+            preemptions: vec![],
         }
     }
 

@@ -511,13 +511,12 @@ async fn make_plan(
     })?;
     for c in plan.changes.iter_mut() {
         if matches!(c.action, Action::Create | Action::Replace | Action::Resume) {
-            let found = pre.offers.get(&c.vm);
-            c.offers = found
-                .map(|o| o.iter().map(plan::OfferLine::from).collect())
-                .unwrap_or_default();
+            let found = pre.offers.get(&c.vm).map(Vec::as_slice).unwrap_or_default();
+            c.offers = plan::offer_lines(found, &c.preempted);
             c.no_offers = pre.no_offers.get(&c.vm).cloned().unwrap_or_default();
         }
     }
+    plan.reprice_preempted();
     if refresh {
         let offered = pre.offers.values().flatten().map(|o| o.location.clone());
         let locations = plan::discovery::locations(offered, state);

@@ -568,6 +568,7 @@ mod tests {
             )
             .unwrap(),
             ready_at: chrono::Utc::now(),
+            preemptions: vec![],
         }
     }
 

@@ -197,6 +197,7 @@ mod tests {
             location: location.into(),
             price_per_hour: price,
             spot: false,
+            preempted: false,
         }
     }
 
@@ -214,6 +215,8 @@ mod tests {
             no_offers: vec![],
             current: None,
             found: None,
+            preempted: vec![],
+            preempted_now: false,
         }
     }
 

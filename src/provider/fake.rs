@@ -326,6 +326,19 @@ impl FakeProvider {
         }
     }
 
+    /// Preempts instance `id` as a spot reclaim would: `stopped` keeps it (stopped, its
+    /// disk kept; GCP, an EC2 spot with the `stop` behaviour), otherwise the cloud
+    /// terminated it and lists it as preempted (EC2 lists terminated instances for about
+    /// an hour) until it is deleted. `observe` reports it [`InstanceStatus::Preempted`].
+    pub fn preempt_instance(&self, id: &str, stopped: bool) {
+        if let Some(i) = self.lock().instances.get_mut(id) {
+            i.status = InstanceStatus::Preempted {
+                signal: "spot capacity reclaimed (fake)".into(),
+                stopped,
+            };
+        }
+    }
+
     /// Removes instance `id` outside gpuprov (terminated in the console, spot
     /// interruption); its token is remembered like any deleted instance's.
     pub fn terminate_instance(&self, id: &str) {
@@ -599,6 +612,8 @@ impl CloudProvider for FakeProvider {
             .instances
             .values()
             .filter(|i| i.unlisted_for == 0 && !i.lineage.is_empty())
+            // Terminated instances are not listed (the contract), preempted ones included.
+            .filter(|i| !matches!(i.status, InstanceStatus::Preempted { stopped: false, .. }))
             .filter(|i| {
                 i.location.cloud == at.cloud
                     && i.location.region == at.region

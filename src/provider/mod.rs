@@ -176,6 +176,25 @@ pub enum InstanceStatus {
     /// bills: the core fails over as if `create` had returned the error, and teardown,
     /// refresh and the next create treat it as gone (see the module docs).
     Refused(Box<ProviderError>),
+    /// Reclaimed by the cloud: a spot or preemptible instance the cloud stopped or
+    /// terminated to take its capacity back (EC2's `Server.SpotInstanceTermination`, GCP's
+    /// preemption of a `SPOT` or preemptible VM). Never running. `stopped`: it still
+    /// exists (stopped, its disk kept) and is deleted before it is replaced; otherwise it
+    /// is gone, and listed only while the cloud still reports it, so refresh can say why.
+    /// `signal` is the cloud's own words for it (a state reason, a status). The core
+    /// records the preemption and tries every other offer before the preempted (instance
+    /// type, region) next time (`provider::offers::demote_preempted`).
+    Preempted {
+        signal: String,
+        stopped: bool,
+    },
+}
+
+impl InstanceStatus {
+    /// Whether the cloud reclaimed this instance ([`InstanceStatus::Preempted`]).
+    pub fn is_preempted(&self) -> bool {
+        matches!(self, InstanceStatus::Preempted { .. })
+    }
 }
 
 /// Where to log in: host, TCP port and, where the cloud decides it, the user.
@@ -207,9 +226,13 @@ pub struct Observed {
 
 impl Observed {
     /// Whether this is an instance at all: `false` for a create the cloud refused late
-    /// ([`InstanceStatus::Refused`]), which nothing needs to delete.
+    /// ([`InstanceStatus::Refused`]) and for a preempted instance the cloud terminated
+    /// ([`InstanceStatus::Preempted`] not `stopped`), which nothing needs to delete.
     pub fn exists(&self) -> bool {
-        !matches!(self.status, InstanceStatus::Refused(_))
+        !matches!(
+            self.status,
+            InstanceStatus::Refused(_) | InstanceStatus::Preempted { stopped: false, .. }
+        )
     }
 }
 
@@ -532,7 +555,10 @@ pub trait CloudProvider: Send + Sync {
     async fn create(&self, offer: &Offer, prep: &Value, spec: &InstanceSpec) -> Result<String>;
     /// All non-terminated instances carrying the VM identity at `at`. An instance whose
     /// create operation is still running is `Pending`; a create operation that failed
-    /// late is listed as [`InstanceStatus::Refused`] (the module docs).
+    /// late is listed as [`InstanceStatus::Refused`] (the module docs); a spot instance
+    /// the cloud reclaimed is [`InstanceStatus::Preempted`], also when the cloud
+    /// terminated it (as long as the cloud still lists it), so refresh can tell a
+    /// preemption from a deletion. Callers that want instances only use [`existing`].
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>>;
     /// Requests deletion of instances `ids` of VM `vm`; an unknown or already deleted
     /// instance is success. Does not wait.

@@ -5,7 +5,21 @@
 //! order their offers (one that must cut its list, DigitalOcean's CPU sizes, cuts in
 //! this order). It lives beside the contract so both sides can name it.
 
-use super::{Capabilities, Offer, ResourceRequest};
+use super::{BlockScope, Capabilities, Offer, ResourceRequest};
+
+/// Moves every offer that a scope in `preempted` covers (the instance type and region of
+/// a recent spot preemption) after all the others, keeping both groups' order, across
+/// clouds: apply tries everything else first, and still the preempted one last (it may
+/// be the only one). Applied by the core after [`order`] and the price filter, also to
+/// clouds that keep their own order. Returns how many offers moved.
+pub fn demote_preempted(offers: &mut Vec<Offer>, preempted: &[BlockScope]) -> usize {
+    let hit = |o: &Offer| preempted.iter().any(|s| s.covers(o));
+    let (last, mut first): (Vec<Offer>, Vec<Offer>) = offers.drain(..).partition(hit);
+    let moved = last.len();
+    first.extend(last);
+    *offers = first;
+    moved
+}
 
 /// Sorts one cloud's `offers` for `req`: the position of the offer's region in
 /// `req.regions`, or when the ask names none in the cloud's own
@@ -58,6 +72,36 @@ mod tests {
             price_per_hour: price,
             detail: serde_json::Value::Null,
         }
+    }
+
+    #[test]
+    fn preempted_type_and_region_go_last_in_every_zone_but_stay() {
+        let mut o = vec![
+            offer("us-east-1", "h100", Some("a"), 1.0),
+            offer("us-east-1", "h100", Some("b"), 1.0),
+            offer("us-west-2", "h100", None, 2.0),
+            offer("us-east-1", "a100", None, 3.0),
+        ];
+        let scope = BlockScope::InstanceTypeInRegion {
+            cloud: "c".into(),
+            region: "us-east-1".into(),
+            instance_type: "h100".into(),
+        };
+        assert_eq!(demote_preempted(&mut o, std::slice::from_ref(&scope)), 2);
+        let ids: Vec<&str> = o.iter().map(|o| o.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "c/us-west-2/h100/-",
+                "c/us-east-1/a100/-",
+                "c/us-east-1/h100/a",
+                "c/us-east-1/h100/b"
+            ]
+        );
+        let mut only = vec![offer("us-east-1", "h100", None, 1.0)];
+        assert_eq!(demote_preempted(&mut only, &[scope]), 1);
+        assert_eq!(only.len(), 1, "the only offer is kept, tried last");
+        assert_eq!(demote_preempted(&mut o, &[]), 0);
     }
 
     #[test]

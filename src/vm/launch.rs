@@ -37,7 +37,7 @@ use crate::provider::{
 use crate::ssh::{Connector, HostKey, SshError};
 
 use super::teardown::{retry_step, Target, TeardownMachine, TeardownState};
-use super::{Owned, VmRecord};
+use super::{Owned, Preemption, VmRecord};
 
 /// One attempt on one offer, kept for `status` and for the final error message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -70,6 +70,11 @@ pub struct Search {
     /// existed (their tokens stay as they were).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub nonce: String,
+    /// The machine's recent spot preemptions (from its record, plus the one that ended
+    /// it): planning ordered their (instance type, region) after every other offer, and
+    /// the record of the machine this search brings up keeps them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preempted: Vec<Preemption>,
 }
 
 /// What a compensation may find that its ids do not name.
@@ -195,6 +200,10 @@ pub enum LaunchState {
     Planning {
         #[serde(default)]
         round: u32,
+        /// The machine's recent spot preemptions: their (instance type, region) is tried
+        /// after every other offer ([`crate::provider::offers::demote_preempted`]).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        preempted: Vec<Preemption>,
     },
     Preparing {
         search: Search,
@@ -636,10 +645,11 @@ impl LaunchMachine {
             user: endpoint.user.clone().unwrap_or_else(|| "root".into()),
             host_key,
             ready_at: chrono::Utc::now(),
+            preemptions: search.preempted.clone(),
         })
     }
 
-    async fn plan(&self, round: u32) -> Step<LaunchState> {
+    async fn plan(&self, round: u32, preempted: &[Preemption]) -> Step<LaunchState> {
         let req = self.vm.request();
         let mut offers = Vec::new();
         let mut fatal = Vec::new();
@@ -665,6 +675,8 @@ impl LaunchMachine {
                 Err(e) => other.push(format!("{cloud}: {}", e.text())),
             }
         }
+        let demoted: Vec<BlockScope> = preempted.iter().map(Preemption::scope).collect();
+        crate::provider::offers::demote_preempted(&mut offers, &demoted);
         if offers.is_empty() {
             if !fatal.is_empty() && other.is_empty() {
                 return Step::Next(LaunchState::Aborted {
@@ -685,6 +697,7 @@ impl LaunchMachine {
                 search: Search {
                     history,
                     round,
+                    preempted: preempted.to_vec(),
                     ..Search::default()
                 },
             });
@@ -694,6 +707,7 @@ impl LaunchMachine {
                 offers,
                 round,
                 nonce: new_nonce(),
+                preempted: preempted.to_vec(),
                 ..Search::default()
             },
         })
@@ -701,7 +715,10 @@ impl LaunchMachine {
 
     async fn reconcile(&self, previous: &Option<Owned>, cx: &StepCx) -> Step<LaunchState> {
         let Some(prev) = previous else {
-            return Step::Next(LaunchState::Planning { round: 0 });
+            return Step::Next(LaunchState::Planning {
+                round: 0,
+                preempted: vec![],
+            });
         };
         let Some(p) = self.provider(&prev.location.cloud) else {
             return Step::Next(LaunchState::Leaked {
@@ -713,8 +730,16 @@ impl LaunchMachine {
         if prev.adopted {
             return self.reconcile_adopted(p.as_ref(), prev).await;
         }
-        let stale = || {
-            let search = Search::default();
+        let history = prev
+            .vm
+            .as_ref()
+            .map(|vm| vm.preemptions.clone())
+            .unwrap_or_default();
+        let stale = |preempted: Vec<Preemption>| {
+            let search = Search {
+                preempted,
+                ..Search::default()
+            };
             LaunchState::Compensating {
                 teardown: TeardownState::Requesting {
                     // Only what the record names, unless a create of it may be unlisted.
@@ -729,11 +754,11 @@ impl LaunchMachine {
             }
         };
         let Some(vm) = &prev.vm else {
-            return Step::Next(stale());
+            return Step::Next(stale(history));
         };
         // It was up: reuse it when the cloud still runs it at the same place.
         let seen = match p.observe(&vm.location, &self.vm.name).await {
-            Ok(v) => existing(v),
+            Ok(v) => v,
             Err(e) if e.kind.retried_in_place() => return retry_step(e),
             Err(e) => {
                 return Step::Next(LaunchState::Aborted {
@@ -744,9 +769,31 @@ impl LaunchMachine {
         };
         let search = Search {
             offers: vec![vm.offer.clone()],
+            // A machine reconnected or restarted keeps its preemption history.
+            preempted: vm.preemptions.clone(),
             ..Search::default()
         };
         let caps = p.capabilities();
+        // Preempted: recorded, and replaced trying other offers first; a stopped one
+        // (its disk kept) is deleted first, since a start would land on the same
+        // reclaimed capacity.
+        if let Some((signal, stopped)) = seen.iter().find_map(|o| match &o.status {
+            InstanceStatus::Preempted { signal, stopped } if o.instance_id == vm.instance_id => {
+                Some((signal.clone(), *stopped))
+            }
+            _ => None,
+        }) {
+            let history = Preemption::remember(&vm.preemptions, Preemption::of(vm, &signal));
+            return Step::Next(if stopped {
+                stale(history)
+            } else {
+                LaunchState::Planning {
+                    round: 0,
+                    preempted: history,
+                }
+            });
+        }
+        let seen = existing(seen);
         match seen.iter().find(|o| o.instance_id == vm.instance_id) {
             Some(o) if o.status == InstanceStatus::Running => {
                 let endpoint = o.ssh.clone().unwrap_or_else(|| vm.ssh.clone());
@@ -799,10 +846,13 @@ impl LaunchMachine {
                 }
             }
             // Failing or going away: replace it.
-            Some(_) => Step::Next(stale()),
+            Some(_) => Step::Next(stale(history)),
             // Gone. Anything else listed with the identity is not this record's: the
             // create path adopts it instead of deleting it.
-            None => Step::Next(LaunchState::Planning { round: 0 }),
+            None => Step::Next(LaunchState::Planning {
+                round: 0,
+                preempted: history,
+            }),
         }
     }
 
@@ -824,7 +874,10 @@ impl LaunchMachine {
             .find(|o| prev.instance_ids.contains(&o.instance_id))
         else {
             // Gone (deleted outside gpuprov): plan afresh.
-            return Step::Next(LaunchState::Planning { round: 0 });
+            return Step::Next(LaunchState::Planning {
+                round: 0,
+                preempted: vec![],
+            });
         };
         // The search the instance was adopted in is not journalled with the record: one
         // stand-in offer at its location keeps the attempt states well-formed.
@@ -889,7 +942,7 @@ impl Machine for LaunchMachine {
         };
         match s {
             LaunchState::Reconciling { .. } => "reconciling".into(),
-            LaunchState::Planning { round } if *round > 0 => {
+            LaunchState::Planning { round, .. } if *round > 0 => {
                 format!("planning (round {})", round + 1)
             }
             LaunchState::Planning { .. } => "planning".into(),
@@ -1014,7 +1067,7 @@ impl Machine for LaunchMachine {
     async fn step(&self, s: &LaunchState, cx: &StepCx) -> Step<LaunchState> {
         match s {
             LaunchState::Reconciling { previous } => self.reconcile(previous, cx).await,
-            LaunchState::Planning { round } => self.plan(*round).await,
+            LaunchState::Planning { round, preempted } => self.plan(*round, preempted).await,
             LaunchState::NextOffer { search } => {
                 let mut search = search.clone();
                 let next = (search.cursor + 1..search.offers.len())
@@ -1031,6 +1084,7 @@ impl Machine for LaunchMachine {
                 if cx.in_state >= self.exhausted_wait {
                     Step::Next(LaunchState::Planning {
                         round: search.round + 1,
+                        preempted: search.preempted.clone(),
                     })
                 } else {
                     Step::poll(
@@ -1123,7 +1177,7 @@ impl Machine for LaunchMachine {
                         if *sent
                             && !unsent_here
                             && !seen.iter().any(Observed::exists)
-                            && seen.iter().any(|o| !o.exists()) =>
+                            && refusal(&seen).is_some() =>
                     {
                         let e = refusal(&seen).expect("a refused entry");
                         return Step::Next(self.on_offer_error(
@@ -1308,6 +1362,9 @@ impl Machine for LaunchMachine {
                             })
                         }
                         (InstanceStatus::Failed(r), _) => failed(format!("instance failed: {r}")),
+                        (InstanceStatus::Preempted { signal, .. }, _) => {
+                            failed(format!("instance preempted while booting: {signal}"))
+                        }
                         (InstanceStatus::Stopped | InstanceStatus::Stopping, _) if *adopted => {
                             failed(format!("it is {:?}", o.status))
                         }
@@ -1342,6 +1399,7 @@ impl Machine for LaunchMachine {
                     None if (*adopted || kept.is_some()) && cx.in_state > grace => {
                         Step::Next(LaunchState::Planning {
                             round: search.round,
+                            preempted: search.preempted.clone(),
                         })
                     }
                     // Clouds list a new instance with a lag: only a lasting absence counts.
@@ -1452,6 +1510,7 @@ impl Machine for LaunchMachine {
                     }),
                     AfterCompensation::Replan => Step::Next(LaunchState::Planning {
                         round: search.round,
+                        preempted: search.preempted.clone(),
                     }),
                     AfterCompensation::Abort { reason } => Step::Next(LaunchState::Aborted {
                         reason: reason.clone(),

@@ -5,7 +5,7 @@ pub mod teardown;
 
 use serde::{Deserialize, Serialize};
 
-use crate::provider::{Location, Offer, SshEndpoint};
+use crate::provider::{BlockScope, Location, Offer, SshEndpoint};
 use crate::ssh::HostKey;
 
 pub use launch::{LaunchMachine, LaunchState, Search};
@@ -23,6 +23,66 @@ pub struct VmRecord {
     /// Host key pinned on first login; later logins must present the same key.
     pub host_key: HostKey,
     pub ready_at: chrono::DateTime<chrono::Utc>,
+    /// The machine's recent spot preemptions, oldest first, at most
+    /// [`PREEMPTIONS_KEPT`]: each launch tries the preempted (instance type, region)
+    /// after every other offer. Empty (and absent from the state) for a machine never
+    /// preempted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preemptions: Vec<Preemption>,
+}
+
+/// How many preemptions a machine's record keeps (the oldest are dropped first).
+pub const PREEMPTIONS_KEPT: usize = 4;
+
+/// One spot preemption of a machine: which instance the cloud reclaimed, on which offer,
+/// and when gpuprov found it (the cloud's own time is not read). Holds no secret.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Preemption {
+    pub instance_id: String,
+    /// The offer the instance ran on (for example `aws/us-east-1/p5.48xlarge/us-east-1a`).
+    pub offer_id: String,
+    pub location: Location,
+    pub instance_type: String,
+    /// When refresh or apply found the instance preempted (UTC).
+    pub at: chrono::DateTime<chrono::Utc>,
+    /// The cloud's own words for it (a state reason, a status).
+    pub signal: String,
+}
+
+impl Preemption {
+    /// The preemption of `vm`'s instance, found now.
+    pub fn of(vm: &VmRecord, signal: &str) -> Preemption {
+        Preemption {
+            instance_id: vm.instance_id.clone(),
+            offer_id: vm.offer.id.clone(),
+            location: vm.location.clone(),
+            instance_type: vm.offer.instance_type.clone(),
+            at: chrono::Utc::now(),
+            signal: signal.to_string(),
+        }
+    }
+
+    /// The offers it demotes: its instance type in its region (any zone).
+    pub fn scope(&self) -> BlockScope {
+        BlockScope::InstanceTypeInRegion {
+            cloud: self.location.cloud.clone(),
+            region: self.location.region.clone(),
+            instance_type: self.instance_type.clone(),
+        }
+    }
+
+    /// `history` with `p` appended (once per instance), bounded to [`PREEMPTIONS_KEPT`].
+    pub fn remember(history: &[Preemption], p: Preemption) -> Vec<Preemption> {
+        let mut out: Vec<Preemption> = history
+            .iter()
+            .filter(|h| h.instance_id != p.instance_id)
+            .cloned()
+            .collect();
+        out.push(p);
+        let drop = out.len().saturating_sub(PREEMPTIONS_KEPT);
+        out.drain(..drop);
+        out
+    }
 }
 
 /// Cloud resources a record may own: where, which instances, and the machine if it was

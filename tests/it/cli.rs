@@ -122,6 +122,7 @@ impl Project {
             ready_at: chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
                 .unwrap()
                 .into(),
+            preemptions: vec![],
         };
         let s = LaunchState::Ready { vm: Box::new(vm) };
         let mut rec = ResourceRecord::new(MachineRecord {

@@ -126,6 +126,7 @@ fn vm() -> VmRecord {
             fingerprint: "SHA256:x".into(),
         },
         ready_at: chrono::Utc::now(),
+        preemptions: vec![],
     }
 }
 

@@ -341,3 +341,180 @@ async fn calls_in_flight_never_exceed_the_clouds_declared_concurrency() {
         free.cloud.max_in_flight()
     );
 }
+
+/// Spot preemption (issue 18, item 7): refresh tells a preempted machine from a deleted
+/// one, the plan says so with the preempted offer moved last, and apply relaunches on
+/// another offer first and records the preemption.
+mod preemption {
+    use super::*;
+    use gpuprov::provider::CloudProvider;
+
+    const SPOT: &str = "[vm.trainer]\nclouds = [\"aws\"]\nspot = true\n";
+
+    impl Setup {
+        /// `plan` with refresh, the offers attached as the CLI attaches them.
+        async fn refreshed_plan(&self, toml: &str) -> plan::Plan {
+            let config = Config::parse(Path::new("gpuprov.toml"), toml.to_string()).unwrap();
+            let state = self.on_disk();
+            let mut providers = Providers::new();
+            providers.insert(self.cloud.clone());
+            let observed = plan::refresh(&state, &providers).await.unwrap();
+            let offers = self
+                .cloud
+                .plan(&config.vms["trainer"].request())
+                .await
+                .unwrap();
+            let mut p = plan::compute(&config, &state, Some(&observed), &|_| {
+                offers.first().map(|o| o.price_per_hour)
+            })
+            .unwrap();
+            for c in p.changes.iter_mut().filter(|c| c.needs_offer()) {
+                c.offers = plan::offer_lines(&offers, &c.preempted);
+            }
+            p.reprice_preempted();
+            p
+        }
+
+        async fn apply_plan(&self, p: &plan::Plan) -> std::collections::BTreeMap<String, Outcome> {
+            let (engine, journal) = self.engine();
+            let out = tokio::time::timeout(Duration::from_secs(30), engine.apply(p))
+                .await
+                .expect("no hang");
+            journal.save_final().unwrap();
+            out
+        }
+
+        fn creates(&self) -> Vec<String> {
+            self.cloud
+                .calls()
+                .into_iter()
+                .filter(|(op, _)| *op == Op::Create)
+                .map(|(_, d)| d)
+                .collect()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_preempted_spot_machine_relaunches_on_another_offer_first() {
+        let fake = FakeProvider::new("aws");
+        let caps = gpuprov::provider::Capabilities {
+            supported: vec![gpuprov::provider::Feature::Start],
+            ..fake.capabilities_for_test()
+        };
+        let s = Setup::new(
+            fake.with_capabilities(caps)
+                .with_offer("east", "us-east-1", "p5.48xlarge", 30.0)
+                .with_offer("west", "us-west-2", "p5.48xlarge", 35.0),
+        );
+        let out = s.apply(SPOT).await;
+        let Outcome::Ready(first) = &out["vm.trainer"] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(first.offer.id, "east");
+        assert!(first.preemptions.is_empty());
+        s.cloud.preempt_instance(&first.instance_id, false);
+
+        let p = s.refreshed_plan(SPOT).await;
+        let c = &p.changes[0];
+        assert_eq!(c.action, Action::Create, "{c:?}");
+        let reason = c.reason.as_deref().unwrap();
+        assert!(
+            reason.contains(&format!(
+                "spot instance {} preempted at aws/us-east-1 p5.48xlarge",
+                first.instance_id
+            )) && reason.contains("apply tries other offers first"),
+            "{reason}"
+        );
+        let order: Vec<(&str, bool)> = c
+            .offers
+            .iter()
+            .map(|o| (o.id.as_str(), o.preempted))
+            .collect();
+        assert_eq!(order, [("west", false), ("east", true)]);
+        assert_eq!(
+            c.price_per_hour,
+            Some(35.0),
+            "priced at the offer tried first"
+        );
+        assert_eq!(p.hourly_cost_after, 35.0);
+        let shown = plan::render(&p);
+        assert!(shown.contains("# vm.trainer will be created"), "{shown}");
+        assert!(
+            shown.contains("east  $30.00/h  (preempted here recently: moved last)"),
+            "{shown}"
+        );
+
+        let out = s.apply_plan(&p).await;
+        let Outcome::Ready(second) = &out["vm.trainer"] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(second.offer.id, "west", "another offer first");
+        assert_eq!(s.creates(), ["trainer east", "trainer west"]);
+        assert_eq!(second.preemptions.len(), 1);
+        assert_eq!(second.preemptions[0].instance_id, first.instance_id);
+        assert_eq!(second.preemptions[0].offer_id, "east");
+        let recorded = &s.on_disk().resources["vm.trainer"].machine.state;
+        assert_eq!(recorded["vm"]["preemptions"][0]["offer_id"], "east");
+        assert_eq!(
+            recorded["vm"]["preemptions"][0]["instance_type"],
+            "p5.48xlarge"
+        );
+        assert!(recorded["vm"]["preemptions"][0]["at"].is_string());
+
+        // Up again: nothing to do, and the preemption stays on the record.
+        let again = s.refreshed_plan(SPOT).await;
+        assert_eq!(again.changes[0].action, Action::NoOp);
+
+        // Stopped (not preempted) and started again: the record keeps its preemption.
+        s.cloud.stop_instance(&second.instance_id);
+        let p = s.refreshed_plan(SPOT).await;
+        assert_eq!(p.changes[0].action, Action::Resume, "{:?}", p.changes[0]);
+        assert!(!p.changes[0].preempted_now);
+        let out = s.apply_plan(&p).await;
+        let Outcome::Ready(third) = &out["vm.trainer"] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(third.instance_id, second.instance_id);
+        assert_eq!(third.preemptions, second.preemptions);
+    }
+
+    #[tokio::test]
+    async fn a_preempted_machine_with_one_offer_is_retried_there_and_a_stopped_one_replaced() {
+        let s = Setup::new(FakeProvider::new("aws").with_offer(
+            "east",
+            "us-east-1",
+            "p5.48xlarge",
+            30.0,
+        ));
+        let out = s.apply(SPOT).await;
+        let Outcome::Ready(first) = &out["vm.trainer"] else {
+            panic!("{out:?}")
+        };
+        // Kept stopped by the cloud (GCP, an EC2 spot that stops): deleted, not started.
+        s.cloud.preempt_instance(&first.instance_id, true);
+        let p = s.refreshed_plan(SPOT).await;
+        let c = &p.changes[0];
+        assert_eq!(c.action, Action::Replace, "{c:?}");
+        assert!(c.preempted_now);
+        assert!(plan::render(&p).contains("# vm.trainer must be replaced"));
+        assert_eq!(c.offers.len(), 1, "the only offer is kept");
+        assert!(c.offers[0].preempted);
+
+        let out = s.apply_plan(&p).await;
+        let Outcome::Ready(second) = &out["vm.trainer"] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(second.offer.id, "east", "retried on the only offer");
+        assert_ne!(second.instance_id, first.instance_id);
+        assert_eq!(
+            s.cloud.count(Op::Start),
+            0,
+            "a preempted machine is not started"
+        );
+        let live: Vec<String> = s.cloud.instances().into_iter().map(|i| i.id).collect();
+        assert_eq!(live.len(), 1, "the stopped one was deleted: {live:?}");
+        assert_eq!(live[0], second.instance_id);
+        assert_eq!(second.preemptions.len(), 1);
+        assert_eq!(second.preemptions[0].instance_id, first.instance_id);
+    }
+}

@@ -173,6 +173,7 @@ async fn launch(vm_name: &str) -> Machine {
             user: "root".into(),
             host_key,
             ready_at: chrono::Utc::now(),
+            preemptions: vec![],
         },
         key,
         _teardown: teardown,

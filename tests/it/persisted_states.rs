@@ -20,7 +20,7 @@ use gpuprov::provider::{BlockScope, ErrorKind, Location, Offer, SshEndpoint};
 use gpuprov::ssh::HostKey;
 use gpuprov::state::{Event, MachineRecord, ResourceRecord, StateFile};
 use gpuprov::vm::launch::{AfterCompensation, Attempt};
-use gpuprov::vm::{LaunchState, Owned, Search, Target, TeardownState, VmRecord};
+use gpuprov::vm::{LaunchState, Owned, Preemption, Search, Target, TeardownState, VmRecord};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -71,6 +71,7 @@ fn vm_record() -> VmRecord {
             fingerprint: "SHA256:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU".into(),
         },
         ready_at: at("2026-12-01T10:00:00Z"),
+        preemptions: vec![],
     }
 }
 
@@ -112,6 +113,18 @@ fn search() -> Search {
         ],
         round: 2,
         nonce: "1a2b3c4d".into(),
+        preempted: vec![],
+    }
+}
+
+fn preemption() -> Preemption {
+    Preemption {
+        instance_id: "i-0old".into(),
+        offer_id: "aws/us-east-1a/p5.48xlarge".into(),
+        location: loc(),
+        instance_type: "p5.48xlarge".into(),
+        at: at("2026-12-01T09:30:00Z"),
+        signal: "Server.SpotInstanceTermination: Spot instance termination".into(),
     }
 }
 
@@ -185,7 +198,10 @@ fn launch_samples() -> Vec<LaunchState> {
         LaunchState::Reconciling {
             previous: Some(owned()),
         },
-        LaunchState::Planning { round: 2 },
+        LaunchState::Planning {
+            round: 2,
+            preempted: vec![],
+        },
         LaunchState::Preparing { search: search() },
         LaunchState::Creating {
             search: search(),
@@ -258,6 +274,38 @@ fn compensating_samples() -> Vec<(&'static str, LaunchState)> {
     ]
 }
 
+/// A machine's recorded spot preemptions: on the record of the machine that replaced the
+/// preempted one, in the planning that demotes its offer, and in the search.
+fn preemption_samples() -> Vec<(&'static str, LaunchState)> {
+    vec![
+        (
+            "ready_preempted",
+            LaunchState::Ready {
+                vm: Box::new(VmRecord {
+                    preemptions: vec![preemption()],
+                    ..vm_record()
+                }),
+            },
+        ),
+        (
+            "planning_preempted",
+            LaunchState::Planning {
+                round: 0,
+                preempted: vec![preemption()],
+            },
+        ),
+        (
+            "next_offer_preempted",
+            LaunchState::NextOffer {
+                search: Search {
+                    preempted: vec![preemption()],
+                    ..search()
+                },
+            },
+        ),
+    ]
+}
+
 fn teardown_samples() -> Vec<TeardownState> {
     vec![
         TeardownState::Requesting { target: target() },
@@ -276,7 +324,10 @@ fn k3s_samples() -> Vec<K3sState> {
     let vm = || Box::new(vm_record());
     vec![
         K3sState::Vm {
-            launch: Box::new(LaunchState::Planning { round: 0 }),
+            launch: Box::new(LaunchState::Planning {
+                round: 0,
+                preempted: vec![],
+            }),
             reused: true,
         },
         K3sState::CheckingBootInstall {
@@ -425,7 +476,10 @@ fn samples() -> Vec<(String, String)> {
     for s in launch_samples() {
         out.push((format!("launch/{}.json", launch_name(&s)), v(&s)));
     }
-    for (n, s) in compensating_samples() {
+    for (n, s) in compensating_samples()
+        .into_iter()
+        .chain(preemption_samples())
+    {
         out.push((format!("launch/{n}.json"), v(&s)));
     }
     for s in teardown_samples() {

@@ -634,6 +634,7 @@ fn project_with_api_at(work: &Path, lineage: &str, port: u16, host_key: HostKey)
         user: current_user(),
         host_key,
         ready_at: chrono::Utc::now(),
+        preemptions: vec![],
     };
     let s = LaunchState::Ready { vm: Box::new(vm) };
     let rec = ResourceRecord::new(MachineRecord {

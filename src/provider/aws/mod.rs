@@ -44,9 +44,9 @@ use aws_sdk_ec2::config::{Credentials, ProvideCredentials, SharedCredentialsProv
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::types::{
     BlockDeviceMapping, EbsBlockDevice, Filter, InstanceInterruptionBehavior,
-    InstanceMarketOptionsRequest, InstanceStateName, InstanceType, IpPermission, IpRange,
-    LocationType, MarketType, ResourceType, SpotInstanceType, SpotMarketOptions, Tag,
-    TagSpecification, VolumeType,
+    InstanceLifecycleType, InstanceMarketOptionsRequest, InstanceStateName, InstanceType,
+    IpPermission, IpRange, LocationType, MarketType, ResourceType, SpotInstanceType,
+    SpotMarketOptions, StateReason, Tag, TagSpecification, VolumeType,
 };
 use aws_sdk_ec2::Client;
 use base64::Engine as _;
@@ -78,7 +78,16 @@ pub const DLAMI_NAME: &str = "Deep Learning*Ubuntu*";
 pub const UBUNTU_OWNER: &str = "099720109477";
 pub const UBUNTU_NAME: &str = "ubuntu/images/*ubuntu-jammy-22.04-amd64-server-*";
 /// Instance states `observe` lists (everything but `terminated`).
-const LIVE_STATES: &[&str] = &["pending", "running", "stopping", "stopped", "shutting-down"];
+/// What `observe` lists: the live states, and terminated instances (EC2 lists them for
+/// about an hour), of which only the preempted spot ones are kept ([`preemption_of`]).
+const OBSERVED_STATES: &[&str] = &[
+    "pending",
+    "running",
+    "stopping",
+    "stopped",
+    "shutting-down",
+    "terminated",
+];
 /// Environment variables tuning the waits (see [`AwsSettings::from_env_and_config`]).
 pub const BOOT_TIMEOUT_ENV: &str = "GPUPROV_AWS_BOOT_TIMEOUT";
 pub const SSH_TIMEOUT_ENV: &str = "GPUPROV_AWS_SSH_TIMEOUT";
@@ -279,6 +288,41 @@ pub fn status_of(state: Option<&InstanceStateName>, reason: Option<&str>) -> Ins
             reason.map(|r| format!(": {r}")).unwrap_or_default()
         )),
     }
+}
+
+/// EC2's own spot interruption signal: a spot instance (`InstanceLifecycle: spot`, or
+/// no lifecycle given) whose last state change has the reason code
+/// `Server.SpotInstanceTermination` (terminated, or shutting down) or
+/// `Server.SpotInstanceShutdown` (stopped, or stopping; the `stop` interruption
+/// behaviour) is [`InstanceStatus::Preempted`], stopped or not. `None` otherwise (the
+/// state alone decides, [`status_of`]).
+pub fn preemption_of(
+    state: Option<&InstanceStateName>,
+    lifecycle: Option<&InstanceLifecycleType>,
+    reason: Option<&StateReason>,
+) -> Option<InstanceStatus> {
+    let code = reason.and_then(|r| r.code())?;
+    if !matches!(
+        code,
+        "Server.SpotInstanceTermination" | "Server.SpotInstanceShutdown"
+    ) || lifecycle.is_some_and(|l| *l != InstanceLifecycleType::Spot)
+    {
+        return None;
+    }
+    let stopped = match state? {
+        InstanceStateName::Stopped | InstanceStateName::Stopping => true,
+        InstanceStateName::Terminated | InstanceStateName::ShuttingDown => false,
+        _ => return None,
+    };
+    let message = reason.and_then(|r| r.message()).unwrap_or_default();
+    Some(InstanceStatus::Preempted {
+        signal: if message.is_empty() {
+            code.to_string()
+        } else {
+            format!("{code}: {message}")
+        },
+        stopped,
+    })
 }
 
 /// The AWS SDK's config loader as gpuprov uses it (EC2 here, S3 for the state backend):
@@ -993,7 +1037,8 @@ impl CloudProvider for AwsProvider {
                 .describe_instances()
                 .filters(filter(&format!("tag:{IDENTITY_LABEL}"), &[vm_name]))
                 .filters(filter(&format!("tag:{LINEAGE_LABEL}"), &[&lineage]))
-                .filters(filter("instance-state-name", LIVE_STATES))
+                // Terminated ones too, for the preempted spot instances among them.
+                .filters(filter("instance-state-name", OBSERVED_STATES))
                 .set_next_token(token.clone())
                 .send()
                 .await
@@ -1002,10 +1047,13 @@ impl CloudProvider for AwsProvider {
                 for i in r.instances() {
                     let Some(id) = i.instance_id() else { continue };
                     let state = i.state().and_then(|s| s.name());
-                    if state == Some(&InstanceStateName::Terminated) {
+                    let preempted = preemption_of(state, i.instance_lifecycle(), i.state_reason());
+                    if state == Some(&InstanceStateName::Terminated) && preempted.is_none() {
                         continue;
                     }
-                    let status = status_of(state, i.state_reason().and_then(|r| r.message()));
+                    let status = preempted.unwrap_or_else(|| {
+                        status_of(state, i.state_reason().and_then(|r| r.message()))
+                    });
                     let ssh = (status == InstanceStatus::Running)
                         .then(|| i.public_ip_address())
                         .flatten()
@@ -1167,6 +1215,47 @@ mod tests {
             InstanceStatus::Terminating
         );
         assert!(matches!(status_of(None, None), InstanceStatus::Failed(_)));
+    }
+
+    #[test]
+    fn spot_interruption_reasons_map_to_preempted() {
+        use InstanceStateName as S;
+        let reason = |code: &str| {
+            StateReason::builder()
+                .code(code)
+                .message(format!("{code}: spot capacity"))
+                .build()
+        };
+        let term = reason("Server.SpotInstanceTermination");
+        let spot = Some(&InstanceLifecycleType::Spot);
+        let gone = preemption_of(Some(&S::Terminated), spot, Some(&term)).unwrap();
+        assert!(
+            matches!(&gone, InstanceStatus::Preempted { stopped: false, signal } if signal.starts_with("Server.SpotInstanceTermination")),
+            "{gone:?}"
+        );
+        assert!(matches!(
+            preemption_of(Some(&S::ShuttingDown), None, Some(&term)),
+            Some(InstanceStatus::Preempted { stopped: false, .. })
+        ));
+        let shut = reason("Server.SpotInstanceShutdown");
+        assert!(matches!(
+            preemption_of(Some(&S::Stopped), spot, Some(&shut)),
+            Some(InstanceStatus::Preempted { stopped: true, .. })
+        ));
+        // Not a spot interruption: the state decides.
+        let user = reason("Client.UserInitiatedShutdown");
+        assert_eq!(preemption_of(Some(&S::Terminated), spot, Some(&user)), None);
+        assert_eq!(preemption_of(Some(&S::Stopped), spot, None), None);
+        assert_eq!(
+            preemption_of(
+                Some(&S::Terminated),
+                Some(&InstanceLifecycleType::Scheduled),
+                Some(&term)
+            ),
+            None
+        );
+        // A running spot instance is running, whatever its last reason said.
+        assert_eq!(preemption_of(Some(&S::Running), spot, Some(&shut)), None);
     }
 
     #[test]

@@ -79,7 +79,8 @@ impl AggregatedPage {
     }
 }
 
-/// `Instance` (name, status, labels and the external address).
+/// `Instance` (name, status, labels, the external address, and what tells a preempted
+/// spot VM: `scheduling`, `statusMessage`).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct Instance {
@@ -87,6 +88,24 @@ pub struct Instance {
     pub status: String,
     pub labels: BTreeMap<String, String>,
     pub network_interfaces: Vec<NetworkInterface>,
+    pub scheduling: Scheduling,
+    pub status_message: Option<String>,
+}
+
+/// `Scheduling`: whether the VM is preemptible (`preemptible`, the older model) or spot
+/// (`provisioningModel: SPOT`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Scheduling {
+    pub preemptible: Option<bool>,
+    pub provisioning_model: Option<String>,
+}
+
+impl Scheduling {
+    /// Whether Compute Engine may preempt the VM.
+    pub fn is_spot(&self) -> bool {
+        self.preemptible == Some(true) || self.provisioning_model.as_deref() == Some("SPOT")
+    }
 }
 
 /// `NetworkInterface` (its access configs carry the external address).
@@ -223,6 +242,18 @@ pub fn status_of(i: &Instance) -> (InstanceStatus, Option<SshEndpoint>) {
         }
         "PROVISIONING" | "STAGING" | "PENDING" | "REPAIRING" => InstanceStatus::Pending,
         "STOPPING" | "SUSPENDING" | "PENDING_STOP" | "DEPROVISIONING" => InstanceStatus::Stopping,
+        // A stopped spot or preemptible VM: Compute Engine stops it when it preempts it
+        // (`instanceTerminationAction: STOP`; gpuprov's own spot VMs are deleted instead).
+        // The instance resource does not say who stopped it (only the
+        // `compute.instances.preempted` operation does), so a stopped spot VM counts as
+        // preempted: apply replaces it, trying other offers first.
+        "TERMINATED" | "STOPPED" if i.scheduling.is_spot() => InstanceStatus::Preempted {
+            signal: match i.status_message.as_deref().map(str::trim) {
+                Some(m) if !m.is_empty() => format!("spot VM {}: {m}", i.status),
+                _ => format!("spot VM {}", i.status),
+            },
+            stopped: true,
+        },
         "TERMINATED" | "STOPPED" | "SUSPENDED" => InstanceStatus::Stopped,
         other => InstanceStatus::Failed(format!("unknown Compute Engine status `{other}`")),
     };

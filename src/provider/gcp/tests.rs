@@ -446,6 +446,42 @@ fn statuses_and_the_ssh_endpoint() {
     ));
 }
 
+#[test]
+fn a_stopped_spot_or_preemptible_vm_is_preempted() {
+    let inst = |status: &str, scheduling: serde_json::Value| -> Instance {
+        serde_json::from_value(json!({
+            "name": "n", "status": status, "scheduling": scheduling,
+            "statusMessage": "Instance was preempted."
+        }))
+        .unwrap()
+    };
+    let spot = json!({"provisioningModel": "SPOT", "instanceTerminationAction": "STOP"});
+    assert_eq!(
+        api::status_of(&inst("TERMINATED", spot.clone())).0,
+        InstanceStatus::Preempted {
+            signal: "spot VM TERMINATED: Instance was preempted.".into(),
+            stopped: true
+        }
+    );
+    assert!(matches!(
+        api::status_of(&inst("STOPPED", json!({"preemptible": true}))).0,
+        InstanceStatus::Preempted { stopped: true, .. }
+    ));
+    // Not spot: a stopped VM; spot but running: running (or booting).
+    assert_eq!(
+        api::status_of(&inst(
+            "TERMINATED",
+            json!({"provisioningModel": "STANDARD"})
+        ))
+        .0,
+        InstanceStatus::Stopped
+    );
+    assert_eq!(
+        api::status_of(&inst("STAGING", spot)).0,
+        InstanceStatus::Pending
+    );
+}
+
 fn sa_json(token_uri: &str) -> String {
     json!({
         "type": "service_account",

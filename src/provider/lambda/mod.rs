@@ -163,7 +163,11 @@ fn status_of(s: &str) -> Option<InstanceStatus> {
         "active" => InstanceStatus::Running,
         "unhealthy" => InstanceStatus::Failed("unhealthy".into()),
         "terminating" => InstanceStatus::Terminating,
-        "preempted" => InstanceStatus::Failed("preempted".into()),
+        // Still listed, so deleted like a stopped one before the machine is replaced.
+        "preempted" => InstanceStatus::Preempted {
+            signal: "Lambda status `preempted`".into(),
+            stopped: true,
+        },
         "terminated" => return None,
         other => InstanceStatus::Failed(format!("unknown Lambda status `{other}`")),
     })
@@ -474,8 +478,8 @@ impl CloudProvider for LambdaProvider {
 
     /// `GET /api/v1/instances`, keeping the instances in `at.region` with both identity
     /// tags (or the gpuprov name when listed without tags), except `terminated` ones, sorted
-    /// by id. Status: booting → Pending, active → Running, unhealthy / preempted →
-    /// Failed, terminating → Terminating. SSH endpoint `ip:22`, user `ubuntu`, once `ip` is
+    /// by id. Status: booting → Pending, active → Running, unhealthy → Failed, preempted
+    /// → Preempted (stopped: still listed), terminating → Terminating. SSH endpoint `ip:22`, user `ubuntu`, once `ip` is
     /// set.
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
         if at.cloud != CLOUD {

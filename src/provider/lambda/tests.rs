@@ -92,7 +92,10 @@ fn statuses_map_and_terminated_is_gone() {
     assert_eq!(status_of("terminating"), Some(InstanceStatus::Terminating));
     assert_eq!(
         status_of("preempted"),
-        Some(InstanceStatus::Failed("preempted".into()))
+        Some(InstanceStatus::Preempted {
+            signal: "Lambda status `preempted`".into(),
+            stopped: true
+        })
     );
     assert_eq!(status_of("terminated"), None);
 }

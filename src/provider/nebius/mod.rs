@@ -188,7 +188,7 @@ fn invalid(msg: impl Into<String>) -> ProviderError {
 
 /// The normalised status and SSH endpoint of `i` (its `InstanceStatus.state`):
 /// CREATING, STARTING, UPDATING → `Pending`; RUNNING → `Running` (with the public address
-/// once there is one); STOPPING, STOPPED; DELETING → `Terminating`; ERROR → `Failed`; an
+/// once there is one); STOPPING, STOPPED (a preemptible VM's: `Preempted`); DELETING → `Terminating`; ERROR → `Failed`; an
 /// unset or unknown state → `Pending` (never taken as gone).
 pub fn status_of(i: &compute::Instance) -> (InstanceStatus, Option<super::SshEndpoint>) {
     use compute::instance_status::InstanceState as S;
@@ -198,6 +198,14 @@ pub fn status_of(i: &compute::Instance) -> (InstanceStatus, Option<super::SshEnd
         S::Creating | S::Starting | S::Updating | S::Unspecified => InstanceStatus::Pending,
         S::Running => InstanceStatus::Running,
         S::Stopping => InstanceStatus::Stopping,
+        // A preemptible VM is stopped when preempted (`on_preemption: STOP`, the only
+        // policy); the instance does not say who stopped it, so it counts as preempted.
+        S::Stopped if i.spec.as_ref().is_some_and(|s| s.preemptible.is_some()) => {
+            InstanceStatus::Preempted {
+                signal: "preemptible instance STOPPED".into(),
+                stopped: true,
+            }
+        }
         S::Stopped => InstanceStatus::Stopped,
         S::Deleting => InstanceStatus::Terminating,
         S::Error => InstanceStatus::Failed("Nebius reports the instance in state ERROR".into()),
@@ -1334,6 +1342,18 @@ mod tests {
             }),
             ..Default::default()
         };
+        let preemptible = compute::Instance {
+            spec: Some(compute::InstanceSpec {
+                preemptible: Some(compute::PreemptibleSpec::default()),
+                ..Default::default()
+            }),
+            ..with(S::Stopped, "")
+        };
+        assert!(matches!(
+            status_of(&preemptible).0,
+            InstanceStatus::Preempted { stopped: true, .. }
+        ));
+        assert_eq!(status_of(&with(S::Stopped, "")).0, InstanceStatus::Stopped);
         let (s, ssh) = status_of(&with(S::Running, "203.0.113.7/32"));
         assert_eq!(s, InstanceStatus::Running);
         assert_eq!(ssh.unwrap().to_string(), "ubuntu@203.0.113.7:22");
