@@ -311,6 +311,14 @@ impl LambdaProvider {
 
     /// `POST /api/v1/instance-operations/terminate` for `ids`, `Ok(false)` when Lambda
     /// answered that one of them does not exist.
+    /// `GET /api/v1/instances`: every instance of the account (the API has no filter);
+    /// what `observe` and `list` filter.
+    async fn instances(&self) -> Result<Vec<Instance>> {
+        self.api
+            .get("/api/v1/instances", &[], Call::other("list instances"))
+            .await
+    }
+
     async fn terminate(&self, ids: &[String]) -> Result<bool> {
         let body = json!({ "instance_ids": ids });
         let path = "/api/v1/instance-operations/terminate";
@@ -485,10 +493,7 @@ impl CloudProvider for LambdaProvider {
         if at.cloud != CLOUD {
             return Ok(vec![]);
         }
-        let list: Vec<Instance> = self
-            .api
-            .get("/api/v1/instances", &[], Call::other("list instances"))
-            .await?;
+        let list = self.instances().await?;
         let lineage = &self.settings.lineage;
         let mut out: Vec<Observed> = list
             .iter()
@@ -573,10 +578,7 @@ impl CloudProvider for LambdaProvider {
         if at.cloud != CLOUD {
             return Ok(vec![]);
         }
-        let list: Vec<Instance> = self
-            .api
-            .get("/api/v1/instances", &[], Call::other("list instances"))
-            .await?;
+        let list = self.instances().await?;
         let tag = |i: &Instance, k: &str| {
             i.tags
                 .as_ref()
