@@ -155,6 +155,7 @@ fn docker_offer() -> Offer {
         spot: false,
         price_per_hour: 0.0,
         detail: Value::Null,
+        facts: Default::default(),
     }
 }
 

@@ -283,6 +283,7 @@ impl VmSpec {
             gpu_count: self.gpu_count,
             spot: self.spot,
             max_price_per_hour: self.max_price_per_hour,
+            gpu_count_at_least: false,
         }
     }
 
@@ -507,6 +508,14 @@ impl Config {
                 Some("remove one of these depends_on entries".into()),
             ));
         }
+        if let Some(span) = interpolation_span(&text) {
+            return Err(err(
+                "a string holds `${...}`, which gpuprov.toml does not interpolate".into(),
+                Some(span),
+                "taken literally",
+                Some("TOML has no variables or expressions: write the value itself (Terraform's `${var.x}` has no equivalent here)".into()),
+            ));
+        }
         let moved = check_moved(&file.moved, &vms, &reporter)?;
         Ok(Config {
             path: path.to_path_buf(),
@@ -550,6 +559,26 @@ impl Config {
             src: NamedSource::new(self.path.display().to_string(), self.source.clone()),
             span: Some(SourceSpan::from(span)),
             label: label.into(),
+            help,
+        }
+    }
+
+    /// A diagnostic about machine `vm`'s `key` raised after loading (for example `zones`
+    /// on clouds without zones), pointing at the value it gets (its table's, else
+    /// `[defaults]`'s), else at its table header.
+    pub fn key_error(
+        &self,
+        vm: &str,
+        key: &str,
+        message: String,
+        help: Option<String>,
+    ) -> ConfigError {
+        let span = key_span(&self.source, vm, key).or_else(|| find_vm_header(&self.source, vm));
+        ConfigError {
+            message,
+            src: NamedSource::new(self.path.display().to_string(), self.source.clone()),
+            span: span.map(|r| SourceSpan::from(r.start..r.end)),
+            label: "here".into(),
             help,
         }
     }
@@ -693,6 +722,31 @@ fn merge(
             Some("ports lists extra inbound TCP ports (1-65535); 22 is always open".into()),
         ));
     }
+    if let Some(p) = ports
+        .iter()
+        .enumerate()
+        .find(|(i, p)| ports[..*i].contains(p))
+        .map(|(_, p)| p)
+    {
+        return Err(err(
+            format!("vm.{name}: port {p} is listed twice in ports"),
+            key_span(r.text, name, "ports").or_else(header),
+            "here",
+            Some("list each port once".into()),
+        ));
+    }
+    if let Some((_, dup)) = t.depends_on.iter().enumerate().find(|(i, d)| {
+        t.depends_on[..*i]
+            .iter()
+            .any(|e| e.get_ref() == d.get_ref())
+    }) {
+        return Err(err(
+            format!("vm.{name}: depends_on lists {:?} twice", dup.get_ref()),
+            Some(dup.span()),
+            "again here",
+            Some("list each machine once".into()),
+        ));
+    }
     Ok(VmSpec {
         name: name.to_string(),
         clouds,
@@ -833,6 +887,36 @@ fn key_span(text: &str, name: &str, key: &str) -> Option<std::ops::Range<usize>>
         None
     };
     in_table(&format!("[vm.{name}]")).or_else(|| in_table("[defaults]"))
+}
+
+/// The span of the first string value (or key) holding `${`: Terraform-style
+/// interpolation, which TOML takes literally, so such a value would reach a cloud as
+/// written. Comments are not values, so they may hold it. Read through toml's own
+/// spanned parser; `None` when the text does not parse (serde reported that already).
+fn interpolation_span(text: &str) -> Option<std::ops::Range<usize>> {
+    use toml::de::{DeTable, DeValue};
+    fn in_value(v: &toml::Spanned<DeValue<'_>>) -> Option<std::ops::Range<usize>> {
+        match v.get_ref() {
+            DeValue::String(s) if s.contains("${") => Some(v.span()),
+            DeValue::Array(items) => items.iter().find_map(in_value),
+            DeValue::Table(t) => in_table(t),
+            _ => None,
+        }
+    }
+    fn in_table(t: &DeTable<'_>) -> Option<std::ops::Range<usize>> {
+        t.iter().find_map(|(k, v)| {
+            if k.get_ref().contains("${") {
+                Some(k.span())
+            } else {
+                in_value(v)
+            }
+        })
+    }
+    if !text.contains("${") {
+        return None;
+    }
+    let table = DeTable::parse(text).ok()?;
+    in_table(table.get_ref())
 }
 
 /// Finds the `[vm.NAME]` header (or a dotted `vm.NAME` key) in the text, for spans that

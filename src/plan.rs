@@ -112,6 +112,21 @@ pub struct Change {
     /// preemption.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub preempted_now: bool,
+    /// Where what will really happen differs from what the config says, by attribute
+    /// (for example `kubernetes`: skipped on a cloud that cannot host k3s), with why.
+    /// Shown beside the attribute; the desired snapshot keeps the config's value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub effective: BTreeMap<String, Effective>,
+}
+
+/// An attribute's effective value where it differs from the config's (or may, depending
+/// on where the machine is placed), and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Effective {
+    /// The value that takes effect, rendered as the plan renders attributes.
+    pub value: String,
+    /// Why, in a few words (for example "docker cannot host k3s").
+    pub why: String,
 }
 
 impl Change {
@@ -469,6 +484,7 @@ pub fn compute(
             found: None,
             preempted: Vec::new(),
             preempted_now: false,
+            effective: BTreeMap::new(),
         };
         let Some(rec) = state.resources.get(&address) else {
             changes.push(change(
@@ -668,6 +684,7 @@ pub fn compute(
             found: None,
             preempted: Vec::new(),
             preempted_now: false,
+            effective: BTreeMap::new(),
         });
     }
     changes.sort_by(|a, b| a.address.cmp(&b.address));
@@ -1062,7 +1079,13 @@ pub fn render(plan: &Plan) -> String {
         let width = c.attributes.iter().map(|a| a.name.len()).max().unwrap_or(0);
         for a in &c.attributes {
             let line = match (&a.before, &a.after) {
-                (None, Some(v)) => format!("      + {:width$} = {v}", a.name),
+                (None, Some(v)) => match c.effective.get(&a.name) {
+                    Some(e) if e.value != *v => {
+                        format!("      + {:width$} = {} # {}", a.name, e.value, e.why)
+                    }
+                    Some(e) => format!("      + {:width$} = {v} # {}", a.name, e.why),
+                    None => format!("      + {:width$} = {v}", a.name),
+                },
                 (Some(v), None) => format!("      - {:width$} = {v}", a.name),
                 (Some(b), Some(v)) => format!(
                     "      ~ {:width$} = {b} -> {v}{}",

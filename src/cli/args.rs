@@ -173,14 +173,17 @@ pub struct TunnelArgs {
 #[derive(Debug, Args)]
 pub struct OffersArgs {
     /// Show the offers one machine of the config would try, in apply's order
-    #[arg(long, value_name = "NAME", conflicts_with_all = ["gpu", "gpu_count", "clouds", "regions", "spot", "max_price"])]
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["gpu", "gpu_count", "min_gpu_count", "clouds", "regions", "spot", "max_price"])]
     pub vm: Option<String>,
     /// GPU model, for example H100 (case-insensitive); omit for any
     #[arg(long)]
     pub gpu: Option<String>,
-    /// GPUs per machine (default: any count)
+    /// Exactly N GPUs per machine (default: any count)
     #[arg(long = "gpu-count", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub gpu_count: Option<u32>,
+    /// At least N GPUs per machine
+    #[arg(long = "min-gpu-count", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64), conflicts_with = "gpu_count")]
+    pub min_gpu_count: Option<u32>,
     /// Clouds to ask (repeatable; default: every cloud in this build except docker)
     #[arg(long = "cloud", value_name = "CLOUD")]
     pub clouds: Vec<String>,

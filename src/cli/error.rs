@@ -52,6 +52,25 @@ pub const EXIT_CODES: &[(u8, &str)] = &[
     (130, "interrupted (Ctrl-C or SIGTERM)"),
 ];
 
+/// The environment variables gpuprov reads itself: (name, meaning), as the man page's
+/// ENVIRONMENT section lists them. Each cloud's credential variables are the vendor's own
+/// (README, "Clouds").
+pub const ENVIRONMENT: &[(&str, &str)] = &[
+    ("GPUPROV_CONFIG", "the config file (default gpuprov.toml); same as --config"),
+    ("GPUPROV_STATE", "the local state file; same as --state"),
+    ("GPUPROV_BACKEND_CONFIG", "overrides [backend] keys, for example type=s3,bucket=B,key=K"),
+    ("GPUPROV_PG_CONN_STR", "the PostgreSQL backend's connection string (else PG_CONN_STR)"),
+    ("GPUPROV_HOME", "where per-project SSH keys, ssh config and kubeconfigs live (default ~/.gpuprov)"),
+    ("GPUPROV_SSH_PRIVATE_KEY", "the project's SSH private key itself (CI), held in memory only"),
+    ("GPUPROV_SSH_KEY_FILE", "a file holding the project's SSH private key; same as --ssh-key"),
+    ("GPUPROV_<CLOUD>_ENDPOINT", "a cloud's API base URL, for example GPUPROV_LAMBDA_ENDPOINT"),
+    ("GPUPROV_K3S_INSTALL_URL", "the k3s install script's URL or path on the machine (air-gapped)"),
+    ("GPUPROV_K3S_VERSION", "the k3s release to install, for example v1.31.4+k3s1"),
+    ("GPUPROV_LOG", "structured log filter on stderr (tracing's EnvFilter), for example gpuprov=debug: one span per machine and step, with cloud, region, offer and attempt"),
+    ("NO_COLOR", "when set, no colour in any output (as -no-color)"),
+    ("GITHUB_STEP_SUMMARY", "when set (GitHub Actions), plan and show append the Markdown plan to it"),
+];
+
 /// The `--help` epilogue: [`EXIT_CODES`] as an indented table.
 pub fn exit_codes_help() -> String {
     let mut s = String::from("Exit codes:\n");

@@ -778,6 +778,7 @@ mod tests {
                 spot: false,
                 price_per_hour: 0.0,
                 detail: serde_json::Value::Null,
+                facts: Default::default(),
             },
             ssh: crate::provider::SshEndpoint {
                 host: "127.0.0.1".into(),

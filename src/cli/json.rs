@@ -147,6 +147,11 @@ pub struct ChangeExtras {
     /// The instance apply adopts (found by identity, unknown to the state).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub found: Option<crate::plan::discovery::FoundInstance>,
+    /// Attributes whose effective value differs from the config's (for example
+    /// `kubernetes` on a cloud that cannot host k3s), with why; `after` keeps the
+    /// config's value.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub effective: std::collections::BTreeMap<String, crate::plan::Effective>,
 }
 
 /// Terraform's actions for gpuprov's action.
@@ -219,6 +224,7 @@ impl JsonPlan {
                         offers: c.offers.clone(),
                         no_offers: c.no_offers.clone(),
                         found: c.found.clone(),
+                        effective: c.effective.clone(),
                     },
                 }
             })
@@ -277,6 +283,17 @@ pub struct MachineStatus {
     pub ssh: Option<String>,
     /// The price of its offer, USD per hour, when up.
     pub price_per_hour: Option<f64>,
+    /// When gpuprov first found it ready (RFC 3339, UTC), when up. Billing starts a little
+    /// earlier, at the cloud's create.
+    pub up_since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Seconds since `up_since`, when up.
+    pub uptime_seconds: Option<u64>,
+    /// `price_per_hour` × uptime, USD: what it has cost since it was ready (a lower
+    /// bound: the boot before is billed too, and prices are list prices).
+    pub cost_so_far: Option<f64>,
+    /// Whether the machine is a k3s cluster: `on`, `off` (not asked), or `skipped: why`
+    /// (asked, but its cloud cannot host k3s); null when unknown (no desired snapshot).
+    pub kubernetes: Option<String>,
     /// Why a record cannot be read (`state` is then `invalid`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -323,11 +340,32 @@ pub struct OfferRow<'a> {
     pub gpu_count: u32,
     pub spot: bool,
     pub price_per_hour: f64,
+    /// `price_per_hour` / `gpu_count`, USD per GPU-hour; null without GPUs.
+    pub price_per_gpu_hour: Option<f64>,
+    /// A spot offer shown at the on-demand price (the cloud publishes no spot price):
+    /// the real price is lower.
+    pub price_is_upper_bound: bool,
+    /// vCPUs, when the catalog says.
+    pub vcpus: Option<u32>,
+    /// Memory, GiB, when the catalog says.
+    pub memory_gib: Option<f64>,
+    /// Local disk, GiB, when the catalog says.
+    pub disk_gib: Option<u32>,
+    /// The date of gpuprov's built-in price list the price comes from; null when the
+    /// cloud's API quoted it now.
+    pub prices_as_of: Option<&'a str>,
 }
 
 impl<'a> From<&'a Offer> for OfferRow<'a> {
     fn from(o: &'a Offer) -> Self {
         OfferRow {
+            price_per_gpu_hour: (o.gpu_count > 0)
+                .then(|| (o.price_per_hour / o.gpu_count as f64 * 10_000.0).round() / 10_000.0),
+            price_is_upper_bound: o.facts.spot_price_is_upper_bound,
+            vcpus: o.facts.vcpus,
+            memory_gib: o.facts.memory_gib,
+            disk_gib: o.facts.disk_gib,
+            prices_as_of: o.facts.prices_as_of.as_deref(),
             id: &o.id,
             cloud: &o.location.cloud,
             region: &o.location.region,

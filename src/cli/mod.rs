@@ -510,6 +510,9 @@ async fn make_plan(
         )
     })?;
     for c in plan.changes.iter_mut() {
+        if c.desired.is_some() {
+            c.effective = pre.effective.get(&c.vm).cloned().unwrap_or_default();
+        }
         if matches!(c.action, Action::Create | Action::Replace | Action::Resume) {
             let found = pre.offers.get(&c.vm).map(Vec::as_slice).unwrap_or_default();
             c.offers = plan::offer_lines(found, &c.preempted);

@@ -90,9 +90,10 @@ fn query(a: &OffersArgs, config: Option<&Config>, project: &Project) -> Result<Q
             zones: Vec::new(),
             gpu: a.gpu.clone(),
             // No count asked means any count (adapters read 0 as "any").
-            gpu_count: a.gpu_count.unwrap_or(0),
+            gpu_count: a.gpu_count.or(a.min_gpu_count).unwrap_or(0),
             spot: a.spot,
             max_price_per_hour: a.max_price,
+            gpu_count_at_least: a.min_gpu_count.is_some(),
         },
         clouds,
         apply_order: false,
@@ -173,6 +174,9 @@ pub(super) async fn cmd_offers(project: &Project, a: &OffersArgs) -> CmdResult {
         outln!("No offers match.");
     } else {
         out!("{}", render_table(&offers));
+        for line in catalog_ages(&offers) {
+            errln!("note: {line}");
+        }
     }
     Ok(if answered == 0 {
         Exit::Failure
@@ -181,27 +185,59 @@ pub(super) async fn cmd_offers(project: &Project, a: &OffersArgs) -> CmdResult {
     })
 }
 
-/// A plain-text table, one offer per line, columns padded to their widest cell.
+/// A plain-text table, one offer per line, columns padded to their widest cell; numbers
+/// right-aligned. A price the cloud does not quote for spot (shown at on demand) is
+/// marked `<=`; unknown sizes are `-`.
 fn render_table(offers: &[Offer]) -> String {
-    let header = [
-        "CLOUD", "REGION", "ZONE", "TYPE", "GPU", "GPUS", "SPOT", "USD/H",
+    const HEADER: [&str; 12] = [
+        "CLOUD",
+        "REGION",
+        "ZONE",
+        "TYPE",
+        "GPU",
+        "GPUS",
+        "VCPUS",
+        "MEM GIB",
+        "DISK GIB",
+        "SPOT",
+        "USD/H",
+        "USD/GPU-H",
     ];
-    let rows: Vec<[String; 8]> = offers
+    // Columns from GPUS on are numbers (SPOT is short either way).
+    const RIGHT_FROM: usize = 5;
+    let dash = || "-".to_string();
+    let rows: Vec<[String; 12]> = offers
         .iter()
         .map(|o| {
+            let bound = if o.facts.spot_price_is_upper_bound {
+                "<="
+            } else {
+                ""
+            };
             [
                 o.location.cloud.clone(),
                 o.location.region.clone(),
-                o.location.zone.clone().unwrap_or_else(|| "-".into()),
+                o.location.zone.clone().unwrap_or_else(dash),
                 o.instance_type.clone(),
-                o.gpu.clone().unwrap_or_else(|| "-".into()),
+                o.gpu.clone().unwrap_or_else(dash),
                 o.gpu_count.to_string(),
+                o.facts.vcpus.map(|v| v.to_string()).unwrap_or_else(dash),
+                o.facts
+                    .memory_gib
+                    .map(|m| format!("{m:.0}"))
+                    .unwrap_or_else(dash),
+                o.facts.disk_gib.map(|d| d.to_string()).unwrap_or_else(dash),
                 if o.spot { "yes" } else { "no" }.into(),
-                format!("{:.2}", o.price_per_hour),
+                format!("{bound}{:.2}", o.price_per_hour),
+                if o.gpu_count > 0 {
+                    format!("{bound}{:.2}", o.price_per_hour / o.gpu_count as f64)
+                } else {
+                    dash()
+                },
             ]
         })
         .collect();
-    let mut widths = header.map(str::len);
+    let mut widths = HEADER.map(str::len);
     for r in &rows {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
@@ -211,19 +247,49 @@ fn render_table(offers: &[Offer]) -> String {
     let mut line = |cells: &[&str]| {
         let mut l = String::new();
         for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-            if i + 1 == cells.len() {
-                // The price column is right-aligned.
+            if i >= RIGHT_FROM {
                 let _ = write!(l, "{cell:>w$}");
             } else {
-                let _ = write!(l, "{cell:<w$}  ");
+                let _ = write!(l, "{cell:<w$}");
+            }
+            if i + 1 < cells.len() {
+                l.push_str("  ");
             }
         }
-        out.push_str(&l);
+        out.push_str(l.trim_end());
         out.push('\n');
     };
-    line(&header);
+    line(&HEADER);
     for r in &rows {
         line(&r.each_ref().map(String::as_str));
     }
     out
+}
+
+/// One line per cloud in `offers`: where its prices come from and how old they are
+/// (gpuprov's built-in list and its date, or the cloud's API now), and whether some spot
+/// prices are upper bounds.
+fn catalog_ages(offers: &[Offer]) -> Vec<String> {
+    let mut by_cloud: std::collections::BTreeMap<&str, (Option<&str>, bool)> =
+        std::collections::BTreeMap::new();
+    for o in offers {
+        let e = by_cloud.entry(&o.location.cloud).or_insert((None, false));
+        e.0 = e.0.or(o.facts.prices_as_of.as_deref());
+        e.1 |= o.facts.spot_price_is_upper_bound;
+    }
+    by_cloud
+        .into_iter()
+        .map(|(cloud, (as_of, bound))| {
+            let age = match as_of {
+                Some(d) => format!("prices from gpuprov's built-in list as of {d}"),
+                None => "prices and stock from its API now".to_string(),
+            };
+            let bound = if bound {
+                "; spot prices marked <= are the on-demand price (no spot price published), an upper bound"
+            } else {
+                ""
+            };
+            format!("{cloud}: {age}{bound}")
+        })
+        .collect()
 }

@@ -9,7 +9,7 @@ use miette::{Diagnostic, Report};
 use super::clouds_in_this_build;
 use crate::config::Config;
 use crate::machine::Providers;
-use crate::plan::{NoOffer, NoOfferReason, Plan};
+use crate::plan::{Effective, NoOffer, NoOfferReason, Plan};
 use crate::provider::{ErrorKind, Feature, Offer};
 
 /// What the catalog lookups found.
@@ -21,6 +21,9 @@ pub(super) struct Preflight {
     pub offers: BTreeMap<String, Vec<Offer>>,
     /// Per machine without a single offer, each cloud's reason, in the machine's order.
     pub no_offers: BTreeMap<String, Vec<NoOffer>>,
+    /// Per machine, the attributes whose effective value differs from the config's
+    /// (`kubernetes` where its clouds cannot host k3s), shown in the plan.
+    pub effective: BTreeMap<String, BTreeMap<String, Effective>>,
 }
 
 /// An error naming every machine `plan` would create (or replace) although no cloud
@@ -82,8 +85,9 @@ fn no_offers_message(machines: &BTreeMap<String, Vec<NoOffer>>) -> String {
 
 /// Rejects what cannot work before anything runs, with one catalog lookup per machine and
 /// usable cloud: machines with no cloud adapter in this build, asks every usable cloud
-/// rejects (`InvalidRequest`, for example a GPU on the Docker cloud), and an explicit
-/// `kubernetes = true` on clouds that cannot host k3s. The same lookups give the offers
+/// rejects (`InvalidRequest`, for example a GPU on the Docker cloud), `zones` on clouds
+/// without zones ([`Feature::Zones`]), and an explicit `kubernetes = true` on clouds that
+/// cannot host k3s. The same lookups give the offers
 /// the plan shows and, for a machine without any, each cloud's reason
 /// ([`Preflight::no_offers`]; the caller decides whether that is an error).
 ///
@@ -95,6 +99,7 @@ pub(super) async fn preflight(config: &Config, providers: &Providers) -> Result<
     let mut k3s_skipped: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut offers: BTreeMap<String, Vec<Offer>> = BTreeMap::new();
     let mut no_offers: BTreeMap<String, Vec<NoOffer>> = BTreeMap::new();
+    let mut effective: BTreeMap<String, BTreeMap<String, Effective>> = BTreeMap::new();
     for vm in config.vms.values() {
         let usable: Vec<_> = vm
             .clouds
@@ -113,6 +118,23 @@ pub(super) async fn preflight(config: &Config, providers: &Providers) -> Result<
                     "available clouds in this build: {}",
                     clouds_in_this_build()
                 )),
+            )));
+        }
+        let zoned = vm.clouds.iter().any(|c| {
+            providers
+                .get(c.as_str())
+                .is_some_and(|p| p.capabilities().supports(Feature::Zones))
+        });
+        if !vm.zones.is_empty() && !zoned {
+            return Err(Report::new(config.key_error(
+                &vm.name,
+                "zones",
+                format!(
+                    "vm.{}: zones is set, but none of its clouds ({}) places machines in zones",
+                    vm.name,
+                    vm.clouds.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+                Some("remove zones (regions choose where it runs), or add a cloud with zones (aws, gcp)".into()),
             )));
         }
         let mut rejections = Vec::new();
@@ -200,11 +222,42 @@ pub(super) async fn preflight(config: &Config, providers: &Providers) -> Result<
         } else {
             notes.extend(errors);
         }
-        let k3s_capable = usable.iter().any(|c| {
-            providers
-                .get(c.as_str())
-                .is_some_and(|p| p.capabilities().supports(Feature::Kubernetes))
-        });
+        let no_k3s: Vec<&str> = usable
+            .iter()
+            .filter(|c| {
+                !providers
+                    .get(c.as_str())
+                    .is_some_and(|p| p.capabilities().supports(Feature::Kubernetes))
+            })
+            .map(|c| c.as_str())
+            .collect();
+        let k3s_capable = no_k3s.len() < usable.len();
+        if vm.kubernetes && !no_k3s.is_empty() {
+            let (value, why) = if k3s_capable {
+                (
+                    "true",
+                    format!(
+                        "skipped if placed on {}, which cannot host k3s",
+                        no_k3s.join(" or ")
+                    ),
+                )
+            } else {
+                (
+                    "false",
+                    format!(
+                        "{} cannot host k3s (the config asks for true)",
+                        no_k3s.join(", ")
+                    ),
+                )
+            };
+            effective.entry(vm.name.clone()).or_default().insert(
+                "kubernetes".into(),
+                Effective {
+                    value: value.into(),
+                    why,
+                },
+            );
+        }
         if vm.kubernetes && !k3s_capable {
             if vm.kubernetes_explicit {
                 return Err(Report::new(config.vm_error(
@@ -244,5 +297,6 @@ pub(super) async fn preflight(config: &Config, providers: &Providers) -> Result<
         notes,
         offers,
         no_offers,
+        effective,
     })
 }

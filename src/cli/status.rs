@@ -59,13 +59,15 @@ pub(super) async fn run(project: &Project, a: &StatusArgs) -> CmdResult {
         return Ok(Exit::Success);
     }
     outln!(
-        "{:<20} {:<24} {:<16} {:<16} {:<22} {:>8}  LAST EVENT",
+        "{:<20} {:<24} {:<16} {:<16} {:<22} {:>8} {:>8} {:>9}  LAST EVENT",
         "MACHINE",
         "STATE",
         "LOCATION",
         "INSTANCE",
         "SSH",
-        "$/H"
+        "$/H",
+        "UPTIME",
+        "COST $"
     );
     for m in &machines {
         let st = match m.observed.as_deref() {
@@ -81,7 +83,7 @@ pub(super) async fn run(project: &Project, a: &StatusArgs) -> CmdResult {
             .map(|e| format!("{} {}", e.at.format("%Y-%m-%d %H:%M:%S"), e.label))
             .unwrap_or_default();
         outln!(
-            "{:<20} {:<24} {:<16} {:<16} {:<22} {:>8}  {}",
+            "{:<20} {:<24} {:<16} {:<16} {:<22} {:>8} {:>8} {:>9}  {}",
             m.address,
             st,
             loc.unwrap_or_default(),
@@ -90,10 +92,56 @@ pub(super) async fn run(project: &Project, a: &StatusArgs) -> CmdResult {
             m.price_per_hour
                 .map(|p| format!("{p:.2}"))
                 .unwrap_or_default(),
+            m.uptime_seconds.map(uptime).unwrap_or_default(),
+            m.cost_so_far.map(|c| format!("{c:.2}")).unwrap_or_default(),
             last
         );
     }
+    for m in &machines {
+        if let Some(why) = m
+            .kubernetes
+            .as_deref()
+            .and_then(|k| k.strip_prefix("skipped: "))
+        {
+            outln!("note: {}: kubernetes skipped: {why}", m.address);
+        }
+    }
     Ok(Exit::Success)
+}
+
+/// An uptime the way people read it: `45s`, `12m`, `3h05m`, `2d04h`.
+fn uptime(secs: u64) -> String {
+    let (d, h, m) = (secs / 86_400, secs / 3_600 % 24, secs / 60 % 60);
+    match (d, h, m) {
+        (0, 0, 0) => format!("{secs}s"),
+        (0, 0, m) => format!("{m}m"),
+        (0, h, m) => format!("{h}h{m:02}m"),
+        (d, h, _) => format!("{d}d{h:02}h"),
+    }
+}
+
+/// Whether a machine is (or will be) a cluster: from its desired snapshot and, for one
+/// that asked for k3s, whether its cloud can host it (the adapter's capabilities; building
+/// one does no I/O).
+fn kubernetes(r: &ResourceRecord, cloud: Option<&str>) -> Option<String> {
+    let desired: crate::config::VmSpec = serde_json::from_value(r.desired.clone()?).ok()?;
+    if !desired.kubernetes {
+        return Some("off".into());
+    }
+    if r.machine.kind == crate::record::K3S {
+        return Some("on".into());
+    }
+    let hosts = cloud
+        .and_then(crate::config::Cloud::from_name)
+        .and_then(|c| c.build(&Default::default(), crate::provider::Lineage::random()))
+        .map(|p| {
+            p.capabilities()
+                .supports(crate::provider::Feature::Kubernetes)
+        });
+    Some(match (hosts, cloud) {
+        (Some(false), Some(c)) => format!("skipped: {c} cannot host k3s"),
+        _ => "on".into(),
+    })
 }
 
 /// One machine's status from its record.
@@ -106,6 +154,10 @@ fn machine(address: &str, r: &ResourceRecord, observed: Option<String>) -> Machi
         instance_ids: Vec::new(),
         ssh: None,
         price_per_hour: None,
+        up_since: None,
+        uptime_seconds: None,
+        cost_so_far: None,
+        kubernetes: None,
         error: None,
         last_event: r.events.back().map(|e| Event {
             at: e.at,
@@ -126,7 +178,8 @@ fn machine(address: &str, r: &ResourceRecord, observed: Option<String>) -> Machi
             m.ssh = vm
                 .as_ref()
                 .map(|v| format!("{}@{}:{}", v.user, v.ssh.host, v.ssh.port));
-            m.price_per_hour = vm.map(|v| v.offer.price_per_hour);
+            m.price_per_hour = vm.as_ref().map(|v| v.offer.price_per_hour);
+            m.up_since = vm.as_ref().map(|v| v.ready_at);
         }
         Ok(plan::Recorded::K3sPending { .. }) => {
             m.state = crate::record::Record::decode(&r.machine.kind, &r.machine.state)
@@ -139,6 +192,7 @@ fn machine(address: &str, r: &ResourceRecord, observed: Option<String>) -> Machi
                 m.instance_ids = vec![v.instance_id.clone()];
                 m.ssh = Some(format!("{}@{}:{}", v.user, v.ssh.host, v.ssh.port));
                 m.price_per_hour = Some(v.offer.price_per_hour);
+                m.up_since = Some(v.ready_at);
             }
         }
         Ok(plan::Recorded::Teardown(t)) => {
@@ -156,5 +210,14 @@ fn machine(address: &str, r: &ResourceRecord, observed: Option<String>) -> Machi
             m.error = Some(e);
         }
     }
+    if let Some(since) = m.up_since {
+        let secs = (chrono::Utc::now() - since).num_seconds().max(0) as u64;
+        m.uptime_seconds = Some(secs);
+        m.cost_so_far = m
+            .price_per_hour
+            .map(|p| (p * secs as f64 / 3600.0 * 100.0).round() / 100.0);
+    }
+    let cloud = m.location.as_deref().and_then(|l| l.split('/').next());
+    m.kubernetes = kubernetes(r, cloud);
     m
 }

@@ -76,6 +76,9 @@ fn what(c: &Change) -> String {
         let names: Vec<&str> = c.attributes.iter().map(|a| a.name.as_str()).collect();
         parts.push(format!("`{}`", names.join("`, `")));
     }
+    for (name, e) in &c.effective {
+        parts.push(format!("`{name}` = `{}`: {}", cell(&e.value), cell(&e.why)));
+    }
     if !c.no_offers.is_empty() {
         let why: Vec<String> = c
             .no_offers
@@ -202,6 +205,7 @@ mod tests {
     }
 
     fn change(vm: &str, action: Action) -> Change {
+        use std::collections::BTreeMap;
         Change {
             address: format!("vm.{vm}"),
             vm: vm.into(),
@@ -217,6 +221,7 @@ mod tests {
             found: None,
             preempted: vec![],
             preempted_now: false,
+            effective: BTreeMap::new(),
         }
     }
 

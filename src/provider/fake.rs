@@ -206,6 +206,7 @@ impl FakeProvider {
             spot: false,
             price_per_hour: price,
             detail: serde_json::Value::Null,
+            facts: Default::default(),
         });
         self
     }

@@ -121,6 +121,41 @@ pub struct Offer {
     /// `detail` JSON on the `Offer`, persisted").
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub detail: serde_json::Value,
+    /// What a user compares offers by besides the GPU: size and where the price comes
+    /// from. Shown by `gpuprov offers`; never used to choose.
+    #[serde(default, skip_serializing_if = "OfferFacts::is_empty")]
+    pub facts: OfferFacts,
+}
+
+/// An offer's size and price provenance, as far as the cloud's catalog says (each field
+/// `None` where it does not). Source: each adapter's catalog (its module docs name the
+/// API field or the vendor page).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OfferFacts {
+    /// vCPUs per machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpus: Option<u32>,
+    /// Memory per machine, GiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_gib: Option<f64>,
+    /// Local (root or ephemeral) disk per machine, GiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_gib: Option<u32>,
+    /// The date of gpuprov's built-in price list when the price comes from it
+    /// (`YYYY-MM`), `None` when the cloud's API quoted it now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prices_as_of: Option<String>,
+    /// A spot offer priced at the on-demand price because the cloud publishes no spot
+    /// price: the real price is lower (this is an upper bound).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub spot_price_is_upper_bound: bool,
+}
+
+impl OfferFacts {
+    /// Whether nothing is known (so the state and plan files omit it).
+    pub fn is_empty(&self) -> bool {
+        *self == OfferFacts::default()
+    }
 }
 
 /// What a VM asks for, derived from its `[vm.NAME]` table; the input of
@@ -132,10 +167,15 @@ pub struct ResourceRequest {
     pub regions: Vec<String>,
     pub zones: Vec<String>,
     pub gpu: Option<String>,
+    /// GPUs per machine: exactly this many (0: any, or none without `gpu`), unless
+    /// `gpu_count_at_least`. Adapters test it with [`kit::gpu::count_fits`].
     pub gpu_count: u32,
     pub spot: bool,
     /// Upper bound in USD per hour; offers above it are dropped by the core.
     pub max_price_per_hour: Option<f64>,
+    /// `gpu_count` is a minimum (`gpuprov offers --min-gpu-count`), not an exact count.
+    #[serde(default)]
+    pub gpu_count_at_least: bool,
 }
 
 /// What to create, independent of the offer. Holds no secret: only the project's public
@@ -288,6 +328,10 @@ pub enum Feature {
     /// machine that was stopped (by the user, the vendor or a spot reclaim that stops) is
     /// restarted with its disk instead of being replaced.
     Start,
+    /// Places instances in zones within a region, so `zones` in the config narrows its
+    /// offers (AWS availability zones, GCP zones). On a cloud without it `zones` means
+    /// nothing, and a machine whose clouds all lack it is rejected up front.
+    Zones,
 }
 
 /// What the core must respect about a cloud (brief: "Capabilities").
@@ -670,6 +714,7 @@ mod tests {
             spot: false,
             price_per_hour: 1.0,
             detail: serde_json::Value::Null,
+            facts: Default::default(),
         };
         let (a, b) = (offer(Some("us-east-1a")), offer(Some("us-east-1b")));
         let failed = BlockScope::default_for(ErrorKind::Failed, &a).unwrap();

@@ -71,6 +71,7 @@ mod tests {
             spot: false,
             price_per_hour: price,
             detail: serde_json::Value::Null,
+            facts: Default::default(),
         }
     }
 
@@ -114,6 +115,7 @@ mod tests {
             gpu_count: 0,
             spot: false,
             max_price_per_hour: None,
+            gpu_count_at_least: false,
         };
         let mut o = vec![
             offer("us-east-1", "h100", None, 23.92),

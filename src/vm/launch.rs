@@ -891,6 +891,7 @@ impl LaunchMachine {
                 spot: false,
                 price_per_hour: 0.0,
                 detail: serde_json::Value::Null,
+                facts: Default::default(),
             }],
             ..Search::default()
         };

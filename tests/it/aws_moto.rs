@@ -1128,6 +1128,7 @@ fn offer(region: &str, instance_type: &str) -> Offer {
         spot: false,
         price_per_hour: 55.04,
         detail: serde_json::Value::Null,
+        facts: Default::default(),
     }
 }
 

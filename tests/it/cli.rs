@@ -69,6 +69,10 @@ impl Project {
             "[TIMESTAMP]",
         );
         s.add_filter(r"\b\d+(\.\d+)?(ms|µs|ns)\b", "[DURATION]");
+        s.add_filter(
+            r#""uptime_seconds": \d+"#,
+            r#""uptime_seconds": "[UPTIME]""#,
+        );
         s
     }
 
@@ -103,6 +107,7 @@ impl Project {
             spot: false,
             price_per_hour: 0.0,
             detail: serde_json::Value::Null,
+            facts: Default::default(),
         };
         let vm = VmRecord {
             instance_id: "c0ffee".into(),
@@ -637,9 +642,10 @@ fn offers_lists_the_catalog_cheapest_first_without_a_config() {
     let rows: Vec<&str> = out.lines().skip(1).collect();
     assert!(out.starts_with("CLOUD"), "{out}");
     assert!(rows.len() >= 2, "{out}");
+    // USD/H is the next-to-last column (the last is per GPU-hour).
     let prices: Vec<f64> = rows
         .iter()
-        .map(|l| l.split_whitespace().last().unwrap().parse().unwrap())
+        .map(|l| l.split_whitespace().rev().nth(1).unwrap().parse().unwrap())
         .collect();
     assert!(
         prices.windows(2).all(|w| w[0] <= w[1]),
@@ -679,6 +685,89 @@ fn offers_lists_the_catalog_cheapest_first_without_a_config() {
             .len(),
         1
     );
+}
+
+/// Issue 19: `--gpu-count` is exact, `--min-gpu-count` a minimum; the table shows sizes,
+/// the per-GPU price, spot upper bounds, and where each cloud's prices come from.
+#[test]
+fn offers_count_gpus_exactly_unless_asked_for_a_minimum() {
+    let p = Project::new("");
+    std::fs::remove_file(p.path("gpuprov.toml")).unwrap();
+    let counts = |args: &[&str]| -> Vec<u64> {
+        let mut all = vec!["offers", "--cloud", "aws", "--gpu", "A10G", "--json"];
+        all.extend_from_slice(args);
+        let (code, out, err) = p.run(&all);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let mut c: Vec<u64> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["gpu_count"].as_u64().unwrap())
+            .collect();
+        c.sort();
+        c.dedup();
+        c
+    };
+    assert_eq!(counts(&["--gpu-count", "4"]), vec![4]);
+    assert_eq!(counts(&["--min-gpu-count", "4"]), vec![4, 8]);
+    assert_eq!(counts(&[]), vec![1, 4, 8]);
+    let (code, _, err) = p.run(&["offers", "--gpu-count", "2", "--min-gpu-count", "2"]);
+    assert_eq!(code, 1, "the two counts conflict: {err}");
+
+    let (code, out, err) = p.run(&[
+        "offers",
+        "--cloud",
+        "aws",
+        "--gpu",
+        "A10G",
+        "--gpu-count",
+        "8",
+        "--spot",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let header: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap()
+        .split("  ")
+        .filter(|c| !c.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    for col in ["VCPUS", "MEM GIB", "DISK GIB", "SPOT", "USD/H", "USD/GPU-H"] {
+        assert!(header.contains(&col), "{header:?}");
+    }
+    let row = out.lines().nth(1).unwrap();
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    let (total, per_gpu) = (cells[cells.len() - 2], cells[cells.len() - 1]);
+    // AWS publishes no spot price in gpuprov's list: the on-demand price bounds it.
+    let strip = |c: &str| {
+        c.strip_prefix("<=")
+            .expect("marked as an upper bound")
+            .parse::<f64>()
+            .unwrap()
+    };
+    assert!((strip(total) / 8.0 - strip(per_gpu)).abs() < 0.01, "{row}");
+    assert!(
+        err.contains("note: aws: prices from gpuprov's built-in list as of 2025-06")
+            && err.contains("an upper bound"),
+        "{err}"
+    );
+    let (_, json, _) = p.run(&[
+        "offers",
+        "--cloud",
+        "aws",
+        "--gpu",
+        "A10G",
+        "--gpu-count",
+        "8",
+        "--spot",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_valid("gpuprov-offers.schema.json", &v);
+    assert_eq!(v[0]["price_is_upper_bound"], true);
+    assert_eq!(v[0]["prices_as_of"], "2025-06");
 }
 
 #[test]
@@ -911,7 +1000,7 @@ fn terraform_spellings_work_beside_the_double_dash_ones() {
 /// A machine whose clouds offer nothing, for a different reason on each: AWS's offline
 /// catalog prices every H100 above the cap, Lambda has no key, RunPod's endpoint refuses
 /// the connection (loopback, nothing listens), and the Docker cloud has no GPUs.
-const NO_OFFERS_TOML: &str = "[vm.trainer]\nclouds = [\"aws\", \"lambda\", \"runpod\", \"docker\"]\ngpu = \"H100\"\nmax_price_per_hour = 1.0\n";
+const NO_OFFERS_TOML: &str = "[vm.trainer]\nclouds = [\"aws\", \"lambda\", \"runpod\", \"docker\"]\ngpu = \"H100\"\ngpu_count = 8\nmax_price_per_hour = 1.0\n";
 
 fn no_offers_project() -> Project {
     Project::new(NO_OFFERS_TOML)
@@ -1087,7 +1176,19 @@ fn status_and_list_print_json_that_fits_their_schemas() {
     assert_eq!(m["state"], "ready");
     assert_eq!(m["instance_ids"], serde_json::json!(["c0ffee"]));
     assert_eq!(m["ssh"], "root@127.0.0.1:32768");
+    // Up since the record's ready_at; a free container costs nothing however long it runs.
+    assert_eq!(m["up_since"], "2026-01-01T00:00:00Z");
+    assert!(m["uptime_seconds"].as_u64().unwrap() > 86_400, "{m:#}");
+    assert_eq!(m["cost_so_far"], 0.0);
+    assert_eq!(m["kubernetes"], "skipped: docker cannot host k3s");
     p.snapshot("status_json", &out);
+    let (code, table, _) = p.run(&["status", "-refresh=false"]);
+    assert_eq!(code, 0);
+    assert!(table.lines().next().unwrap().contains("UPTIME"), "{table}");
+    assert!(
+        table.contains("note: vm.dev: kubernetes skipped: docker cannot host k3s"),
+        "{table}"
+    );
     let (code, out, _) = p.run(&["list", "-json"]);
     assert_eq!(code, 0);
     let v = json_of(&out);
@@ -1229,6 +1330,19 @@ fn the_man_page_is_generated_with_every_command() {
     for word in ["plan", "apply", "destroy", "Exit codes", "130"] {
         assert!(page.contains(word), "the page lacks {word}");
     }
+    // ENVIRONMENT lists what gpuprov reads, after the exit codes.
+    let env = page
+        .find(".SH ENVIRONMENT")
+        .expect("an ENVIRONMENT section");
+    assert!(page.find("Exit codes").unwrap() < env);
+    for var in [
+        "GPUPROV_LOG",
+        "GPUPROV_BACKEND_CONFIG",
+        "NO_COLOR",
+        "GITHUB_STEP_SUMMARY",
+    ] {
+        assert!(page[env..].contains(var), "ENVIRONMENT lacks {var}");
+    }
     let (code, _, err) = p.run(&["man", "--dir", "man"]);
     assert_eq!(code, 0, "{err}");
     for file in ["gpuprov.1", "gpuprov-plan.1", "gpuprov-state-push.1"] {
@@ -1236,6 +1350,8 @@ fn the_man_page_is_generated_with_every_command() {
             .unwrap_or_else(|e| panic!("{file}: {e}"));
         assert!(text.contains(".TH "), "{file}");
     }
+    let top = std::fs::read_to_string(p.path("man").join("gpuprov.1")).unwrap();
+    assert!(top.contains(".SH ENVIRONMENT"), "{top}");
 }
 
 /// A machine that retries until up waits for stock: nothing matching (or everything above
@@ -1243,7 +1359,7 @@ fn the_man_page_is_generated_with_every_command() {
 #[test]
 fn a_machine_that_retries_until_up_waits_for_offers_unless_waiting_cannot_help() {
     let p = Project::new(
-        "[vm.trainer]\nclouds = [\"aws\"]\ngpu = \"H100\"\nmax_price_per_hour = 1.0\nretry_until_up = true\n",
+        "[vm.trainer]\nclouds = [\"aws\"]\ngpu = \"H100\"\ngpu_count = 8\nmax_price_per_hour = 1.0\nretry_until_up = true\n",
     );
     let (code, out, err) = p.run(&["plan", "-refresh=false"]);
     assert_eq!(code, 0, "{out}{err}");

@@ -109,6 +109,7 @@ fn vm() -> VmRecord {
         spot: false,
         price_per_hour: 0.0,
         detail: serde_json::Value::Null,
+        facts: Default::default(),
     };
     VmRecord {
         instance_id: "c0ffee".into(),

@@ -171,6 +171,14 @@ fn bad_configs_name_what_and_where() {
         ("[vm.a]\nregions = [\"x\"]\n", "names no cloud", Some("[vm.a]")),
         ("[vm.a]\nclouds = []\n", "clouds is empty", Some("[]")),
         ("[vm.a]\nclouds = [\"docker\"]\nports = [22]\n", "port 22 cannot be listed", Some("[22]")),
+        ("[vm.a]\nclouds = [\"docker\"]\nports = [8080, 9000, 8080]\n", "port 8080 is listed twice", Some("[8080, 9000, 8080]")),
+        (
+            "[vm.a]\nclouds = [\"docker\"]\n[vm.b]\nclouds = [\"docker\"]\ndepends_on = [\"a\", \"a\"]\n",
+            "depends_on lists \"a\" twice",
+            Some("\"a\""),
+        ),
+        ("[vm.a]\nclouds = [\"docker\"]\nimage = \"${var.image}\" # ${ok in a comment}\n", "does not interpolate", Some("\"${var.image}\"")),
+        ("[defaults]\nregions = [\"us-east-1\", \"${region}\"]\n[vm.a]\nclouds = [\"docker\"]\n", "does not interpolate", Some("\"${region}\"")),
         ("[vm.a]\nclouds = [\"docker\"]\nmax_price_per_hour = -1.0\n", "must be a positive number", Some("-1.0")),
         ("[defaults]\nmax_price_per_hour = 0.0 # free\n[vm.a]\nclouds = [\"docker\"]\n", "must be a positive number", Some("0.0")),
         ("[vm.a]\nclouds = [\"docker\"]\ngpu_count = 2\n", "no gpu model is set", Some("2")),
@@ -192,4 +200,12 @@ fn bad_configs_name_what_and_where() {
             );
         }
     }
+}
+
+/// `${` in a comment is not a value: only strings are checked for interpolation.
+#[test]
+fn interpolation_in_a_comment_is_fine() {
+    let cfg = parse("# image = \"${var.image}\"\n[vm.a]\nclouds = [\"docker\"] # ${not a value}\n")
+        .expect("comments may hold ${");
+    assert_eq!(cfg.vms["a"].image, None);
 }

@@ -163,6 +163,7 @@ fn request() -> ResourceRequest {
         gpu_count: 0,
         spot: false,
         max_price_per_hour: None,
+        gpu_count_at_least: false,
     }
 }
 

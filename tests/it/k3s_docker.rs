@@ -119,6 +119,7 @@ async fn launch(vm_name: &str) -> Machine {
             gpu_count: 0,
             spot: false,
             max_price_per_hour: None,
+            gpu_count_at_least: false,
         })
         .await
         .unwrap()

@@ -51,6 +51,7 @@ fn offer(id: &str, ty: &str, price: f64) -> Offer {
         spot: false,
         price_per_hour: price,
         detail: json!({"ami": "ami-0123456789abcdef0"}),
+        facts: Default::default(),
     }
 }
 

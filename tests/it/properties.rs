@@ -1962,6 +1962,7 @@ fn request() -> ResourceRequest {
         gpu_count: 1,
         spot: false,
         max_price_per_hour: None,
+        gpu_count_at_least: false,
     }
 }
 

@@ -629,6 +629,7 @@ fn project_with_api_at(work: &Path, lineage: &str, port: u16, host_key: HostKey)
             spot: false,
             price_per_hour: 0.0,
             detail: serde_json::Value::Null,
+            facts: Default::default(),
         },
         ssh: endpoint(port),
         user: current_user(),

@@ -17,6 +17,9 @@
 use crate::provider::kit::gpu::{norm, rungs_for, Ladder};
 use crate::provider::{ErrorKind, Location, Offer, ProviderError, ResourceRequest};
 
+/// When the list prices were read (module docs, "Sources").
+pub const PRICES_AS_OF: &str = "2025-06";
+
 /// Regions `plan` uses when the machine lists none: the regions with the broadest GPU
 /// offering (N. Virginia, Oregon, Ohio, Ireland), in that order.
 pub const DEFAULT_REGIONS: &[&str] = &["us-east-1", "us-west-2", "us-east-2", "eu-west-1"];
@@ -257,6 +260,9 @@ pub fn plan(req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
                     spot: req.spot,
                     price_per_hour: g.price_per_hour,
                     detail: serde_json::Value::Null,
+                    // One list price per type, on demand: a spot offer shows it as
+                    // its upper bound (EC2 spot prices move hourly per zone).
+                    facts: crate::provider::kit::offer::facts_of_price_list(PRICES_AS_OF, req.spot),
                 });
             }
         }
@@ -286,6 +292,7 @@ mod tests {
             gpu_count: count,
             spot: false,
             max_price_per_hour: None,
+            gpu_count_at_least: false,
         }
     }
 
@@ -347,7 +354,7 @@ mod tests {
             assert!(zone_in_region(zone, &o.location.region), "{o:?}");
             assert!(o.id.ends_with(zone), "{o:?}");
         }
-        let only80 = plan(&req(Some("A100-80GB"), 1, &["us-east-1"])).unwrap();
+        let only80 = plan(&req(Some("A100-80GB"), 8, &["us-east-1"])).unwrap();
         assert_eq!(only80.len(), 6);
         assert!(only80.iter().all(|o| o.instance_type == "p4de.24xlarge"));
     }
@@ -379,10 +386,23 @@ mod tests {
 
     #[test]
     fn count_and_price_filter() {
-        let t4 = plan(&req(Some("T4"), 4, &["us-east-1"])).unwrap();
-        let mut types: Vec<&str> = t4.iter().map(|o| o.instance_type.as_str()).collect();
-        types.dedup();
-        assert_eq!(types, ["g4dn.12xlarge", "g4dn.metal"]);
+        let types_of = |r: &ResourceRequest| {
+            let mut t: Vec<String> = plan(r)
+                .unwrap()
+                .into_iter()
+                .map(|o| o.instance_type)
+                .collect();
+            t.dedup();
+            t
+        };
+        let mut four = req(Some("T4"), 4, &["us-east-1"]);
+        assert_eq!(types_of(&four), ["g4dn.12xlarge"], "exactly 4");
+        four.gpu_count_at_least = true;
+        assert_eq!(
+            types_of(&four),
+            ["g4dn.12xlarge", "g4dn.metal"],
+            "at least 4"
+        );
         let mut r = req(Some("T4"), 1, &[]);
         r.max_price_per_hour = Some(0.6);
         let cheap = plan(&r).unwrap();

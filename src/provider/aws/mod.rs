@@ -200,6 +200,7 @@ impl AwsSettings {
                 Feature::Gpu,
                 Feature::Kubernetes,
                 Feature::Start,
+                Feature::Zones,
             ],
             boot_timeout: Duration::from_secs(900),
             ssh_timeout: Duration::from_secs(600),

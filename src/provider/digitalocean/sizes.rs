@@ -6,6 +6,7 @@ use serde_json::json;
 use super::api::{Region, Size};
 use super::{Capabilities, Offer, ResourceRequest, CLOUD, DEFAULT_IMAGE};
 use crate::provider::kit::{gpu, offer};
+use crate::provider::OfferFacts;
 
 /// Upper bound on offers for a CPU-only ask (every size × region would be hundreds).
 const MAX_CPU_OFFERS: usize = 50;
@@ -65,6 +66,13 @@ pub(super) fn offers_for(sizes: &[Size], regions: &[Region], req: &ResourceReque
                     "gpu_model": gpu.map(|g| g.model.clone()),
                     "gpu_vram": gpu.and_then(|g| g.vram.as_ref()).map(|v| format!("{} {}", v.amount, v.unit)),
                 }),
+                // Size `vcpus`, `memory` (MiB) and `disk` (GB) of `GET /v2/sizes`.
+                facts: OfferFacts {
+                    vcpus: Some(s.vcpus).filter(|v| *v > 0),
+                    memory_gib: Some(s.memory as f64 / 1024.0).filter(|m| *m > 0.0),
+                    disk_gib: Some(s.disk).filter(|d| *d > 0),
+                    ..OfferFacts::default()
+                },
                 ..offer::on_demand(CLOUD, r, &s.slug, s.price_hourly)
             });
         }
@@ -86,7 +94,7 @@ pub(super) fn size_matches(s: &Size, req: &ResourceRequest) -> bool {
         None => !wants_gpu,
         Some(g) => {
             wants_gpu
-                && (req.gpu_count == 0 || g.count == req.gpu_count)
+                && crate::provider::kit::gpu::count_fits(req, g.count)
                 && req.gpu.as_ref().is_none_or(|want| {
                     gpu::same_model(want, &g.model)
                         || gpu_model(&g.model, g.count).is_some_and(|m| gpu::same_model(want, &m))

@@ -464,6 +464,7 @@ impl CloudProvider for DockerProvider {
             spot: false,
             price_per_hour: 0.0,
             detail: serde_json::Value::Null,
+            facts: Default::default(),
         }])
     }
 

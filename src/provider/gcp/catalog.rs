@@ -42,6 +42,9 @@ use crate::provider::{ErrorKind, Location, Offer, ProviderError, ResourceRequest
 
 use super::CLOUD;
 
+/// The day the built-in prices were read (module docs, "Sources").
+pub const PRICES_AS_OF: &str = "2026-12-02";
+
 /// What [`plan`] says about where its prices come from (`gpuprov offers` shows it).
 pub const PRICE_NOTE: &str = "prices are gpuprov's built-in list-price estimates (SkyPilot \
      catalog v7 and Google's pricing pages, retrieved 2026-12-02), not quotes";
@@ -512,6 +515,10 @@ pub fn plan(req: &ResourceRequest, available: &Availability) -> Result<Vec<Offer
                             Availability::Listed(_) => "acceleratorTypes",
                         },
                     }),
+                    facts: crate::provider::OfferFacts {
+                        prices_as_of: Some(PRICES_AS_OF.into()),
+                        ..Default::default()
+                    },
                 });
             }
         }

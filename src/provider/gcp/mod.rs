@@ -259,7 +259,9 @@ impl GcpProvider {
                 .iter()
                 .map(|r| r.to_string())
                 .collect(),
-            ..kit::adapter::vm_capabilities(&[BootScript, Firewall, Spot, Gpu, Kubernetes, Start])
+            ..kit::adapter::vm_capabilities(&[
+                BootScript, Firewall, Spot, Gpu, Kubernetes, Start, Zones,
+            ])
         }
     }
 

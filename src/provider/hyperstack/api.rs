@@ -318,7 +318,7 @@ pub(super) fn matches_ask(f: &Flavor, req: &ResourceRequest) -> bool {
             return false;
         }
     }
-    req.gpu_count == 0 || f.gpu_count == req.gpu_count
+    crate::provider::kit::gpu::count_fits(req, f.gpu_count)
 }
 
 /// Offers for the ask, one per region and flavor, in the flavor list's order (the core
@@ -364,6 +364,13 @@ pub(super) fn offers_for(
                 "disk_gb": f.disk,
                 "ephemeral_gb": f.ephemeral,
             }),
+            // Flavor `cpu`, `ram` (GB) and `disk` + `ephemeral` (GB).
+            facts: crate::provider::OfferFacts {
+                vcpus: Some(f.cpu).filter(|c| *c > 0),
+                memory_gib: Some(f.ram).filter(|r| *r > 0.0),
+                disk_gib: Some(f.disk + f.ephemeral).filter(|d| *d > 0),
+                ..Default::default()
+            },
         });
     }
     offers

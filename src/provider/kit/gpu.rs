@@ -56,9 +56,19 @@ pub struct Ladder<'a, T> {
     pub gpus: fn(&T) -> u32,
 }
 
+/// Whether an instance type with `gpus` GPUs fits the ask's count: any count when none is
+/// asked (0), else exactly `gpu_count`, or at least it with `gpu_count_at_least`.
+pub fn count_fits(req: &ResourceRequest, gpus: u32) -> bool {
+    match req.gpu_count {
+        0 => true,
+        n if req.gpu_count_at_least => gpus >= n,
+        n => gpus == n,
+    }
+}
+
 /// The rungs of `ladder` that fit `req`, cheapest first by `price` (USD per hour): they
-/// carry the asked GPU model and at least `gpu_count` GPUs (1 when unset), at or below
-/// `max_price_per_hour`.
+/// carry the asked GPU model and `gpu_count` GPUs (any count when 0; see [`count_fits`]),
+/// at or below `max_price_per_hour`.
 ///
 /// Errors (`InvalidRequest`): no GPU asked (a GPU ladder lists GPU types only), a model
 /// the ladder does not know (the message lists those it knows), or no rung within the
@@ -83,16 +93,21 @@ pub fn rungs_for<'a, T>(
             known.join(", ")
         ));
     }
-    let count = req.gpu_count.max(1);
+    let count = req.gpu_count;
     let mut fit: Vec<&T> = ladder
         .rungs
         .iter()
-        .filter(|t| (ladder.matches)(t, gpu) && (ladder.gpus)(t) >= count)
+        .filter(|t| (ladder.matches)(t, gpu) && count_fits(req, (ladder.gpus)(t)))
         .filter(|t| req.max_price_per_hour.is_none_or(|m| price(t) <= m))
         .collect();
     if fit.is_empty() {
         return invalid(format!(
-            "no {cloud} {kind} has {count} × {gpu}{}",
+            "no {cloud} {kind} has {}{count} × {gpu}{}",
+            if req.gpu_count_at_least {
+                "at least "
+            } else {
+                ""
+            },
             req.max_price_per_hour
                 .map(|m| format!(" at or below ${m}/h"))
                 .unwrap_or_default()

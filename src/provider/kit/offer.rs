@@ -1,7 +1,9 @@
 //! Offers as most clouds list them: one instance type in one region, on demand; the
 //! spot refusal of clouds without spot; the fields `prepare` hands to `create`.
 
-use super::super::{ErrorKind, Location, Offer, ProviderError, ResourceRequest, Result};
+use super::super::{
+    ErrorKind, Location, Offer, OfferFacts, ProviderError, ResourceRequest, Result,
+};
 
 /// The on-demand offer of `instance_type` in `region` of `cloud` at `price_per_hour` USD,
 /// id `<cloud>/<region>/<type>`, without GPUs, zone or detail (set them with struct
@@ -20,6 +22,18 @@ pub fn on_demand(cloud: &str, region: &str, instance_type: &str, price_per_hour:
         spot: false,
         price_per_hour,
         detail: serde_json::Value::Null,
+        facts: Default::default(),
+    }
+}
+
+/// The facts of an offer priced from gpuprov's built-in price list read on `as_of`
+/// (`YYYY-MM-DD`); `spot_upper_bound` when a spot offer is shown at the on-demand price
+/// because the vendor publishes no spot price.
+pub fn facts_of_price_list(as_of: &str, spot_upper_bound: bool) -> OfferFacts {
+    OfferFacts {
+        prices_as_of: Some(as_of.to_string()),
+        spot_price_is_upper_bound: spot_upper_bound,
+        ..OfferFacts::default()
     }
 }
 

@@ -12,6 +12,7 @@ pub fn ask(gpu: Option<&str>, count: u32, regions: &[&str]) -> ResourceRequest {
         gpu_count: count,
         spot: false,
         max_price_per_hour: None,
+        gpu_count_at_least: false,
     }
 }
 

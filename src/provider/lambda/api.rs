@@ -27,6 +27,14 @@ pub(super) struct InstanceType {
 pub(super) struct Specs {
     #[serde(default)]
     pub gpus: u32,
+    #[serde(default)]
+    pub vcpus: Option<u32>,
+    /// GiB.
+    #[serde(default)]
+    pub memory_gib: Option<f64>,
+    /// GiB.
+    #[serde(default)]
+    pub storage_gib: Option<u32>,
 }
 
 /// `Region`.

@@ -153,7 +153,7 @@ fn type_matches(t: &TypesItem, req: &ResourceRequest) -> bool {
     req.gpu
         .as_ref()
         .is_none_or(|want| model_of(t).is_some_and(|m| gpu::same_model(want, &m)))
-        && (req.gpu_count == 0 || t.instance_type.specs.gpus == req.gpu_count)
+        && kit::gpu::count_fits(req, t.instance_type.specs.gpus)
 }
 
 /// Normalised status of a Lambda `InstanceStatus`; `None` for `terminated` (gone).
@@ -347,6 +347,13 @@ fn offers_for(types: &[TypesItem], req: &ResourceRequest) -> Vec<Offer> {
                 gpu: model.clone(),
                 gpu_count: it.specs.gpus,
                 detail: json!({ "description": it.description }),
+                // `InstanceTypeSpecs`: vcpus, memory_gib, storage_gib.
+                facts: super::OfferFacts {
+                    vcpus: it.specs.vcpus,
+                    memory_gib: it.specs.memory_gib,
+                    disk_gib: it.specs.storage_gib,
+                    ..Default::default()
+                },
                 ..kit::offer::on_demand(CLOUD, &r.name, &it.name, price)
             });
         }

@@ -11,7 +11,12 @@ fn item(name: &str, desc: &str, gpus: u32, cents: i64, regions: &[&str]) -> Type
             description: String::new(),
             gpu_description: desc.into(),
             price_cents_per_hour: cents,
-            specs: Specs { gpus },
+            specs: Specs {
+                gpus,
+                vcpus: None,
+                memory_gib: None,
+                storage_gib: None,
+            },
         },
         regions_with_capacity_available: regions
             .iter()

@@ -179,7 +179,7 @@ fn product_matches(name: &str, p: &Product, req: &ResourceRequest) -> bool {
         gpu::same_model(want, &model)
             || name_gpu(name).is_some_and(|(_, m)| gpu::same_model(want, m))
     });
-    model_ok && (req.gpu_count == 0 || count == req.gpu_count)
+    model_ok && gpu::count_fits(req, count)
 }
 
 /// Whether product `p` can be launched in `region` now: any region with capacity for
@@ -233,6 +233,7 @@ fn offers_for(inventory: &Inventory, req: &ResourceRequest) -> Vec<Offer> {
                 gpu: gpu.as_ref().map(|g| g.0.clone()),
                 gpu_count: gpu.as_ref().map(|g| g.1).unwrap_or(0),
                 detail: json!({ "description": p.instance_type.description }),
+                facts: Default::default(),
                 ..kit::offer::on_demand(CLOUD, &region, name, cents as f64 / 100.0)
             });
         }

@@ -499,7 +499,6 @@ impl NebiusProvider {
         region: &str,
         platforms: &[&'static catalog::Platform],
     ) -> Result<Vec<Offer>> {
-        let count = req.gpu_count.max(1);
         let live_project = self.tokens.as_ref().and(self.settings.projects.get(region));
         // (platform, preset, gpus) that fit.
         let mut fit: Vec<(&'static catalog::Platform, String, u32)> = Vec::new();
@@ -523,7 +522,7 @@ impl NebiusProvider {
                             .as_ref()
                             .map(|r| r.gpu_count.max(0) as u32)
                             .unwrap_or(0);
-                        if gpus >= count {
+                        if kit::gpu::count_fits(req, gpus) {
                             fit.push((known, preset.name.clone(), gpus));
                         }
                     }
@@ -533,7 +532,7 @@ impl NebiusProvider {
                 for p in platforms.iter().filter(|p| p.regions.contains(&region)) {
                     for preset in p.presets {
                         let gpus = catalog::preset_gpus(preset).unwrap_or(0);
-                        if gpus >= count {
+                        if kit::gpu::count_fits(req, gpus) {
                             fit.push((p, preset.to_string(), gpus));
                         }
                     }
@@ -553,6 +552,10 @@ impl NebiusProvider {
                 o.spot = req.spot;
                 o.gpu = Some(p.gpu.to_string());
                 o.gpu_count = gpus;
+                o.facts = kit::offer::facts_of_price_list(
+                    catalog::PRICES_AS_OF,
+                    req.spot && p.preemptible_per_gpu_hour.is_none(),
+                );
                 o.detail = json!({
                     "platform": p.name,
                     "preset": preset,

@@ -249,7 +249,7 @@ fn price_of(g: &GpuAvailability) -> Option<f64> {
 /// Whether a configuration fits the ask (GPU type, exact count, spot or not).
 fn config_matches(g: &GpuAvailability, req: &ResourceRequest) -> bool {
     req.gpu.as_ref().is_none_or(|w| gpu_matches(w, &g.gpu_type))
-        && (req.gpu_count == 0 || g.gpu_count == req.gpu_count)
+        && kit::gpu::count_fits(req, g.gpu_count)
         && g.is_spot.unwrap_or(false) == req.spot
 }
 
@@ -298,6 +298,7 @@ fn offers_for(items: &[GpuAvailability], req: &ResourceRequest) -> Vec<Offer> {
                 "data_center": g.data_center,
                 "stock": g.stock_status,
             }),
+            facts: Default::default(),
         });
     }
     offers
@@ -613,7 +614,13 @@ impl CloudProvider for PrimeIntellectProvider {
     /// stock now". Errors: a GPU model that is no `GPUType` of the API and is not listed
     /// → `InvalidRequest`.
     async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>> {
-        let items = self.availability(&Self::filters(req.gpu_count)).await?;
+        // The API's `gpu_count` filter is exact: a minimum is filtered here instead.
+        let exact = if req.gpu_count_at_least {
+            0
+        } else {
+            req.gpu_count
+        };
+        let items = self.availability(&Self::filters(exact)).await?;
         if let Some(want) = &req.gpu {
             let known = GPU_TYPES.iter().any(|t| gpu_matches(want, t))
                 || items.iter().any(|g| gpu_matches(want, &g.gpu_type));

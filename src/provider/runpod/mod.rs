@@ -270,6 +270,7 @@ fn offers_for(catalog: &[(Tier, Vec<GpuType>)], req: &ResourceRequest, count: u3
                         "gpu_type_id": g.id,
                         "availability": dc.availability,
                     }),
+                    facts: Default::default(),
                 });
             }
         }

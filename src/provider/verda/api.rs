@@ -26,11 +26,30 @@ pub(super) struct InstanceType {
     pub spot_price: Option<f64>,
     #[serde(default)]
     pub gpu: Gpu,
+    #[serde(default)]
+    pub cpu: Cpu,
+    /// `SizeSpec`: `size_in_gigabytes`.
+    #[serde(default)]
+    pub memory: Size,
     /// The GPU model (`V100`, `H100`).
     #[serde(default)]
     pub model: String,
     #[serde(default)]
     pub currency: String,
+}
+
+/// `InstanceType.cpu`.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub(super) struct Cpu {
+    #[serde(default)]
+    pub number_of_cores: Option<u32>,
+}
+
+/// `SizeSpec`.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub(super) struct Size {
+    #[serde(default)]
+    pub size_in_gigabytes: Option<f64>,
 }
 
 /// `InstanceType.gpu`.

@@ -273,7 +273,7 @@ fn type_matches(t: &InstanceType, req: &ResourceRequest) -> bool {
     req.gpu
         .as_ref()
         .is_none_or(|w| model_of(t).is_some_and(|m| gpu::same_model(w, &m)))
-        && (req.gpu_count == 0 || t.gpu.number_of_gpus == req.gpu_count)
+        && kit::gpu::count_fits(req, t.gpu.number_of_gpus)
 }
 
 /// The price of a type, USD per hour (spot or on demand); `None` when not in USD or not
@@ -322,6 +322,12 @@ fn offers_for(
                 gpu_count: t.gpu.number_of_gpus,
                 spot: req.spot,
                 detail: json!({ "gpu": t.gpu.description }),
+                // `InstanceType.cpu.number_of_cores`, `memory.size_in_gigabytes`.
+                facts: crate::provider::OfferFacts {
+                    vcpus: t.cpu.number_of_cores,
+                    memory_gib: t.memory.size_in_gigabytes,
+                    ..Default::default()
+                },
                 ..base
             });
         }

@@ -15,6 +15,7 @@ fn ty(name: &str, model: &str, gpus: u32, price: f64, spot: f64) -> InstanceType
         },
         model: model.into(),
         currency: "usd".into(),
+        ..InstanceType::default()
     }
 }
 

@@ -589,6 +589,7 @@ fn ask(regions: &[&str]) -> ResourceRequest {
         gpu_count: 8,
         spot: false,
         max_price_per_hour: None,
+        gpu_count_at_least: false,
     }
 }
 
@@ -993,6 +994,7 @@ async fn the_api_key_never_appears_in_errors() {
         spot: false,
         price_per_hour: 15.2,
         detail: Value::Null,
+        facts: Default::default(),
     };
     let errors = [
         p.observe(&loc("CANADA-1"), "trainer").await.unwrap_err(),

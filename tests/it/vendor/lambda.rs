@@ -551,6 +551,7 @@ async fn region_names_that_are_prefixes_of_each_other_match_exactly() {
         gpu_count: 8,
         spot: false,
         max_price_per_hour: None,
+        gpu_count_at_least: false,
     };
     assert!(
         p.plan(&ask(&["us-east-1"])).await.unwrap().is_empty(),
@@ -692,6 +693,7 @@ async fn unplannable_asks_are_invalid_requests() {
         gpu_count: 8,
         spot: true,
         max_price_per_hour: None,
+        gpu_count_at_least: false,
     };
     assert_eq!(
         p.plan(&ask).await.unwrap_err().kind,
@@ -822,6 +824,7 @@ async fn prepare_reuses_the_rulesets_of_its_region_and_rechecks_capacity() {
         gpu_count: 8,
         spot: false,
         max_price_per_hour: None,
+        gpu_count_at_least: false,
     };
     let offer = p.plan(&ask).await.unwrap().remove(0);
     let spec = gpuprov::provider::InstanceSpec {
@@ -1007,6 +1010,7 @@ fn ask_h100(regions: &[&str]) -> ResourceRequest {
         gpu_count: 8,
         spot: false,
         max_price_per_hour: None,
+        gpu_count_at_least: false,
     }
 }
 

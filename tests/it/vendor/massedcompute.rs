@@ -317,6 +317,7 @@ fn ask(gpu: &str, count: u32, regions: &[&str]) -> ResourceRequest {
         gpu_count: count,
         spot: false,
         max_price_per_hour: None,
+        gpu_count_at_least: false,
     }
 }
 

@@ -1421,7 +1421,18 @@ async fn offers_come_from_the_projects_platforms_and_offline_from_the_catalog() 
     assert!(o[0].spot && o[0].id.ends_with("/preemptible"));
     let mut one = vm(&["eu-north1"]);
     one.gpu_count = 1;
-    assert_eq!(p.plan(&one.request()).await.unwrap().len(), 2);
+    let exactly_one = p.plan(&one.request()).await.unwrap();
+    assert_eq!(exactly_one.len(), 1, "gpu_count is exact: {exactly_one:?}");
+    assert_eq!(exactly_one[0].gpu_count, 1);
+    let at_least_one = ResourceRequest {
+        gpu_count_at_least: true,
+        ..one.request()
+    };
+    assert_eq!(
+        p.plan(&at_least_one).await.unwrap().len(),
+        2,
+        "1 and 8 GPUs"
+    );
     // No credential: the catalog's presets and regions, nothing dialled.
     let offline = fake.provider_with(None);
     let calls = fake.world.lock().unwrap().calls.len();

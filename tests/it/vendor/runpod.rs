@@ -538,6 +538,7 @@ fn ask(regions: &[&str]) -> ResourceRequest {
         gpu_count: 8,
         spot: false,
         max_price_per_hour: None,
+        gpu_count_at_least: false,
     }
 }
 

@@ -513,6 +513,7 @@ fn ask() -> ResourceRequest {
         gpu_count: 8,
         spot: false,
         max_price_per_hour: None,
+        gpu_count_at_least: false,
     }
 }
 
