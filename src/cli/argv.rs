@@ -41,6 +41,25 @@ pub fn normalize(cmd: &Command, args: Vec<OsString>) -> Result<Vec<OsString>, Co
             out.extend(words);
             break;
         }
+        // Go's flag package (Terraform's) takes `-json=true` / `-json=false` for a switch.
+        let dashes = s.chars().take(2).take_while(|c| *c == '-').count();
+        if let Some((name, value)) = s[dashes..].split_once('=').filter(|_| dashes > 0) {
+            if let Some(arg) = find_long(scope, name).filter(|a| is_switch(a)) {
+                match value {
+                    "true" | "1" => out.push(format!("--{name}").into()),
+                    "false" | "0" => {}
+                    _ => {
+                        return Err(CommandError::usage(
+                            format!("invalid value {value:?} for -{name}"),
+                            Some(format!(
+                                "-{name} is a switch: write -{name}, -{name}=true or -{name}=false"
+                            )),
+                        ))
+                    }
+                }
+                continue;
+            }
+        }
         let takes_value = if let Some(body) = s.strip_prefix("--") {
             out.push(word);
             !body.contains('=') && find_long(scope, body).is_some_and(needs_value)
@@ -78,6 +97,11 @@ pub fn normalize(cmd: &Command, args: Vec<OsString>) -> Result<Vec<OsString>, Co
         }
     }
     Ok(out)
+}
+
+/// Whether `arg` is an on/off switch that takes no value (`--json`, `--auto-approve`).
+fn is_switch(arg: &Arg) -> bool {
+    matches!(arg.get_action(), clap::ArgAction::SetTrue)
 }
 
 /// Whether `arg` needs a value after it (`--out FILE`); `--lock` / `--refresh` take one
@@ -220,6 +244,27 @@ mod tests {
             norm(&["apply", "-auto-approve", "-parallelism=3", "tfplan"]).unwrap(),
             ["apply", "--auto-approve", "--parallelism=3", "tfplan"]
         );
+    }
+
+    #[test]
+    fn a_switch_takes_go_style_true_and_false() {
+        assert_eq!(
+            norm(&[
+                "plan",
+                "-json=true",
+                "-detailed-exitcode=false",
+                "--no-color=1"
+            ])
+            .unwrap(),
+            ["plan", "--json", "--no-color"]
+        );
+        assert_eq!(
+            norm(&["plan", "-lock=false"]).unwrap(),
+            ["plan", "--lock=false"],
+            "a flag with a value keeps it"
+        );
+        let e = norm(&["plan", "-json=yes"]).unwrap_err();
+        assert!(e.contains("invalid value \"yes\" for -json"), "{e}");
     }
 
     #[test]

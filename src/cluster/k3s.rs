@@ -627,6 +627,13 @@ impl Machine for K3sMachine {
         matches!(s, K3sState::Ready { .. } | K3sState::Failed { .. })
     }
 
+    fn offer<'a>(&self, s: &'a K3sState) -> Option<&'a crate::provider::Offer> {
+        match s {
+            K3sState::Vm { launch, .. } => launch.offer(),
+            _ => s.vm().map(|vm| &vm.offer),
+        }
+    }
+
     fn label(&self, s: &K3sState) -> String {
         match s {
             K3sState::Vm { launch, .. } => self.launch.label(launch),

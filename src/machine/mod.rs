@@ -24,6 +24,7 @@ use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
+use tracing::Instrument;
 
 pub use journal::{Journal, JournalError, MemoryJournal, PrevRecord};
 pub use providers::Providers;
@@ -112,6 +113,11 @@ pub trait Machine: Send + Sync {
     fn is_terminal(&self, s: &Self::State) -> bool;
     /// A short human line for the journal and progress, for example `booting i-123`.
     fn label(&self, s: &Self::State) -> String;
+    /// The offer state `s` works on, for the structured log's fields (cloud, region,
+    /// offer); `None` by default and between offers.
+    fn offer<'a>(&self, _s: &'a Self::State) -> Option<&'a crate::provider::Offer> {
+        None
+    }
     async fn step(&self, s: &Self::State, cx: &StepCx) -> Step<Self::State>;
     fn retry_policy(&self, _s: &Self::State) -> RetryPolicy {
         RetryPolicy::default()
@@ -257,6 +263,17 @@ impl Executor {
         key: &str,
         initial: impl FnOnce(Option<PrevRecord>) -> M::State + Send,
     ) -> Result<M::State, ExecError> {
+        // `GPUPROV_LOG=gpuprov=info`: one span per machine, one per step inside it.
+        let span = tracing::info_span!("machine", address = %key, kind = %M::KIND);
+        self.run_machine(m, key, initial).instrument(span).await
+    }
+
+    async fn run_machine<M: Machine>(
+        &self,
+        m: &M,
+        key: &str,
+        initial: impl FnOnce(Option<PrevRecord>) -> M::State + Send,
+    ) -> Result<M::State, ExecError> {
         let prev = self
             .journal
             .load(key)
@@ -316,20 +333,36 @@ impl Executor {
             };
             // A hard cancel drops the in-flight step: steps are idempotent and the journal
             // holds the last durable state, so the next run resumes safely.
+            let step_span = tracing::info_span!(
+                "step",
+                state = %m.label(&state),
+                attempt,
+                cloud = tracing::field::Empty,
+                region = tracing::field::Empty,
+                offer = tracing::field::Empty,
+            );
+            if let Some(o) = m.offer(&state).filter(|_| !step_span.is_disabled()) {
+                use tracing::field::display;
+                step_span.record("cloud", display(&o.location.cloud));
+                step_span.record("region", display(&o.location.region));
+                step_span.record("offer", display(&o.id));
+            }
             let step = tokio::select! {
-                s = m.step(&state, &cx) => s,
+                s = m.step(&state, &cx).instrument(step_span.clone()) => s,
                 _ = self.cancel.reached(2) => {
                     return Err(ExecError::Interrupted { key: key.into(), label: m.label(&state) });
                 }
             };
             match step {
                 Step::Next(next) => {
+                    tracing::info!(parent: &step_span, to = %m.label(&next), "transition");
                     self.persist(m, key, &next).await?;
                     state = next;
                     entered = Instant::now();
                     attempt = 0;
                 }
                 Step::Poll { after, note } => {
+                    tracing::debug!(parent: &step_span, after_ms = after.as_millis() as u64, note = %note, "poll");
                     self.emit(Progress::Poll {
                         key: key.into(),
                         note,
@@ -339,6 +372,7 @@ impl Executor {
                 Step::Retry { error, after } => {
                     attempt += 1;
                     let policy = m.retry_policy(&state);
+                    tracing::info!(parent: &step_span, attempt, max = policy.max_attempts, error = %error, "retry");
                     if attempt >= policy.max_attempts {
                         let next = m.on_retries_exhausted(&state, error);
                         self.persist(m, key, &next).await?;

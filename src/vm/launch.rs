@@ -300,6 +300,22 @@ impl LaunchState {
 
     /// The cloud resources this state may own (a create may have happened from
     /// `Creating` on).
+    /// The offer this state is working on (the one being prepared, created, booted or
+    /// connected to, or the one that is up), `None` between offers.
+    pub fn offer(&self) -> Option<&Offer> {
+        match self {
+            LaunchState::Preparing { search }
+            | LaunchState::Creating { search, .. }
+            | LaunchState::Booting { search, .. }
+            | LaunchState::Connecting { search, .. }
+            | LaunchState::Compensating { search, .. }
+            | LaunchState::NextOffer { search }
+            | LaunchState::Starting { search, .. } => search.current(),
+            LaunchState::Ready { vm } => Some(&vm.offer),
+            _ => None,
+        }
+    }
+
     /// The cloud resources this state may own: side resources from `Preparing` on, an
     /// instance from `Creating` on (a create may have happened), marked `adopted` when
     /// gpuprov did not create it and `unsettled` when it may not be listed yet.
@@ -932,6 +948,10 @@ impl Machine for LaunchMachine {
             LaunchState::Exhausted { .. } => !self.vm.retry_until_up,
             _ => false,
         }
+    }
+
+    fn offer<'a>(&self, s: &'a LaunchState) -> Option<&'a Offer> {
+        s.offer()
     }
 
     fn label(&self, s: &LaunchState) -> String {

@@ -1317,3 +1317,62 @@ async fn a_quota_refused_late_blocks_the_whole_region() {
         "quota blocks us-east-1, east-b included"
     );
 }
+
+/// A `MakeWriter` collecting the structured log in memory.
+#[derive(Clone, Default)]
+struct LogBuf(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Issue 19 (`GPUPROV_LOG`): the executor logs one span per machine and one per step,
+/// with the offer's cloud, region and id and the attempt, and an event per transition and
+/// retry.
+#[tokio::test]
+async fn the_structured_log_has_a_span_per_machine_and_step_with_the_offer() {
+    let cloud = two_regions().with_fault(
+        Op::Create,
+        Some("east-a"),
+        err(ErrorKind::Transient, "502 from the API"),
+        1,
+    );
+    let r = Run::new(cloud);
+    let buf = LogBuf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("gpuprov=info"))
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    r.launch().await.unwrap().ready().expect("ready");
+    let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("machine{address=vm.trainer kind=launch}")),
+        "{log}"
+    );
+    let creating = lines
+        .iter()
+        .find(|l| l.contains("step{state=creating") && l.contains("transition"))
+        .unwrap_or_else(|| panic!("a transition out of creating: {log}"));
+    for field in ["cloud=aws", "region=us-east-1", "offer=east-a", "attempt="] {
+        assert!(creating.contains(field), "{field}: {creating}");
+    }
+    assert!(
+        lines.iter().any(|l| l.contains("retry")
+            && l.contains("attempt=1")
+            && l.contains("502 from the API")),
+        "{log}"
+    );
+    assert!(lines.iter().any(|l| l.contains("to=ready")), "{log}");
+}
