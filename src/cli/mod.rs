@@ -753,8 +753,7 @@ fn start_run(
     key: &ProjectKey,
     parallelism: u32,
     retry_until_up: bool,
-    display: (progress::Verb, Vec<(String, bool)>),
-    color: bool,
+    display: progress::Display,
 ) -> Result<Run, Report> {
     record_key(&mut store, &mut state, key)?;
     let lineage = state.lineage.clone();
@@ -764,14 +763,13 @@ fn start_run(
     let cancel = CancelToken::new();
     spawn_signal_handler(cancel.clone());
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let (verb, machines) = display;
     let progress = progress::Renderer::spawn(
         rx,
         progress::Options {
-            verb,
-            machines,
+            verb: display.verb,
+            machines: display.machines,
             live: progress::live_terminal(),
-            color,
+            color: display.color,
             cancel: cancel.clone(),
         },
     );
@@ -1111,15 +1109,16 @@ async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> 
         &key,
         a.parallelism,
         a.retry_until_up,
-        (
-            progress::Verb::Apply,
-            plan.changes
+        progress::Display {
+            verb: progress::Verb::Apply,
+            machines: plan
+                .changes
                 .iter()
                 .filter(|c| c.action != Action::NoOp)
                 .map(|c| (c.address.clone(), c.action == Action::Resume))
                 .collect(),
-        ),
-        color,
+            color,
+        },
     )?;
     let outcomes = run.engine.apply(&plan).await;
     warn_targeting(&plan.targets, true);
@@ -1223,20 +1222,12 @@ async fn cmd_destroy(cli: &Cli, project: &Project, a: &DestroyArgs, color: bool)
         return Ok(Exit::Failure);
     }
     let key = project_key(project, &state, KeyUse::Destroy)?;
-    let display = (
-        progress::Verb::Destroy,
-        addresses.iter().map(|a| (a.clone(), false)).collect(),
-    );
-    let run = start_run(
-        state,
-        store,
-        providers,
-        &key,
-        a.parallelism,
-        false,
-        display,
+    let display = progress::Display {
+        verb: progress::Verb::Destroy,
+        machines: addresses.iter().map(|a| (a.clone(), false)).collect(),
         color,
-    )?;
+    };
+    let run = start_run(state, store, providers, &key, a.parallelism, false, display)?;
     let outcomes = run.engine.destroy(&addresses).await;
     let actions = addresses
         .iter()

@@ -32,6 +32,14 @@ pub struct Options {
     pub cancel: CancelToken,
 }
 
+/// What a command tells its run's display: the verb, the machines in the order shown
+/// (and whether the plan resumes each), colour.
+pub struct Display {
+    pub verb: Verb,
+    pub machines: Vec<(String, bool)>,
+    pub color: bool,
+}
+
 /// Whether stderr can take a live screen: a terminal that is not `TERM=dumb`.
 pub fn live_terminal() -> bool {
     std::io::stderr().is_terminal() && std::env::var("TERM").map_or(true, |t| t != "dumb")
