@@ -1,8 +1,9 @@
 //! The live display in a real terminal: `gpuprov apply` at 1, 60 and 500 machines on the
 //! fake cloud (`GPUPROV_FAKE_CLOUD=1`, a `test-doubles` build) inside a 120 × 45 tmux
 //! pane. Each run is held while every machine waits for SSH (`GPUPROV_FAKE_HOLD_SSH`),
-//! the screen is captured, then released and captured again at the end. The screens are
-//! kept as text snapshots, times, ids and addresses filtered. Needs tmux (`.ci/run`
+//! the screen is captured, then released and captured again at the end; then `destroy`
+//! runs and its final screen is captured. The screens are kept as text snapshots, times,
+//! ids and addresses filtered. Needs tmux (`.ci/run`
 //! installs it).
 
 use std::path::Path;
@@ -129,9 +130,13 @@ fn screens_at(n: usize) {
              GPUPROV_FAKE_HOLD_SSH={release} TERM=xterm-256color\n\
              unset NO_COLOR GPUPROV_CONFIG GPUPROV_STATE GPUPROV_SSH_KEY_FILE GPUPROV_LOG\n\
              {bin} apply -auto-approve -parallelism={n} -lock-timeout=60s\n\
-             echo \"EXIT=$?\"\nsleep 600\n",
+             echo \"EXIT=$?\"\n\
+             while [ ! -e {destroy} ]; do sleep 0.1; done\nclear\n\
+             {bin} destroy -auto-approve -parallelism={n}\n\
+             echo \"DESTROYED=$?\"\nsleep 600\n",
             dir = d.display(),
             release = release.display(),
+            destroy = d.join("destroy").display(),
             bin = env!("CARGO_BIN_EXE_gpuprov"),
         ),
     )
@@ -169,6 +174,17 @@ fn screens_at(n: usize) {
         "{done}"
     );
     settings(d).bind(|| insta::assert_snapshot!(format!("tmux_apply_{n}_done"), done));
+    // Destroy in a fresh process: its summary counts what is gone.
+    std::fs::write(d.join("destroy"), "").unwrap();
+    let gone = tmux.wait_for("the destroy to end", |s| s.contains("DESTROYED="));
+    assert!(gone.contains("DESTROYED=0"), "{gone}");
+    assert!(
+        gone.contains(&format!(
+            "Destroy complete! Resources: 0 added, 0 changed, {n} destroyed."
+        )),
+        "{gone}"
+    );
+    settings(d).bind(|| insta::assert_snapshot!(format!("tmux_destroy_{n}_done"), gone));
 }
 
 #[test]

@@ -455,6 +455,10 @@ fn phase_of(facts: &Facts, label: &str) -> String {
 /// teardown knows no instance type or price).
 fn merge(old: &Facts, new: &Facts) -> Facts {
     let mut f = new.clone();
+    // What was destroyed keeps the id it had.
+    if f.instance_id.is_empty() && f.phase == "destroyed" {
+        f.instance_id = old.instance_id.clone();
+    }
     if f.location.is_empty() || f.location == old.location {
         if f.location.is_empty() && f.phase != "planning" && f.phase != "next offer" {
             f.location = old.location.clone();
