@@ -725,7 +725,12 @@ fn spawn_signal_handler(cancel: CancelToken) {
             }
             #[cfg(not(unix))]
             let _ = tokio::signal::ctrl_c().await;
-            match cancel.escalate() {
+            let level = cancel.escalate();
+            if progress::is_live() {
+                // The live screen's header says it, and redraws at once.
+                continue;
+            }
+            match level {
                 1 => errln!(
                     "\nInterrupt received: stopping gracefully; machines being created are torn down.\nPress Ctrl-C again to exit at once (the state keeps where each machine was; the next apply resumes)."
                 ),
@@ -950,6 +955,11 @@ async fn finish_run(
                     }
                 }
             }
+            // Ctrl-C stopped it and tore down what it was creating: not a failure.
+            Outcome::Failed(why) if cancelled && why.ends_with(crate::vm::launch::CANCELLED) => {
+                interrupted = true;
+                errln!("{address}: interrupted; what it was creating is torn down");
+            }
             Outcome::Failed(why) => {
                 failed = true;
                 errln!("{address}: FAILED: {why}");
@@ -964,7 +974,7 @@ async fn finish_run(
             }
         }
     }
-    display.print_summary(outcomes);
+    display.print_summary(outcomes, cancelled);
     if interrupted || cancelled {
         errln!("\n{verb} interrupted; the state records where each machine is (`gpuprov status`).");
         return Ok(Exit::Interrupted);

@@ -40,6 +40,15 @@ pub struct Display {
     pub color: bool,
 }
 
+/// Whether a live screen is on stderr now: the Ctrl-C handler then leaves the news to
+/// its header instead of printing under it (a line printed there would tear the frame).
+static LIVE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a live screen is being drawn.
+pub fn is_live() -> bool {
+    LIVE.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// Whether stderr can take a live screen: a terminal that is not `TERM=dumb`.
 pub fn live_terminal() -> bool {
     std::io::stderr().is_terminal() && std::env::var("TERM").map_or(true, |t| t != "dumb")
@@ -58,6 +67,7 @@ impl Renderer {
         let color = opts.color;
         let task = tokio::spawn(async move {
             let mut board = Board::new(opts.verb, opts.machines);
+            LIVE.store(opts.live, std::sync::atomic::Ordering::SeqCst);
             let mut screen = Screen::default();
             let mut tick = tokio::time::interval(REDRAW);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -81,6 +91,7 @@ impl Renderer {
             }
             if opts.live {
                 screen.clear();
+                LIVE.store(false, std::sync::atomic::Ordering::SeqCst);
             }
             board
         });
@@ -111,10 +122,18 @@ pub struct Finished {
 
 impl Finished {
     /// Settles each machine with its outcome and prints one line per machine.
-    pub fn print_summary(self, outcomes: &std::collections::BTreeMap<String, Outcome>) {
+    /// `interrupted`: Ctrl-C was pressed during the run.
+    pub fn print_summary(
+        self,
+        outcomes: &std::collections::BTreeMap<String, Outcome>,
+        interrupted: bool,
+    ) {
         let Some(mut board) = self.board else {
             return;
         };
+        if interrupted {
+            board.interrupt(1);
+        }
         let now = self.started.elapsed();
         for (address, o) in outcomes {
             board.settle(address, o, now);

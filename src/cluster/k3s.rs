@@ -682,6 +682,11 @@ impl Machine for K3sMachine {
             K3sState::FetchingKubeconfig { vm, .. } => vm_facts("kubeconfig", vm),
             K3sState::Validating { vm, .. } => vm_facts("k3s validate", vm),
             K3sState::Ready { vm, .. } => vm_facts("ready", vm),
+            K3sState::Failed {
+                vm: Some(vm),
+                reason,
+                ..
+            } if reason == crate::vm::launch::CANCELLED => vm_facts("interrupted", vm),
             K3sState::Failed { vm: Some(vm), .. } => vm_facts("failed", vm),
             K3sState::Failed {
                 launch: Some(l), ..
@@ -796,7 +801,7 @@ impl Machine for K3sMachine {
                 };
                 other
                     .vm()
-                    .map(|vm| Self::failed(stage, "cancelled by the user", vm))
+                    .map(|vm| Self::failed(stage, crate::vm::launch::CANCELLED, vm))
             }
         }
     }

@@ -917,6 +917,9 @@ impl LaunchMachine {
     }
 }
 
+/// The reason a launch ends with after Ctrl-C (`Machine::on_cancel`).
+pub(crate) const CANCELLED: &str = "cancelled by the user";
+
 #[async_trait]
 impl Machine for LaunchMachine {
     type State = LaunchState;
@@ -1030,10 +1033,15 @@ impl Machine for LaunchMachine {
             }
             LaunchState::NextOffer { search } => at("next offer", search, "", false),
             LaunchState::Exhausted { .. } => offer_facts("exhausted", None, "", false),
-            LaunchState::Aborted { owned, .. } => {
+            LaunchState::Aborted { owned, reason } => {
+                let phase = if reason == CANCELLED {
+                    "interrupted"
+                } else {
+                    "aborted"
+                };
                 match owned.as_ref().and_then(|o| o.vm.as_ref()) {
-                    Some(vm) => vm_facts("aborted", vm),
-                    None => offer_facts("aborted", None, "", false),
+                    Some(vm) => vm_facts(phase, vm),
+                    None => offer_facts(phase, None, "", false),
                 }
             }
             LaunchState::Leaked {
@@ -1091,7 +1099,7 @@ impl Machine for LaunchMachine {
     }
 
     fn on_cancel(&self, s: &LaunchState) -> Option<LaunchState> {
-        let reason = "cancelled by the user".to_string();
+        let reason = CANCELLED.to_string();
         if let Some(end) = self.leave_unowned_or_kept(s, &reason) {
             return Some(end);
         }

@@ -114,6 +114,35 @@ fn regex_escape(s: &str) -> String {
 
 /// Applies `n` machines in tmux; snapshots the held screen and the final one.
 fn screens_at(n: usize) {
+    let (dir, tmux) = start(n);
+    let d = dir.path();
+    let release = d.join("release");
+    let held = held_screen(&tmux, n);
+    settings(d).bind(|| insta::assert_snapshot!(format!("tmux_apply_{n}_held"), held));
+    std::fs::write(&release, "").unwrap();
+    let done = tmux.wait_for("the apply to end", |s| s.contains("EXIT="));
+    assert!(done.contains("EXIT=0"), "{done}");
+    assert!(
+        done.contains(&format!("Apply complete! Resources: {n} added")),
+        "{done}"
+    );
+    settings(d).bind(|| insta::assert_snapshot!(format!("tmux_apply_{n}_done"), done));
+    // Destroy in a fresh process: its summary counts what is gone.
+    std::fs::write(d.join("destroy"), "").unwrap();
+    let gone = tmux.wait_for("the destroy to end", |s| s.contains("DESTROYED="));
+    assert!(gone.contains("DESTROYED=0"), "{gone}");
+    assert!(
+        gone.contains(&format!(
+            "Destroy complete! Resources: 0 added, 0 changed, {n} destroyed."
+        )),
+        "{gone}"
+    );
+    settings(d).bind(|| insta::assert_snapshot!(format!("tmux_destroy_{n}_done"), gone));
+}
+
+/// A project of `n` machines on the fake cloud and a tmux pane running its apply (held
+/// at SSH until the file `release` exists), then its destroy (once `destroy` exists).
+fn start(n: usize) -> (tempfile::TempDir, Tmux) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let mut config = String::from("[defaults]\nclouds = [\"lambda\"]\ngpu = \"H100\"\n");
@@ -126,7 +155,8 @@ fn screens_at(n: usize) {
     std::fs::write(
         &script,
         format!(
-            "cd {dir}\nexport HOME={dir}/home GPUPROV_HOME={dir}/home GPUPROV_FAKE_CLOUD=1 \
+            // The shell outlives a Ctrl-C sent to the pane (gpuprov gets its default).
+            "trap true INT\ncd {dir}\nexport HOME={dir}/home GPUPROV_HOME={dir}/home GPUPROV_FAKE_CLOUD=1 \
              GPUPROV_FAKE_HOLD_SSH={release} TERM=xterm-256color\n\
              unset NO_COLOR GPUPROV_CONFIG GPUPROV_STATE GPUPROV_SSH_KEY_FILE GPUPROV_LOG\n\
              {bin} apply -auto-approve -parallelism={n} -lock-timeout=60s\n\
@@ -142,6 +172,11 @@ fn screens_at(n: usize) {
     )
     .unwrap();
     let tmux = Tmux::start(d, &script);
+    (dir, tmux)
+}
+
+/// Waits until every machine waits for SSH; the screen then.
+fn held_screen(tmux: &Tmux, n: usize) -> String {
     let shown = n.min(HEIGHT as usize - 3);
     let held = tmux.wait_for("every machine waiting for SSH", |s| {
         let machines = if n == 1 {
@@ -165,26 +200,7 @@ fn screens_at(n: usize) {
             .any(|l| l.starts_with('!') || l.contains(": retry ")),
         "an expected wait is not an error:\n{held}"
     );
-    settings(d).bind(|| insta::assert_snapshot!(format!("tmux_apply_{n}_held"), held));
-    std::fs::write(&release, "").unwrap();
-    let done = tmux.wait_for("the apply to end", |s| s.contains("EXIT="));
-    assert!(done.contains("EXIT=0"), "{done}");
-    assert!(
-        done.contains(&format!("Apply complete! Resources: {n} added")),
-        "{done}"
-    );
-    settings(d).bind(|| insta::assert_snapshot!(format!("tmux_apply_{n}_done"), done));
-    // Destroy in a fresh process: its summary counts what is gone.
-    std::fs::write(d.join("destroy"), "").unwrap();
-    let gone = tmux.wait_for("the destroy to end", |s| s.contains("DESTROYED="));
-    assert!(gone.contains("DESTROYED=0"), "{gone}");
-    assert!(
-        gone.contains(&format!(
-            "Destroy complete! Resources: 0 added, 0 changed, {n} destroyed."
-        )),
-        "{gone}"
-    );
-    settings(d).bind(|| insta::assert_snapshot!(format!("tmux_destroy_{n}_done"), gone));
+    held
 }
 
 #[test]
@@ -200,4 +216,20 @@ fn live_display_in_tmux_at_60_machines() {
 #[test]
 fn live_display_in_tmux_at_500_machines() {
     screens_at(500);
+}
+
+#[test]
+fn live_display_in_tmux_shows_ctrl_c_and_the_interrupted_machines() {
+    let (dir, tmux) = start(3);
+    let d = dir.path();
+    held_screen(&tmux, 3);
+    let ok = tmux
+        .cmd()
+        .args(["send-keys", "-t", "live", "C-c"])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let done = tmux.wait_for("the apply to stop", |s| s.contains("EXIT="));
+    assert!(done.contains("EXIT=130"), "{done}");
+    settings(d).bind(|| insta::assert_snapshot!("tmux_apply_interrupted", done));
 }

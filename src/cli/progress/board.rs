@@ -162,6 +162,7 @@ impl Board {
                 let status = match (*terminal, phase.as_str()) {
                     (false, _) => Status::Working,
                     (true, p) if p == goal || p == "ready" || p == "destroyed" => Status::Done,
+                    (true, "interrupted") => Status::Interrupted,
                     (true, _) => Status::Failed,
                 };
                 let changed = phase != r.phase || status != r.status;
@@ -220,7 +221,10 @@ impl Board {
     /// an interrupted machine, a skipped one, an in-place update).
     pub fn settle(&mut self, address: &str, outcome: &Outcome, now: Duration) {
         let r = self.row(address);
+        let stopped = r.status == Status::Interrupted;
         let (status, phase, detail) = match outcome {
+            // Ctrl-C ended it (its last state says so): interrupted, not failed.
+            Outcome::Failed(why) if stopped => (Status::Interrupted, "interrupted", why.clone()),
             Outcome::Ready(_) => (Status::Done, "ready", String::new()),
             Outcome::Updated => (Status::Done, "updated", String::new()),
             Outcome::Unchanged => (Status::Done, "unchanged", String::new()),
@@ -249,6 +253,11 @@ impl Board {
 
     /// The header: `Apply: 3 of 60 ready · 1 failed · 2m05s · $41.20/h up (12 machines)`.
     pub fn header(&self, now: Duration) -> String {
+        self.header_of(now, true)
+    }
+
+    /// The header; `live`: while the run goes on (Ctrl-C's news says what happens next).
+    fn header_of(&self, now: Duration, live: bool) -> String {
         let total = self.rows.len();
         let mut h = format!(
             "{}: {} of {total} {}",
@@ -280,8 +289,12 @@ impl Board {
         }
         match self.interrupt {
             0 => {}
-            1 => h.push_str(" · interrupted: stopping (Ctrl-C again to exit)"),
-            _ => h.push_str(" · interrupted: exiting"),
+            // The summary counts the interrupted machines; the verdict follows it.
+            _ if !live => {}
+            1 => h.push_str(
+                " · interrupted: tearing down what is being created (Ctrl-C again to exit now)",
+            ),
+            _ => h.push_str(" · interrupted: exiting; the next run resumes"),
         }
         h
     }
@@ -425,7 +438,7 @@ impl Board {
     pub fn summary(&self, now: Duration) -> Vec<String> {
         let rows: Vec<&Row> = self.rows.iter().collect();
         let widths = self.widths(&rows);
-        let mut out = vec![self.header(now)];
+        let mut out = vec![self.header_of(now, false)];
         out.extend(rows.iter().map(|r| self.line(r, now, &widths, usize::MAX)));
         out
     }
@@ -718,7 +731,7 @@ mod tests {
     fn summary_after_apply_marks_interrupted_and_resumed() {
         let mut b = run_of(8);
         b.interrupt(1);
-        assert!(b.header(secs(60.0)).contains("interrupted: stopping"));
+        assert!(b.header(secs(60.0)).contains("interrupted: tearing down"));
         b.settle(
             "vm.w003",
             &Outcome::Interrupted("connecting ssh 10.0.0.3:22".into()),
