@@ -22,8 +22,11 @@ macro_rules! err {
 
 pub mod args;
 mod argv;
+mod color;
 mod completion;
 pub mod error;
+#[cfg(feature = "test-doubles")]
+mod fake_cloud;
 mod force_unlock;
 mod health;
 mod import;
@@ -392,6 +395,10 @@ fn lineage_of(state: &crate::state::StateFile) -> Result<Lineage, Report> {
 /// The adapters of the clouds the config uses (those this build has), from the cloud
 /// registry (`provider::registry`).
 fn build_providers(config: &Config, lineage: &Lineage) -> Providers {
+    #[cfg(feature = "test-doubles")]
+    if fake_cloud::enabled() {
+        return fake_cloud::providers(config);
+    }
     let mut p = Providers::new();
     for cloud in config.clouds_in_use() {
         if let Some(adapter) = cloud.build(&config.cloud_settings(cloud), lineage.clone()) {
@@ -417,7 +424,7 @@ async fn run(cli: Cli, color: bool) -> CmdResult {
         Command::Destroy(a) => cmd_destroy(&cli, &project, a, color).await,
         Command::Status(a) => status::run(&project, a).await,
         Command::List(a) => list::run(&project, a),
-        Command::Show(a) => show::run(a),
+        Command::Show(a) => show::run(a, color::stdout_color(cli.no_color)),
         Command::Ssh(a) => ssh::run(&project, a).await,
         Command::Graph => {
             let config = project.load_config()?;
@@ -650,7 +657,8 @@ async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> CmdResult {
     } else if a.markdown {
         out!("{}", plan::markdown::render(&plan));
     } else {
-        out!("{}", plan::render(&plan));
+        let color = color::stdout_color(cli.no_color);
+        out!("{}", color::plan(&plan::render(&plan), color));
     }
     show::write_step_summary(&plan)?;
     if let Some(out) = &a.out {
@@ -720,7 +728,12 @@ fn spawn_signal_handler(cancel: CancelToken) {
             }
             #[cfg(not(unix))]
             let _ = tokio::signal::ctrl_c().await;
-            match cancel.escalate() {
+            let level = cancel.escalate();
+            if progress::is_live() {
+                // The live screen's header says it, and redraws at once.
+                continue;
+            }
+            match level {
                 1 => errln!(
                     "\nInterrupt received: stopping gracefully; machines being created are torn down.\nPress Ctrl-C again to exit at once (the state keeps where each machine was; the next apply resumes)."
                 ),
@@ -748,7 +761,7 @@ fn start_run(
     key: &ProjectKey,
     parallelism: u32,
     retry_until_up: bool,
-    color: bool,
+    display: progress::Display,
 ) -> Result<Run, Report> {
     record_key(&mut store, &mut state, key)?;
     let lineage = state.lineage.clone();
@@ -758,11 +771,20 @@ fn start_run(
     let cancel = CancelToken::new();
     spawn_signal_handler(cancel.clone());
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let progress = progress::Renderer::spawn(rx, color);
+    let progress = progress::Renderer::spawn(
+        rx,
+        progress::Options {
+            verb: display.verb,
+            machines: display.machines,
+            live: progress::live_terminal(),
+            color: display.color,
+            cancel: cancel.clone(),
+        },
+    );
     let executor = Executor::new(journal.clone(), cancel).with_progress(tx);
     let engine = Engine {
         providers,
-        connector: Arc::new(Ssh2Connector::new(key.clone(), Duration::from_secs(10))),
+        connector: ssh_connector(key),
         journal: journal.clone(),
         executor,
         lineage,
@@ -787,6 +809,15 @@ fn start_run(
         clusters,
         key: key.clone(),
     })
+}
+
+/// The SSH logins of a run (the fake cloud's in test builds that ask for it).
+fn ssh_connector(key: &ProjectKey) -> Arc<dyn crate::ssh::Connector> {
+    #[cfg(feature = "test-doubles")]
+    if fake_cloud::enabled() {
+        return fake_cloud::connector();
+    }
+    Arc::new(Ssh2Connector::new(key.clone(), Duration::from_secs(10)))
 }
 
 /// The installer's settings from the environment: `GPUPROV_K3S_INSTALL_URL` (an
@@ -879,7 +910,7 @@ async fn finish_run(
     let cancelled = run.engine.executor.cancel_token().level() > 0;
     let clusters = run.clusters;
     drop(run.engine);
-    run.progress.finish().await;
+    let display = run.progress.finish().await;
     if let Err(e) = run.journal.save_final() {
         if let crate::state::StateError::FinalSaveLost { state_json, .. } = &e {
             // Last resort: the only copy of what was created is this output.
@@ -927,6 +958,11 @@ async fn finish_run(
                     }
                 }
             }
+            // Ctrl-C stopped it and tore down what it was creating: not a failure.
+            Outcome::Failed(why) if cancelled && why.ends_with(crate::vm::launch::CANCELLED) => {
+                interrupted = true;
+                errln!("{address}: interrupted; what it was creating is torn down");
+            }
             Outcome::Failed(why) => {
                 failed = true;
                 errln!("{address}: FAILED: {why}");
@@ -941,6 +977,7 @@ async fn finish_run(
             }
         }
     }
+    display.print_summary(outcomes, cancelled);
     if interrupted || cancelled {
         errln!("\n{verb} interrupted; the state records where each machine is (`gpuprov status`).");
         return Ok(Exit::Interrupted);
@@ -1045,7 +1082,8 @@ async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> 
                     return Err(e.into());
                 }
             }
-            out!("{}", plan::render(&plan));
+            let color = color::stdout_color(cli.no_color);
+            out!("{}", color::plan(&plan::render(&plan), color));
             if plan.has_changes() {
                 // Before asking: a missing key is said before anyone types "yes".
                 project_key(project, &state, KeyUse::Apply)?;
@@ -1084,7 +1122,16 @@ async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> 
         &key,
         a.parallelism,
         a.retry_until_up,
-        color,
+        progress::Display {
+            verb: progress::Verb::Apply,
+            machines: plan
+                .changes
+                .iter()
+                .filter(|c| c.action != Action::NoOp)
+                .map(|c| (c.address.clone(), c.action == Action::Resume))
+                .collect(),
+            color,
+        },
     )?;
     let outcomes = run.engine.apply(&plan).await;
     warn_targeting(&plan.targets, true);
@@ -1188,7 +1235,12 @@ async fn cmd_destroy(cli: &Cli, project: &Project, a: &DestroyArgs, color: bool)
         return Ok(Exit::Failure);
     }
     let key = project_key(project, &state, KeyUse::Destroy)?;
-    let run = start_run(state, store, providers, &key, a.parallelism, false, color)?;
+    let display = progress::Display {
+        verb: progress::Verb::Destroy,
+        machines: addresses.iter().map(|a| (a.clone(), false)).collect(),
+        color,
+    };
+    let run = start_run(state, store, providers, &key, a.parallelism, false, display)?;
     let outcomes = run.engine.destroy(&addresses).await;
     let actions = addresses
         .iter()

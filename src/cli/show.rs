@@ -11,7 +11,8 @@ use super::json::JsonPlan;
 use super::read_saved_plan;
 use crate::plan;
 
-pub(super) fn run(a: &ShowArgs) -> CmdResult {
+/// `color`: Terraform's plan colours (a terminal without `-no-color` / `NO_COLOR`).
+pub(super) fn run(a: &ShowArgs, color: bool) -> CmdResult {
     let saved = read_saved_plan(&a.plan_file)?;
     if a.json.json {
         let json = JsonPlan::of(&saved);
@@ -19,7 +20,7 @@ pub(super) fn run(a: &ShowArgs) -> CmdResult {
     } else if a.markdown {
         out!("{}", plan::markdown::render(&saved));
     } else {
-        out!("{}", plan::render(&saved));
+        out!("{}", super::color::plan(&plan::render(&saved), color));
     }
     write_step_summary(&saved)?;
     Ok(Exit::Success)

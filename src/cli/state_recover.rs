@@ -129,7 +129,16 @@ pub(super) async fn run(
     discovery::fold(&mut recovered, &state, &only_found);
     recovered.changes.retain(|c| c.found.is_some());
     recovered.foreign.clear();
-    let run = start_run(state, store, providers, &key, a.parallelism, false, color)?;
+    let display = super::progress::Display {
+        verb: super::progress::Verb::Apply,
+        machines: recovered
+            .changes
+            .iter()
+            .map(|c| (c.address.clone(), false))
+            .collect(),
+        color,
+    };
+    let run = start_run(state, store, providers, &key, a.parallelism, false, display)?;
     let outcomes = run.engine.apply(&recovered).await;
     let snapshot = run.journal.snapshot();
     for (address, o) in &outcomes {

@@ -23,7 +23,7 @@ use super::kubeconfig::{ApiAccess, Kubeconfig, API_PORT};
 use super::probe::{self, BootProbe, BootRoute, DecideCtx, Decision, BOOT_INSTALL_DEADLINE};
 use super::remote::{install_command, installer_stdin, read_kubeconfig_command, NodeShell};
 use super::san::{cert_coverage, Coverage, SanInputs, SanList};
-use crate::machine::{Machine, RetryPolicy, Step, StepCx};
+use crate::machine::{Facts, Machine, RetryPolicy, Step, StepCx};
 use crate::provider::Feature;
 use crate::ssh::SshError;
 use crate::vm::{LaunchMachine, LaunchState, Owned, VmRecord};
@@ -679,6 +679,32 @@ impl Machine for K3sMachine {
         }
     }
 
+    fn facts(&self, s: &K3sState) -> Facts {
+        use crate::vm::vm_facts;
+        match s {
+            K3sState::Vm { launch, .. } => self.launch.facts(launch),
+            K3sState::CheckingBootInstall { vm, .. } => vm_facts("k3s check", vm),
+            K3sState::Installing { vm, .. } => vm_facts("k3s install", vm),
+            K3sState::AwaitingApi { vm, .. } => vm_facts("k3s api", vm),
+            K3sState::FetchingKubeconfig { vm, .. } => vm_facts("kubeconfig", vm),
+            K3sState::Validating { vm, .. } => vm_facts("k3s validate", vm),
+            K3sState::Ready { vm, .. } => vm_facts("ready", vm),
+            K3sState::Failed {
+                vm: Some(vm),
+                reason,
+                ..
+            } if reason == crate::vm::launch::CANCELLED => vm_facts("interrupted", vm),
+            K3sState::Failed { vm: Some(vm), .. } => vm_facts("failed", vm),
+            K3sState::Failed {
+                launch: Some(l), ..
+            } => self.launch.facts(l),
+            K3sState::Failed { .. } => Facts {
+                phase: "failed",
+                ..Facts::default()
+            },
+        }
+    }
+
     async fn step(&self, s: &K3sState, cx: &StepCx) -> Step<K3sState> {
         match s {
             K3sState::Vm { launch, reused } => {
@@ -782,7 +808,7 @@ impl Machine for K3sMachine {
                 };
                 other
                     .vm()
-                    .map(|vm| Self::failed(stage, "cancelled by the user", vm))
+                    .map(|vm| Self::failed(stage, crate::vm::launch::CANCELLED, vm))
             }
         }
     }

@@ -128,6 +128,28 @@ pub trait Machine: Send + Sync {
     fn on_cancel(&self, _s: &Self::State) -> Option<Self::State> {
         None
     }
+    /// What the live display shows of `s` beside its label; nothing by default.
+    fn facts(&self, _s: &Self::State) -> Facts {
+        Facts::default()
+    }
+}
+
+/// What the live display shows of a state beside its label: a short phase and, once
+/// known, where the machine runs and what it costs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Facts {
+    /// A short state name, for example `booting`; empty: the display shows the label.
+    pub phase: &'static str,
+    /// `cloud/region[/zone]` of the chosen offer or the instance; empty before a choice.
+    pub location: String,
+    /// The cloud's instance type, for example `gpu_1x_h100`; empty before a choice.
+    pub instance_type: String,
+    /// The instance's id once the cloud answered (a Docker id is 64 characters).
+    pub instance_id: String,
+    /// The offer's price in USD per hour (`Offer::price_per_hour`).
+    pub price_per_hour: Option<f64>,
+    /// Whether an instance exists in this state (it bills).
+    pub billing: bool,
 }
 
 /// Cancellation levels: 0 none, 1 soft (compensate), 2 hard (exit, journal resumable).
@@ -169,16 +191,24 @@ impl CancelToken {
 /// A progress event for the CLI.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Progress {
+    /// A journalled transition into the state described by `label` and `facts`.
     Transition {
         key: String,
         kind: &'static str,
         label: String,
         terminal: bool,
+        facts: Facts,
     },
-    Poll {
+    /// A run picked up a machine the journal left unfinished (an interrupted run).
+    Resumed {
         key: String,
-        note: String,
+        kind: &'static str,
+        label: String,
+        facts: Facts,
     },
+    /// An expected wait (`Step::Poll`): not an error, no retry budget spent.
+    Poll { key: String, note: String },
+    /// A transient failure being retried (`Step::Retry`).
     Retry {
         key: String,
         attempt: u32,
@@ -295,7 +325,15 @@ impl Executor {
             _ => None,
         };
         let mut state = match resumed {
-            Some(s) => s,
+            Some(s) => {
+                self.emit(Progress::Resumed {
+                    key: key.into(),
+                    kind: M::KIND,
+                    label: m.label(&s),
+                    facts: m.facts(&s),
+                });
+                s
+            }
             None => {
                 let s = initial(prev);
                 self.persist(m, key, &s).await?;
@@ -423,6 +461,7 @@ impl Executor {
             kind: M::KIND,
             label,
             terminal: m.is_terminal(s),
+            facts: m.facts(s),
         });
         Ok(())
     }

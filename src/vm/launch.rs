@@ -29,7 +29,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::config::VmSpec;
-use crate::machine::{Machine, Providers, RetryPolicy, Step, StepCx};
+use crate::machine::{Facts, Machine, Providers, RetryPolicy, Step, StepCx};
 use crate::provider::{
     existing, BlockScope, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus,
     Location, Observed, Offer, ProviderError, SshEndpoint,
@@ -37,7 +37,7 @@ use crate::provider::{
 use crate::ssh::{Connector, HostKey, SshError};
 
 use super::teardown::{retry_step, Target, TeardownMachine, TeardownState};
-use super::{Owned, Preemption, VmRecord};
+use super::{offer_facts, vm_facts, Owned, Preemption, VmRecord};
 
 /// One attempt on one offer, kept for `status` and for the final error message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -934,6 +934,9 @@ impl LaunchMachine {
     }
 }
 
+/// The reason a launch ends with after Ctrl-C (`Machine::on_cancel`).
+pub(crate) const CANCELLED: &str = "cancelled by the user";
+
 #[async_trait]
 impl Machine for LaunchMachine {
     type State = LaunchState;
@@ -1017,6 +1020,66 @@ impl Machine for LaunchMachine {
         }
     }
 
+    fn facts(&self, s: &LaunchState) -> Facts {
+        let at = |phase, search: &Search, id: &str, billing| {
+            offer_facts(phase, search.current(), id, billing)
+        };
+        match s {
+            LaunchState::Reconciling { .. } => offer_facts("reconciling", None, "", false),
+            LaunchState::Planning { .. } => offer_facts("planning", None, "", false),
+            LaunchState::Preparing { search } => at("preparing", search, "", false),
+            LaunchState::Creating { search, .. } => at("creating", search, "", false),
+            LaunchState::Booting {
+                instance_id,
+                kept: Some(vm),
+                ..
+            } => offer_facts("starting", Some(&vm.offer), instance_id, true),
+            LaunchState::Booting {
+                search,
+                instance_id,
+                ..
+            } => at("booting", search, instance_id, true),
+            LaunchState::Starting { vm, .. } => vm_facts("starting", vm),
+            LaunchState::Connecting {
+                search,
+                instance_id,
+                ..
+            } => at("connecting", search, instance_id, true),
+            LaunchState::Ready { vm } => vm_facts("ready", vm),
+            LaunchState::Compensating {
+                search, teardown, ..
+            } => {
+                let id = self.teardown.facts(teardown).instance_id;
+                at("compensating", search, &id, true)
+            }
+            LaunchState::NextOffer { search } => at("next offer", search, "", false),
+            LaunchState::Exhausted { .. } => offer_facts("exhausted", None, "", false),
+            LaunchState::Aborted { owned, reason } => {
+                let phase = if reason == CANCELLED {
+                    "interrupted"
+                } else {
+                    "aborted"
+                };
+                match owned.as_ref().and_then(|o| o.vm.as_ref()) {
+                    Some(vm) => vm_facts(phase, vm),
+                    None => offer_facts(phase, None, "", false),
+                }
+            }
+            LaunchState::Leaked {
+                location,
+                instance_ids,
+                ..
+            } => Facts {
+                phase: "leaked",
+                location: location.to_string(),
+                instance_id: instance_ids.join(","),
+                billing: true,
+                ..Facts::default()
+            },
+            LaunchState::Unowned { .. } => offer_facts("unowned", None, "", false),
+        }
+    }
+
     fn retry_policy(&self, _s: &LaunchState) -> RetryPolicy {
         self.retry
     }
@@ -1057,7 +1120,7 @@ impl Machine for LaunchMachine {
     }
 
     fn on_cancel(&self, s: &LaunchState) -> Option<LaunchState> {
-        let reason = "cancelled by the user".to_string();
+        let reason = CANCELLED.to_string();
         if let Some(end) = self.leave_unowned_or_kept(s, &reason) {
             return Some(end);
         }
@@ -1413,7 +1476,7 @@ impl Machine for LaunchMachine {
                             caps.boot_timeout.as_secs()
                         )),
                         (status, _) => {
-                            Step::poll(caps.poll_interval, format!("{instance_id} is {status:?}"))
+                            Step::poll(caps.poll_interval, format!("still booting ({status:?})"))
                         }
                     },
                     // Gone, and not by our hand: plan afresh (a new nonce, a new token).
@@ -1427,7 +1490,7 @@ impl Machine for LaunchMachine {
                     None if cx.in_state > grace => {
                         failed(format!("instance {instance_id} vanished while booting"))
                     }
-                    None => Step::poll(caps.poll_interval, format!("{instance_id} not listed yet")),
+                    None => Step::poll(caps.poll_interval, "still booting (not listed yet)"),
                 }
             }
             LaunchState::Connecting {
@@ -1516,7 +1579,8 @@ impl Machine for LaunchMachine {
                         "ssh not reachable after {}s: {e}",
                         caps.ssh_timeout.as_secs()
                     )),
-                    Err(e) => Step::poll(caps.poll_interval, e.to_string()),
+                    // The expected wait while sshd starts: a note, not an error.
+                    Err(e) => Step::poll(caps.poll_interval, format!("SSH not up yet ({e})")),
                 }
             }
             LaunchState::Compensating {

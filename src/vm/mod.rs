@@ -118,3 +118,25 @@ impl Owned {
         }
     }
 }
+
+/// The live display's facts of a state at `offer` (none chosen yet: `None`).
+pub(crate) fn offer_facts(
+    phase: &'static str,
+    offer: Option<&Offer>,
+    instance_id: &str,
+    billing: bool,
+) -> crate::machine::Facts {
+    crate::machine::Facts {
+        phase,
+        location: offer.map(|o| o.location.to_string()).unwrap_or_default(),
+        instance_type: offer.map(|o| o.instance_type.clone()).unwrap_or_default(),
+        instance_id: instance_id.to_string(),
+        price_per_hour: offer.map(|o| o.price_per_hour),
+        billing,
+    }
+}
+
+/// The live display's facts of a state holding the machine that is up.
+pub(crate) fn vm_facts(phase: &'static str, vm: &VmRecord) -> crate::machine::Facts {
+    offer_facts(phase, Some(&vm.offer), &vm.instance_id, true)
+}

@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::machine::{Machine, Providers, RetryPolicy, Step, StepCx};
+use crate::machine::{Facts, Machine, Providers, RetryPolicy, Step, StepCx};
 use crate::provider::{CloudProvider, ErrorKind, Location};
 
 use super::Owned;
@@ -190,6 +190,36 @@ impl Machine for TeardownMachine {
             } => {
                 format!("leaked {} at {location}: {reason}", instance_ids.join(","))
             }
+        }
+    }
+
+    fn facts(&self, s: &TeardownState) -> Facts {
+        let at = |phase, target: &Target, billing| Facts {
+            phase,
+            location: target.location.to_string(),
+            instance_id: target.instance_ids.join(","),
+            billing,
+            ..Facts::default()
+        };
+        match s {
+            TeardownState::Requesting { target } => at("deleting", target, true),
+            TeardownState::AwaitingGone { target } => at("deleting", target, true),
+            TeardownState::CleaningUp { target } => at("cleaning up", target, false),
+            TeardownState::Done => Facts {
+                phase: "destroyed",
+                ..Facts::default()
+            },
+            TeardownState::Leaked {
+                location,
+                instance_ids,
+                ..
+            } => Facts {
+                phase: "leaked",
+                location: location.to_string(),
+                instance_id: instance_ids.join(","),
+                billing: true,
+                ..Facts::default()
+            },
         }
     }
 

@@ -128,6 +128,64 @@ async fn a_crash_resumes_from_the_last_durable_state() {
 }
 
 #[tokio::test]
+async fn progress_says_resumed_then_each_transition_wait_and_retry() {
+    use gpuprov::machine::Progress;
+    let j = Arc::new(MemoryJournal::new());
+    j.crash_before("waiting(1)");
+    let m = ToyMachine::default();
+    let ex = Executor::new(j.clone(), CancelToken::new());
+    ex.run(&m, "vm.x", |_| Toy::A).await.unwrap_err();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let ex = ex.with_progress(tx);
+    ex.run(&m, "vm.x", |_| panic!("must resume")).await.unwrap();
+    drop(ex);
+    let mut events = Vec::new();
+    while let Some(e) = rx.recv().await {
+        events.push(e);
+    }
+    // The resumed state first, then the transitions; a toy has no facts.
+    assert!(
+        matches!(&events[0], Progress::Resumed { key, label, .. } if key == "vm.x" && label == "waiting(2)"),
+        "{events:?}"
+    );
+    let labels: Vec<&str> = events[1..]
+        .iter()
+        .map(|e| match e {
+            Progress::Transition { label, .. } => label.as_str(),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(labels, ["waiting(1)", "waiting(0)", "done"]);
+
+    // Polls arrive as expected waits, transient failures as retries.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let ex = Executor::new(Arc::new(MemoryJournal::new()), CancelToken::new()).with_progress(tx);
+    ex.run(&ToyMachine::default(), "vm.p", |_| Toy::Waiting(5))
+        .await
+        .unwrap();
+    ex.run(&ToyMachine::default(), "vm.f", |_| Toy::Flaky)
+        .await
+        .unwrap();
+    drop(ex);
+    let (mut polls, mut retries) = (0, 0);
+    while let Some(e) = rx.recv().await {
+        match e {
+            Progress::Poll { note, .. } => {
+                assert_eq!(note, "not yet");
+                polls += 1;
+            }
+            Progress::Retry { max, .. } => {
+                assert_eq!(max, 4);
+                retries += 1;
+            }
+            _ => {}
+        }
+    }
+    assert!(polls > 0);
+    assert_eq!(retries, 3, "the fourth failure exhausts the budget");
+}
+
+#[tokio::test]
 async fn a_terminal_record_gets_a_fresh_run_that_sees_it() {
     let j = Arc::new(MemoryJournal::new());
     j.put(

@@ -27,6 +27,7 @@ mod k3s_docker;
 mod k3s_machine;
 mod launch;
 mod lifecycle_docker;
+mod live_display;
 mod multi_cloud;
 mod persisted_states;
 mod properties;
