@@ -30,6 +30,7 @@ mod lifecycle_docker;
 mod multi_cloud;
 mod persisted_states;
 mod properties;
+mod shared_objects;
 mod spec_harness;
 mod ssh_key_docker;
 mod ssh_local;

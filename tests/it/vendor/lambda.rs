@@ -571,6 +571,7 @@ async fn region_names_that_are_prefixes_of_each_other_match_exactly() {
         ports: vec![],
         ssh_public_key: PUBKEY.into(),
         boot_script: None,
+        shared: Default::default(),
     };
     let prepared = p.prepare(&o[0], &spec).await.unwrap();
     spec.boot_script = Some(gpuprov::provider::BootScript {
@@ -833,6 +834,7 @@ async fn prepare_reuses_the_rulesets_of_its_region_and_rechecks_capacity() {
         ports: vec![8000],
         ssh_public_key: PUBKEY.into(),
         boot_script: None,
+        shared: Default::default(),
     };
     let prepared = p.prepare(&offer, &spec).await.unwrap();
     assert_eq!(prepared["firewall_ruleset_id"], "fw-east");
@@ -1020,6 +1022,7 @@ fn spec_for(vm: &str, ports: Vec<u16>) -> InstanceSpec {
         ports,
         ssh_public_key: PUBKEY.into(),
         boot_script: None,
+        shared: Default::default(),
     }
 }
 
