@@ -1341,6 +1341,41 @@ mod tests {
         s
     }
 
+    /// Three DigitalOcean machines share one project key: the plan creates it once and
+    /// counts it once; the graph has one node for it, feeding every machine's prepare;
+    /// destroying every machine releases it.
+    #[test]
+    fn shared_objects_are_planned_and_drawn_once() {
+        let c = config(
+            "[defaults]\nclouds = [\"digitalocean\"]\nregions = [\"tor1\"]\n\n[vm.a]\n\n[vm.b]\n\n[vm.c]\n",
+        );
+        let mut p = compute(&c, &StateFile::new(), None, &|_| Some(1.0)).expect("plans");
+        p.gpuprov_version = "TEST".into();
+        assert_eq!(p.shared.len(), 1);
+        assert_eq!(p.counts(), (4, 0, 0), "three machines and one key");
+        insta::assert_snapshot!("plan_with_shared_key", render(&p));
+        insta::assert_snapshot!(
+            "graph_with_shared_key",
+            crate::graph::ResourceGraph::build(&c.vms).to_dot()
+        );
+
+        // Recorded: nothing to create. Gone from the config: released.
+        let mut st = recorded_all(&c);
+        st.shared
+            .insert("shared.digitalocean.ssh_key".into(), record(&c.vms["a"]));
+        let p = compute(&c, &st, None, &|_| Some(1.0)).expect("plans");
+        assert!(p.shared.is_empty());
+        let elsewhere = config("[defaults]\nclouds = [\"docker\"]\n\n[vm.z]\n");
+        let p = compute(&elsewhere, &st, None, &|_| Some(1.0)).expect("plans");
+        assert_eq!(p.shared.len(), 1);
+        assert_eq!(p.shared[0].action, Action::Destroy);
+        assert_eq!(
+            p.counts(),
+            (1, 0, 4),
+            "z added; a, b, c and the key destroyed"
+        );
+    }
+
     fn list(s: BTreeSet<String>) -> Vec<String> {
         s.into_iter().collect()
     }

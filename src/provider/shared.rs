@@ -33,13 +33,14 @@ pub struct SharedKind {
 
 /// The shared objects each cloud declares, in the order they are prepared (a later kind
 /// may need an earlier one). Clouds not listed share nothing through the graph.
-const DECLARED: &[(&str, &[SharedKind])] = &[(
-    "digitalocean",
-    &[SharedKind {
-        kind: "ssh_key",
-        scope: SharedScope::Account,
-    }],
-)];
+const DECLARED: &[(&str, &[SharedKind])] =
+    &[("digitalocean", &[ACCOUNT_KEY]), ("lambda", &[ACCOUNT_KEY])];
+
+/// The project's SSH key, one per cloud account.
+const ACCOUNT_KEY: SharedKind = SharedKind {
+    kind: "ssh_key",
+    scope: SharedScope::Account,
+};
 
 /// The kinds of shared object `cloud` declares (none for a cloud not in the table).
 pub fn declared(cloud: &str) -> &'static [SharedKind] {

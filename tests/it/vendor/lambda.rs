@@ -290,6 +290,19 @@ impl Cloud2 {
             w.keys.push(k.clone());
             Canned::ok(json!({"data": k}))
         });
+        route!("DELETE", "^/api/v1/ssh-keys/[^/]+$", |w, r| {
+            let id = r.path.rsplit('/').next().unwrap_or_default().to_string();
+            let before = w.keys.len();
+            w.keys.retain(|k| k["id"] != id.as_str());
+            if w.keys.len() == before {
+                // The spec documents no 404 here: an unknown id is an invalid parameter.
+                return Canned::status(
+                    400,
+                    err_body("global/invalid-parameters", "SSH key not found."),
+                );
+            }
+            Canned::ok(json!({"data": {}}))
+        });
         route!("GET", "^/api/v1/firewall-rulesets$", |w, _r| Canned::ok(
             json!({"data": w.rulesets})
         ));
