@@ -595,9 +595,13 @@ impl Cloud2 {
             Canned::status(201, json!({ "ssh_key": k }))
         });
         route!("DELETE", "^/v2/account/keys/[^/]+$", |w, r| {
-            let id = r.path.trim_start_matches("/v2/account/keys/").to_string();
+            let id = r
+                .path
+                .trim_start_matches("/v2/account/keys/")
+                .parse::<i64>()
+                .ok();
             let before = w.keys.len();
-            w.keys.retain(|k| k["id"].to_string() != id);
+            w.keys.retain(|k| k["id"].as_i64() != id);
             if w.keys.len() == before {
                 return Canned::status(
                     404,
