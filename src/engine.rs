@@ -21,6 +21,7 @@ use crate::ssh::Connector;
 use crate::state::{
     JournalOp, JournalStats, JournalWriter, MachineRecord, StateError, StateFile, StateStore,
 };
+use crate::vm::shared::{SharedObjects, SharedTeardown, SharedTeardownState};
 use crate::vm::{
     LaunchMachine, LaunchState, Owned, Target, TeardownMachine, TeardownState, VmRecord,
 };
@@ -144,10 +145,15 @@ impl StateJournal {
 #[async_trait]
 impl Journal for StateJournal {
     async fn load(&self, key: &str) -> Result<Option<PrevRecord>, JournalError> {
-        Ok(self.lock().state.resources.get(key).map(|r| PrevRecord {
-            kind: r.machine.kind.clone(),
-            state: r.machine.state.clone(),
-        }))
+        Ok(self
+            .lock()
+            .state
+            .records_of(key)
+            .get(key)
+            .map(|r| PrevRecord {
+                kind: r.machine.kind.clone(),
+                state: r.machine.state.clone(),
+            }))
     }
 
     async fn record(
@@ -265,7 +271,8 @@ fn leaked_outcome(s: &LaunchState) -> Option<Outcome> {
 }
 
 impl Engine {
-    /// Applies `plan`: destroys first, then every other change in dependency order.
+    /// Applies `plan`: destroys first, then every other change in dependency order, then
+    /// (when the plan destroyed something) the shared objects no machine uses any more.
     /// Returns one outcome per address; never panics on a machine failure.
     pub async fn apply(&self, plan: &Plan) -> BTreeMap<String, Outcome> {
         let destroys: Vec<String> = plan
@@ -274,7 +281,9 @@ impl Engine {
             .filter(|c| c.action == Action::Destroy)
             .map(|c| c.address.clone())
             .collect();
-        let mut out = self.destroy(&destroys).await;
+        let candidates = self.shared_of(&destroys);
+        let mut out = self.destroy_machines(&destroys).await;
+        let shared = self.shared_objects();
         let changes: BTreeMap<String, Change> = plan
             .changes
             .iter()
@@ -294,9 +303,10 @@ impl Engine {
         let changes = Arc::new(changes);
         let run = move |engine: Engine, address: String| {
             let changes = changes.clone();
+            let shared = shared.clone();
             async move {
                 match changes.get(&address) {
-                    Some(c) => engine.run_change(c).await,
+                    Some(c) => engine.run_change(c, &shared).await,
                     None => Outcome::Failed("internal: unknown change".into()),
                 }
             }
@@ -309,7 +319,19 @@ impl Engine {
             )
             .await,
         );
+        if !destroys.is_empty() || plan.shared.iter().any(|s| s.action == Action::Destroy) {
+            out.extend(self.release_shared_with(candidates).await);
+        }
         out
+    }
+
+    /// The run's single-flight guard of shared objects ([`crate::vm::shared`]).
+    fn shared_objects(&self) -> Arc<SharedObjects> {
+        Arc::new(SharedObjects::new(
+            self.executor.clone(),
+            self.providers.clone(),
+            self.ssh_public_key.clone(),
+        ))
     }
 
     /// Runs one job per address, at most `parallelism` at once, each only after every
@@ -385,7 +407,7 @@ impl Engine {
         out
     }
 
-    async fn run_change(&self, c: &Change) -> Outcome {
+    async fn run_change(&self, c: &Change, shared: &Arc<SharedObjects>) -> Outcome {
         let Some(want) = c.desired.clone() else {
             return Outcome::Failed("internal: change without desired settings".into());
         };
@@ -404,7 +426,7 @@ impl Engine {
                         .flatten()
                         .is_some_and(|p| p.kind == record::LAUNCH) =>
             {
-                self.launch(&c.address, want).await
+                self.launch(&c.address, want, shared).await
             }
             Action::Update => match self.journal.update_desired(&c.address, &want).await {
                 Ok(()) => Outcome::Updated,
@@ -412,33 +434,39 @@ impl Engine {
             },
             // A preempted machine kept stopped: the launch machine deletes it itself and
             // records the preemption, which a teardown first would forget.
-            Action::Replace if c.preempted_now => self.launch(&c.address, want).await,
+            Action::Replace if c.preempted_now => self.launch(&c.address, want, shared).await,
             Action::Replace => {
                 match self.teardown(&c.address, &want.name).await {
                     Outcome::Destroyed => {}
                     other => return other,
                 }
-                self.launch(&c.address, want).await
+                self.launch(&c.address, want, shared).await
             }
             Action::Create | Action::Resume => {
                 let seed = c.found.as_ref().map(|f| Owned {
                     adopted: true,
                     ..Owned::at(f.at(), vec![f.instance_id.clone()])
                 });
-                self.launch_from(&c.address, want, seed).await
+                self.launch_from(&c.address, want, seed, shared).await
             }
             Action::Destroy => self.teardown(&c.address, &c.vm).await,
         }
     }
 
-    async fn launch(&self, key: &str, want: VmSpec) -> Outcome {
-        self.launch_from(key, want, None).await
+    async fn launch(&self, key: &str, want: VmSpec, shared: &Arc<SharedObjects>) -> Outcome {
+        self.launch_from(key, want, None, shared).await
     }
 
     /// Runs the launch (or k3s) machine of `key`. A record that owns something starts
     /// from what it owns; otherwise `seed` (an instance found by identity that the state
     /// did not record: it is adopted, never created beside, never deleted on failure).
-    async fn launch_from(&self, key: &str, want: VmSpec, seed: Option<Owned>) -> Outcome {
+    async fn launch_from(
+        &self,
+        key: &str,
+        want: VmSpec,
+        seed: Option<Owned>,
+        shared: &Arc<SharedObjects>,
+    ) -> Outcome {
         // An interrupted destroy is finished before anything is created.
         let prev = self.journal.load(key).await.ok().flatten();
         if prev.as_ref().is_some_and(unfinished_teardown) {
@@ -456,13 +484,14 @@ impl Engine {
             want.name = n;
         }
         let kubernetes = want.kubernetes && self.k3s_capable(&want);
-        let m = LaunchMachine::new(
+        let mut m = LaunchMachine::new(
             want,
             self.lineage.clone(),
             self.ssh_public_key.clone(),
             self.providers.clone(),
             self.connector.clone(),
         );
+        m.shared = Some(shared.clone());
         let start = move |prev: Option<PrevRecord>| {
             prev.as_ref()
                 .and_then(|p| owned_of(p).ok().flatten())
@@ -585,8 +614,155 @@ impl Engine {
     }
 
     /// Destroys the given addresses concurrently (bounded by parallelism), each only
-    /// after every machine that depends on it (per its applied `depends_on`) is gone.
+    /// after every machine that depends on it (per its applied `depends_on`) is gone;
+    /// then the shared objects no remaining machine uses.
     pub async fn destroy(&self, addresses: &[String]) -> BTreeMap<String, Outcome> {
+        let candidates = self.shared_of(addresses);
+        let mut out = self.destroy_machines(addresses).await;
+        out.extend(self.release_shared_with(candidates).await);
+        out
+    }
+
+    /// The shared objects the machines at `addresses` used, by where they are recorded
+    /// to be: how a state written before shared objects were resources (its machines
+    /// used the project key without a record of it) still releases the key its release
+    /// registered, found by identity.
+    fn shared_of(&self, addresses: &[String]) -> Vec<crate::provider::SharedObject> {
+        let snapshot = self.journal.snapshot();
+        let mut out = Vec::new();
+        for a in addresses {
+            let Some(r) = snapshot.resources.get(a) else {
+                continue;
+            };
+            let prev = PrevRecord {
+                kind: r.machine.kind.clone(),
+                state: r.machine.state.clone(),
+            };
+            let Some(o) = owned_of(&prev).ok().flatten() else {
+                continue;
+            };
+            let Some(p) = self.providers.get(&o.location.cloud) else {
+                continue;
+            };
+            // Only the location matters to which objects a machine uses.
+            let offer = crate::provider::Offer {
+                id: String::new(),
+                location: o.location.clone(),
+                instance_type: String::new(),
+                gpu: None,
+                gpu_count: 0,
+                spot: false,
+                price_per_hour: 0.0,
+                detail: serde_json::Value::Null,
+                facts: Default::default(),
+            };
+            for obj in p.shared_objects(&offer) {
+                if !out.contains(&obj) {
+                    out.push(obj);
+                }
+            }
+        }
+        out
+    }
+
+    /// [`Engine::release_shared_with`] of the recorded objects alone.
+    pub async fn release_shared(&self) -> BTreeMap<String, Outcome> {
+        self.release_shared_with(Vec::new()).await
+    }
+
+    /// Tears down every shared object of the state that no remaining machine uses (the
+    /// graph's order: after the last machine depending on it is gone). A machine uses an
+    /// object when what it owns is at the object's cloud (and region), or when its applied
+    /// settings may still launch it there. Only objects gpuprov made are deleted (the
+    /// user's own key is kept); the record leaves the state once the cloud confirms.
+    /// Returns an outcome per object released or not.
+    ///
+    /// `candidates`: objects to release too when unrecorded (found by identity).
+    pub async fn release_shared_with(
+        &self,
+        candidates: Vec<crate::provider::SharedObject>,
+    ) -> BTreeMap<String, Outcome> {
+        let snapshot = self.journal.snapshot();
+        let mut out = BTreeMap::new();
+        let mut todo: Vec<(String, Option<crate::provider::SharedObject>)> = snapshot
+            .shared
+            .iter()
+            .map(|(address, rec)| {
+                let prev = PrevRecord {
+                    kind: rec.machine.kind.clone(),
+                    state: rec.machine.state.clone(),
+                };
+                (address.clone(), crate::vm::shared::object_of(&prev))
+            })
+            .collect();
+        for c in candidates {
+            if !snapshot.shared.contains_key(&c.address()) {
+                todo.push((c.address(), Some(c)));
+            }
+        }
+        for (address, object) in &todo {
+            let Some(object) = object else {
+                // Never drop a record we cannot read.
+                out.insert(
+                    address.clone(),
+                    Outcome::Failed("refusing to release: the state record is unreadable".into()),
+                );
+                continue;
+            };
+            let in_use = snapshot.resources.values().any(|r| {
+                let prev = PrevRecord {
+                    kind: r.machine.kind.clone(),
+                    state: r.machine.state.clone(),
+                };
+                let at = owned_of(&prev).ok().flatten().map(|o| o.location);
+                let owned_here = at
+                    .as_ref()
+                    .is_some_and(|l| object.serves(&l.cloud, Some(&l.region)));
+                let may_launch_here = r
+                    .desired
+                    .clone()
+                    .and_then(|d| serde_json::from_value::<VmSpec>(d).ok())
+                    .is_some_and(|v| {
+                        v.clouds.iter().any(|c| c.as_str() == object.cloud)
+                            && (v.regions.is_empty()
+                                || v.regions
+                                    .iter()
+                                    .any(|reg| object.serves(&object.cloud, Some(reg))))
+                    });
+                owned_here || may_launch_here
+            });
+            if in_use {
+                continue;
+            }
+            let m = SharedTeardown {
+                providers: self.providers.clone(),
+                public_key: self.ssh_public_key.clone(),
+            };
+            let o = object.clone();
+            let outcome = match self
+                .executor
+                .run(&m, address, move |_| SharedTeardownState::Observing {
+                    object: o,
+                })
+                .await
+            {
+                Ok(SharedTeardownState::Deleted { .. }) => match self.journal.remove(address).await
+                {
+                    Ok(()) => Outcome::Destroyed,
+                    Err(e) => Outcome::Failed(e.to_string()),
+                },
+                Ok(SharedTeardownState::Leaked { reason, .. }) => Outcome::Leaked(reason),
+                Ok(other) => Outcome::Failed(format!("release ended in {other:?}")),
+                Err(ExecError::Interrupted { label, .. }) => Outcome::Interrupted(label),
+                Err(e) => Outcome::Failed(e.to_string()),
+            };
+            out.insert(address.clone(), outcome);
+        }
+        out
+    }
+
+    /// [`Engine::destroy`] of the machines alone.
+    async fn destroy_machines(&self, addresses: &[String]) -> BTreeMap<String, Outcome> {
         let snapshot = self.journal.snapshot();
         let depends_on = |address: &str| -> Vec<String> {
             snapshot

@@ -1,6 +1,10 @@
 //! The resource graph: each machine compiles to offer search → prepare → instance
 //! (→ k3s install, once clusters land), and `depends_on` adds an edge from the dependency's
-//! last node to the dependent's first. Pure: no I/O.
+//! last node to the dependent's first. The shared objects of the machines' clouds
+//! ([`crate::provider::shared::declared`]: a project key per account, an environment per
+//! region) are nodes of their own, once each, with an edge to the `prepare` of every
+//! machine that may use them; a region-scoped object of a machine with no `regions` is
+//! `[*]` (its region is chosen at launch). Pure: no I/O.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -28,18 +32,55 @@ impl Stage {
     }
 }
 
-/// One node: a stage of one machine.
+/// One node: a stage of one machine, or a shared object.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resource {
-    pub vm: String,
-    pub stage: Stage,
+pub enum Resource {
+    Vm {
+        vm: String,
+        stage: Stage,
+    },
+    /// A shared object's address, for example `shared.digitalocean.ssh_key`.
+    Shared {
+        address: String,
+    },
 }
 
 impl Resource {
     /// The node's address, for example `vm.dev.instance`.
     pub fn address(&self) -> String {
-        format!("vm.{}.{}", self.vm, self.stage.as_str())
+        match self {
+            Resource::Vm { vm, stage } => format!("vm.{vm}.{}", stage.as_str()),
+            Resource::Shared { address } => address.clone(),
+        }
     }
+}
+
+/// The addresses of the shared objects `vm` may use, in the order they are prepared
+/// (`[*]` for a region-scoped object when the machine names no region).
+pub fn shared_addresses(vm: &VmSpec) -> Vec<String> {
+    use crate::provider::shared::{declared, SharedObject, SharedScope};
+    let mut out = Vec::new();
+    for cloud in &vm.clouds {
+        for k in declared(cloud.as_str()) {
+            let regions: Vec<Option<String>> = match k.scope {
+                SharedScope::Account => vec![None],
+                SharedScope::Region if vm.regions.is_empty() => vec![Some("*".into())],
+                SharedScope::Region => vm.regions.iter().cloned().map(Some).collect(),
+            };
+            for region in regions {
+                let a = SharedObject {
+                    cloud: cloud.as_str().to_string(),
+                    kind: k.kind.to_string(),
+                    region,
+                }
+                .address();
+                if !out.contains(&a) {
+                    out.push(a);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The compiled graph.
@@ -54,10 +95,11 @@ impl ResourceGraph {
         let mut graph = DiGraph::new();
         let mut first: BTreeMap<&str, NodeIndex> = BTreeMap::new();
         let mut last: BTreeMap<&str, NodeIndex> = BTreeMap::new();
-        for name in vms.keys() {
+        let mut shared: BTreeMap<String, NodeIndex> = BTreeMap::new();
+        for (name, vm) in vms {
             let mut prev: Option<NodeIndex> = None;
             for stage in [Stage::OfferSearch, Stage::Prepare, Stage::Instance] {
-                let n = graph.add_node(Resource {
+                let n = graph.add_node(Resource::Vm {
                     vm: name.clone(),
                     stage,
                 });
@@ -65,6 +107,14 @@ impl ResourceGraph {
                     graph.add_edge(p, n, ());
                 } else {
                     first.insert(name, n);
+                }
+                if stage == Stage::Prepare {
+                    for address in shared_addresses(vm) {
+                        let s = *shared
+                            .entry(address.clone())
+                            .or_insert_with(|| graph.add_node(Resource::Shared { address }));
+                        graph.add_edge(s, n, ());
+                    }
                 }
                 prev = Some(n);
             }
@@ -106,9 +156,12 @@ impl ResourceGraph {
         let order = toposort(&self.graph, None).unwrap_or_default();
         let mut out: Vec<String> = Vec::new();
         for n in order {
-            let r = &self.graph[n];
-            if r.stage == Stage::Instance {
-                out.push(r.vm.clone());
+            if let Resource::Vm {
+                vm,
+                stage: Stage::Instance,
+            } = &self.graph[n]
+            {
+                out.push(vm.clone());
             }
         }
         out

@@ -276,6 +276,81 @@ pub struct Plan {
     /// Locations discovery could not list (`location`, why).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unlisted: Vec<(String, String)>,
+    /// The shared objects the changes create or release ([`shared_changes`]), once each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared: Vec<SharedChange>,
+}
+
+/// What apply does to one shared object (an SSH key per cloud account, an environment
+/// per region: [`crate::provider::shared`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedChange {
+    /// For example `shared.digitalocean.ssh_key`; `[*]` for a region-scoped object whose
+    /// region is chosen at launch.
+    pub address: String,
+    /// `Create` (found or created once, before the first machine that needs it) or
+    /// `Destroy` (released after the last machine using it; one gpuprov did not make is
+    /// kept).
+    pub action: Action,
+    /// The machines (`vm.NAME`) that use it.
+    pub users: Vec<String>,
+}
+
+/// The shared objects `planned` needs that the state has no record of (created once,
+/// before the first machine launching), and the recorded ones that no machine keeps
+/// using (released after the last one is gone). `untouched`: changes a `-target` left
+/// out; their machines still use what they use.
+pub fn shared_changes(
+    planned: &[Change],
+    untouched: &[Change],
+    state: &StateFile,
+) -> Vec<SharedChange> {
+    let mut users: BTreeMap<String, (bool, Vec<String>)> = BTreeMap::new();
+    let planned_users = planned.iter().map(|c| (c, true));
+    let other_users = untouched.iter().map(|c| (c, false));
+    for (c, in_plan) in planned_users.chain(other_users) {
+        if c.action == Action::Destroy {
+            continue;
+        }
+        let Some(want) = &c.desired else { continue };
+        let launches =
+            in_plan && matches!(c.action, Action::Create | Action::Replace | Action::Resume);
+        for a in crate::graph::shared_addresses(want) {
+            let e = users.entry(a).or_default();
+            e.0 |= launches;
+            if in_plan {
+                e.1.push(c.address.clone());
+            }
+        }
+    }
+    let mut out: Vec<SharedChange> = users
+        .iter()
+        .filter(|(a, (launches, _))| *launches && !state.shared.contains_key(*a))
+        .map(|(a, (_, u))| SharedChange {
+            address: a.clone(),
+            action: Action::Create,
+            users: u.clone(),
+        })
+        .collect();
+    // `shared.c.k[*]` stands for every region of that kind.
+    let used = |address: &str| {
+        users.keys().any(|k| {
+            k == address
+                || k.strip_suffix("[*]")
+                    .is_some_and(|stem| address.starts_with(&format!("{stem}[")))
+        })
+    };
+    let destroys = planned.iter().any(|c| c.action == Action::Destroy);
+    for address in state.shared.keys() {
+        if destroys && !used(address) {
+            out.push(SharedChange {
+                address: address.clone(),
+                action: Action::Destroy,
+                users: Vec::new(),
+            });
+        }
+    }
+    out
 }
 
 /// One record a plan moves: `from` → `to` (both `vm.NAME`).
@@ -341,6 +416,13 @@ impl Plan {
                 }
                 Action::Destroy => destroy += 1,
                 Action::NoOp => {}
+            }
+        }
+        for s in &self.shared {
+            match s.action {
+                Action::Create => add += 1,
+                Action::Destroy => destroy += 1,
+                _ => {}
             }
         }
         (add, change, destroy)
@@ -689,6 +771,7 @@ pub fn compute(
     }
     changes.sort_by(|a, b| a.address.cmp(&b.address));
     let (total, incomplete) = cost_of(&changes);
+    let shared = shared_changes(&changes, &[], state);
     let endpoints = config
         .clouds
         .iter()
@@ -709,6 +792,7 @@ pub fn compute(
         targets: Vec::new(),
         foreign: Vec::new(),
         unlisted: Vec::new(),
+        shared,
     })
 }
 
@@ -889,6 +973,7 @@ pub fn restrict_to_targets(plan: &mut Plan, state: &StateFile, targets: &[String
     plan.changes = kept;
     plan.targets = targets.to_vec();
     plan.recompute_cost(&dropped);
+    plan.shared = shared_changes(&plan.changes, &dropped, state);
 }
 
 /// The reason of a replacement `-replace` asked for.
@@ -1103,6 +1188,17 @@ pub fn render(plan: &Plan) -> String {
         render_offers(&mut out, c);
         out.push_str("    }\n");
     }
+    for s in &plan.shared {
+        let what = match s.action {
+            Action::Create => format!(
+                "will be created once, before the first machine that needs it (found by value if it exists; used by {})",
+                s.users.join(", ")
+            ),
+            _ => "will be released after the last machine using it (deleted only if gpuprov created it)".into(),
+        };
+        let _ = writeln!(out, "\n  # {} {what}", s.address);
+        let _ = writeln!(out, "{:>3} {}", s.action.symbol(), s.address);
+    }
     let (add, change, destroy) = plan.counts();
     let _ = writeln!(
         out,
@@ -1266,6 +1362,41 @@ mod tests {
             s.resources.insert(format!("vm.{name}"), record(vm));
         }
         s
+    }
+
+    /// Three DigitalOcean machines share one project key: the plan creates it once and
+    /// counts it once; the graph has one node for it, feeding every machine's prepare;
+    /// destroying every machine releases it.
+    #[test]
+    fn shared_objects_are_planned_and_drawn_once() {
+        let c = config(
+            "[defaults]\nclouds = [\"digitalocean\"]\nregions = [\"tor1\"]\n\n[vm.a]\n\n[vm.b]\n\n[vm.c]\n",
+        );
+        let mut p = compute(&c, &StateFile::new(), None, &|_| Some(1.0)).expect("plans");
+        p.gpuprov_version = "TEST".into();
+        assert_eq!(p.shared.len(), 1);
+        assert_eq!(p.counts(), (4, 0, 0), "three machines and one key");
+        insta::assert_snapshot!("plan_with_shared_key", render(&p));
+        insta::assert_snapshot!(
+            "graph_with_shared_key",
+            crate::graph::ResourceGraph::build(&c.vms).to_dot()
+        );
+
+        // Recorded: nothing to create. Gone from the config: released.
+        let mut st = recorded_all(&c);
+        st.shared
+            .insert("shared.digitalocean.ssh_key".into(), record(&c.vms["a"]));
+        let p = compute(&c, &st, None, &|_| Some(1.0)).expect("plans");
+        assert!(p.shared.is_empty());
+        let elsewhere = config("[defaults]\nclouds = [\"docker\"]\n\n[vm.z]\n");
+        let p = compute(&elsewhere, &st, None, &|_| Some(1.0)).expect("plans");
+        assert_eq!(p.shared.len(), 1);
+        assert_eq!(p.shared[0].action, Action::Destroy);
+        assert_eq!(
+            p.counts(),
+            (1, 0, 4),
+            "z added; a, b, c and the key destroyed"
+        );
     }
 
     fn list(s: BTreeSet<String>) -> Vec<String> {

@@ -44,7 +44,7 @@ pub fn normalize(cmd: &Command, args: Vec<OsString>) -> Result<Vec<OsString>, Co
         // Go's flag package (Terraform's) takes `-json=true` / `-json=false` for a switch.
         let dashes = s.chars().take(2).take_while(|c| *c == '-').count();
         if let Some((name, value)) = s[dashes..].split_once('=').filter(|_| dashes > 0) {
-            if let Some(arg) = find_long(scope, name).filter(|a| is_switch(a)) {
+            if find_long(scope, name).is_some_and(is_switch) {
                 match value {
                     "true" | "1" => out.push(format!("--{name}").into()),
                     "false" | "0" => {}

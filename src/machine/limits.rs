@@ -126,6 +126,43 @@ impl CloudProvider for Governed {
         crate::crash::point("provider.after:delete").await;
         r
     }
+    fn shared_objects(&self, offer: &Offer) -> Vec<crate::provider::SharedObject> {
+        self.inner.shared_objects(offer)
+    }
+    async fn observe_shared(
+        &self,
+        obj: &crate::provider::SharedObject,
+        public_key: &str,
+    ) -> Result<Option<crate::provider::SharedFound>> {
+        let _p = self.permit().await?;
+        self.inner.observe_shared(obj, public_key).await
+    }
+    async fn create_shared(
+        &self,
+        obj: &crate::provider::SharedObject,
+        public_key: &str,
+    ) -> Result<crate::provider::SharedFound> {
+        crate::crash::point("provider.before:create_shared").await;
+        let r = {
+            let _p = self.permit().await?;
+            self.inner.create_shared(obj, public_key).await
+        };
+        crate::crash::point("provider.after:create_shared").await;
+        r
+    }
+    async fn delete_shared(
+        &self,
+        obj: &crate::provider::SharedObject,
+        found: &crate::provider::SharedFound,
+    ) -> Result<()> {
+        crate::crash::point("provider.before:delete_shared").await;
+        let r = {
+            let _p = self.permit().await?;
+            self.inner.delete_shared(obj, found).await
+        };
+        crate::crash::point("provider.after:delete_shared").await;
+        r
+    }
     async fn start(&self, at: &Location, vm_name: &str, instance_id: &str) -> Result<()> {
         crate::crash::point("provider.before:start").await;
         let r = {

@@ -310,6 +310,7 @@ mod tests {
             targets: vec![],
             foreign: vec![],
             unlisted: vec![],
+            shared: vec![],
         };
         let md = render(&plan);
         insta::assert_snapshot!("plan_markdown_every_action", md);

@@ -93,6 +93,12 @@ struct Inner {
     boot_failure: Option<String>,
     /// Observes a started instance still reports `Stopped` before it is `Pending`.
     start_lag: u32,
+    /// The account's SSH keys as (id, name, value) when the fake shares a project key
+    /// ([`FakeProvider::with_shared_key`]); `None`: it declares no shared object.
+    shared_keys: Option<Vec<(String, String, String)>>,
+    /// Key registrations the fake accepted, and deletions it made.
+    shared_creates: u32,
+    shared_deletes: u32,
 }
 
 impl Inner {
@@ -153,6 +159,31 @@ impl FakeProvider {
             in_flight: Default::default(),
             max_in_flight: Default::default(),
         }
+    }
+
+    /// Declares one shared object, the project key per account (`ssh_key`, as
+    /// DigitalOcean): found by value, created under `gpuprov-key`, a second registration
+    /// of the same value refused with `Exists`. `user_key`: a key of that value the
+    /// user registered before, under their own name (used, never deleted).
+    pub fn with_shared_key(self, user_key: Option<&str>) -> Self {
+        self.lock().shared_keys = Some(
+            user_key
+                .map(|v| ("user-1".to_string(), "my-laptop".to_string(), v.to_string()))
+                .into_iter()
+                .collect(),
+        );
+        self
+    }
+
+    /// The shared keys on the fake account, as (id, name, value).
+    pub fn shared_keys(&self) -> Vec<(String, String, String)> {
+        self.lock().shared_keys.clone().unwrap_or_default()
+    }
+
+    /// (key registrations accepted, key deletions made) so far.
+    pub fn shared_counts(&self) -> (u32, u32) {
+        let g = self.lock();
+        (g.shared_creates, g.shared_deletes)
     }
 
     /// Every call takes `latency` (simulated API round trip).
@@ -459,6 +490,80 @@ impl CloudProvider for FakeProvider {
     /// The scripted name and capabilities; no endpoint, no credential.
     fn adapter(&self) -> &Adapter {
         &self.adapter
+    }
+
+    fn shared_objects(&self, offer: &Offer) -> Vec<crate::provider::SharedObject> {
+        if self.lock().shared_keys.is_none() {
+            return Vec::new();
+        }
+        vec![crate::provider::SharedObject {
+            cloud: offer.location.cloud.clone(),
+            kind: "ssh_key".into(),
+            region: None,
+        }]
+    }
+
+    async fn observe_shared(
+        &self,
+        _obj: &crate::provider::SharedObject,
+        public_key: &str,
+    ) -> Result<Option<crate::provider::SharedFound>> {
+        let _call = self.round_trip().await;
+        let want = crate::provider::kit::keys::key_value(public_key);
+        Ok(self.shared_keys().into_iter().find_map(|(id, name, v)| {
+            (crate::provider::kit::keys::key_value(&v) == want).then(|| {
+                crate::provider::SharedFound {
+                    ours: name == "gpuprov-key",
+                    id,
+                    name,
+                }
+            })
+        }))
+    }
+
+    async fn create_shared(
+        &self,
+        _obj: &crate::provider::SharedObject,
+        public_key: &str,
+    ) -> Result<crate::provider::SharedFound> {
+        let _call = self.round_trip().await;
+        let mut g = self.lock();
+        let want = crate::provider::kit::keys::key_value(public_key);
+        let keys = g.shared_keys.get_or_insert_with(Vec::new);
+        if keys
+            .iter()
+            .any(|(_, _, v)| crate::provider::kit::keys::key_value(v) == want)
+        {
+            return Err(ProviderError::new(
+                ErrorKind::Exists,
+                "fake: SSH key is already in use",
+            ));
+        }
+        let id = format!("key-{}", keys.len() + 1);
+        keys.push((id.clone(), "gpuprov-key".into(), public_key.to_string()));
+        g.shared_creates += 1;
+        Ok(crate::provider::SharedFound {
+            id,
+            name: "gpuprov-key".into(),
+            ours: true,
+        })
+    }
+
+    async fn delete_shared(
+        &self,
+        _obj: &crate::provider::SharedObject,
+        found: &crate::provider::SharedFound,
+    ) -> Result<()> {
+        let _call = self.round_trip().await;
+        let mut g = self.lock();
+        let before = g.shared_keys.as_ref().map_or(0, Vec::len);
+        if let Some(keys) = g.shared_keys.as_mut() {
+            keys.retain(|(id, _, _)| *id != found.id);
+        }
+        if g.shared_keys.as_ref().map_or(0, Vec::len) < before {
+            g.shared_deletes += 1;
+        }
+        Ok(())
     }
 
     async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>> {

@@ -156,6 +156,36 @@ impl CloudProvider for Faulty {
         let r = self.inner.start(at, vm_name, instance_id).await;
         self.after("start", r)
     }
+    fn shared_objects(&self, offer: &Offer) -> Vec<crate::provider::SharedObject> {
+        self.inner.shared_objects(offer)
+    }
+    async fn observe_shared(
+        &self,
+        obj: &crate::provider::SharedObject,
+        public_key: &str,
+    ) -> Result<Option<crate::provider::SharedFound>> {
+        self.before("observe_shared")?;
+        let r = self.inner.observe_shared(obj, public_key).await;
+        self.after("observe_shared", r)
+    }
+    async fn create_shared(
+        &self,
+        obj: &crate::provider::SharedObject,
+        public_key: &str,
+    ) -> Result<crate::provider::SharedFound> {
+        self.before("create_shared")?;
+        let r = self.inner.create_shared(obj, public_key).await;
+        self.after("create_shared", r)
+    }
+    async fn delete_shared(
+        &self,
+        obj: &crate::provider::SharedObject,
+        found: &crate::provider::SharedFound,
+    ) -> Result<()> {
+        self.before("delete_shared")?;
+        let r = self.inner.delete_shared(obj, found).await;
+        self.after("delete_shared", r)
+    }
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<()> {
         self.before("cleanup")?;
         let r = self.inner.cleanup(at, vm_name).await;

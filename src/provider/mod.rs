@@ -48,6 +48,7 @@ pub mod primeintellect;
 pub mod redact;
 pub mod registry;
 pub mod runpod;
+pub mod shared;
 pub mod verda;
 
 use std::fmt;
@@ -62,6 +63,7 @@ pub use identity::{
     check_spec_lineage, object_name, project_key_name, Lineage, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 pub use redact::Secret;
+pub use shared::{SharedFound, SharedObject};
 
 /// The answer of a contract call: its error is a classified [`ProviderError`] unless said
 /// otherwise, which keeps the trait's signatures short.
@@ -198,6 +200,10 @@ pub struct InstanceSpec {
     /// OpenSSH-format public key (`ssh-ed25519 AAAA... comment`).
     pub ssh_public_key: String,
     pub boot_script: Option<BootScript>,
+    /// The shared objects the core prepared for this machine ([`shared`]), by kind (for
+    /// example `ssh_key`). Empty when `prepare` is called outside the core (adapter
+    /// tests): the adapter then finds or creates what it needs itself.
+    pub shared: std::collections::BTreeMap<String, SharedFound>,
 }
 
 /// Normalised instance status (design 4.1).
@@ -417,6 +423,10 @@ pub enum ErrorKind {
     /// security group): something still depends on it, so the core observes again (and
     /// deletes what it finds) before retrying.
     InUse,
+    /// A create refused because the object exists already (a duplicate name, a key
+    /// "already in use"): for a shared object, it was made meanwhile or before, so the
+    /// core observes again and adopts it. Never a failed offer.
+    Exists,
 }
 
 impl ErrorKind {
@@ -665,6 +675,50 @@ pub trait CloudProvider: Send + Sync {
     async fn diagnose(&self, at: &Location, vm: &str, id: &str) -> Result<Vec<Finding>> {
         let _ = (at, vm, id);
         Ok(Vec::new())
+    }
+    /// The shared objects a machine launched at `offer` uses ([`shared`]): by default
+    /// what [`shared::declared`] lists for this cloud. A wrapper hands over the inner
+    /// adapter's.
+    fn shared_objects(&self, offer: &Offer) -> Vec<SharedObject> {
+        shared::for_offer(self.name(), offer)
+    }
+    /// The shared object `obj` as the cloud shows it, `None` when it does not exist.
+    /// `public_key` is the project's OpenSSH public key (keys are found by value).
+    /// Read-only.
+    ///
+    /// Errors: as `observe`; the default is `Unavailable` (this cloud shares nothing).
+    async fn observe_shared(
+        &self,
+        obj: &SharedObject,
+        public_key: &str,
+    ) -> Result<Option<SharedFound>> {
+        let _ = public_key;
+        Err(ProviderError::new(
+            ErrorKind::Unavailable,
+            format!("{} declares no shared {}", self.name(), obj.kind),
+        ))
+    }
+    /// Creates shared object `obj` under the name gpuprov derives for it. One call.
+    ///
+    /// Errors: `Exists` when the cloud refuses because it exists already (the core then
+    /// observes again and adopts it); otherwise as `create`.
+    async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
+        let _ = public_key;
+        Err(ProviderError::new(
+            ErrorKind::Unavailable,
+            format!("{} cannot create a shared {}", self.name(), obj.kind),
+        ))
+    }
+    /// Deletes shared object `found` (only one gpuprov made: [`SharedFound::ours`]); one
+    /// already gone is success. Does not wait.
+    ///
+    /// Errors: `InUse` while something still uses it; otherwise as `delete`.
+    async fn delete_shared(&self, obj: &SharedObject, found: &SharedFound) -> Result<()> {
+        let _ = found;
+        Err(ProviderError::new(
+            ErrorKind::Unavailable,
+            format!("{} cannot delete a shared {}", self.name(), obj.kind),
+        ))
     }
 }
 

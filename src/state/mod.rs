@@ -82,6 +82,12 @@ pub struct StateFile {
     /// Records keyed by resource address (for example `vm.dev`), sorted for stable diffs.
     #[serde(default)]
     pub resources: BTreeMap<String, ResourceRecord>,
+    /// The shared objects' records (an SSH key per cloud account, an environment per
+    /// region: `crate::vm::shared`), keyed by address (`shared.digitalocean.ssh_key`).
+    /// Apart from `resources` so that everything reading machines reads machines. Absent
+    /// in states written before shared objects were resources.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub shared: BTreeMap<String, ResourceRecord>,
     /// Top-level fields this release does not know; kept so that saving a file written by
     /// a newer release does not silently drop its data.
     #[serde(flatten)]
@@ -89,6 +95,25 @@ pub struct StateFile {
 }
 
 impl StateFile {
+    /// The records `key` belongs to: [`StateFile::shared`] for a shared object's address
+    /// (`shared.…`), else [`StateFile::resources`].
+    pub fn records_of(&self, key: &str) -> &BTreeMap<String, ResourceRecord> {
+        if key.starts_with(crate::provider::shared::PREFIX) {
+            &self.shared
+        } else {
+            &self.resources
+        }
+    }
+
+    /// [`StateFile::records_of`], mutable.
+    pub fn records_of_mut(&mut self, key: &str) -> &mut BTreeMap<String, ResourceRecord> {
+        if key.starts_with(crate::provider::shared::PREFIX) {
+            &mut self.shared
+        } else {
+            &mut self.resources
+        }
+    }
+
     /// Returns an empty state: current format version, serial 0 and a fresh v4 lineage.
     pub fn new() -> Self {
         StateFile {
@@ -98,6 +123,7 @@ impl StateFile {
             gpuprov_version: GPUPROV_VERSION.to_string(),
             ssh: None,
             resources: BTreeMap::new(),
+            shared: BTreeMap::new(),
             extra: Map::new(),
         }
     }

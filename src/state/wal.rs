@@ -94,7 +94,7 @@ impl JournalOp {
                 desired,
             } => {
                 let rec = state
-                    .resources
+                    .records_of_mut(key)
                     .entry(key.clone())
                     .or_insert_with(|| ResourceRecord::new(machine.clone()));
                 rec.machine = machine.clone();
@@ -106,13 +106,13 @@ impl JournalOp {
                 rec.push_event_at(machine.updated_at, machine.label.clone());
             }
             JournalOp::Desired { key, desired, at } => {
-                if let Some(rec) = state.resources.get_mut(key) {
+                if let Some(rec) = state.records_of_mut(key).get_mut(key) {
                     rec.desired = Some(desired.clone());
                     rec.push_event_at(*at, "settings updated in place");
                 }
             }
             JournalOp::Remove { key } => {
-                state.resources.remove(key);
+                state.records_of_mut(key).remove(key);
             }
         }
     }

@@ -412,6 +412,10 @@ pub struct LaunchMachine {
     /// only for these may `Creating` call `create` without waiting (see
     /// [`LaunchState::Creating`]).
     fresh_creates: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The run's shared objects ([`super::shared`]): `Preparing` waits for the ones its
+    /// offer needs before `prepare`. `None` (a machine run alone, in tests): the adapter's
+    /// `prepare` finds or creates them itself.
+    pub shared: Option<Arc<super::shared::SharedObjects>>,
 }
 
 impl LaunchMachine {
@@ -435,6 +439,7 @@ impl LaunchMachine {
             auth_refused_grace: Duration::from_secs(30),
             boot_script: None,
             fresh_creates: Default::default(),
+            shared: None,
         }
     }
 
@@ -466,6 +471,7 @@ impl LaunchMachine {
             ports: self.vm.ports.clone(),
             ssh_public_key: self.ssh_public_key.clone(),
             boot_script: self.boot_script.clone(),
+            shared: Default::default(),
         }
     }
 
@@ -1194,7 +1200,28 @@ impl Machine for LaunchMachine {
                         owned: None,
                     });
                 };
-                match p.prepare(offer, &self.instance_spec(search)).await {
+                let mut spec = self.instance_spec(search);
+                let mut shared_error = None;
+                if let Some(shared) = &self.shared {
+                    // One preparation per object per run: the first machine that needs
+                    // it prepares it, the others wait here for its answer.
+                    for object in p.shared_objects(offer) {
+                        match shared.ensure(&object).await {
+                            Ok(found) => {
+                                spec.shared.insert(object.kind.clone(), found);
+                            }
+                            Err(e) => {
+                                shared_error = Some(e);
+                                break;
+                            }
+                        }
+                    }
+                }
+                let prepared = match shared_error {
+                    Some(e) => Err(e),
+                    None => p.prepare(offer, &spec).await,
+                };
+                match prepared {
                     Ok(prepared) => Step::Next(LaunchState::Creating {
                         sent: false,
                         search: search.clone(),

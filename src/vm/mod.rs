@@ -1,6 +1,7 @@
 //! The VM machines: launch (design 4.3) and teardown (design 4.4), plus what they own.
 
 pub mod launch;
+pub mod shared;
 pub mod teardown;
 
 use serde::{Deserialize, Serialize};

@@ -1142,6 +1142,7 @@ fn spec() -> InstanceSpec {
         ports: vec![],
         ssh_public_key: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuprov test".into(),
         boot_script: None,
+        shared: Default::default(),
     }
 }
 

@@ -73,6 +73,9 @@ enum Scenario {
     /// its identity and lineage is in the cloud, discovery finds it, and apply adopts it
     /// instead of creating a second one (issue 18).
     Adopted,
+    /// The cloud shares a project key between machines (issue 21): a journalled node of
+    /// its own, created once, deleted after the last machine.
+    SharedKey,
 }
 
 impl Scenario {
@@ -120,6 +123,7 @@ impl Scenario {
                 ProviderError::new(ErrorKind::Failed, "authorizing the security group failed"),
                 1,
             ),
+            Scenario::SharedKey => c.with_shared_key(None),
             _ => c,
         }
     }
@@ -438,7 +442,7 @@ impl World {
         }
         let (_, st) =
             StateStore::open(self.state_path()).map_err(|e| format!("state refused: {e}"))?;
-        Ok(st.resources.len())
+        Ok(st.resources.len() + st.shared.len())
     }
 }
 
@@ -454,6 +458,14 @@ fn clean_trace(s: Scenario) -> Vec<String> {
     assert_eq!(destroyed["vm.dev"], Outcome::Destroyed, "{s:?}");
     assert!(w.cloud.instances().is_empty());
     assert!(w.cloud.side_resources().is_empty(), "{s:?}");
+    assert!(w.cloud.shared_keys().is_empty(), "{s:?}");
+    if s == Scenario::SharedKey {
+        assert_eq!(
+            w.cloud.shared_counts(),
+            (1, 1),
+            "created once, deleted once"
+        );
+    }
     trace
 }
 
@@ -564,6 +576,22 @@ fn crash_and_recover(s: Scenario, point: &str, nth: u32) -> Vec<String> {
             w.cloud.side_resources()
         ));
     }
+    // One creation per life of the key: a crash in the apply leaves one apply and one
+    // destroy in all (one creation); a crash in the destroy comes after a destroy that
+    // may have deleted it, so the next apply creates it again (two).
+    let (created, deleted) = w.cloud.shared_counts();
+    let lives = if died_in_apply { 1 } else { 2 };
+    if created > lives || created > deleted + 1 {
+        problems.push(format!(
+            "duplicate: shared key created {created} times ({deleted} deleted, {lives} allowed)"
+        ));
+    }
+    if !w.cloud.shared_keys().is_empty() {
+        problems.push(format!(
+            "leaked shared objects after the last destroy: {:?}",
+            w.cloud.shared_keys()
+        ));
+    }
     if w.dir.path().join("kube/dev.yaml").exists() {
         problems.push("the destroyed cluster's kubeconfig (client key) was left".into());
     }
@@ -590,6 +618,7 @@ fn every_crash_point_recovers_without_duplicates_or_leaks() {
         ("restart-refused", Scenario::RestartRefused),
         ("side-abandoned", Scenario::SideAbandoned),
         ("adopted", Scenario::Adopted),
+        ("shared-key", Scenario::SharedKey),
     ];
     let mut failures = Vec::new();
     // Per machine kind: every point name seen, and those whose every occurrence passed.
@@ -665,6 +694,8 @@ fn every_crash_point_recovers_without_duplicates_or_leaks() {
         "k3s",
         "provider calls",
         "engine (record removal)",
+        "shared",
+        "shared_teardown",
     ] {
         assert!(total.contains_key(k), "no crash point of {k} was traced");
     }

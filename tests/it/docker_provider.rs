@@ -177,6 +177,7 @@ fn spec(vm_name: &str, lineage: &str) -> InstanceSpec {
         ports: vec![],
         ssh_public_key: PUBLIC_KEY.into(),
         boot_script: None,
+        shared: Default::default(),
     }
 }
 

@@ -133,6 +133,7 @@ async fn launch(vm_name: &str) -> Machine {
         ports: vec![],
         ssh_public_key: key.public_key_openssh.clone(),
         boot_script: None,
+        shared: Default::default(),
     };
     let prepared = p.prepare(&offer, &spec).await.unwrap_or_else(|e| {
         panic!("prepare failed (Docker running? base image built with scripts/build-base-image.sh?): {e}")

@@ -760,6 +760,7 @@ fn trainer_spec() -> gpuprov::provider::InstanceSpec {
         ports: vec![],
         ssh_public_key: "ssh-ed25519 AAAAtest".into(),
         boot_script: None,
+        shared: Default::default(),
     }
 }
 

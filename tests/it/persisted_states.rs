@@ -1,6 +1,8 @@
 //! Golden JSON of every persisted machine state (issue 13): one fixture per variant of the
 //! launch machine's `LaunchState`, the teardown machine's `TeardownState` and the k3s
-//! machine's `K3sState` under `tests/fixtures/states/{launch,teardown,k3s}/`, and a state
+//! machine's `K3sState` under `tests/fixtures/states/{launch,teardown,k3s}/`, the shared
+//! objects' `SharedState` and `SharedTeardownState` (issue 21) under `shared/` and
+//! `shared_teardown/`, and a state
 //! file (`state_file.json`) whose resource records hold one machine of each kind. Every
 //! fixture must deserialise and re-serialise to the same JSON value: they pin the
 //! persisted format, so a state written by this release keeps loading.
@@ -17,9 +19,11 @@ use std::path::{Path, PathBuf};
 use gpuprov::cluster::k3s::{AccessRecord, ClusterRecord, K3sState};
 use gpuprov::cluster::probe::BootRoute;
 use gpuprov::provider::{BlockScope, ErrorKind, Location, Offer, SshEndpoint};
+use gpuprov::provider::{SharedFound, SharedObject};
 use gpuprov::ssh::HostKey;
 use gpuprov::state::{Event, MachineRecord, ResourceRecord, StateFile};
 use gpuprov::vm::launch::{AfterCompensation, Attempt};
+use gpuprov::vm::shared::{SharedState, SharedTeardownState};
 use gpuprov::vm::{LaunchState, Owned, Preemption, Search, Target, TeardownState, VmRecord};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -492,8 +496,136 @@ fn samples() -> Vec<(String, String)> {
     for (n, s) in k3s_extra_samples() {
         out.push((format!("k3s/{n}.json"), v(&s)));
     }
+    for (n, s) in shared_samples() {
+        out.push((format!("shared/{n}.json"), v(&s)));
+    }
+    for (n, s) in shared_teardown_samples() {
+        out.push((format!("shared_teardown/{n}.json"), v(&s)));
+    }
     out.push(("state_file.json".into(), v(&state_file_sample())));
     out
+}
+
+fn shared_object() -> SharedObject {
+    SharedObject {
+        cloud: "digitalocean".into(),
+        kind: "ssh_key".into(),
+        region: None,
+    }
+}
+
+fn shared_found(ours: bool) -> SharedFound {
+    SharedFound {
+        id: "512190".into(),
+        name: if ours {
+            "gpuprov-0f0e0d0c-3b16bfe48b00".into()
+        } else {
+            "my-laptop".into()
+        },
+        ours,
+    }
+}
+
+/// Every variant of the shared object's machine (issue 21), named.
+fn shared_samples() -> Vec<(&'static str, SharedState)> {
+    let object = shared_object();
+    let regional = SharedObject {
+        cloud: "hyperstack".into(),
+        kind: "environment".into(),
+        region: Some("CANADA-1".into()),
+    };
+    let s = vec![
+        (
+            "observing",
+            SharedState::Observing {
+                object: object.clone(),
+            },
+        ),
+        (
+            "observing_regional",
+            SharedState::Observing { object: regional },
+        ),
+        (
+            "creating",
+            SharedState::Creating {
+                object: object.clone(),
+            },
+        ),
+        (
+            "ready",
+            SharedState::Ready {
+                object: object.clone(),
+                found: shared_found(true),
+            },
+        ),
+        (
+            "ready_users_own",
+            SharedState::Ready {
+                object: object.clone(),
+                found: shared_found(false),
+            },
+        ),
+        (
+            "failed",
+            SharedState::Failed {
+                object,
+                kind: ErrorKind::Credentials,
+                reason: "digitalocean: 401 unauthorized".into(),
+            },
+        ),
+    ];
+    for (_, x) in &s {
+        match x {
+            SharedState::Observing { .. }
+            | SharedState::Creating { .. }
+            | SharedState::Ready { .. }
+            | SharedState::Failed { .. } => {}
+        }
+    }
+    s
+}
+
+/// Every variant of the shared object's teardown machine, named.
+fn shared_teardown_samples() -> Vec<(&'static str, SharedTeardownState)> {
+    let object = shared_object();
+    let s = vec![
+        (
+            "observing",
+            SharedTeardownState::Observing {
+                object: object.clone(),
+            },
+        ),
+        (
+            "deleting",
+            SharedTeardownState::Deleting {
+                object: object.clone(),
+                found: shared_found(true),
+            },
+        ),
+        (
+            "deleted",
+            SharedTeardownState::Deleted {
+                object: object.clone(),
+            },
+        ),
+        (
+            "leaked",
+            SharedTeardownState::Leaked {
+                object,
+                found: Some(shared_found(true)),
+                reason: "transient: 503".into(),
+            },
+        ),
+    ];
+    for (_, x) in &s {
+        match x {
+            SharedTeardownState::Observing { .. }
+            | SharedTeardownState::Deleting { .. }
+            | SharedTeardownState::Deleted { .. }
+            | SharedTeardownState::Leaked { .. } => {}
+        }
+    }
+    s
 }
 
 /// `t` as the state file writes it (pretty, fields in declaration order).
@@ -535,7 +667,7 @@ fn every_variant_has_a_fixture() {
 #[test]
 fn every_fixture_loads_and_round_trips() {
     let mut seen = 0;
-    for sub in ["launch", "teardown", "k3s"] {
+    for sub in ["launch", "teardown", "k3s", "shared", "shared_teardown"] {
         let mut files: Vec<PathBuf> = std::fs::read_dir(dir().join(sub))
             .unwrap_or_else(|e| panic!("{sub}: {e}"))
             .map(|e| e.unwrap().path())
@@ -549,13 +681,15 @@ fn every_fixture_loads_and_round_trips() {
             let again = match sub {
                 "launch" => round_trip::<LaunchState>(&path, &value),
                 "teardown" => round_trip::<TeardownState>(&path, &value),
+                "shared" => round_trip::<SharedState>(&path, &value),
+                "shared_teardown" => round_trip::<SharedTeardownState>(&path, &value),
                 _ => round_trip::<K3sState>(&path, &value),
             };
             assert_eq!(again, value, "{} changed on a round trip", path.display());
             seen += 1;
         }
     }
-    assert!(seen >= 14 + 5 + 8, "read {seen} state fixtures");
+    assert!(seen >= 14 + 5 + 8 + 6 + 4, "read {seen} state fixtures");
 }
 
 /// The state file fixture loads and saves unchanged (records, events, unknown fields), and

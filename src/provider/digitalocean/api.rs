@@ -64,6 +64,8 @@ pub(super) struct SshKey {
     pub id: i64,
     #[serde(default)]
     pub public_key: String,
+    #[serde(default)]
+    pub name: String,
 }
 
 /// Spec `firewall`.

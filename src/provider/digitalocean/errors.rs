@@ -39,12 +39,15 @@ pub const SIZE_UNAVAILABLE_PHRASES: &[&str] = &[
 pub const REGION_UNAVAILABLE_PHRASES: &[&str] = &["region is not available"];
 /// Phrase of the 422 refusing a key whose value is already registered ("SSH Key is already
 /// in use on your account").
-pub const KEY_IN_USE_PHRASES: &[&str] = &["in use"];
+pub const KEY_IN_USE_PHRASES: &[&str] = &["already in use"];
 /// Phrase of the 422 refusing a tag that exists already.
 pub const TAG_EXISTS_PHRASES: &[&str] = &["exist"];
 
 /// DigitalOcean's statuses and 422 messages, in the order they are tried.
 const RULES: &[Rule] = &[
+    // 422, a key of this value is registered already: it exists (the shared key's node
+    // observes again and adopts it), never a failed offer.
+    Rule::status(422, ErrorKind::Exists).phrases(KEY_IN_USE_PHRASES),
     // 422 `unprocessable_entity`, `message` naming the droplet limit: blocks the region
     // (the kind's default scope).
     Rule::status(422, ErrorKind::Quota).phrases(QUOTA_PHRASES),

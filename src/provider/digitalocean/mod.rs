@@ -7,11 +7,15 @@
 //!   (size, region) where the size is `available`, lists the region in `regions`, and the
 //!   region is `available`. GPU asks take sizes with `gpu_info`; the price is
 //!   `price_hourly` USD. Id `digitalocean/<region>/<size>`. DigitalOcean has no spot market.
+//! - Shared object `ssh_key` (one per account, [`super::shared`]): `observe_shared` finds
+//!   the project key among `GET /v2/account/keys` by its public key *value* (a key merely
+//!   named like ours is never used); `create_shared` registers it under
+//!   [`super::project_key_name`], `gpuprov-<lineage8>-<fp12>` (a 422 "SSH Key is already
+//!   in use" is `Exists`: the core observes again and adopts it); `delete_shared` is
+//!   `DELETE /v2/account/keys/{id}`, only for a key of that name (the user's own stays).
 //! - `prepare`: re-checks the size in the region (gone → `Unavailable`) and that its disk
-//!   covers `disk_gb`; finds the project key among `GET /v2/account/keys` by its public key
-//!   *value* (else registers it under [`super::project_key_name`],
-//!   `gpuprov-<lineage8>-<fp12>`; a key merely named like ours is never used; a 422 "SSH
-//!   Key is already in use" means it was registered meanwhile: listed again); creates the
+//!   covers `disk_gb`; takes the shared key the core prepared (called alone, it finds or
+//!   registers the key itself, as above, listing again after a 422); creates the
 //!   per-VM firewall tag
 //!   (`POST /v2/tags`: a firewall may only name tags that exist, spec
 //!   `existing_tags_array`) and finds or creates the per-VM cloud firewall
@@ -29,7 +33,7 @@
 //!   filtered by region slug (exact) and both identity tags.
 //! - `delete`: `DELETE /v2/droplets/{id}` (404 = already gone); `cleanup` deletes the
 //!   per-VM firewall, then its tag (`DELETE /v2/tags/{name}`; 404 = already gone). The
-//!   project key stays. DigitalOcean documents no "still in use" answer for either
+//!   project key is not the machine's (see `ssh_key` above). DigitalOcean documents no "still in use" answer for either
 //!   (deleting a tag untags whatever carries it), so `cleanup` never reports `InUse`.
 //! - `start`: `POST /v2/droplets/{id}/actions` `{"type": "power_on"}` for a droplet that
 //!   is `off` (`Feature::Start`); one already `new` or `active` is left alone.
@@ -92,7 +96,7 @@ use super::kit::{self, gpu, Adapter, Auth, Call, Credential, RestClient, Source}
 use super::{
     object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
     InstanceStatus, Lineage, Listed, Location, Observed, Offer, ProviderError, ResourceRequest,
-    Result, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
+    Result, SharedFound, SharedObject, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 /// The cloud name.
@@ -317,6 +321,7 @@ impl DigitalOceanProvider {
                 Ok(v) => Ok(Registered::Key(SshKey {
                     id: field(&v, "/ssh_key/id", Value::as_i64, what, "id")?,
                     public_key: public_key.to_string(),
+                    name: name.clone(),
                 })),
                 Err(f) if errors::is_422(&f, errors::KEY_IN_USE_PHRASES) => {
                     Ok(Registered::Conflict(self.api.fail(&f, call)))
@@ -327,6 +332,33 @@ impl DigitalOceanProvider {
         let key =
             keys::find_or_register(public_key, list, |k: &SshKey| &k.public_key, register).await?;
         Ok(key.id)
+    }
+}
+
+/// The kind of the project key, the one shared object DigitalOcean declares
+/// ([`super::shared::declared`]): one per account.
+pub const SSH_KEY_KIND: &str = "ssh_key";
+
+impl DigitalOceanProvider {
+    /// A listed key as a shared object: ours when it carries the name gpuprov derives
+    /// ([`project_key_name`]), else the user's own (used, never deleted).
+    fn shared_key(&self, k: &SshKey, public_key: &str) -> SharedFound {
+        SharedFound {
+            id: k.id.to_string(),
+            name: k.name.clone(),
+            ours: k.name == project_key_name(self.settings.lineage.as_str(), public_key),
+        }
+    }
+
+    fn only_ssh_key(obj: &SharedObject) -> Result<()> {
+        if obj.kind == SSH_KEY_KIND && obj.cloud == CLOUD {
+            Ok(())
+        } else {
+            Err(ProviderError::new(
+                ErrorKind::InvalidRequest,
+                format!("digitalocean declares no shared {}", obj.kind),
+            ))
+        }
     }
 }
 
@@ -412,7 +444,16 @@ impl CloudProvider for DigitalOceanProvider {
                 ),
             ));
         }
-        let key_id = self.ensure_key(&spec.ssh_public_key).await?;
+        let key_id = match spec.shared.get(SSH_KEY_KIND) {
+            Some(k) => k.id.parse::<i64>().map_err(|_| {
+                ProviderError::new(
+                    ErrorKind::InvalidRequest,
+                    format!("digitalocean: shared SSH key id {:?} is not a number", k.id),
+                )
+            })?,
+            // Called outside the core (no shared objects prepared): find or register.
+            None => self.ensure_key(&spec.ssh_public_key).await?,
+        };
         let fw_name = Self::firewall_name(&spec.vm_name, &self.settings.lineage, region);
         self.ensure_tag(&fw_name).await?;
         let fw_id = self.ensure_firewall(&fw_name, &spec.ports).await?;
@@ -589,6 +630,61 @@ impl CloudProvider for DigitalOceanProvider {
         let path = format!("/v2/tags/{name}");
         self.api
             .delete(&path, errors::is_not_found, Call::other(&what))
+            .await
+    }
+
+    /// The project key among `GET /v2/account/keys` (all pages), found by *value*
+    /// (compared without the comment), never by name; `None` when it is not registered.
+    async fn observe_shared(
+        &self,
+        obj: &SharedObject,
+        public_key: &str,
+    ) -> Result<Option<SharedFound>> {
+        Self::only_ssh_key(obj)?;
+        let want = keys::key_value(public_key);
+        let listed: Vec<SshKey> = self
+            .list_all("/v2/account/keys", "ssh_keys", &[], "list SSH keys")
+            .await?;
+        Ok(listed
+            .iter()
+            .find(|k| keys::key_value(&k.public_key) == want)
+            .map(|k| self.shared_key(k, public_key)))
+    }
+
+    /// `POST /v2/account/keys` named [`project_key_name`]. DigitalOcean refuses a second
+    /// key of the same value with 422 "SSH Key is already in use on your account":
+    /// `Exists` (errors.rs), so the core observes again and adopts it.
+    async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
+        Self::only_ssh_key(obj)?;
+        let name = project_key_name(self.settings.lineage.as_str(), public_key);
+        let what = format!("register SSH key {name}");
+        let body = json!({ "name": name, "public_key": public_key.trim() });
+        let v = self
+            .api
+            .send(Method::POST, "/v2/account/keys", &[], Some(&body))
+            .await
+            .map_err(|f| self.api.fail(&f, Call::other(&what)))?;
+        Ok(SharedFound {
+            id: field(&v, "/ssh_key/id", Value::as_i64, &what, "id")?.to_string(),
+            name,
+            ours: true,
+        })
+    }
+
+    /// `DELETE /v2/account/keys/{id}` (404 = already gone). Droplets keep the key they
+    /// were created with, so DigitalOcean documents no "in use" refusal.
+    async fn delete_shared(&self, obj: &SharedObject, found: &SharedFound) -> Result<()> {
+        Self::only_ssh_key(obj)?;
+        let Ok(id) = found.id.trim().parse::<u64>() else {
+            return Ok(());
+        };
+        let what = format!("delete SSH key {}", found.name);
+        self.api
+            .delete(
+                &format!("/v2/account/keys/{id}"),
+                errors::is_not_found,
+                Call::other(&what),
+            )
             .await
     }
 

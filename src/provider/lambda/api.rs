@@ -46,6 +46,8 @@ pub(super) struct Region {
 /// `SSHKey`.
 #[derive(Debug, Clone, Deserialize)]
 pub(super) struct SshKey {
+    #[serde(default)]
+    pub id: String,
     pub name: String,
     #[serde(default)]
     pub public_key: String,

@@ -32,6 +32,9 @@ pub const INVALID_ADDRESS: &str = "global/invalid-address";
 /// A request field is invalid (HTTP 400); also a key name already taken ("Key name must
 /// be unique").
 pub const INVALID_PARAMETERS: &str = "global/invalid-parameters";
+/// Phrase (lowercase) of the `global/invalid-parameters` refusing a key name that is
+/// taken ("Key name must be unique.", as field reports quote it).
+pub const KEY_NAME_TAKEN_PHRASES: &[&str] = &["must be unique"];
 /// An object named in the request does not exist (HTTP 400/404).
 pub const OBJECT_DOES_NOT_EXIST: &str = "global/object-does-not-exist";
 /// A firewall ruleset still attached to an instance (HTTP 400 on delete).
@@ -58,6 +61,9 @@ const RULES: &[Rule] = &[
     // `ApiErrorInvalidParameters.code`, the `*NotFound` schemas' `global/object-does-not-exist`
     // (delete and cleanup test for it first: there it is success),
     // `ApiErrorFileSystemInWrongRegion.code`.
+    // A key name taken ("Key name must be unique."): for the shared project key, it
+    // exists (registered meanwhile): observed again and adopted, never a failed offer.
+    Rule::code(INVALID_PARAMETERS, ErrorKind::Exists).phrases(KEY_NAME_TAKEN_PHRASES),
     Rule::code(INVALID_PARAMETERS, ErrorKind::InvalidRequest),
     Rule::code(OBJECT_DOES_NOT_EXIST, ErrorKind::InvalidRequest),
     Rule::code(FILE_SYSTEM_IN_WRONG_REGION, ErrorKind::InvalidRequest),

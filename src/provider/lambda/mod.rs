@@ -6,8 +6,10 @@
 //! - `plan`: `GET /api/v1/instance-types`; one offer per (instance type, region listed in
 //!   `regions_with_capacity_available`), id `lambda/<region>/<type>`, price
 //!   `price_cents_per_hour / 100` USD. Lambda has no spot market.
-//! - `prepare`: re-checks capacity; finds the project key among `GET /api/v1/ssh-keys` by
-//!   its public key *value* (type and base64, ignoring the comment), else registers it
+//! - Shared object `ssh_key` (one per account): `observe_shared` / `create_shared` /
+//!   `delete_shared` below; a taken name ("Key name must be unique.") is `Exists`.
+//! - `prepare`: re-checks capacity; takes the core's shared key, or called alone finds
+//!   the project key among `GET /api/v1/ssh-keys` by its public key *value* (type and base64, ignoring the comment), else registers it
 //!   under [`super::project_key_name`] (`gpuprov-<lineage8>-<fp12>`, the key's fingerprint
 //!   in it; a key merely named like ours is never used; key names are unique, so a name
 //!   held by another value gets the next free `-<n>` suffix, and a registration refused
@@ -62,8 +64,12 @@ use super::kit::{self, gpu, Adapter, Auth, Call, Credential, Lookup, RestClient}
 use super::{
     object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, Imported,
     InstanceSpec, InstanceStatus, Lineage, Listed, Location, Observed, Offer, ProviderError,
-    ResourceRequest, Result, IDENTITY_LABEL, LINEAGE_LABEL,
+    ResourceRequest, Result, SharedFound, SharedObject, IDENTITY_LABEL, LINEAGE_LABEL,
 };
+
+/// The kind of the project key, the one shared object Lambda declares
+/// ([`super::shared::declared`]): one per account.
+pub const SSH_KEY_KIND: &str = "ssh_key";
 
 /// The cloud name.
 pub const CLOUD: &str = "lambda";
@@ -279,6 +285,32 @@ impl LambdaProvider {
         Ok(key.name)
     }
 
+    /// A listed key as a shared object: ours when it carries the name gpuprov derives
+    /// ([`project_key_name`], or that name with the `-<n>` suffix of a taken name).
+    fn shared_key(&self, k: &SshKey, public_key: &str) -> SharedFound {
+        let base = project_key_name(self.settings.lineage.as_str(), public_key);
+        let suffixed = k
+            .name
+            .strip_prefix(&format!("{base}-"))
+            .is_some_and(|n| n.parse::<u32>().is_ok());
+        SharedFound {
+            id: k.id.clone(),
+            name: k.name.clone(),
+            ours: k.name == base || suffixed,
+        }
+    }
+
+    fn only_ssh_key(obj: &SharedObject) -> Result<()> {
+        if obj.kind == SSH_KEY_KIND && obj.cloud == CLOUD {
+            Ok(())
+        } else {
+            Err(ProviderError::new(
+                ErrorKind::InvalidRequest,
+                format!("lambda declares no shared {}", obj.kind),
+            ))
+        }
+    }
+
     /// The id of the VM's ruleset in `region`, created with TCP 22 and `ports` when missing.
     async fn ensure_ruleset(&self, name: &str, region: &str, ports: &[u16]) -> Result<String> {
         if let Some(r) = self
@@ -438,7 +470,11 @@ impl CloudProvider for LambdaProvider {
                 ),
             ));
         }
-        let key_name = self.ensure_key(&spec.ssh_public_key).await?;
+        let key_name = match spec.shared.get(SSH_KEY_KIND) {
+            Some(k) => k.name.clone(),
+            // Called outside the core (no shared objects prepared): find or register.
+            None => self.ensure_key(&spec.ssh_public_key).await?,
+        };
         let mut out = json!({ "ssh_key_name": key_name });
         if !spec.ports.is_empty() {
             let name = self.object_name(&spec.vm_name);
@@ -626,6 +662,68 @@ impl CloudProvider for LambdaProvider {
             }
         }
         Ok(())
+    }
+
+    /// The project key among `GET /api/v1/ssh-keys`, found by *value* (compared without
+    /// the comment), never by name; `None` when it is not registered.
+    async fn observe_shared(
+        &self,
+        obj: &SharedObject,
+        public_key: &str,
+    ) -> Result<Option<SharedFound>> {
+        Self::only_ssh_key(obj)?;
+        let want = keys::key_value(public_key);
+        let listed: Vec<SshKey> = self
+            .api
+            .get("/api/v1/ssh-keys", &[], Call::other("list SSH keys"))
+            .await?;
+        Ok(listed
+            .iter()
+            .find(|k| keys::key_value(&k.public_key) == want)
+            .map(|k| self.shared_key(k, public_key)))
+    }
+
+    /// `POST /api/v1/ssh-keys` under [`project_key_name`], or the first free `-<n>`
+    /// suffix when a key of another value holds it (Lambda's names are unique). A name
+    /// taken meanwhile ("Key name must be unique.") is `Exists`: observed again.
+    async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
+        Self::only_ssh_key(obj)?;
+        let listed: Vec<SshKey> = self
+            .api
+            .get("/api/v1/ssh-keys", &[], Call::other("list SSH keys"))
+            .await?;
+        let base = project_key_name(self.settings.lineage.as_str(), public_key);
+        let name = keys::free_name(&base, |n| listed.iter().any(|k| k.name == n));
+        let what = format!("register SSH key {name}");
+        let body = json!({ "name": name, "public_key": public_key.trim() });
+        let v = self
+            .api
+            .send(Method::POST, "/api/v1/ssh-keys", &[], Some(&body))
+            .await
+            .map_err(|f| self.api.fail(&f, Call::other(&what)))?;
+        let k: SshKey = self.api.parse(v, Call::other(&what))?;
+        Ok(SharedFound {
+            id: k.id,
+            name: k.name,
+            ours: true,
+        })
+    }
+
+    /// `DELETE /api/v1/ssh-keys/{id}` (`global/object-does-not-exist` = already gone).
+    /// Instances keep the key they were launched with.
+    async fn delete_shared(&self, obj: &SharedObject, found: &SharedFound) -> Result<()> {
+        Self::only_ssh_key(obj)?;
+        if found.id.is_empty() {
+            return Ok(());
+        }
+        let what = format!("delete SSH key {}", found.name);
+        self.api
+            .delete(
+                &format!("/api/v1/ssh-keys/{}", found.id),
+                errors::is_not_found,
+                Call::other(&what),
+            )
+            .await
     }
 
     /// Deletes the VM's firewall ruleset in `at.region`, if any (not found → success; still

@@ -77,6 +77,33 @@ impl CloudProvider for TestCloud {
     async fn delete(&self, at: &Location, vm_name: &str, instance_ids: &[String]) -> Result<()> {
         self.inner.delete(at, vm_name, instance_ids).await
     }
+    fn shared_objects(
+        &self,
+        offer: &gpuprov::provider::Offer,
+    ) -> Vec<gpuprov::provider::SharedObject> {
+        self.inner.shared_objects(offer)
+    }
+    async fn observe_shared(
+        &self,
+        obj: &gpuprov::provider::SharedObject,
+        public_key: &str,
+    ) -> Result<Option<gpuprov::provider::SharedFound>> {
+        self.inner.observe_shared(obj, public_key).await
+    }
+    async fn create_shared(
+        &self,
+        obj: &gpuprov::provider::SharedObject,
+        public_key: &str,
+    ) -> Result<gpuprov::provider::SharedFound> {
+        self.inner.create_shared(obj, public_key).await
+    }
+    async fn delete_shared(
+        &self,
+        obj: &gpuprov::provider::SharedObject,
+        found: &gpuprov::provider::SharedFound,
+    ) -> Result<()> {
+        self.inner.delete_shared(obj, found).await
+    }
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<()> {
         self.inner.cleanup(at, vm_name).await
     }

@@ -594,6 +594,25 @@ impl Cloud2 {
             w.keys.push(k.clone());
             Canned::status(201, json!({ "ssh_key": k }))
         });
+        route!("DELETE", "^/v2/account/keys/[^/]+$", |w, r| {
+            let id = r
+                .path
+                .trim_start_matches("/v2/account/keys/")
+                .parse::<i64>()
+                .ok();
+            let before = w.keys.len();
+            w.keys.retain(|k| k["id"].as_i64() != id);
+            if w.keys.len() == before {
+                return Canned::status(
+                    404,
+                    err_body(
+                        "not_found",
+                        "The resource you were accessing could not be found.",
+                    ),
+                );
+            }
+            Canned::empty(204)
+        });
         route!("POST", "^/v2/tags$", |w, r| {
             let name = r.body.clone().unwrap_or_default()["name"].clone();
             w.tags.insert(name.as_str().unwrap_or_default().to_string());
@@ -670,7 +689,7 @@ async fn run(world: World) -> Run {
     )
 }
 
-fn h100_world() -> World {
+pub(crate) fn h100_world() -> World {
     World::default()
         .with_size(H100X1, Some(("nvidia_h100", 1)), 3.39, &["tor1", "nyc2"])
         .with_size(
@@ -713,6 +732,7 @@ fn instance_spec() -> InstanceSpec {
         ports: vec![],
         ssh_public_key: PUBKEY.into(),
         boot_script: None,
+        shared: Default::default(),
     }
 }
 

@@ -998,6 +998,7 @@ fn spec_for(vm: &str, token: &str) -> InstanceSpec {
         ports: vec![8080],
         ssh_public_key: PUBKEY.into(),
         boot_script: None,
+        shared: Default::default(),
     }
 }
 

@@ -603,6 +603,7 @@ fn instance_spec() -> InstanceSpec {
         ports: vec![],
         ssh_public_key: PUBKEY.into(),
         boot_script: None,
+        shared: Default::default(),
     }
 }
 

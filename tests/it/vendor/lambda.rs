@@ -290,6 +290,19 @@ impl Cloud2 {
             w.keys.push(k.clone());
             Canned::ok(json!({"data": k}))
         });
+        route!("DELETE", "^/api/v1/ssh-keys/[^/]+$", |w, r| {
+            let id = r.path.rsplit('/').next().unwrap_or_default().to_string();
+            let before = w.keys.len();
+            w.keys.retain(|k| k["id"] != id.as_str());
+            if w.keys.len() == before {
+                // The spec documents no 404 here: an unknown id is an invalid parameter.
+                return Canned::status(
+                    400,
+                    err_body("global/invalid-parameters", "SSH key not found."),
+                );
+            }
+            Canned::ok(json!({"data": {}}))
+        });
         route!("GET", "^/api/v1/firewall-rulesets$", |w, _r| Canned::ok(
             json!({"data": w.rulesets})
         ));
@@ -572,6 +585,7 @@ async fn region_names_that_are_prefixes_of_each_other_match_exactly() {
         ports: vec![],
         ssh_public_key: PUBKEY.into(),
         boot_script: None,
+        shared: Default::default(),
     };
     let prepared = p.prepare(&o[0], &spec).await.unwrap();
     spec.boot_script = Some(gpuprov::provider::BootScript {
@@ -836,6 +850,7 @@ async fn prepare_reuses_the_rulesets_of_its_region_and_rechecks_capacity() {
         ports: vec![8000],
         ssh_public_key: PUBKEY.into(),
         boot_script: None,
+        shared: Default::default(),
     };
     let prepared = p.prepare(&offer, &spec).await.unwrap();
     assert_eq!(prepared["firewall_ruleset_id"], "fw-east");
@@ -1024,6 +1039,7 @@ fn spec_for(vm: &str, ports: Vec<u16>) -> InstanceSpec {
         ports,
         ssh_public_key: PUBKEY.into(),
         boot_script: None,
+        shared: Default::default(),
     }
 }
 

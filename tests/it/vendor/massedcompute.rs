@@ -305,6 +305,7 @@ fn spec_of(vm: &str) -> InstanceSpec {
         ports: vec![],
         ssh_public_key: PUBKEY.into(),
         boot_script: None,
+        shared: Default::default(),
     }
 }
 

@@ -1258,6 +1258,7 @@ async fn a_resent_create_with_the_same_key_gets_the_first_operation() {
         ports: vec![8888],
         ssh_public_key: drive::PUBKEY.into(),
         boot_script: None,
+        shared: Default::default(),
     };
     let prep = p.prepare(o, &spec).await.unwrap();
     assert!(prep["security_group_id"].as_str().is_some(), "{prep}");

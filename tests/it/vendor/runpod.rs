@@ -526,6 +526,7 @@ fn spec_for(vm: &str) -> InstanceSpec {
         ports: vec![],
         ssh_public_key: PUBKEY.into(),
         boot_script: None,
+        shared: Default::default(),
     }
 }
 

@@ -501,6 +501,7 @@ fn spec_of(boot: Option<BootScript>) -> InstanceSpec {
         ports: vec![],
         ssh_public_key: PUBKEY.into(),
         boot_script: boot,
+        shared: Default::default(),
     }
 }
 

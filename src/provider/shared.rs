@@ -1,0 +1,140 @@
+//! Shared prerequisites: cloud objects several machines use (the project's SSH key on an
+//! account, an environment per region), declared per cloud and prepared once per run as
+//! resources of their own (Terraform's `aws_key_pair` beside its instances), never as a
+//! side effect of each machine's `prepare`.
+//!
+//! The declaration is data ([`declared`]): the graph and the plan read it without an
+//! adapter, and [`CloudProvider::shared_objects`](super::CloudProvider::shared_objects)
+//! derives an offer's objects from it. The adapter supplies the three primitives
+//! (`observe_shared`, `create_shared`, `delete_shared`); the core (`vm::shared`) runs one
+//! journalled machine per object with a single-flight guard, so parallel machines never
+//! create the same object twice.
+
+use serde::{Deserialize, Serialize};
+
+use super::Offer;
+
+/// How far a shared object reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedScope {
+    /// One per cloud account (an SSH key).
+    Account,
+    /// One per region (an environment, a security group).
+    Region,
+}
+
+/// One kind of shared object a cloud declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedKind {
+    /// The resource type in addresses, for example `ssh_key`.
+    pub kind: &'static str,
+    pub scope: SharedScope,
+}
+
+/// The shared objects each cloud declares, in the order they are prepared (a later kind
+/// may need an earlier one). Clouds not listed share nothing through the graph.
+const DECLARED: &[(&str, &[SharedKind])] =
+    &[("digitalocean", &[ACCOUNT_KEY]), ("lambda", &[ACCOUNT_KEY])];
+
+/// The project's SSH key, one per cloud account.
+const ACCOUNT_KEY: SharedKind = SharedKind {
+    kind: "ssh_key",
+    scope: SharedScope::Account,
+};
+
+/// The kinds of shared object `cloud` declares (none for a cloud not in the table).
+pub fn declared(cloud: &str) -> &'static [SharedKind] {
+    DECLARED
+        .iter()
+        .find(|(c, _)| *c == cloud)
+        .map_or(&[], |(_, k)| *k)
+}
+
+/// One shared object: a kind of `cloud`, per account or in one region.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SharedObject {
+    pub cloud: String,
+    pub kind: String,
+    /// The region of a region-scoped object; `None` for an account-wide one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+}
+
+impl SharedObject {
+    /// The object's address: `shared.<cloud>.<kind>`, or `shared.<cloud>.<kind>[<region>]`
+    /// for a region-scoped one. It is also its key in the state's `shared` records.
+    pub fn address(&self) -> String {
+        match &self.region {
+            None => format!("{PREFIX}{}.{}", self.cloud, self.kind),
+            Some(r) => format!("{PREFIX}{}.{}[{r}]", self.cloud, self.kind),
+        }
+    }
+
+    /// Whether a machine at (`cloud`, `region`) uses this object.
+    pub fn serves(&self, cloud: &str, region: Option<&str>) -> bool {
+        self.cloud == cloud
+            && match (&self.region, region) {
+                (None, _) => true,
+                (Some(mine), Some(r)) => mine == r,
+                // A machine whose region is not known yet may land here.
+                (Some(_), None) => true,
+            }
+    }
+}
+
+/// The address prefix of shared objects (and of their keys in the state).
+pub const PREFIX: &str = "shared.";
+
+/// The shared objects a machine launched at `offer` on `cloud` uses, per [`declared`].
+pub fn for_offer(cloud: &str, offer: &Offer) -> Vec<SharedObject> {
+    declared(cloud)
+        .iter()
+        .map(|k| SharedObject {
+            cloud: cloud.to_string(),
+            kind: k.kind.to_string(),
+            region: match k.scope {
+                SharedScope::Account => None,
+                SharedScope::Region => Some(offer.location.region.clone()),
+            },
+        })
+        .collect()
+}
+
+/// A shared object as the cloud shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedFound {
+    /// The cloud's id of the object (what `prepare` and `create` send).
+    pub id: String,
+    /// Its name at the cloud.
+    pub name: String,
+    /// Whether gpuprov made it for this lineage (it carries the name gpuprov derives):
+    /// deleted after the last machine using it. `false`: an object that existed before
+    /// gpuprov (the user's own key, found by value): used, never deleted.
+    pub ours: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_and_scopes() {
+        let key = SharedObject {
+            cloud: "digitalocean".into(),
+            kind: "ssh_key".into(),
+            region: None,
+        };
+        assert_eq!(key.address(), "shared.digitalocean.ssh_key");
+        assert!(key.serves("digitalocean", Some("tor1")));
+        assert!(!key.serves("lambda", None));
+        let env = SharedObject {
+            region: Some("CANADA-1".into()),
+            ..key
+        };
+        assert_eq!(env.address(), "shared.digitalocean.ssh_key[CANADA-1]");
+        assert!(env.serves("digitalocean", Some("CANADA-1")));
+        assert!(!env.serves("digitalocean", Some("NORWAY-1")));
+        assert_eq!(declared("digitalocean")[0].kind, "ssh_key");
+        assert!(declared("docker").is_empty());
+    }
+}

@@ -1,0 +1,399 @@
+//! Shared prerequisites as graph nodes (issue 21): a fleet applied with full parallelism
+//! prepares each shared object exactly once (counted at the cloud), every machine comes
+//! up, the user's own key found by value is used and never deleted, and the key gpuprov
+//! made goes after the last machine. Against the fake cloud and DigitalOcean's
+//! spec-checked local server (`tests/it/vendor/digitalocean.rs`).
+
+use crate::support::drive::PUBKEY;
+use crate::vendor::digitalocean::{h100_world, Cloud2};
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpuprov::config::Config;
+use gpuprov::engine::{Engine, Outcome, StateJournal};
+use gpuprov::machine::{CancelToken, Executor, Providers};
+use gpuprov::plan;
+use gpuprov::provider::fake::{FakeConnector, FakeProvider};
+use gpuprov::provider::CloudProvider;
+use gpuprov::state::StateStore;
+use serde_json::json;
+
+const FLEET: usize = 20;
+
+/// `n` machines on `cloud` in `region`.
+fn fleet(cloud: &str, region: &str, gpu: Option<&str>, n: usize) -> String {
+    let mut t = format!("[defaults]\nclouds = [\"{cloud}\"]\nregions = [\"{region}\"]\n");
+    if let Some(g) = gpu {
+        t.push_str(&format!("gpu = \"{g}\"\n"));
+    }
+    for i in 0..n {
+        t.push_str(&format!("[vm.m{i:02}]\n"));
+    }
+    t
+}
+
+/// One project: a state file in a temp dir and the adapter under test.
+struct Project {
+    dir: tempfile::TempDir,
+    provider: Arc<dyn CloudProvider>,
+    /// The state's lineage; the adapter must be built with it (DigitalOcean tags by it).
+    lineage: Option<String>,
+}
+
+impl Project {
+    fn new(provider: Arc<dyn CloudProvider>, lineage: Option<&str>) -> Project {
+        let dir = tempfile::tempdir().unwrap();
+        if let Some(l) = lineage {
+            let (mut store, mut st) =
+                StateStore::open(dir.path().join("gpuprov.state.json")).unwrap();
+            st.lineage = l.to_string();
+            store.save(&mut st).unwrap();
+        }
+        Project {
+            dir,
+            provider,
+            lineage: lineage.map(str::to_string),
+        }
+    }
+
+    fn engine(&self) -> (Engine, Arc<StateJournal>) {
+        let (store, state) = StateStore::open(self.dir.path().join("gpuprov.state.json")).unwrap();
+        let lineage = self.lineage.clone().unwrap_or(state.lineage.clone());
+        let journal = Arc::new(StateJournal::new(store, state).unwrap());
+        let mut providers = Providers::new();
+        providers.insert(self.provider.clone());
+        let engine = Engine {
+            providers,
+            connector: Arc::new(FakeConnector::default()),
+            journal: journal.clone(),
+            executor: Executor::new(journal.clone(), CancelToken::new()),
+            lineage,
+            ssh_public_key: PUBKEY.into(),
+            parallelism: FLEET,
+            retry_until_up: false,
+            k3s: None,
+        };
+        (engine, journal)
+    }
+
+    async fn apply(&self, toml: &str) -> BTreeMap<String, Outcome> {
+        let config = Config::parse(Path::new("gpuprov.toml"), toml.to_string()).unwrap();
+        let (engine, journal) = self.engine();
+        let plan = plan::compute(&config, &journal.snapshot(), None, &|_| Some(1.0)).unwrap();
+        let out = tokio::time::timeout(Duration::from_secs(60), engine.apply(&plan))
+            .await
+            .expect("no hang");
+        journal.save_final().unwrap();
+        out
+    }
+
+    async fn destroy(&self) -> BTreeMap<String, Outcome> {
+        let (engine, journal) = self.engine();
+        let addresses: Vec<String> = journal.snapshot().resources.keys().cloned().collect();
+        let out = tokio::time::timeout(Duration::from_secs(60), engine.destroy(&addresses))
+            .await
+            .expect("no hang");
+        journal.save_final().unwrap();
+        out
+    }
+
+    fn state(&self) -> gpuprov::state::StateFile {
+        StateStore::open(self.dir.path().join("gpuprov.state.json"))
+            .unwrap()
+            .1
+    }
+}
+
+fn all_ready(out: &BTreeMap<String, Outcome>, n: usize) {
+    let ready = out
+        .iter()
+        .filter(|(a, o)| a.starts_with("vm.") && matches!(o, Outcome::Ready(_)))
+        .count();
+    assert_eq!(ready, n, "{out:?}");
+}
+
+fn fake_cloud(user_key: Option<&str>) -> Arc<FakeProvider> {
+    Arc::new(
+        FakeProvider::new("aws")
+            .with_offer("east", "us-east-1", "p5.48xlarge", 98.0)
+            // Real round trips, so the machines overlap at the shared key.
+            .with_latency(Duration::from_millis(2))
+            .with_shared_key(user_key),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fleet_on_the_fake_creates_the_shared_key_once_and_releases_it_last() {
+    for round in 0..20 {
+        let cloud = fake_cloud(None);
+        let p = Project::new(cloud.clone(), None);
+        let out = p.apply(&fleet("aws", "us-east-1", None, FLEET)).await;
+        all_ready(&out, FLEET);
+        assert_eq!(cloud.shared_counts(), (1, 0), "round {round}: created once");
+        let st = p.state();
+        assert_eq!(
+            st.shared.keys().collect::<Vec<_>>(),
+            ["shared.aws.ssh_key"],
+            "journalled as its own resource"
+        );
+        // Destroying some machines keeps the key for the others.
+        let (engine, journal) = p.engine();
+        let out = engine.destroy(&["vm.m00".to_string()]).await;
+        journal.save_final().unwrap();
+        assert_eq!(out.len(), 1, "the key stays while machines use it: {out:?}");
+        assert_eq!(cloud.shared_keys().len(), 1);
+        let out = p.destroy().await;
+        assert_eq!(out["shared.aws.ssh_key"], Outcome::Destroyed, "{out:?}");
+        assert_eq!(
+            cloud.shared_counts(),
+            (1, 1),
+            "deleted after the last machine"
+        );
+        assert!(p.state().shared.is_empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_users_key_found_by_value_is_used_and_never_deleted() {
+    let cloud = fake_cloud(Some(PUBKEY));
+    let p = Project::new(cloud.clone(), None);
+    let out = p.apply(&fleet("aws", "us-east-1", None, FLEET)).await;
+    all_ready(&out, FLEET);
+    assert_eq!(cloud.shared_counts(), (0, 0), "not registered again");
+    p.destroy().await;
+    assert_eq!(cloud.shared_counts(), (0, 0), "never deleted");
+    assert_eq!(cloud.shared_keys()[0].1, "my-laptop");
+    assert!(
+        p.state().shared.is_empty(),
+        "the record goes, the key stays"
+    );
+}
+
+/// DigitalOcean: the issue's reproducer. 20 droplets in one region with parallelism 20
+/// register the project key once (`POST /v2/account/keys` counted at the server), all
+/// come up, and the key goes with the last droplet; repeated 20 times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn digitalocean_fleet_registers_the_key_once_and_deletes_it_after_the_last_droplet() {
+    for round in 0..20 {
+        let cloud = Cloud2::start(h100_world()).await;
+        let p = Project::new(cloud.provider(), Some(crate::support::drive::LINEAGE));
+        let out = p
+            .apply(&fleet("digitalocean", "tor1", Some("H100"), FLEET))
+            .await;
+        all_ready(&out, FLEET);
+        let posts = cloud.server.requests_to("POST", "/v2/account/keys");
+        assert_eq!(posts.len(), 1, "round {round}: one registration");
+        let key_id = cloud.world.lock().unwrap().keys[0]["id"].clone();
+        for c in cloud.creates() {
+            assert_eq!(
+                c["ssh_keys"],
+                json!([key_id]),
+                "every droplet gets the one key"
+            );
+        }
+        let out = p.destroy().await;
+        assert_eq!(
+            out["shared.digitalocean.ssh_key"],
+            Outcome::Destroyed,
+            "{out:?}"
+        );
+        assert!(cloud.world.lock().unwrap().keys.is_empty());
+        assert!(cloud.world.lock().unwrap().droplets.is_empty());
+        cloud.server.verify();
+    }
+}
+
+/// DigitalOcean with the project key registered by the user under their own name: used
+/// by value, never registered again, never deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn digitalocean_uses_the_users_key_and_keeps_it() {
+    for _ in 0..20 {
+        let mut world = h100_world();
+        world.keys = vec![json!({
+            "id": 42, "fingerprint": "cc", "name": "my-laptop",
+            "public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuprovTestKeyOnly me@laptop"
+        })];
+        let cloud = Cloud2::start(world).await;
+        let p = Project::new(cloud.provider(), Some(crate::support::drive::LINEAGE));
+        let out = p
+            .apply(&fleet("digitalocean", "tor1", Some("H100"), FLEET))
+            .await;
+        all_ready(&out, FLEET);
+        assert!(cloud
+            .server
+            .requests_to("POST", "/v2/account/keys")
+            .is_empty());
+        for c in cloud.creates() {
+            assert_eq!(c["ssh_keys"], json!([42]));
+        }
+        p.destroy().await;
+        assert_eq!(cloud.world.lock().unwrap().keys.len(), 1, "kept");
+        assert!(cloud
+            .server
+            .requests_to("DELETE", "/v2/account/keys/42")
+            .is_empty());
+        cloud.server.verify();
+    }
+}
+
+/// A state written by the previous release (its machines up, the key registered by
+/// their `prepare`, no record of it): it loads, apply changes nothing, and destroy
+/// adopts the key by identity (its derived name) and deletes it after the last droplet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_previous_release_state_adopts_its_key_by_identity() {
+    let cloud = Cloud2::start(h100_world()).await;
+    let p = Project::new(cloud.provider(), Some(crate::support::drive::LINEAGE));
+    let toml = fleet("digitalocean", "tor1", Some("H100"), 3);
+    all_ready(&p.apply(&toml).await, 3);
+    // What the previous release wrote: no `shared` records.
+    let path = p.dir.path().join("gpuprov.state.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    v.as_object_mut().unwrap().remove("shared");
+    std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    assert!(p.state().shared.is_empty());
+    let out = p.apply(&toml).await;
+    assert!(
+        out.values().all(|o| *o == Outcome::Unchanged),
+        "nothing to do: {out:?}"
+    );
+    let out = p.destroy().await;
+    assert_eq!(out["shared.digitalocean.ssh_key"], Outcome::Destroyed);
+    assert!(cloud.world.lock().unwrap().keys.is_empty());
+    assert!(p.state().shared.is_empty());
+}
+
+/// Requests per (method, path with ids as `{id}`) the server saw.
+fn tally(server: &crate::support::spec::SpecServer) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for r in server.requests() {
+        let path: Vec<String> = r
+            .path
+            .split('/')
+            .map(|s| {
+                if !s.is_empty() && s.chars().all(|c| c.is_ascii_digit()) {
+                    "{id}".to_string()
+                } else {
+                    s.to_string()
+                }
+            })
+            .collect();
+        *m.entry(format!("{} {}", r.method, path.join("/")))
+            .or_insert(0) += 1;
+    }
+    m
+}
+
+/// API requests of a 20-droplet apply on DigitalOcean's local server, before (every
+/// machine's `prepare` finds or registers the key itself, as the previous release did:
+/// the launch machines run without the run's shared guard) and after (the key is a
+/// shared node). Written to `<target>/reliability/shared_objects_requests.json` for
+/// BENCHMARKS.md; the key's own requests must drop to two listings and one
+/// registration for the fleet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn digitalocean_requests_per_machine_before_and_after() {
+    let vm = |i: usize| {
+        let mut v = crate::support::drive::gpu_vm(gpuprov::config::Cloud::Digitalocean, "H100", 1);
+        v.name = format!("m{i:02}");
+        v.regions = vec!["tor1".into()];
+        v
+    };
+    // Before: each machine prepares its own key.
+    let before_cloud = Cloud2::start(h100_world()).await;
+    let providers = crate::support::drive::providers(before_cloud.provider());
+    let mut launches = tokio::task::JoinSet::new();
+    for i in 0..FLEET {
+        let (providers, v) = (providers.clone(), vm(i));
+        launches.spawn(async move {
+            crate::support::drive::launch_across(
+                crate::support::drive::LINEAGE,
+                &v,
+                providers,
+                Arc::new(gpuprov::machine::MemoryJournal::new()),
+                Arc::new(FakeConnector::default()),
+            )
+            .await
+        });
+    }
+    let mut before_ready = 0;
+    while let Some(r) = launches.join_next().await {
+        if matches!(r, Ok(Ok(s)) if s.ready().is_some()) {
+            before_ready += 1;
+        }
+    }
+    let before = tally(&before_cloud.server);
+    // After: the engine's apply.
+    let after_cloud = Cloud2::start(h100_world()).await;
+    let p = Project::new(after_cloud.provider(), Some(crate::support::drive::LINEAGE));
+    all_ready(
+        &p.apply(&fleet("digitalocean", "tor1", Some("H100"), FLEET))
+            .await,
+        FLEET,
+    );
+    let after = tally(&after_cloud.server);
+    let keys = |t: &BTreeMap<String, usize>| -> usize {
+        t.iter()
+            .filter(|(k, _)| k.contains("/v2/account/keys"))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let total = |t: &BTreeMap<String, usize>| -> usize { t.values().sum() };
+    crate::support::figures::write(
+        "shared_objects_requests",
+        &json!({
+            "machines": FLEET,
+            "before": {"ready": before_ready, "total": total(&before), "key_requests": keys(&before), "by_call": before},
+            "after": {"ready": FLEET, "total": total(&after), "key_requests": keys(&after), "by_call": after},
+        }),
+    );
+    // Observing lists once, Creating (its intent journalled) observes again before it
+    // registers: two listings and one registration for the whole fleet.
+    assert_eq!(keys(&after), 3, "{after:?}");
+    assert_eq!(after["POST /v2/account/keys"], 1, "{after:?}");
+    assert!(
+        before["GET /v2/account/keys"] >= FLEET,
+        "every machine listed the keys before: {before:?}"
+    );
+}
+
+/// Lambda: 20 instances in one region with parallelism 20 register the project key once
+/// and all come up; the key goes after the last instance. Repeated 20 times. (The
+/// documented launch spacing, one per 12 s, is lifted for the test.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lambda_fleet_registers_the_key_once_and_deletes_it_after_the_last_instance() {
+    use crate::vendor::lambda as lam;
+    use gpuprov::provider::lambda::{ApiKey, LambdaProvider, LambdaSettings};
+    for round in 0..20 {
+        let cloud = lam::Cloud2::start(lam::h100_world()).await;
+        let caps = gpuprov::provider::Capabilities {
+            min_create_interval: Duration::ZERO,
+            ..crate::support::drive::test_capabilities(LambdaProvider::default_capabilities())
+        };
+        let provider = Arc::new(
+            LambdaProvider::new(LambdaSettings {
+                endpoint: Some(cloud.server.uri()),
+                api_key: Some(ApiKey::new("secret_lambda_test")),
+                lineage: crate::support::drive::LINEAGE.parse().unwrap(),
+            })
+            .with_capabilities(caps),
+        );
+        let p = Project::new(provider, Some(crate::support::drive::LINEAGE));
+        let mut toml = fleet("lambda", "us-east-1", Some("H100"), FLEET);
+        toml = toml.replace("gpu = \"H100\"\n", "gpu = \"H100\"\ngpu_count = 8\n");
+        let out = p.apply(&toml).await;
+        all_ready(&out, FLEET);
+        let posts = cloud.server.requests_to("POST", "/api/v1/ssh-keys");
+        assert_eq!(posts.len(), 1, "round {round}: one registration");
+        let name = cloud.world.lock().unwrap().keys[0]["name"].clone();
+        for l in cloud.launches() {
+            assert_eq!(l["ssh_key_names"], json!([name]));
+        }
+        let out = p.destroy().await;
+        assert_eq!(out["shared.lambda.ssh_key"], Outcome::Destroyed, "{out:?}");
+        assert!(cloud.world.lock().unwrap().keys.is_empty());
+        cloud.server.verify();
+    }
+}
