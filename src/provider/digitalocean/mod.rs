@@ -641,13 +641,10 @@ impl CloudProvider for DigitalOceanProvider {
         public_key: &str,
     ) -> Result<Option<SharedFound>> {
         Self::only_ssh_key(obj)?;
-        let want = keys::key_value(public_key);
         let listed: Vec<SshKey> = self
             .list_all("/v2/account/keys", "ssh_keys", &[], "list SSH keys")
             .await?;
-        Ok(listed
-            .iter()
-            .find(|k| keys::key_value(&k.public_key) == want)
+        Ok(keys::find_by_value(&listed, public_key, |k| &k.public_key)
             .map(|k| self.shared_key(k, public_key)))
     }
 

@@ -15,6 +15,17 @@ pub fn key_value(k: &str) -> String {
     k.split_whitespace().take(2).collect::<Vec<_>>().join(" ")
 }
 
+/// The key of `listed` whose public key (`value_of`) is `public_key`, compared by value
+/// ([`key_value`]: type and base64, without the comment).
+pub fn find_by_value<'a, K>(
+    listed: &'a [K],
+    public_key: &str,
+    value_of: impl Fn(&K) -> &str,
+) -> Option<&'a K> {
+    let want = key_value(public_key);
+    listed.iter().find(|k| key_value(value_of(k)) == want)
+}
+
 /// `base`, or the first of `base-2`, `base-3`, … that `taken` refuses, for clouds whose key
 /// names are unique (a key of another value may hold the derived name).
 pub fn free_name(base: &str, taken: impl Fn(&str) -> bool) -> String {

@@ -672,14 +672,11 @@ impl CloudProvider for LambdaProvider {
         public_key: &str,
     ) -> Result<Option<SharedFound>> {
         Self::only_ssh_key(obj)?;
-        let want = keys::key_value(public_key);
         let listed: Vec<SshKey> = self
             .api
             .get("/api/v1/ssh-keys", &[], Call::other("list SSH keys"))
             .await?;
-        Ok(listed
-            .iter()
-            .find(|k| keys::key_value(&k.public_key) == want)
+        Ok(keys::find_by_value(&listed, public_key, |k| &k.public_key)
             .map(|k| self.shared_key(k, public_key)))
     }
 

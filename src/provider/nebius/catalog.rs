@@ -145,6 +145,20 @@ pub fn preset_gpus(preset: &str) -> Option<u32> {
     preset.split('-').next()?.strip_suffix("gpu")?.parse().ok()
 }
 
+/// The vCPUs and memory (GiB) a preset's name states (`8gpu-128vcpu-1600gb` → 128, 1600):
+/// Nebius names presets by their resources (the same as `PresetResources.vcpu_count`
+/// and `memory_gibibytes`).
+pub fn preset_size(preset: &str) -> (Option<u32>, Option<f64>) {
+    let mut parts = preset.split('-').skip(1);
+    let vcpus = parts
+        .next()
+        .and_then(|p| p.strip_suffix("vcpu")?.parse().ok());
+    let memory = parts
+        .next()
+        .and_then(|p| p.strip_suffix("gb")?.parse().ok());
+    (vcpus, memory)
+}
+
 /// Every GPU model gpuprov offers on Nebius, with counts (for "it has: …" messages).
 pub fn configurations() -> Vec<String> {
     PLATFORMS
@@ -173,6 +187,11 @@ mod tests {
             "on-demand bounds an unknown spot price"
         );
         assert_eq!(preset_gpus("8gpu-128vcpu-1600gb"), Some(8));
+        assert_eq!(
+            preset_size("8gpu-128vcpu-1600gb"),
+            (Some(128), Some(1600.0))
+        );
+        assert_eq!(preset_size("odd"), (None, None));
         assert_eq!(preset_gpus("cpu-d3"), None);
         assert_eq!(platforms_for("l40s").len(), 2);
         assert!(configurations().contains(&"B200 x8".to_string()));

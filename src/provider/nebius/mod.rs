@@ -556,6 +556,7 @@ impl NebiusProvider {
                     catalog::PRICES_AS_OF,
                     req.spot && p.preemptible_per_gpu_hour.is_none(),
                 );
+                (o.facts.vcpus, o.facts.memory_gib) = catalog::preset_size(&preset);
                 o.detail = json!({
                     "platform": p.name,
                     "preset": preset,

@@ -46,6 +46,23 @@ pub(super) struct GpuAvailability {
     pub prices: Prices,
     #[serde(default)]
     pub is_spot: Option<bool>,
+    /// vCPUs (`CustomSpecValue`: the default count is what a create without a choice gets).
+    #[serde(default)]
+    pub vcpu: SpecValue,
+    /// RAM, GB.
+    #[serde(default)]
+    pub memory: SpecValue,
+    /// Disk, GB.
+    #[serde(default)]
+    pub disk: SpecValue,
+}
+
+/// `CustomSpecValue`: an adjustable size; gpuprov reads its default.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct SpecValue {
+    #[serde(default)]
+    pub default_count: Option<u32>,
 }
 
 /// `Prices`: hourly prices of the configuration.

@@ -298,7 +298,13 @@ fn offers_for(items: &[GpuAvailability], req: &ResourceRequest) -> Vec<Offer> {
                 "data_center": g.data_center,
                 "stock": g.stock_status,
             }),
-            facts: Default::default(),
+            // `GpuAvailability.vcpu` / `memory` / `disk` (`CustomSpecValue.defaultCount`).
+            facts: crate::provider::OfferFacts {
+                vcpus: g.vcpu.default_count,
+                memory_gib: g.memory.default_count.map(f64::from),
+                disk_gib: g.disk.default_count,
+                ..Default::default()
+            },
         });
     }
     offers

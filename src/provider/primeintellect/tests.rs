@@ -1,6 +1,6 @@
 //! Unit tests of the Prime Intellect adapter's mapping.
 
-use super::api::Prices;
+use super::api::{Prices, SpecValue};
 use super::*;
 use crate::provider::kit::testing::ask;
 
@@ -28,6 +28,7 @@ fn conf(
             currency: Some("USD".into()),
         },
         is_spot: None,
+        ..GpuAvailability::default()
     }
 }
 
@@ -186,6 +187,29 @@ fn offers_per_data_centre_with_the_tier_price() {
     s.spot = true;
     let o = offers_for(&items, &s);
     assert_eq!((o.len(), o[0].spot, o[0].price_per_hour), (1, true, 9.0));
+}
+
+#[test]
+fn offers_carry_the_configurations_default_size() {
+    let mut c = conf(
+        "n3-H100x8",
+        "H100_80GB",
+        8,
+        "CANADA-1",
+        "secure_cloud",
+        15.2,
+    );
+    let spec = |n| SpecValue {
+        default_count: Some(n),
+    };
+    (c.vcpu, c.memory, c.disk) = (spec(104), spec(752), spec(1000));
+    let o = offers_for(&[c], &ask(Some("H100"), 8, &[]));
+    let f = &o[0].facts;
+    assert_eq!(
+        (f.vcpus, f.memory_gib, f.disk_gib),
+        (Some(104), Some(752.0), Some(1000))
+    );
+    assert_eq!(f.prices_as_of, None, "a live quote");
 }
 
 #[test]
