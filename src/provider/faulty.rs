@@ -109,6 +109,9 @@ impl CloudProvider for Faulty {
     async fn credentials(&self) -> crate::provider::kit::CredentialReport {
         self.inner.credentials().await
     }
+    fn check_request(&self, req: &ResourceRequest) -> Result<()> {
+        self.inner.check_request(req)
+    }
     async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>> {
         self.before("plan")?;
         let r = self.inner.plan(req).await;
@@ -139,6 +142,14 @@ impl CloudProvider for Faulty {
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
         self.before("observe")?;
         let r = self.inner.observe(at, vm_name).await;
+        self.after("observe", r)
+    }
+    async fn observe_location(
+        &self,
+        at: &Location,
+    ) -> Result<Option<crate::provider::Observations>> {
+        self.before("observe")?;
+        let r = self.inner.observe_location(at).await;
         self.after("observe", r)
     }
     async fn list(&self, at: &Location) -> Result<Vec<crate::provider::Listed>> {
