@@ -24,7 +24,10 @@
 //! the cloud acted), and each answer raises it past the listing that answered. So the
 //! create-intent check after a lost create answer always reads a listing that started
 //! after that create returned, and successive polls of one machine see successive
-//! listings, as with per-machine calls.
+//! listings, as with per-machine calls. A new listing waits a moment (a twentieth of the
+//! poll interval, at most 50 ms) before it starts, so that machines asking together (a
+//! burst of creates returning at once) share it; it starts after all of their side
+//! effects, so its number is given when it starts.
 //!
 //! A listing is shared with every caller that arrives while it is in flight, and, once it
 //! answered, for at most the cloud's poll interval. An error is shared only with the
@@ -32,7 +35,7 @@
 //! (`observe_location` answers `None`) is observed per machine, as before.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -44,6 +47,9 @@ use crate::provider::{
     Capabilities, CloudProvider, ErrorKind, Imported, InstanceSpec, Listed, Location, Observations,
     Observed, Offer, ResourceRequest, Result,
 };
+
+/// The longest a new location listing waits for more machines to join it.
+pub const MAX_GATHER: Duration = Duration::from_millis(50);
 
 /// How long one catalog answer serves further machines with the same ask.
 pub const CATALOG_TTL: Duration = Duration::from_secs(60);
@@ -64,9 +70,10 @@ fn catalog_key(req: &ResourceRequest) -> ResourceRequest {
     }
 }
 
-/// One location listing: its sequence number, when it started, and its answer once in.
+/// One location listing: its sequence number (0 while it gathers callers, set when the
+/// call starts), when it was opened, and its answer once in.
 struct Listing {
-    seq: u64,
+    seq: AtomicU64,
     started: Instant,
     answer: OnceCell<Result<Option<Observations>>>,
 }
@@ -97,6 +104,9 @@ pub struct SharedReads {
     inner: Arc<dyn CloudProvider>,
     /// How long an answered listing may serve new callers: the cloud's poll interval.
     max_age: Duration,
+    /// How long a new listing waits for more callers before it starts: 1/20 of the poll
+    /// interval, at most [`MAX_GATHER`].
+    gather: Duration,
     /// The adapter answered `None` once: observe per machine from then on.
     per_machine: AtomicBool,
     book: Mutex<Book>,
@@ -125,6 +135,7 @@ impl SharedReads {
         SharedReads {
             inner,
             max_age,
+            gather: (max_age / 20).min(MAX_GATHER),
             per_machine: AtomicBool::new(false),
             book: Mutex::new(Book::default()),
         }
@@ -157,7 +168,9 @@ impl SharedReads {
         let mut b = self.book();
         let need = b.need.get(vm).copied().unwrap_or(0);
         if let Some(l) = b.latest.get(at) {
-            let usable = l.seq >= need
+            let seq = l.seq.load(Ordering::SeqCst);
+            // A listing still gathering starts after every side effect that returned.
+            let usable = (seq == 0 || seq >= need)
                 && match l.answer.get() {
                     None => true,
                     Some(Ok(_)) => l.started.elapsed() <= self.max_age,
@@ -167,9 +180,8 @@ impl SharedReads {
                 return l.clone();
             }
         }
-        b.started += 1;
         let l = Arc::new(Listing {
-            seq: b.started,
+            seq: AtomicU64::new(0),
             started: Instant::now(),
             answer: OnceCell::new(),
         });
@@ -252,9 +264,20 @@ impl CloudProvider for SharedReads {
         let listing = self.listing_for(at, vm_name);
         let answer = listing
             .answer
-            .get_or_init(|| self.inner.observe_location(at))
+            .get_or_init(|| async {
+                // Gather the machines that ask in the next moment (a burst of creates
+                // returning together) into this one call.
+                tokio::time::sleep(self.gather).await;
+                {
+                    let mut b = self.book();
+                    b.started += 1;
+                    listing.seq.store(b.started, Ordering::SeqCst);
+                }
+                self.inner.observe_location(at).await
+            })
             .await;
-        self.book().raise(vm_name, listing.seq + 1);
+        let seq = listing.seq.load(Ordering::SeqCst);
+        self.book().raise(vm_name, seq + 1);
         match answer {
             Ok(Some(all)) => Ok(all.get(vm_name).cloned().unwrap_or_default()),
             Ok(None) => {
