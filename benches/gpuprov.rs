@@ -58,12 +58,16 @@ struct Opts {
     only_actionable: bool,
     /// `--only backends`: just figure 2b (printed as JSON, the report file untouched).
     only_backends: bool,
+    /// `--only scale`: just figure 7 (issue 20; printed as JSON, the report file
+    /// untouched).
+    only_scale: bool,
 }
 
 fn opts() -> Opts {
     let mut quick = false;
     let mut only_actionable = false;
     let mut only_backends = false;
+    let mut only_scale = false;
     let mut json = PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/target/gpuprov-bench.json"
@@ -75,7 +79,8 @@ fn opts() -> Opts {
             "--only" => match args.next().as_deref() {
                 Some("actionable") => only_actionable = true,
                 Some("backends") => only_backends = true,
-                other => panic!("--only actionable|backends, not {other:?}"),
+                Some("scale") => only_scale = true,
+                other => panic!("--only actionable|backends|scale, not {other:?}"),
             },
             "--json" => json = args.next().map(PathBuf::from).expect("--json PATH"),
             _ => {} // cargo passes --bench
@@ -86,6 +91,7 @@ fn opts() -> Opts {
         json,
         only_actionable,
         only_backends,
+        only_scale,
     }
 }
 
@@ -224,6 +230,10 @@ fn bench_plan(o: &Opts) -> Vec<Value> {
     } else {
         &[10, 100, 1000, 10_000]
     };
+    bench_plan_sizes(o, sizes)
+}
+
+fn bench_plan_sizes(o: &Opts, sizes: &[usize]) -> Vec<Value> {
     let reps = if o.quick { 3 } else { 7 };
     let mut rows = Vec::new();
     for &n in sizes {
@@ -738,6 +748,11 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    if o.only_scale {
+        let rows = bench_scale(&o);
+        println!("{}", serde_json::to_string_pretty(&rows).unwrap());
+        return;
+    }
     if o.only_backends {
         let rows = json!(backends::bench(&rt, &o));
         backends::print(&rows);
@@ -759,6 +774,8 @@ fn main() {
     report.insert("cold_start", bench_cold_start(&o));
     eprintln!("6/6 failures a user can act on …");
     report.insert("actionable", bench_actionable());
+    eprintln!("7 scale: API calls per poll, launch overhead, plan at 10,000 …");
+    report.insert("scale", bench_scale(&o));
     report.insert(
         "machine",
         json!({
@@ -902,4 +919,157 @@ fn print_table(r: &Value) {
         f(&x["unreachable_after_s"]),
         x["unreachable_after_prepare_calls"]
     );
+}
+
+// ---- 7. scale (issue 20) -------------------------------------------------------------
+
+/// One fleet's apply and destroy on a paused clock (exact virtual seconds).
+struct VirtualFleet {
+    apply_s: f64,
+    destroy_s: f64,
+    /// Observe and listing calls the cloud received during the apply, and their bytes.
+    observe_calls: usize,
+    observe_bytes: u64,
+    ready: usize,
+}
+
+/// `n` machines in one region of a fake cloud with `latency` per call, a boot of `boot`
+/// after create (listed one observe late), a termination of `termination` after delete
+/// and the adapter poll interval `poll`; `shared`: this build's shared observation and
+/// fast-then-backoff polls, else the path before (one observe per machine and poll, each
+/// poll the whole interval).
+fn virtual_fleet(
+    n: usize,
+    shared: bool,
+    latency: Duration,
+    boot: Duration,
+    termination: Duration,
+    poll: Duration,
+) -> VirtualFleet {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let caps = Capabilities {
+            poll_interval: poll,
+            max_concurrency: 100_000,
+            keeps_offer_order: true,
+            ..Capabilities::default()
+        };
+        let cloud = Arc::new(
+            FakeProvider::new("aws")
+                .with_offer("east", "us-east-1", "p5.48xlarge", 55.04)
+                .with_latency(latency)
+                .with_boot_observes(1)
+                .with_boot_time(boot)
+                .with_termination_time(termination)
+                .with_list_lag(1)
+                .with_capabilities(caps),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let backend: Arc<dyn gpuprov::state::Backend> = Arc::new(
+            gpuprov::state::backend::local::LocalBackend::new(dir.path().join("s.json")),
+        );
+        let (store, state) = StateStore::open_in(backend).unwrap();
+        let lineage = state.lineage.clone();
+        let journal = Arc::new(StateJournal::new(store, state).unwrap());
+        let mut providers = match shared {
+            true => Providers::new(),
+            false => Providers::per_machine_observe(),
+        };
+        providers.insert(cloud.clone());
+        let mut executor = Executor::new(journal.clone(), CancelToken::new());
+        if !shared {
+            executor = executor.with_fixed_polls();
+        }
+        let engine = Engine {
+            providers,
+            connector: Arc::new(FakeConnector::default()),
+            journal: journal.clone(),
+            executor,
+            lineage,
+            ssh_public_key: "ssh-ed25519 AAAAbench".into(),
+            parallelism: n,
+            retry_until_up: false,
+            k3s: None,
+        };
+        let config = fleet_config(n);
+        let plan = plan::compute(&config, &journal.snapshot(), None, &|_| Some(55.04)).unwrap();
+        let start = tokio::time::Instant::now();
+        let out = engine.apply(&plan).await;
+        let apply_s = start.elapsed().as_secs_f64();
+        let observe_calls = cloud.count(Op::Observe);
+        let observe_bytes = cloud.answered_bytes();
+        let ready = out
+            .values()
+            .filter(|o| matches!(o, Outcome::Ready(_)))
+            .count();
+        let addresses: Vec<String> = journal.snapshot().resources.keys().cloned().collect();
+        let start = tokio::time::Instant::now();
+        let out = engine.destroy(&addresses).await;
+        let destroy_s = start.elapsed().as_secs_f64();
+        assert!(out.values().all(|o| *o == Outcome::Destroyed), "{out:?}");
+        VirtualFleet {
+            apply_s,
+            destroy_s,
+            observe_calls,
+            observe_bytes,
+            ready,
+        }
+    })
+}
+
+/// Figure 7 (issue 20): observe calls per poll interval and their bytes for 10 / 100 /
+/// 500 machines in one region, before and after; one launch's overhead over the cloud's
+/// boot and one destroy's over its termination (virtual time); plan at 1,000 and
+/// 10,000 machines (wall clock, the real binary).
+fn bench_scale(o: &Opts) -> Value {
+    let latency = Duration::from_millis(100);
+    let poll = Duration::from_secs(5);
+    let boot = Duration::from_secs(3);
+    let termination = Duration::from_secs(1);
+    let mut calls = Vec::new();
+    for n in [10, 100, 500] {
+        for shared in [false, true] {
+            let r = virtual_fleet(n, shared, latency, boot, termination, poll);
+            assert_eq!(r.ready, n);
+            let intervals = r.apply_s / poll.as_secs_f64();
+            calls.push(json!({
+                "vms": n,
+                "path": if shared { "after" } else { "before" },
+                "apply_s": r.apply_s,
+                "observe_calls": r.observe_calls,
+                "observe_calls_per_poll_interval": r.observe_calls as f64 / intervals,
+                "observe_bytes": r.observe_bytes,
+                "observe_bytes_per_poll_interval": r.observe_bytes as f64 / intervals,
+            }));
+        }
+    }
+    // One launch with a 2 s boot, and one destroy with a 1 s termination, no API
+    // latency: what is left over the cloud's own time is gpuprov's.
+    let mut overhead = serde_json::Map::new();
+    for shared in [false, true] {
+        let boot = Duration::from_secs(2);
+        let r = virtual_fleet(1, shared, Duration::ZERO, boot, termination, poll);
+        overhead.insert(
+            (if shared { "after" } else { "before" }).into(),
+            json!({
+                "launch_s": r.apply_s,
+                "launch_overhead_s": r.apply_s - boot.as_secs_f64(),
+                "destroy_s": r.destroy_s,
+                "termination_s": termination.as_secs_f64(),
+            }),
+        );
+    }
+    let sizes: &[usize] = if o.quick { &[1000] } else { &[1000, 10_000] };
+    json!({
+        "api_latency_ms": latency.as_millis() as u64,
+        "poll_interval_s": poll.as_secs(),
+        "boot_s": boot.as_secs(),
+        "observe_calls": calls,
+        "one_machine": overhead,
+        "plan": bench_plan_sizes(o, sizes),
+    })
 }

@@ -142,6 +142,75 @@ fn the_tree_keeps_its_architecture() {
     );
 }
 
+/// The core's wrappers around an adapter: each must define every method of the contract,
+/// because a default it inherits silently drops what the adapter does (a wrapper that
+/// forgot the shared-object methods made every cloud look as if it had none).
+const WRAPPERS: &[(&str, &str)] = &[
+    ("machine/limits.rs", "Governed"),
+    ("machine/coalesce.rs", "SharedReads"),
+    ("provider/faulty.rs", "Faulty"),
+];
+
+/// Rule 5: every method of `trait CloudProvider` in `provider/mod.rs` is defined by each
+/// of [`WRAPPERS`].
+#[test]
+fn the_wrappers_forward_every_contract_method() {
+    let files = read_sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    let text = |path: &str| {
+        files
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|(_, t)| without_tests(&blank_comments_and_strings(t)))
+            .unwrap_or_else(|| panic!("{path} not found"))
+    };
+    let missing = missing_forwards(&text("provider/mod.rs"), &|w| {
+        text(WRAPPERS.iter().find(|(_, name)| *name == w).unwrap().0)
+    });
+    assert!(
+        missing.is_empty(),
+        "wrappers inherit defaults instead of forwarding: {missing:?}"
+    );
+}
+
+/// The methods of `trait CloudProvider` (in `contract`) that a wrapper's `impl` does not
+/// define, as `Wrapper::method`.
+fn missing_forwards(contract: &str, wrapper_text: &dyn Fn(&str) -> String) -> Vec<String> {
+    let block = |text: &str, header: &str| -> String {
+        let Some(start) = text.find(header) else {
+            return String::new();
+        };
+        // The block ends at the first line that is exactly `}` after the header.
+        let body = &text[start..];
+        body.find("\n}\n")
+            .map_or(body, |end| &body[..end])
+            .to_string()
+    };
+    let methods = |block: &str| -> Vec<String> {
+        block
+            .split("fn ")
+            .skip(1)
+            .filter_map(|rest| {
+                let name: String = rest.chars().take_while(|c| is_ident(*c)).collect();
+                (!name.is_empty()).then_some(name)
+            })
+            .collect()
+    };
+    let wanted = methods(&block(contract, "pub trait CloudProvider"));
+    let mut missing = Vec::new();
+    for (_, name) in WRAPPERS {
+        let defined = methods(&block(
+            &wrapper_text(name),
+            &format!("impl CloudProvider for {name}"),
+        ));
+        for m in &wanted {
+            if !defined.contains(m) {
+                missing.push(format!("{name}::{m}"));
+            }
+        }
+    }
+    missing
+}
+
 #[test]
 fn the_exception_lists_keep_their_own_rules() {
     assert!(
@@ -821,6 +890,24 @@ mod tests {
             violations(&[("vm/launch.rs", &after)]),
             ["vm/launch.rs:17: back-arrow vm -> engine: engine sits above vm in the stack"]
         );
+    }
+
+    #[test]
+    fn a_wrapper_missing_a_contract_method_is_reported() {
+        let contract =
+            "pub trait CloudProvider: Send {\n    fn a(&self);\n    async fn b(&self) {}\n}\n";
+        let full =
+            "impl CloudProvider for Governed {\n    fn a(&self) {}\n    async fn b(&self) {}\n}\n";
+        // `b` outside the impl block does not count.
+        let partial = "impl CloudProvider for Governed {\n    fn a(&self) {}\n}\nfn b() {}\n";
+        let governed = |text: &'static str| {
+            super::missing_forwards(contract, &|_| text.to_string())
+                .into_iter()
+                .filter(|m| m.starts_with("Governed::"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(governed(full), Vec::<String>::new());
+        assert_eq!(governed(partial), ["Governed::b"]);
     }
 
     #[test]

@@ -63,6 +63,9 @@ impl CloudProvider for Governed {
     async fn credentials(&self) -> crate::provider::kit::CredentialReport {
         self.inner.credentials().await
     }
+    fn check_request(&self, req: &ResourceRequest) -> Result<()> {
+        self.inner.check_request(req)
+    }
     async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>> {
         let _p = self.permit().await?;
         self.inner.plan(req).await
@@ -103,6 +106,13 @@ impl CloudProvider for Governed {
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
         let _p = self.permit().await?;
         self.inner.observe(at, vm_name).await
+    }
+    async fn observe_location(
+        &self,
+        at: &Location,
+    ) -> Result<Option<crate::provider::Observations>> {
+        let _p = self.permit().await?;
+        self.inner.observe_location(at).await
     }
     async fn import(
         &self,

@@ -8,6 +8,7 @@
 //! decide *what* happens (including deadlines, measured with [`StepCx::in_state`]); the
 //! executor decides *when*.
 
+pub mod coalesce;
 pub mod journal;
 pub mod limits;
 pub mod providers;
@@ -91,6 +92,24 @@ impl RetryPolicy {
         let jitter = rand::random::<f64>() * 0.2;
         base.mul_f64(1.0 + jitter).min(self.max_backoff.max(base))
     }
+}
+
+/// The first poll of a state comes after at most this long ([`poll_delay`]).
+pub const FIRST_POLL: Duration = Duration::from_millis(250);
+
+/// How much longer each further poll of one state waits than the one before.
+const POLL_GROWTH: f64 = 1.5;
+
+/// The wait before poll number `polls` (0-based, counted within one state) of a step that
+/// asked to be polled after `after` (the adapter's poll interval, or a longer wait): fast
+/// at first (250 ms, then ×1.5 each time) and never longer than `after`, so a machine the
+/// cloud reports ready after 2 s is seen within about a second of it, and a long wait
+/// still settles at the cloud's own interval. The calls this adds are cheap: observes are
+/// shared per location ([`shared`]), and the governor ([`limits`]) still spaces them.
+pub fn poll_delay(polls: u32, after: Duration) -> Duration {
+    FIRST_POLL
+        .mul_f64(POLL_GROWTH.powi(polls.min(40) as i32))
+        .min(after)
 }
 
 /// What a step may know about its context.
@@ -250,6 +269,8 @@ pub struct Executor {
     journal: Arc<dyn Journal>,
     cancel: CancelToken,
     progress: Option<mpsc::UnboundedSender<Progress>>,
+    /// Polls wait the step's whole `after` ([`Executor::with_fixed_polls`]).
+    fixed_polls: bool,
 }
 
 impl Executor {
@@ -258,7 +279,15 @@ impl Executor {
             journal,
             cancel,
             progress: None,
+            fixed_polls: false,
         }
+    }
+
+    /// Polls wait each step's whole `after` instead of starting fast ([`poll_delay`]):
+    /// the schedule before issue 20, kept for comparisons.
+    pub fn with_fixed_polls(mut self) -> Self {
+        self.fixed_polls = true;
+        self
     }
 
     /// Sends progress events to `tx`.
@@ -342,6 +371,7 @@ impl Executor {
         };
         let mut entered = Instant::now();
         let mut attempt: u32 = 0;
+        let mut polls: u32 = 0;
         let mut cancel_mapped = false;
         loop {
             if m.is_terminal(&state) {
@@ -361,6 +391,7 @@ impl Executor {
                     state = next;
                     entered = Instant::now();
                     attempt = 0;
+                    polls = 0;
                     continue;
                 }
             }
@@ -398,6 +429,7 @@ impl Executor {
                     state = next;
                     entered = Instant::now();
                     attempt = 0;
+                    polls = 0;
                 }
                 Step::Poll { after, note } => {
                     tracing::debug!(parent: &step_span, after_ms = after.as_millis() as u64, note = %note, "poll");
@@ -405,7 +437,12 @@ impl Executor {
                         key: key.into(),
                         note,
                     });
-                    self.sleep(after, cancel_mapped).await;
+                    let wait = match self.fixed_polls {
+                        true => after,
+                        false => poll_delay(polls, after),
+                    };
+                    self.sleep(wait, cancel_mapped).await;
+                    polls += 1;
                 }
                 Step::Retry { error, after } => {
                     attempt += 1;
@@ -417,6 +454,7 @@ impl Executor {
                         state = next;
                         entered = Instant::now();
                         attempt = 0;
+                        polls = 0;
                         continue;
                     }
                     self.emit(Progress::Retry {

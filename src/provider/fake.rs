@@ -10,8 +10,8 @@ use async_trait::async_trait;
 
 use super::kit::Adapter;
 use super::{
-    Capabilities, CloudProvider, ErrorKind, InstanceSpec, InstanceStatus, Location, Observed,
-    Offer, ProviderError, ResourceRequest, Result, SshEndpoint,
+    Capabilities, CloudProvider, ErrorKind, InstanceSpec, InstanceStatus, Location, Observations,
+    Observed, Offer, ProviderError, ResourceRequest, Result, SshEndpoint,
 };
 
 /// A provider primitive, for scripting faults and counting calls.
@@ -46,6 +46,12 @@ pub struct FakeInstance {
     /// The create's long-running operation fails with this error when the instance would
     /// have booted ([`FakeProvider::refuse_late`]).
     pub refused_with: Option<ProviderError>,
+    /// When a Pending instance turns Running at the earliest (on tokio's clock), with
+    /// [`FakeProvider::with_boot_time`]; its observes to boot count as well.
+    pub boots_at: Option<tokio::time::Instant>,
+    /// When a deleted instance is gone (on tokio's clock), with
+    /// [`FakeProvider::with_termination_time`]; until then it is `Terminating`.
+    pub gone_at: Option<tokio::time::Instant>,
 }
 
 struct Fault {
@@ -99,6 +105,12 @@ struct Inner {
     /// Key registrations the fake accepted, and deletions it made.
     shared_creates: u32,
     shared_deletes: u32,
+    /// Bytes of every `observe`, `observe_location` and `list` answer, as JSON.
+    answered_bytes: u64,
+    /// How long a new instance boots ([`FakeProvider::with_boot_time`]).
+    boot_time: Option<Duration>,
+    /// How long a deleted instance terminates ([`FakeProvider::with_termination_time`]).
+    termination_time: Option<Duration>,
 }
 
 impl Inner {
@@ -197,6 +209,12 @@ impl FakeProvider {
         self.max_in_flight.load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// Bytes of every observe and list answer so far, as JSON (what a REST cloud would
+    /// have sent).
+    pub fn answered_bytes(&self) -> u64 {
+        self.lock().answered_bytes
+    }
+
     /// When each call of `op` started, in order.
     pub fn call_times(&self, op: Op) -> Vec<std::time::Instant> {
         self.lock()
@@ -289,6 +307,21 @@ impl FakeProvider {
     }
 
     /// Instances turn Running after `n` observes (default 1).
+    /// A new instance stays Pending for `d` after its create (tokio's clock, so a paused
+    /// test clock gives exact figures), besides its observes to boot (set those to 1 for
+    /// a boot by time alone).
+    pub fn with_boot_time(self, d: Duration) -> Self {
+        self.lock().boot_time = Some(d);
+        self
+    }
+
+    /// A deleted instance is listed `Terminating` for `d` (tokio's clock) before it is
+    /// gone.
+    pub fn with_termination_time(self, d: Duration) -> Self {
+        self.lock().termination_time = Some(d);
+        self
+    }
+
     pub fn with_boot_observes(self, n: u32) -> Self {
         self.lock().boot_observes = n;
         self
@@ -452,6 +485,8 @@ impl FakeProvider {
                 client_token: String::new(),
                 stopped_for: 0,
                 refused_with: None,
+                boots_at: None,
+                gone_at: None,
             },
         );
         g.note_peak(vm_name);
@@ -483,6 +518,76 @@ impl FakeProvider {
         }
         Ok(())
     }
+}
+
+/// What `observe` answers at `at` for `only` (or for every VM there), advancing each
+/// answered instance's list lag and boot once, as one call to the cloud would.
+fn observe_at(g: &mut Inner, at: &Location, only: Option<&str>) -> Observations {
+    let vanish = g.vanish_on_boot;
+    let boot_failure = g.boot_failure.clone();
+    let mut out = Observations::new();
+    let mut gone = Vec::new();
+    for i in g.instances.values_mut() {
+        if only.is_some_and(|vm| i.vm_name != vm) || i.location != *at {
+            continue;
+        }
+        let entries = out.entry(i.vm_name.clone()).or_default();
+        if i.gone_at.is_some_and(|t| tokio::time::Instant::now() >= t) {
+            gone.push(i.id.clone());
+            continue;
+        }
+        if i.unlisted_for > 0 {
+            i.unlisted_for -= 1;
+            continue;
+        }
+        if i.stopped_for > 0 {
+            i.stopped_for -= 1;
+            entries.push(Observed {
+                instance_id: i.id.clone(),
+                status: InstanceStatus::Stopped,
+                ssh: None,
+            });
+            continue;
+        }
+        if i.status == InstanceStatus::Pending {
+            if vanish {
+                gone.push(i.id.clone());
+                continue;
+            }
+            // Still booting by the clock: Pending whatever the observes say.
+            let booting = i.boots_at.is_some_and(|t| tokio::time::Instant::now() < t);
+            if !booting {
+                if i.observes_to_boot <= 1 {
+                    i.status = match (&i.refused_with, &boot_failure) {
+                        (Some(e), _) => InstanceStatus::Refused(Box::new(e.clone())),
+                        (None, Some(r)) => InstanceStatus::Failed(r.clone()),
+                        (None, None) => InstanceStatus::Running,
+                    };
+                } else {
+                    i.observes_to_boot -= 1;
+                }
+            }
+        }
+        let ssh = (i.status == InstanceStatus::Running).then(|| SshEndpoint {
+            host: "127.0.0.1".into(),
+            port: 22,
+            user: Some("ubuntu".into()),
+        });
+        entries.push(Observed {
+            instance_id: i.id.clone(),
+            status: i.status.clone(),
+            ssh,
+        });
+    }
+    for id in gone {
+        g.instances.remove(&id);
+    }
+    out
+}
+
+/// The size of an answer as JSON, the way a REST cloud would send it.
+fn answer_bytes<T: serde::Serialize>(answer: &T) -> u64 {
+    serde_json::to_vec(answer).map_or(0, |v| v.len() as u64)
 }
 
 #[async_trait]
@@ -627,6 +732,7 @@ impl CloudProvider for FakeProvider {
         let id = format!("{}-i-{}", self.adapter.name(), g.next_id);
         let boot = g.boot_observes;
         let lag = g.list_lag;
+        let boots_at = g.boot_time.map(|d| tokio::time::Instant::now() + d);
         let refused_with = g
             .late_refusals
             .iter()
@@ -645,6 +751,8 @@ impl CloudProvider for FakeProvider {
                 client_token: spec.client_token.clone(),
                 stopped_for: 0,
                 refused_with,
+                boots_at,
+                gone_at: None,
             },
         );
         g.note_peak(&spec.vm_name);
@@ -655,57 +763,22 @@ impl CloudProvider for FakeProvider {
         let _call = self.round_trip().await;
         let mut g = self.lock();
         self.check(&mut g, Op::Observe, &at.region, format!("{vm_name} {at}"))?;
-        let vanish = g.vanish_on_boot;
-        let boot_failure = g.boot_failure.clone();
-        let mut out = Vec::new();
-        let mut gone = Vec::new();
-        for i in g.instances.values_mut() {
-            if i.vm_name != vm_name || i.location != *at {
-                continue;
-            }
-            if i.unlisted_for > 0 {
-                i.unlisted_for -= 1;
-                continue;
-            }
-            if i.stopped_for > 0 {
-                i.stopped_for -= 1;
-                out.push(Observed {
-                    instance_id: i.id.clone(),
-                    status: InstanceStatus::Stopped,
-                    ssh: None,
-                });
-                continue;
-            }
-            if i.status == InstanceStatus::Pending {
-                if vanish {
-                    gone.push(i.id.clone());
-                    continue;
-                }
-                if i.observes_to_boot <= 1 {
-                    i.status = match (&i.refused_with, &boot_failure) {
-                        (Some(e), _) => InstanceStatus::Refused(Box::new(e.clone())),
-                        (None, Some(r)) => InstanceStatus::Failed(r.clone()),
-                        (None, None) => InstanceStatus::Running,
-                    };
-                } else {
-                    i.observes_to_boot -= 1;
-                }
-            }
-            let ssh = (i.status == InstanceStatus::Running).then(|| SshEndpoint {
-                host: "127.0.0.1".into(),
-                port: 22,
-                user: Some("ubuntu".into()),
-            });
-            out.push(Observed {
-                instance_id: i.id.clone(),
-                status: i.status.clone(),
-                ssh,
-            });
-        }
-        for id in gone {
-            g.instances.remove(&id);
-        }
+        let out = observe_at(&mut g, at, Some(vm_name))
+            .remove(vm_name)
+            .unwrap_or_default();
+        g.answered_bytes += answer_bytes(&out);
         Ok(out)
+    }
+
+    /// Every VM at `at` as `observe` would answer for each, from one call (recorded as one
+    /// `Op::Observe` with detail `* <at>`); boots and list lags advance once per listing.
+    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
+        let _call = self.round_trip().await;
+        let mut g = self.lock();
+        self.check(&mut g, Op::Observe, &at.region, format!("* {at}"))?;
+        let out = observe_at(&mut g, at, None);
+        g.answered_bytes += answer_bytes(&out);
+        Ok(Some(out))
     }
 
     /// The listed instances at `at` with a lineage, as they are now (a listing does not
@@ -743,6 +816,7 @@ impl CloudProvider for FakeProvider {
             })
             .collect();
         out.sort_by(|a, b| a.observed.instance_id.cmp(&b.observed.instance_id));
+        g.answered_bytes += answer_bytes(&out);
         Ok(out)
     }
 
@@ -757,6 +831,14 @@ impl CloudProvider for FakeProvider {
         )?;
         for id in instance_ids {
             if g.delete_lag && g.instances.get(id).is_some_and(|i| i.unlisted_for > 0) {
+                continue;
+            }
+            if let Some(d) = g.termination_time {
+                let at = tokio::time::Instant::now() + d;
+                if let Some(i) = g.instances.get_mut(id) {
+                    i.status = InstanceStatus::Terminating;
+                    i.gone_at.get_or_insert(at);
+                }
                 continue;
             }
             if let Some(i) = g.instances.remove(id) {

@@ -109,6 +109,9 @@ impl CloudProvider for Faulty {
     async fn credentials(&self) -> crate::provider::kit::CredentialReport {
         self.inner.credentials().await
     }
+    fn check_request(&self, req: &ResourceRequest) -> Result<()> {
+        self.inner.check_request(req)
+    }
     async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>> {
         self.before("plan")?;
         let r = self.inner.plan(req).await;
@@ -141,10 +144,38 @@ impl CloudProvider for Faulty {
         let r = self.inner.observe(at, vm_name).await;
         self.after("observe", r)
     }
+    async fn observe_location(
+        &self,
+        at: &Location,
+    ) -> Result<Option<crate::provider::Observations>> {
+        self.before("observe")?;
+        let r = self.inner.observe_location(at).await;
+        self.after("observe", r)
+    }
     async fn list(&self, at: &Location) -> Result<Vec<crate::provider::Listed>> {
         self.before("list")?;
         let r = self.inner.list(at).await;
         self.after("list", r)
+    }
+    async fn import(
+        &self,
+        at: &Location,
+        vm_name: &str,
+        id: &str,
+    ) -> Result<crate::provider::Imported> {
+        self.before("import")?;
+        let r = self.inner.import(at, vm_name, id).await;
+        self.after("import", r)
+    }
+    async fn diagnose(
+        &self,
+        at: &Location,
+        vm_name: &str,
+        id: &str,
+    ) -> Result<Vec<crate::provider::Finding>> {
+        self.before("diagnose")?;
+        let r = self.inner.diagnose(at, vm_name, id).await;
+        self.after("diagnose", r)
     }
     async fn delete(&self, at: &Location, vm_name: &str, instance_ids: &[String]) -> Result<()> {
         self.before("delete")?;

@@ -287,6 +287,10 @@ pub fn existing(seen: Vec<Observed>) -> Vec<Observed> {
     seen.into_iter().filter(Observed::exists).collect()
 }
 
+/// What [`CloudProvider::observe_location`] answers: per VM name, the entries `observe`
+/// would give for it.
+pub type Observations = std::collections::BTreeMap<String, Vec<Observed>>;
+
 /// One instance at a location carrying gpuprov's identity labels, of any lineage: what
 /// [`CloudProvider::list`] returns for discovery (`plan`), `gpuprov state recover` and
 /// `gpuprov sweep`.
@@ -599,6 +603,14 @@ pub trait CloudProvider: Send + Sync {
     /// Ordered offers for the ask (preference = order). Creates nothing.
     /// Errors: `InvalidRequest` when the ask cannot be planned on this cloud.
     async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>>;
+    /// The part of `plan` that depends on the machine itself, not on the catalog (a VM
+    /// name too long for the cloud's names), answered without any call. The core shares
+    /// one `plan` answer between machines with the same ask (`machine::shared`) and runs
+    /// this check for every machine. Errors: `InvalidRequest`; the default accepts.
+    fn check_request(&self, req: &ResourceRequest) -> Result<()> {
+        let _ = req;
+        Ok(())
+    }
     /// Idempotent per-(VM, location) prerequisites; returns driver-private JSON that is
     /// persisted and handed to `create`.
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<serde_json::Value>;
@@ -614,6 +626,20 @@ pub trait CloudProvider: Send + Sync {
     /// terminated it (as long as the cloud still lists it), so refresh can tell a
     /// preemption from a deletion. Callers that want instances only use [`existing`].
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>>;
+    /// Every VM of this adapter's lineage at `at`, from one listing: for each VM name, the
+    /// entries `observe(at, vm)` would answer at that moment, matched by exactly the same
+    /// rules (identity labels, or the identity name of an imported instance), statuses
+    /// and order. A VM with nothing at `at` may be absent from the map. The core serves
+    /// the `observe` calls of many machines waiting at one location from one such listing
+    /// (`machine::shared`), so the calls a fleet makes grow with its locations, not its
+    /// machines.
+    ///
+    /// Errors: as `observe`. The default is `Ok(None)`: this adapter cannot answer for a
+    /// whole location in one listing, and the core calls `observe` per VM.
+    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
+        let _ = at;
+        Ok(None)
+    }
     /// Requests deletion of instances `ids` of VM `vm`; an unknown or already deleted
     /// instance is success. Does not wait.
     async fn delete(&self, at: &Location, vm: &str, ids: &[String]) -> Result<()>;

@@ -275,21 +275,18 @@ impl StateStore {
 pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<StateFile, StateError> {
     let corrupt =
         |e: &serde_json::Error| StateError::Corrupt(Box::new(CorruptState::new(path, bytes, e)));
-    // Check the version on the untyped value first: a newer format may not fit our types,
-    // and "upgrade gpuprov" is a better message than a type error.
-    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| corrupt(&e))?;
-    if let Some(found) = value.get("version").and_then(serde_json::Value::as_u64) {
-        if found > u64::from(STATE_FORMAT_VERSION) {
-            return Err(StateError::NewerVersion {
-                path: path.to_path_buf(),
-                found,
-                supported: STATE_FORMAT_VERSION,
-            });
+    // One typed parse (a 10,000-machine state is 16 MB); the version is checked on its
+    // result, and only when the bytes do not fit our types is the version read alone, so
+    // a newer format says "upgrade gpuprov" rather than a type error. Older formats would
+    // be migrated here; version 1 is the first.
+    let state: StateFile = match serde_json::from_slice(bytes) {
+        Ok(state) => state,
+        Err(e) => {
+            newer_version(path, version_of(bytes))?;
+            return Err(corrupt(&e));
         }
-    }
-    // Parsed again from the bytes (not the value) so type errors keep line and column.
-    // Older formats would be migrated here; version 1 is the first.
-    let state: StateFile = serde_json::from_slice(bytes).map_err(|e| corrupt(&e))?;
+    };
+    newer_version(path, Some(u64::from(state.version)))?;
     // The lineage names per-project directories and labels cloud objects: only a UUID
     // is acceptable (a hand-edited `../..` must never become a path).
     if uuid::Uuid::parse_str(&state.lineage).is_err() {
@@ -299,6 +296,31 @@ pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<StateFile, StateError> 
         });
     }
     Ok(state)
+}
+
+/// The `version` of a state file's bytes alone, when they are a JSON object with a
+/// numeric one (every other field skipped).
+fn version_of(bytes: &[u8]) -> Option<u64> {
+    #[derive(serde::Deserialize)]
+    struct Version {
+        version: Option<serde_json::Value>,
+    }
+    serde_json::from_slice::<Version>(bytes)
+        .ok()?
+        .version?
+        .as_u64()
+}
+
+/// `NewerVersion` when `found` is above the format this release reads.
+fn newer_version(path: &Path, found: Option<u64>) -> Result<(), StateError> {
+    match found {
+        Some(found) if found > u64::from(STATE_FORMAT_VERSION) => Err(StateError::NewerVersion {
+            path: path.to_path_buf(),
+            found,
+            supported: STATE_FORMAT_VERSION,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Serializes the state as pretty JSON with a trailing newline.

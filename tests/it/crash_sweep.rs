@@ -34,8 +34,6 @@ use gpuprov::provider::{ErrorKind, Feature, ProviderError};
 use gpuprov::ssh::SshError;
 use gpuprov::state::StateStore;
 
-const ONE_VM: &str = "[defaults]\nclouds = [\"aws\"]\n[vm.dev]\n";
-
 /// A scenario: how its fake cloud and SSH behave, and what a clean apply ends in.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Scenario {
@@ -232,6 +230,9 @@ struct World {
     /// Apply folds discovery by identity into its plan, as `gpuprov apply` does with
     /// refresh.
     discover: bool,
+    /// The machines' names: `dev` alone, or a fleet sharing one location
+    /// ([`World::fleet`]).
+    vms: Vec<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -310,7 +311,29 @@ impl World {
             kept: None,
             refresh: s == Scenario::RestartRefused,
             discover: s == Scenario::Adopted,
+            vms: vec!["dev".into()],
         }
+    }
+
+    /// `n` machines of scenario `s` with the same ask: every one's first offer is in
+    /// us-east-1, so their observe calls share that location's listings.
+    fn fleet(s: Scenario, n: usize) -> World {
+        // A create is trusted gone only after 500 ms unlisted: the lag is counted in
+        // listings, and 20 machines journalling on one thread may take longer than the
+        // test cloud's 20 ms to make two.
+        let mut caps = FakeProvider::new("aws").capabilities_for_test();
+        caps.create_list_lag = Duration::from_millis(500);
+        let mut w = World::bare(s, Arc::new(s.cloud().with_capabilities(caps)));
+        w.vms = (0..n).map(|i| format!("m{i:02}")).collect();
+        w
+    }
+
+    fn config(&self) -> String {
+        let mut c = String::from("[defaults]\nclouds = [\"aws\"]\n");
+        for vm in &self.vms {
+            c.push_str(&format!("[vm.{vm}]\n"));
+        }
+        c
     }
 
     /// Whether the instance apply must never delete is still there.
@@ -338,7 +361,7 @@ impl World {
             executor: Executor::new(journal.clone(), CancelToken::new()),
             lineage,
             ssh_public_key: "ssh-ed25519 AAAAtest".into(),
-            parallelism: 4,
+            parallelism: self.vms.len().max(4),
             retry_until_up: false,
             k3s: self.k3s.as_ref().map(|k| K3sSetup {
                 shell: k.node.clone(),
@@ -371,7 +394,7 @@ impl World {
                 match phase {
                     Phase::Apply => {
                         let config =
-                            Config::parse(Path::new("gpuprov.toml"), ONE_VM.to_string()).unwrap();
+                            Config::parse(Path::new("gpuprov.toml"), self.config()).unwrap();
                         let snapshot = journal.snapshot();
                         let observed = match self.refresh {
                             true => {
@@ -448,14 +471,24 @@ impl World {
 
 /// Runs apply then destroy cleanly, tracing every crash point passed.
 fn clean_trace(s: Scenario) -> Vec<String> {
+    clean_trace_of(s, World::new(s))
+}
+
+fn clean_trace_of(s: Scenario, w: World) -> Vec<String> {
     crash::disarm();
-    let w = World::new(s);
     crash::trace_start();
     let applied = w.run(Phase::Apply, None).expect("clean apply");
     let destroyed = w.run(Phase::Destroy, None).expect("clean destroy");
     let trace = crash::trace_take();
-    assert!(s.apply_ok(&applied["vm.dev"]), "{s:?}: {applied:?}");
-    assert_eq!(destroyed["vm.dev"], Outcome::Destroyed, "{s:?}");
+    assert_eq!(applied.len(), w.vms.len(), "{s:?}: {applied:?}");
+    assert!(
+        applied.values().all(|o| s.apply_ok(o)),
+        "{s:?}: {applied:?}"
+    );
+    assert!(
+        destroyed.values().all(|o| *o == Outcome::Destroyed),
+        "{s:?}: {destroyed:?}"
+    );
     assert!(w.cloud.instances().is_empty());
     assert!(w.cloud.side_resources().is_empty(), "{s:?}");
     assert!(w.cloud.shared_keys().is_empty(), "{s:?}");
@@ -486,7 +519,10 @@ fn kind_of(point: &str) -> String {
 /// Crashes at the `nth` hit of `point`, recovers, and returns what went wrong (empty:
 /// nothing).
 fn crash_and_recover(s: Scenario, point: &str, nth: u32) -> Vec<String> {
-    let w = World::new(s);
+    crash_and_recover_in(s, World::new(s), point, nth)
+}
+
+fn crash_and_recover_in(s: Scenario, w: World, point: &str, nth: u32) -> Vec<String> {
     let mut problems = Vec::new();
     let hit = crash::arm(point, nth);
     let mut died = w.run(Phase::Apply, Some(&hit)).is_none();
@@ -511,9 +547,10 @@ fn crash_and_recover(s: Scenario, point: &str, nth: u32) -> Vec<String> {
     match w.run(Phase::Apply, None) {
         // Unchanged: the crash came after the machine was recorded up, and it still is.
         Some(out)
-            if out
-                .get("vm.dev")
-                .is_some_and(|o| s.apply_ok(o) || *o == Outcome::Unchanged) => {}
+            if out.len() == w.vms.len()
+                && out
+                    .values()
+                    .all(|o| s.apply_ok(o) || *o == Outcome::Unchanged) => {}
         other => problems.push(format!("apply after the crash ended {other:?}")),
     }
     if w.live().values().any(|&n| n > 1) {
@@ -699,4 +736,53 @@ fn every_crash_point_recovers_without_duplicates_or_leaks() {
     ] {
         assert!(total.contains_key(k), "no crash point of {k} was traced");
     }
+}
+
+/// Issue 20: 20 machines sharing one location (their observe calls answered from shared
+/// listings), on a cloud that ignores the idempotency token and lists new instances late:
+/// a crash at each point a clean run passes (its first, a middle and its last occurrence)
+/// leaves no duplicate and no leak after the next apply and destroy.
+#[test]
+fn twenty_machines_sharing_a_location_recover_from_every_crash_point() {
+    const N: usize = 20;
+    let s = Scenario::NoTokenListLag;
+    let trace = clean_trace_of(s, World::fleet(s, N));
+    let mut count: BTreeMap<&str, u32> = BTreeMap::new();
+    for p in &trace {
+        *count.entry(p.as_str()).or_insert(0) += 1;
+    }
+    assert!(
+        count.get("provider.after:create").copied().unwrap_or(0) >= N as u32,
+        "every machine created: {count:?}"
+    );
+    let mut failures = Vec::new();
+    let (mut runs, mut missed) = (0, 0);
+    for (point, &n) in &count {
+        let mut nths: Vec<u32> = vec![1, n.div_ceil(2), n];
+        nths.dedup();
+        for nth in nths {
+            runs += 1;
+            let problems = crash_and_recover_in(s, World::fleet(s, N), point, nth);
+            // 20 machines interleave differently each run: a late occurrence the clean
+            // run passed may not come (fewer polls); that run proves nothing either way.
+            if problems.len() == 1 && problems[0].starts_with("never stopped") {
+                missed += 1;
+                continue;
+            }
+            if !problems.is_empty() {
+                failures.push(format!("{point}#{nth}: {}", problems.join("; ")));
+            }
+        }
+    }
+    assert!(runs > 10, "the sweep ran: {count:?}");
+    assert!(
+        missed * 5 <= runs,
+        "{missed} of {runs} runs never reached their crash point"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} crash runs went wrong:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

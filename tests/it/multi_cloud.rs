@@ -1319,3 +1319,84 @@ async fn without_credentials_every_rest_cloud_says_where_it_looked() {
     }
     clouds.verify(&[]);
 }
+
+/// Issue 20: a plan of 100 machines reads each cloud's catalog as often as a plan of one
+/// (once per ask, and per region where the vendor's catalog is regional), counted at the
+/// spec-checked servers of five REST clouds.
+#[tokio::test]
+async fn a_plan_of_100_machines_reads_each_catalog_as_often_as_one_machine() {
+    const CLOUDS: [&str; 5] = [
+        "lambda",
+        "runpod",
+        "hyperstack",
+        "digitalocean",
+        "massedcompute",
+    ];
+    fn config(n: usize) -> String {
+        let mut s = String::from("[defaults]\nkubernetes = false\n");
+        for i in 0..n {
+            s.push_str(&format!(
+                "\n[vm.t{i:03}]\nclouds = {CLOUDS:?}\ngpu = \"H100\"\ngpu_count = 8\n\
+                 regions = [\"us-east-1\", \"US-KS-2\", \"CANADA-1\", \"nyc2\", \"any\"]\n\
+                 max_price_per_hour = 25.0\n"
+            ));
+        }
+        s
+    }
+    /// Catalog requests per cloud and path (discovery's instance listings left out).
+    fn catalog_reads(clouds: &Clouds) -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for (cloud, server) in clouds.all() {
+            if !CLOUDS.contains(&cloud) {
+                continue;
+            }
+            for r in server.requests() {
+                let listing = r.path.ends_with("/instances")
+                    || r.path.ends_with("/droplets")
+                    || r.path.ends_with("/instance");
+                if r.method == "GET" && !listing {
+                    *out.entry(format!("{cloud} {}", r.path)).or_insert(0) += 1;
+                }
+            }
+        }
+        out
+    }
+    let creds = cred_env();
+    let mut reads = Vec::new();
+    for n in [1, 100] {
+        let clouds = Clouds::start().await;
+        let project = Project::new(&clouds);
+        std::fs::write(project.path().join("gpuprov.toml"), config(n)).unwrap();
+        let out = project
+            .run(
+                &["plan", "--json", "-refresh=false"],
+                &clouds.endpoints(),
+                &creds,
+            )
+            .await;
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+        let plan: Value = serde_json::from_str(&stdout).unwrap();
+        let offers = ids_prices(&change(&plan, &format!("t{:03}", n - 1))["offers"]);
+        for cloud in ["lambda/", "runpod/", "hyperstack/", "massedcompute/"] {
+            assert!(
+                offers.iter().any(|(id, _)| id.starts_with(cloud)),
+                "{cloud} offers planned: {offers:?}"
+            );
+        }
+        clouds.verify(&all_credentials());
+        reads.push(catalog_reads(&clouds));
+    }
+    let (one, hundred) = (&reads[0], &reads[1]);
+    for cloud in CLOUDS {
+        assert!(
+            one.keys().any(|k| k.starts_with(&format!("{cloud} "))),
+            "{cloud}'s catalog was read: {one:?}"
+        );
+    }
+    assert_eq!(
+        hundred, one,
+        "100 machines read the catalogs as often as one"
+    );
+    assert_eq!(one["lambda /api/v1/instance-types"], 1, "{one:?}");
+}

@@ -415,13 +415,9 @@ impl CloudProvider for HyperstackProvider {
         &self.adapter
     }
 
-    /// Offers from flavors ⨝ stocks ⨝ pricebook (see the module docs). An empty list means
-    /// "no stock now". Errors: a spot ask, a VM name too long for Hyperstack's 50-character
-    /// names, or no flavor with that GPU model and count → `InvalidRequest`.
-    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>> {
-        if req.spot {
-            return Err(invalid("Hyperstack has no spot VMs in its API"));
-        }
+    /// Per machine: a VM name too long for Hyperstack's 50-character names (with the 17
+    /// characters gpuprov adds) → `InvalidRequest`.
+    fn check_request(&self, req: &ResourceRequest) -> Result<()> {
         let name_len = super::object_name(&req.vm_name, &self.settings.lineage).len();
         if name_len > MAX_NAME_LEN {
             return Err(invalid(format!(
@@ -430,6 +426,17 @@ impl CloudProvider for HyperstackProvider {
                 req.vm_name
             )));
         }
+        Ok(())
+    }
+
+    /// Offers from flavors ⨝ stocks ⨝ pricebook (see the module docs). An empty list means
+    /// "no stock now". Errors: a spot ask, a VM name too long for Hyperstack's 50-character
+    /// names, or no flavor with that GPU model and count → `InvalidRequest`.
+    async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>> {
+        if req.spot {
+            return Err(invalid("Hyperstack has no spot VMs in its API"));
+        }
+        self.check_request(req)?;
         let flavors = self.flavors(&req.regions).await?;
         if !flavors.iter().any(|(_, f)| matches_ask(f, req)) {
             return Err(invalid(no_flavor(&flavors, req)));

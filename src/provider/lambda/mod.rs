@@ -63,8 +63,9 @@ use super::kit::keys::{self, Registered};
 use super::kit::{self, gpu, Adapter, Auth, Call, Credential, Lookup, RestClient};
 use super::{
     object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, Imported,
-    InstanceSpec, InstanceStatus, Lineage, Listed, Location, Observed, Offer, ProviderError,
-    ResourceRequest, Result, SharedFound, SharedObject, IDENTITY_LABEL, LINEAGE_LABEL,
+    InstanceSpec, InstanceStatus, Lineage, Listed, Location, Observations, Observed, Offer,
+    ProviderError, ResourceRequest, Result, SharedFound, SharedObject, IDENTITY_LABEL,
+    LINEAGE_LABEL,
 };
 
 /// The kind of the project key, the one shared object Lambda declares
@@ -413,6 +414,26 @@ fn is_ours(i: &Instance, region: &str, vm_name: &str, lineage: &Lineage) -> bool
     tagged || (!other && i.name.as_deref() == Some(object_name(vm_name, lineage).as_str()))
 }
 
+/// The VM an instance is for under `lineage`: its identity tag, or for an untagged
+/// (imported) one the VM its identity name `gpuprov-<vm>-<lineage8>` names. Whether it
+/// really is that VM's is [`is_ours`]'s decision.
+fn vm_of(i: &Instance, lineage: &Lineage) -> Option<String> {
+    let tagged = i
+        .tags
+        .as_ref()
+        .and_then(|tags| tags.iter().find(|t| t.key == IDENTITY_LABEL));
+    if let Some(t) = tagged {
+        return Some(t.value.clone());
+    }
+    let suffix = format!("-{}", lineage.short());
+    let vm = i
+        .name
+        .as_deref()?
+        .strip_prefix("gpuprov-")?
+        .strip_suffix(&suffix)?;
+    Some(vm.to_string())
+}
+
 /// What `observe` reports of a listed instance; `None` once it is `terminated`.
 fn observed(i: &Instance) -> Option<Observed> {
     let status = status_of(&i.status)?;
@@ -545,6 +566,35 @@ impl CloudProvider for LambdaProvider {
             .collect();
         out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
         Ok(out)
+    }
+
+    /// One `GET /api/v1/instances` for every VM at `at`: each instance [`observe`] would
+    /// match for some VM (both identity tags of this lineage, or the identity name of an
+    /// imported one), grouped by that VM, sorted by id.
+    ///
+    /// [`observe`]: CloudProvider::observe
+    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
+        let mut out = Observations::new();
+        if at.cloud != CLOUD {
+            return Ok(Some(out));
+        }
+        let list = self.instances().await?;
+        let lineage = &self.settings.lineage;
+        for i in &list {
+            let Some(vm) = vm_of(i, lineage) else {
+                continue;
+            };
+            if !is_ours(i, &at.region, &vm, lineage) {
+                continue;
+            }
+            if let Some(o) = observed(i) {
+                out.entry(vm).or_default().push(o);
+            }
+        }
+        for seen in out.values_mut() {
+            seen.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+        }
+        Ok(Some(out))
     }
 
     /// `GET /api/v1/instances/{id}`, then `POST /api/v1/instances/{id}` with the

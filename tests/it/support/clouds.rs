@@ -71,6 +71,12 @@ impl CloudProvider for TestCloud {
     ) -> Result<Vec<gpuprov::provider::Observed>> {
         self.inner.observe(at, vm_name).await
     }
+    async fn observe_location(
+        &self,
+        at: &Location,
+    ) -> Result<Option<gpuprov::provider::Observations>> {
+        self.inner.observe_location(at).await
+    }
     async fn list(&self, at: &Location) -> Result<Vec<gpuprov::provider::Listed>> {
         self.inner.list(at).await
     }

@@ -1252,3 +1252,64 @@ async fn import_renames_an_outside_instance_to_the_identity_name() {
     assert_eq!(renames.len(), 1);
     cloud.server.verify();
 }
+
+/// Issue 20 on a real adapter path: 20 machines observing one Lambda region at once make
+/// one `GET /api/v1/instances` through the core's shared observation (counted at the
+/// spec-checked server), against one each per machine without it; every machine sees its
+/// own instance, and an instance imported by name only (no tags) is still found.
+#[tokio::test]
+async fn observes_of_many_machines_in_one_region_share_one_listing() {
+    const N: usize = 20;
+    let cloud = Cloud2::start(h100_world()).await;
+    {
+        let mut w = cloud.world.lock().unwrap();
+        for i in 0..N {
+            let vm = format!("m{i:02}");
+            let mut body = json!({
+                "instance_type_name": "gpu_8x_h100_sxm5",
+                "region_name": "us-east-1",
+                "ssh_key_names": [],
+                "name": format!("gpuprov-{vm}-0f0e0d0c"),
+            });
+            // The last one carries the identity by name only, as an imported one does.
+            if i + 1 < N {
+                body["tags"] = json!([
+                    {"key": "gpuprov-vm-name", "value": vm},
+                    {"key": "gpuprov-lineage", "value": LINEAGE},
+                ]);
+            }
+            w.launch(&body);
+        }
+    }
+    let at = Location {
+        cloud: "lambda".into(),
+        region: "us-east-1".into(),
+        zone: None,
+    };
+    let mut calls = Vec::new();
+    for shared in [false, true] {
+        let mut providers = match shared {
+            true => gpuprov::machine::Providers::new(),
+            false => gpuprov::machine::Providers::per_machine_observe(),
+        };
+        providers.insert(cloud.provider());
+        let lambda = providers.get("lambda").unwrap().clone();
+        let before = cloud.server.requests_to("GET", "/api/v1/instances").len();
+        let seen = futures_util::future::join_all((0..N).map(|i| {
+            let (lambda, at) = (lambda.clone(), at.clone());
+            async move { lambda.observe(&at, &format!("m{i:02}")).await.unwrap() }
+        }))
+        .await;
+        calls.push(cloud.server.requests_to("GET", "/api/v1/instances").len() - before);
+        let ids: std::collections::BTreeSet<String> = seen
+            .iter()
+            .map(|s| {
+                assert_eq!(s.len(), 1, "each machine sees its own instance: {s:?}");
+                s[0].instance_id.clone()
+            })
+            .collect();
+        assert_eq!(ids.len(), N, "no machine sees another's instance");
+    }
+    assert_eq!(calls, [N, 1], "per machine, then shared");
+    cloud.server.verify();
+}
