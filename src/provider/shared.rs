@@ -33,8 +33,11 @@ pub struct SharedKind {
 
 /// The shared objects each cloud declares, in the order they are prepared (a later kind
 /// may need an earlier one). Clouds not listed share nothing through the graph.
-const DECLARED: &[(&str, &[SharedKind])] =
-    &[("digitalocean", &[ACCOUNT_KEY]), ("lambda", &[ACCOUNT_KEY])];
+const DECLARED: &[(&str, &[SharedKind])] = &[
+    ("digitalocean", &[ACCOUNT_KEY]),
+    ("lambda", &[ACCOUNT_KEY]),
+    ("runpod", &[ACCOUNT_KEY]),
+];
 
 /// The project's SSH key, one per cloud account.
 const ACCOUNT_KEY: SharedKind = SharedKind {

@@ -933,13 +933,17 @@ async fn the_multi_cloud_example_plans_offers_from_every_cloud_with_stock() {
     assert!(stdout.contains("vm.trainer will be created"), "{stdout}");
     assert!(stdout.contains("vm.inference will be created"), "{stdout}");
     assert!(stdout.contains("vm.notebook will be created"), "{stdout}");
-    // Three machines and the project keys of DigitalOcean and Lambda, each planned once
-    // for all the machines that may land there.
+    // Three machines and the project keys of DigitalOcean, Lambda and RunPod (its
+    // account key set), each planned once for all the machines that may land there.
     assert!(
-        stdout.contains("Plan: 5 to add, 0 to change, 0 to destroy."),
+        stdout.contains("Plan: 6 to add, 0 to change, 0 to destroy."),
         "{stdout}"
     );
-    for key in ["+ shared.digitalocean.ssh_key", "+ shared.lambda.ssh_key"] {
+    for key in [
+        "+ shared.digitalocean.ssh_key",
+        "+ shared.lambda.ssh_key",
+        "+ shared.runpod.ssh_key",
+    ] {
         assert_eq!(stdout.matches(key).count(), 1, "{stdout}");
     }
     for (_, uri) in &endpoints {

@@ -397,3 +397,81 @@ async fn lambda_fleet_registers_the_key_once_and_deletes_it_after_the_last_insta
         cloud.server.verify();
     }
 }
+
+/// RunPod: the account's key set is written by read-modify-write (`PUT` of the whole
+/// set), so 20 pods in one data centre with parallelism 20 must write it exactly once
+/// (counted at the server), keep the user's key beside the project key, and all come up;
+/// the project key leaves the set after the last pod, the user's stays. Repeated 20 times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn runpod_fleet_writes_the_key_set_once_and_keeps_the_users_key() {
+    use crate::vendor::runpod as rp;
+    for round in 0..20 {
+        let cloud = rp::Fake::start(rp::h100_world()).await;
+        let p = Project::new(cloud.provider(), Some(crate::support::drive::LINEAGE));
+        let out = p
+            .apply(&fleet("runpod", "US-KS-2", Some("H100"), FLEET))
+            .await;
+        all_ready(&out, FLEET);
+        let puts = cloud.server.requests_to("PUT", rp::KEYS);
+        assert_eq!(puts.len(), 1, "round {round}: the set written once");
+        let keys = cloud.world.lock().unwrap().keys.clone();
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        assert_eq!(keys[0], rp::USER_KEY, "the user's key survives the merge");
+        let project = gpuprov::provider::kit::keys::key_value(PUBKEY);
+        assert!(keys[1].starts_with(&project), "{keys:?}");
+        let creates = cloud.creates();
+        assert_eq!(creates.len(), FLEET);
+        for c in creates {
+            let env = c["env"]["PUBLIC_KEY"].as_str().unwrap().to_string();
+            assert!(
+                env.contains(rp::USER_KEY) && env.contains(&project),
+                "{env}"
+            );
+        }
+        let out = p.destroy().await;
+        assert_eq!(out["shared.runpod.ssh_key"], Outcome::Destroyed, "{out:?}");
+        assert_eq!(
+            cloud.world.lock().unwrap().keys,
+            [rp::USER_KEY],
+            "only the project key removed"
+        );
+        assert_eq!(cloud.server.requests_to("PUT", rp::KEYS).len(), 2);
+        assert!(cloud.world.lock().unwrap().pods.is_empty());
+        assert!(p.state().shared.is_empty());
+        cloud.server.verify();
+    }
+}
+
+/// RunPod with the project key already in the account's set (the user put it there
+/// under their own comment): used by value, the set never written, the key kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn runpod_uses_the_users_key_and_never_writes_the_set() {
+    use crate::vendor::runpod as rp;
+    let users_copy = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuprovTestKeyOnly me@laptop";
+    for round in 0..20 {
+        let mut world = rp::h100_world();
+        world.keys.push(users_copy.into());
+        let cloud = rp::Fake::start(world).await;
+        let p = Project::new(cloud.provider(), Some(crate::support::drive::LINEAGE));
+        let out = p
+            .apply(&fleet("runpod", "US-KS-2", Some("H100"), FLEET))
+            .await;
+        all_ready(&out, FLEET);
+        assert!(
+            cloud.server.requests_to("PUT", rp::KEYS).is_empty(),
+            "round {round}: the set is not written"
+        );
+        for c in cloud.creates() {
+            let env = c["env"]["PUBLIC_KEY"].as_str().unwrap().to_string();
+            assert!(env.contains(users_copy), "{env}");
+        }
+        p.destroy().await;
+        assert!(cloud.server.requests_to("PUT", rp::KEYS).is_empty(), "kept");
+        assert_eq!(cloud.world.lock().unwrap().keys, [rp::USER_KEY, users_copy]);
+        assert!(
+            p.state().shared.is_empty(),
+            "the record goes, the key stays"
+        );
+        cloud.server.verify();
+    }
+}

@@ -14,14 +14,25 @@
 //!   times `gpu.count`"). RunPod's v2 API has no interruptible (spot) pods. Offers are
 //!   emitted secure tier first; the core orders them (region, price, type, data centre),
 //!   and its stable sort keeps a secure offer ahead of the community one at equal price.
-//! - `prepare`: re-checks stock (`GET /v2/catalog/gpus/{id}` with the same filters); reads
-//!   the account's SSH keys (`GET /v2/account/ssh-keys`) and, when the project key is not
-//!   among them (compared by value, ignoring the comment), registers it with
-//!   `PUT /v2/account/ssh-keys` carrying the existing keys *plus* the project key (the PUT
-//!   replaces the whole set: "Existing keys not present in the request are removed").
-//!   Returns the merged key set. The spec offers no conditional PUT (no ETag), so a key
-//!   the user adds in the dashboard between that GET and PUT would be lost; the window is
-//!   one round trip, and it only opens when the project key is not registered yet.
+//! - Shared object `ssh_key` (the account's key set, one per account,
+//!   [`super::shared`]): the set is written by read-modify-write (`GET`, then
+//!   `PUT /v2/account/ssh-keys` with the whole set: "Existing keys not present in the
+//!   request are removed"), so it is written in its own node, once per run, never by the
+//!   machines' `prepare`: parallel pods cannot overwrite each other's additions.
+//!   `observe_shared` finds the project key in the set by *value* (ignoring the comment);
+//!   `create_shared` reads the set and, when the key is still missing, `PUT`s the existing
+//!   keys plus the project key with the comment [`super::project_key_name`]
+//!   (`gpuprov-<lineage8>-<fp12>`; the set holds bare strings, so the comment is the only
+//!   name a key has); `delete_shared` `PUT`s the set without that entry. A key found by
+//!   value with another comment is the user's own: used, never removed. The PUT replaces
+//!   the set whatever it holds, so RunPod has no "exists" answer to classify. The spec
+//!   offers no conditional PUT (no ETag), so a key the user adds in the dashboard between
+//!   that GET and PUT would be lost; the window is one round trip, at most twice a run.
+//! - `prepare`: re-checks stock (`GET /v2/catalog/gpus/{id}` with the same filters) and
+//!   reads the account's key set (`GET /v2/account/ssh-keys`, read only: the core
+//!   prepared the shared key). Returns that set, with the project key added when the
+//!   listing does not show it yet. Called outside the core (no shared objects prepared),
+//!   it registers the project key itself as above.
 //! - `create`: `POST /v2/pods` with the GPU type id and count, the tier, the data centre
 //!   (`dataCenterIds`), `ports` `22/tcp` (plus the VM's ports as `<p>/tcp`), `startSsh`,
 //!   and `env` `PUBLIC_KEY` = the merged key set (one key per line; RunPod images install
@@ -34,8 +45,8 @@
 //!   for a pod without it, the name) and the pod's data centre (`dataCenterId`, null until
 //!   the scheduler assigns it, else `GPUPROV_DATA_CENTER`) is the location's region.
 //! - `delete`: `DELETE /v2/pods/{id}` (`204`; `404` is success). `cleanup` has nothing to
-//!   do: a pod has no side resources, and the project key stays registered (it is shared
-//!   by the project's pods).
+//!   do: a pod has no side resources, and the project key is the shared object's (the
+//!   core removes it after the last pod).
 //! - `start` ([`Feature::Start`]): `POST /v2/pods/{id}/action` `{"action": "start"}`. A
 //!   stopped pod is `EXITED` (spec `PodStatus`: "container exited (stopped)"; `stop`
 //!   "releas[es] GPU/CPU compute while keeping its disk"), observed as `Stopped`.
@@ -88,8 +99,8 @@ use super::kit::gpu::norm;
 use super::kit::keys::key_value;
 use super::kit::{self, Adapter, Auth, Credential, Lookup, RestClient, Source};
 use super::{
-    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage, Location, Observed,
-    Offer, ProviderError, ResourceRequest, Result,
+    project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage,
+    Location, Observed, Offer, ProviderError, ResourceRequest, Result, SharedFound, SharedObject,
 };
 
 /// The cloud name.
@@ -354,16 +365,9 @@ impl RunpodProvider {
         Ok(list.gpus)
     }
 
-    /// The account's SSH keys, with the project key added (by value) through a `PUT` of
-    /// the whole set when it is missing. Returns the account's set as it now stands.
-    async fn ensure_key(&self, public_key: &str) -> Result<Vec<String>> {
-        let want = key_value(public_key);
-        if want.is_empty() {
-            return Err(ProviderError::new(
-                ErrorKind::InvalidRequest,
-                "the project's SSH public key is empty",
-            ));
-        }
+    /// The account's SSH key set (`GET /v2/account/ssh-keys`), trimmed, empty entries
+    /// dropped.
+    async fn account_keys(&self) -> Result<Vec<String>> {
         let have: SshKeys = self
             .api
             .get(
@@ -372,28 +376,101 @@ impl RunpodProvider {
                 Call::Other.what("list SSH keys"),
             )
             .await?;
-        let keys: Vec<String> = have
+        Ok(have
             .keys
             .into_iter()
             .map(|k| k.trim().to_string())
             .filter(|k| !k.is_empty())
-            .collect();
+            .collect())
+    }
+
+    /// Replaces the account's key set with `keys` (`PUT /v2/account/ssh-keys`); returns
+    /// the set as the answer shows it.
+    async fn put_keys(&self, keys: &[String], what: &str) -> Result<Vec<String>> {
+        let now: SshKeys = self
+            .api
+            .put(
+                "/v2/account/ssh-keys",
+                &json!({ "keys": keys }),
+                Call::Other.what(what),
+            )
+            .await?;
+        Ok(now.keys)
+    }
+
+    /// The project key's value (`type base64`); an empty key is `InvalidRequest`.
+    fn wanted_key(public_key: &str) -> Result<String> {
+        let want = key_value(public_key);
+        if want.is_empty() {
+            return Err(ProviderError::new(
+                ErrorKind::InvalidRequest,
+                "the project's SSH public key is empty",
+            ));
+        }
+        Ok(want)
+    }
+
+    /// The account's SSH keys, with the project key added (by value) through a `PUT` of
+    /// the whole set when it is missing. Returns the account's set as it now stands.
+    /// Only for `prepare` called outside the core (the core prepares the shared key).
+    async fn ensure_key(&self, public_key: &str) -> Result<Vec<String>> {
+        let want = Self::wanted_key(public_key)?;
+        let keys = self.account_keys().await?;
         if keys.iter().any(|k| key_value(k) == want) {
             return Ok(keys);
         }
         // The PUT replaces the whole set: send every existing key plus ours.
         let mut merged = keys;
         merged.push(public_key.trim().to_string());
-        let now: SshKeys = self
-            .api
-            .put(
-                "/v2/account/ssh-keys",
-                &json!({ "keys": merged }),
-                Call::Other.what("register the project's SSH key"),
-            )
-            .await?;
-        Ok(now.keys)
+        self.put_keys(&merged, "register the project's SSH key")
+            .await
     }
+
+    /// The name gpuprov gives the project key: the comment of the entry it adds.
+    fn key_name(&self, public_key: &str) -> String {
+        project_key_name(self.settings.lineage.as_str(), public_key)
+    }
+
+    /// The project key in `keys`, found by value, as a shared object: `id` is the entry
+    /// as listed, `name` its comment; ours when the comment is [`Self::key_name`].
+    fn find_shared(&self, keys: &[String], public_key: &str) -> Result<Option<SharedFound>> {
+        let want = Self::wanted_key(public_key)?;
+        let ours = self.key_name(public_key);
+        // Prefer our own entry when the user registered the same value too.
+        let mut found: Vec<&String> = keys.iter().filter(|k| key_value(k) == want).collect();
+        found.sort_by_key(|k| comment_of(k) != ours);
+        Ok(found.first().map(|k| SharedFound {
+            id: (*k).clone(),
+            name: comment_of(k).to_string(),
+            ours: comment_of(k) == ours,
+        }))
+    }
+
+    fn only_ssh_key(obj: &SharedObject) -> Result<()> {
+        if obj.kind == SSH_KEY_KIND && obj.cloud == CLOUD {
+            Ok(())
+        } else {
+            Err(ProviderError::new(
+                ErrorKind::InvalidRequest,
+                format!("runpod declares no shared {}", obj.kind),
+            ))
+        }
+    }
+}
+
+/// The kind of the account's key set, the one shared object RunPod declares
+/// ([`super::shared::declared`]): one per account.
+pub const SSH_KEY_KIND: &str = "ssh_key";
+
+/// The comment of an OpenSSH key entry (what follows `type base64`), empty when none.
+fn comment_of(k: &str) -> &str {
+    let mut rest = k.trim();
+    for _ in 0..2 {
+        rest = rest
+            .split_once(char::is_whitespace)
+            .map_or("", |(_, r)| r.trim_start());
+    }
+    rest.trim_end()
 }
 
 /// The tier and GPU type id an offer of this adapter carries in `detail`.
@@ -464,8 +541,9 @@ impl CloudProvider for RunpodProvider {
     }
 
     /// Re-checks the offer's stock (`GET /v2/catalog/gpus/{id}` with the offer's tier and
-    /// count; gone → `Unavailable`), then makes sure the project key is registered on the
-    /// account without dropping the user's keys. Returns `{"public_keys": [..]}`, the
+    /// count; gone → `Unavailable`), then reads the account's key set: read only when the
+    /// core prepared the shared `ssh_key` (`spec.shared`), else registering the project key
+    /// itself without dropping the user's keys. Returns `{"public_keys": [..]}`, the
     /// account's key set including the project key (public keys only).
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
         let (tier, gpu_id) = offer_tier(offer)?;
@@ -494,7 +572,17 @@ impl CloudProvider for RunpodProvider {
         {
             return Err(gone());
         }
-        let keys = self.ensure_key(&spec.ssh_public_key).await?;
+        let keys = if spec.shared.contains_key(SSH_KEY_KIND) {
+            // The core registered it once for the run: read only, never write the set here.
+            let mut keys = self.account_keys().await?;
+            let want = Self::wanted_key(&spec.ssh_public_key)?;
+            if !keys.iter().any(|k| key_value(k) == want) {
+                keys.push(spec.ssh_public_key.trim().to_string());
+            }
+            keys
+        } else {
+            self.ensure_key(&spec.ssh_public_key).await?
+        };
         Ok(json!({ "public_keys": keys }))
     }
 
@@ -613,9 +701,67 @@ impl CloudProvider for RunpodProvider {
         Ok(())
     }
 
-    /// Nothing to clean: a pod has no side resources, and the project key stays registered
-    /// on the account (it is shared by the project's pods).
+    /// Nothing to clean: a pod has no side resources, and the project key is the shared
+    /// object's (removed by the core after the last pod).
     async fn cleanup(&self, _: &Location, _: &str) -> Result<()> {
+        Ok(())
+    }
+
+    /// The project key in `GET /v2/account/ssh-keys`, found by *value* (ignoring the
+    /// comment); `None` when the set does not hold it. Ours when its comment is the name
+    /// gpuprov derives ([`project_key_name`]), else the user's own.
+    async fn observe_shared(
+        &self,
+        obj: &SharedObject,
+        public_key: &str,
+    ) -> Result<Option<SharedFound>> {
+        Self::only_ssh_key(obj)?;
+        let keys = self.account_keys().await?;
+        self.find_shared(&keys, public_key)
+    }
+
+    /// Read-modify-write of the account's key set: `GET`, then (when the key is still
+    /// missing) `PUT` of every listed key plus the project key with the comment
+    /// [`project_key_name`]. A key found by value at the `GET` is adopted without a write.
+    async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
+        Self::only_ssh_key(obj)?;
+        let keys = self.account_keys().await?;
+        if let Some(found) = self.find_shared(&keys, public_key)? {
+            return Ok(found);
+        }
+        let name = self.key_name(public_key);
+        let entry = format!("{} {name}", Self::wanted_key(public_key)?);
+        let mut merged = keys;
+        merged.push(entry.clone());
+        self.put_keys(&merged, &format!("register SSH key {name}"))
+            .await?;
+        Ok(SharedFound {
+            id: entry,
+            name,
+            ours: true,
+        })
+    }
+
+    /// Read-modify-write of the account's key set without the entry gpuprov added (same
+    /// value and comment as `found`); every other key, the user's own of the same value
+    /// too, stays. Nothing to remove (already gone) is success without a write.
+    async fn delete_shared(&self, obj: &SharedObject, found: &SharedFound) -> Result<()> {
+        Self::only_ssh_key(obj)?;
+        if !found.ours {
+            return Ok(());
+        }
+        let value = key_value(&found.id);
+        let keys = self.account_keys().await?;
+        let before = keys.len();
+        let kept: Vec<String> = keys
+            .into_iter()
+            .filter(|k| !(key_value(k) == value && comment_of(k) == found.name))
+            .collect();
+        if kept.len() == before {
+            return Ok(());
+        }
+        self.put_keys(&kept, &format!("remove SSH key {}", found.name))
+            .await?;
         Ok(())
     }
 

@@ -262,3 +262,43 @@ fn api_key_debug_is_redacted() {
     s.api_key = Some(ApiKey::new("secret_sentinel"));
     assert!(!format!("{s:?}").contains("secret_sentinel"));
 }
+
+#[test]
+fn the_shared_key_is_found_by_value_and_ours_only_by_its_comment() {
+    assert_eq!(comment_of("ssh-ed25519 AAAA me@laptop  "), "me@laptop");
+    assert_eq!(comment_of("ssh-ed25519 AAAA"), "");
+    assert_eq!(comment_of("ssh-ed25519  AAAA  two words"), "two words");
+    let lineage = "0f0e0d0c-1111-4222-8333-444455556666";
+    let p = RunpodProvider::new(RunpodSettings {
+        lineage: lineage.parse().unwrap(),
+        key_source: "test".into(),
+        api_key: None,
+        endpoint: None,
+    });
+    let project = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIProject me@laptop";
+    let name = project_key_name(lineage, project);
+    let users = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIProject me@laptop".to_string();
+    let ours = format!("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIProject {name}");
+    let other = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOther me@laptop".to_string();
+    assert_eq!(
+        p.find_shared(std::slice::from_ref(&other), project)
+            .unwrap(),
+        None
+    );
+    let found = p
+        .find_shared(&[other.clone(), users.clone()], project)
+        .unwrap()
+        .unwrap();
+    assert!(!found.ours, "the user's copy is used, never ours");
+    assert_eq!(found.name, "me@laptop");
+    let found = p
+        .find_shared(&[users, ours.clone(), other], project)
+        .unwrap()
+        .unwrap();
+    assert!(found.ours, "our entry preferred over the user's copy");
+    assert_eq!((found.id, found.name), (ours, name));
+    assert_eq!(
+        p.find_shared(&[], "  ").unwrap_err().kind,
+        ErrorKind::InvalidRequest
+    );
+}

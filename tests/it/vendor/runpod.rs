@@ -505,7 +505,7 @@ async fn run(world: World) -> Run {
 
 /// H100 SXM: secure $2.99 / community $2.69 per GPU-hour, 8 per machine in both tiers;
 /// secure stock in US-KS-2 and EU-RO-1, community stock in EU-RO-1. An A40 nobody asks for.
-fn h100_world() -> World {
+pub(crate) fn h100_world() -> World {
     let mut w = World::default()
         .with_gpu(H100, "H100 SXM", (2.99, 2.69), (8, 8))
         .with_stock(H100, "SECURE", &["US-KS-2", "EU-RO-1"])
