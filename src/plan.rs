@@ -1189,12 +1189,16 @@ pub fn render(plan: &Plan) -> String {
         out.push_str("    }\n");
     }
     for s in &plan.shared {
+        // A fleet of 500 would make a 5,000-character line: the first few, then a count.
+        let users = match s.users.len() {
+            0..=3 => s.users.join(", "),
+            n => format!("{} and {} more", s.users[..3].join(", "), n - 3),
+        };
         let what = match s.action {
             Action::Create => format!(
-                "will be created once, before the first machine that needs it (found by value if it exists; used by {})",
-                s.users.join(", ")
+                "will be created once, before the first machine that needs it\n  # (found by value if it exists; used by {users})"
             ),
-            _ => "will be released after the last machine using it (deleted only if gpuprov created it)".into(),
+            _ => "will be released after the last machine using it\n  # (deleted only if gpuprov created it)".into(),
         };
         let _ = writeln!(out, "\n  # {} {what}", s.address);
         let _ = writeln!(out, "{:>3} {}", s.action.symbol(), s.address);
