@@ -39,9 +39,12 @@ const DECLARED: &[(&str, &[SharedKind])] = &[
     ("runpod", &[ACCOUNT_KEY]),
 ];
 
+/// The kind of the project's SSH key (`InstanceSpec::shared`'s key for it).
+pub const SSH_KEY: &str = "ssh_key";
+
 /// The project's SSH key, one per cloud account.
 const ACCOUNT_KEY: SharedKind = SharedKind {
-    kind: "ssh_key",
+    kind: SSH_KEY,
     scope: SharedScope::Account,
 };
 
@@ -64,6 +67,21 @@ pub struct SharedObject {
 }
 
 impl SharedObject {
+    /// Checks that this object is `cloud`'s `kind`: an adapter's shared-object calls serve
+    /// only what it declares.
+    ///
+    /// Errors: `InvalidRequest` ("`cloud` declares no shared `kind`") otherwise.
+    pub fn expect(&self, cloud: &str, kind: &str) -> super::Result<()> {
+        if self.kind == kind && self.cloud == cloud {
+            Ok(())
+        } else {
+            Err(super::ProviderError::new(
+                super::ErrorKind::InvalidRequest,
+                format!("{cloud} declares no shared {}", self.kind),
+            ))
+        }
+    }
+
     /// The object's address: `shared.<cloud>.<kind>`, or `shared.<cloud>.<kind>[<region>]`
     /// for a region-scoped one. It is also its key in the state's `shared` records.
     pub fn address(&self) -> String {

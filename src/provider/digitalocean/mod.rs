@@ -335,9 +335,9 @@ impl DigitalOceanProvider {
     }
 }
 
-/// The kind of the project key, the one shared object DigitalOcean declares
-/// ([`super::shared::declared`]): one per account.
-pub const SSH_KEY_KIND: &str = "ssh_key";
+// The kind of the project key, the one shared object this cloud declares
+// (`shared::declared`): one per account.
+use super::shared::SSH_KEY as SSH_KEY_KIND;
 
 impl DigitalOceanProvider {
     /// A listed key as a shared object: ours when it carries the name gpuprov derives
@@ -347,17 +347,6 @@ impl DigitalOceanProvider {
             id: k.id.to_string(),
             name: k.name.clone(),
             ours: k.name == project_key_name(self.settings.lineage.as_str(), public_key),
-        }
-    }
-
-    fn only_ssh_key(obj: &SharedObject) -> Result<()> {
-        if obj.kind == SSH_KEY_KIND && obj.cloud == CLOUD {
-            Ok(())
-        } else {
-            Err(ProviderError::new(
-                ErrorKind::InvalidRequest,
-                format!("digitalocean declares no shared {}", obj.kind),
-            ))
         }
     }
 }
@@ -640,7 +629,7 @@ impl CloudProvider for DigitalOceanProvider {
         obj: &SharedObject,
         public_key: &str,
     ) -> Result<Option<SharedFound>> {
-        Self::only_ssh_key(obj)?;
+        obj.expect(CLOUD, SSH_KEY_KIND)?;
         let listed: Vec<SshKey> = self
             .list_all("/v2/account/keys", "ssh_keys", &[], "list SSH keys")
             .await?;
@@ -652,7 +641,7 @@ impl CloudProvider for DigitalOceanProvider {
     /// key of the same value with 422 "SSH Key is already in use on your account":
     /// `Exists` (errors.rs), so the core observes again and adopts it.
     async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
-        Self::only_ssh_key(obj)?;
+        obj.expect(CLOUD, SSH_KEY_KIND)?;
         let name = project_key_name(self.settings.lineage.as_str(), public_key);
         let what = format!("register SSH key {name}");
         let body = json!({ "name": name, "public_key": public_key.trim() });
@@ -671,7 +660,7 @@ impl CloudProvider for DigitalOceanProvider {
     /// `DELETE /v2/account/keys/{id}` (404 = already gone). Droplets keep the key they
     /// were created with, so DigitalOcean documents no "in use" refusal.
     async fn delete_shared(&self, obj: &SharedObject, found: &SharedFound) -> Result<()> {
-        Self::only_ssh_key(obj)?;
+        obj.expect(CLOUD, SSH_KEY_KIND)?;
         let Ok(id) = found.id.trim().parse::<u64>() else {
             return Ok(());
         };

@@ -68,9 +68,9 @@ use super::{
     LINEAGE_LABEL,
 };
 
-/// The kind of the project key, the one shared object Lambda declares
-/// ([`super::shared::declared`]): one per account.
-pub const SSH_KEY_KIND: &str = "ssh_key";
+// The kind of the project key, the one shared object this cloud declares
+// (`shared::declared`): one per account.
+use super::shared::SSH_KEY as SSH_KEY_KIND;
 
 /// The cloud name.
 pub const CLOUD: &str = "lambda";
@@ -298,17 +298,6 @@ impl LambdaProvider {
             id: k.id.clone(),
             name: k.name.clone(),
             ours: k.name == base || suffixed,
-        }
-    }
-
-    fn only_ssh_key(obj: &SharedObject) -> Result<()> {
-        if obj.kind == SSH_KEY_KIND && obj.cloud == CLOUD {
-            Ok(())
-        } else {
-            Err(ProviderError::new(
-                ErrorKind::InvalidRequest,
-                format!("lambda declares no shared {}", obj.kind),
-            ))
         }
     }
 
@@ -721,7 +710,7 @@ impl CloudProvider for LambdaProvider {
         obj: &SharedObject,
         public_key: &str,
     ) -> Result<Option<SharedFound>> {
-        Self::only_ssh_key(obj)?;
+        obj.expect(CLOUD, SSH_KEY_KIND)?;
         let listed: Vec<SshKey> = self
             .api
             .get("/api/v1/ssh-keys", &[], Call::other("list SSH keys"))
@@ -734,7 +723,7 @@ impl CloudProvider for LambdaProvider {
     /// suffix when a key of another value holds it (Lambda's names are unique). A name
     /// taken meanwhile ("Key name must be unique.") is `Exists`: observed again.
     async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
-        Self::only_ssh_key(obj)?;
+        obj.expect(CLOUD, SSH_KEY_KIND)?;
         let listed: Vec<SshKey> = self
             .api
             .get("/api/v1/ssh-keys", &[], Call::other("list SSH keys"))
@@ -759,7 +748,7 @@ impl CloudProvider for LambdaProvider {
     /// `DELETE /api/v1/ssh-keys/{id}` (`global/object-does-not-exist` = already gone).
     /// Instances keep the key they were launched with.
     async fn delete_shared(&self, obj: &SharedObject, found: &SharedFound) -> Result<()> {
-        Self::only_ssh_key(obj)?;
+        obj.expect(CLOUD, SSH_KEY_KIND)?;
         if found.id.is_empty() {
             return Ok(());
         }

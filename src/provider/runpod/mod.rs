@@ -445,22 +445,11 @@ impl RunpodProvider {
             ours: comment_of(k) == ours,
         }))
     }
-
-    fn only_ssh_key(obj: &SharedObject) -> Result<()> {
-        if obj.kind == SSH_KEY_KIND && obj.cloud == CLOUD {
-            Ok(())
-        } else {
-            Err(ProviderError::new(
-                ErrorKind::InvalidRequest,
-                format!("runpod declares no shared {}", obj.kind),
-            ))
-        }
-    }
 }
 
-/// The kind of the account's key set, the one shared object RunPod declares
-/// ([`super::shared::declared`]): one per account.
-pub const SSH_KEY_KIND: &str = "ssh_key";
+// The kind of the project key, the one shared object this cloud declares
+// (`shared::declared`): one per account.
+use super::shared::SSH_KEY as SSH_KEY_KIND;
 
 /// The comment of an OpenSSH key entry (what follows `type base64`), empty when none.
 fn comment_of(k: &str) -> &str {
@@ -715,7 +704,7 @@ impl CloudProvider for RunpodProvider {
         obj: &SharedObject,
         public_key: &str,
     ) -> Result<Option<SharedFound>> {
-        Self::only_ssh_key(obj)?;
+        obj.expect(CLOUD, SSH_KEY_KIND)?;
         let keys = self.account_keys().await?;
         self.find_shared(&keys, public_key)
     }
@@ -724,7 +713,7 @@ impl CloudProvider for RunpodProvider {
     /// missing) `PUT` of every listed key plus the project key with the comment
     /// [`project_key_name`]. A key found by value at the `GET` is adopted without a write.
     async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
-        Self::only_ssh_key(obj)?;
+        obj.expect(CLOUD, SSH_KEY_KIND)?;
         let keys = self.account_keys().await?;
         if let Some(found) = self.find_shared(&keys, public_key)? {
             return Ok(found);
@@ -746,7 +735,7 @@ impl CloudProvider for RunpodProvider {
     /// value and comment as `found`); every other key, the user's own of the same value
     /// too, stays. Nothing to remove (already gone) is success without a write.
     async fn delete_shared(&self, obj: &SharedObject, found: &SharedFound) -> Result<()> {
-        Self::only_ssh_key(obj)?;
+        obj.expect(CLOUD, SSH_KEY_KIND)?;
         if !found.ours {
             return Ok(());
         }
