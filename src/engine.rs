@@ -671,7 +671,8 @@ impl Engine {
     }
 
     /// Tears down every shared object of the state that no remaining machine uses (the
-    /// graph's order: after the last machine depending on it is gone). A machine uses an
+    /// graph's order: after the last machine depending on it is gone), except those of a
+    /// cloud set to `keep_shared` ([`Providers::keeps_shared`]). A machine uses an
     /// object when what it owns is at the object's cloud (and region), or when its applied
     /// settings may still launch it there. Only objects gpuprov made are deleted (the
     /// user's own key is kept); the record leaves the state once the cloud confirms.
@@ -709,6 +710,10 @@ impl Engine {
                 );
                 continue;
             };
+            // `keep_shared = true`: the object and its record outlive the last machine.
+            if self.providers.keeps_shared(&object.cloud) {
+                continue;
+            }
             let in_use = snapshot.resources.values().any(|r| {
                 let prev = PrevRecord {
                     kind: r.machine.kind.clone(),

@@ -279,6 +279,10 @@ pub struct Plan {
     /// The shared objects the changes create or release ([`shared_changes`]), once each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shared: Vec<SharedChange>,
+    /// Clouds whose shared objects outlive their last machine (`[cloud.NAME]
+    /// keep_shared = true`): their releases are planned as kept (no-op).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub kept_shared: std::collections::BTreeSet<String>,
 }
 
 /// What apply does to one shared object (an SSH key per cloud account, an environment
@@ -288,22 +292,47 @@ pub struct SharedChange {
     /// For example `shared.digitalocean.ssh_key`; `[*]` for a region-scoped object whose
     /// region is chosen at launch.
     pub address: String,
-    /// `Create` (found or created once, before the first machine that needs it) or
+    /// `Create` (found or created once, before the first machine that needs it),
     /// `Destroy` (released after the last machine using it; one gpuprov did not make is
-    /// kept).
+    /// kept), or `NoOp` (no machine uses it any more, but its cloud is set to
+    /// `keep_shared`: kept at the cloud and in the state).
     pub action: Action,
     /// The machines (`vm.NAME`) that use it.
     pub users: Vec<String>,
 }
 
+impl SharedChange {
+    /// The machines using it, for one line: the first three, then a count (a fleet of
+    /// 500 would make a 5,000-character line).
+    pub fn users_text(&self) -> String {
+        match self.users.len() {
+            0..=3 => self.users.join(", "),
+            n => format!("{} and {} more", self.users[..3].join(", "), n - 3),
+        }
+    }
+
+    /// The cloud and the kind of the object, from its address
+    /// (`shared.<cloud>.<kind>[<region>]`).
+    pub fn cloud_and_kind(&self) -> (&str, &str) {
+        let rest = self
+            .address
+            .strip_prefix(crate::provider::shared::PREFIX)
+            .unwrap_or(&self.address);
+        let rest = rest.split('[').next().unwrap_or(rest);
+        rest.split_once('.').unwrap_or((rest, ""))
+    }
+}
+
 /// The shared objects `planned` needs that the state has no record of (created once,
 /// before the first machine launching), and the recorded ones that no machine keeps
 /// using (released after the last one is gone). `untouched`: changes a `-target` left
-/// out; their machines still use what they use.
+/// out; their machines still use what they use. `kept`: clouds set to `keep_shared`,
+/// whose unused objects are shown as kept (`NoOp`) instead of released.
 pub fn shared_changes(
     planned: &[Change],
     untouched: &[Change],
     state: &StateFile,
+    kept: &std::collections::BTreeSet<String>,
 ) -> Vec<SharedChange> {
     let mut users: BTreeMap<String, (bool, Vec<String>)> = BTreeMap::new();
     let planned_users = planned.iter().map(|c| (c, true));
@@ -343,11 +372,15 @@ pub fn shared_changes(
     let destroys = planned.iter().any(|c| c.action == Action::Destroy);
     for address in state.shared.keys() {
         if destroys && !used(address) {
-            out.push(SharedChange {
+            let mut change = SharedChange {
                 address: address.clone(),
                 action: Action::Destroy,
                 users: Vec::new(),
-            });
+            };
+            if kept.contains(change.cloud_and_kind().0) {
+                change.action = Action::NoOp;
+            }
+            out.push(change);
         }
     }
     out
@@ -771,7 +804,13 @@ pub fn compute(
     }
     changes.sort_by(|a, b| a.address.cmp(&b.address));
     let (total, incomplete) = cost_of(&changes);
-    let shared = shared_changes(&changes, &[], state);
+    let kept_shared: std::collections::BTreeSet<String> = config
+        .clouds
+        .iter()
+        .filter(|(_, s)| s.keep_shared == Some(true))
+        .map(|(c, _)| c.to_string())
+        .collect();
+    let shared = shared_changes(&changes, &[], state, &kept_shared);
     let endpoints = config
         .clouds
         .iter()
@@ -793,6 +832,7 @@ pub fn compute(
         foreign: Vec::new(),
         unlisted: Vec::new(),
         shared,
+        kept_shared,
     })
 }
 
@@ -973,7 +1013,7 @@ pub fn restrict_to_targets(plan: &mut Plan, state: &StateFile, targets: &[String
     plan.changes = kept;
     plan.targets = targets.to_vec();
     plan.recompute_cost(&dropped);
-    plan.shared = shared_changes(&plan.changes, &dropped, state);
+    plan.shared = shared_changes(&plan.changes, &dropped, state, &plan.kept_shared);
 }
 
 /// The reason of a replacement `-replace` asked for.
@@ -1189,15 +1229,19 @@ pub fn render(plan: &Plan) -> String {
         out.push_str("    }\n");
     }
     for s in &plan.shared {
-        // A fleet of 500 would make a 5,000-character line: the first few, then a count.
-        let users = match s.users.len() {
-            0..=3 => s.users.join(", "),
-            n => format!("{} and {} more", s.users[..3].join(", "), n - 3),
-        };
+        let users = s.users_text();
         let what = match s.action {
             Action::Create => format!(
                 "will be created once, before the first machine that needs it\n  # (found by value if it exists; used by {users})"
             ),
+            Action::NoOp => {
+                let _ = writeln!(
+                    out,
+                    "\n  # {} is kept: no machine uses it any more, and keep_shared is set",
+                    s.address
+                );
+                continue;
+            }
             _ => "will be released after the last machine using it\n  # (deleted only if gpuprov created it)".into(),
         };
         let _ = writeln!(out, "\n  # {} {what}", s.address);
@@ -1401,6 +1445,39 @@ mod tests {
             (1, 0, 4),
             "z added; a, b, c and the key destroyed"
         );
+    }
+
+    /// `keep_shared = true`: the unused key is planned as kept, not released, and counted
+    /// in nothing; the other cloud's setting does not matter.
+    #[test]
+    fn a_kept_shared_object_outlives_its_last_machine_in_the_plan() {
+        let c = config("[defaults]\nclouds = [\"digitalocean\"]\n\n[vm.a]\n");
+        let mut st = recorded_all(&c);
+        st.shared
+            .insert("shared.digitalocean.ssh_key".into(), record(&c.vms["a"]));
+        let keep = |cloud: &str| {
+            config(&format!(
+                "[defaults]\nclouds = [\"docker\"]\n\n[cloud.{cloud}]\nkeep_shared = true\n\n[vm.z]\n"
+            ))
+        };
+        let mut p = compute(&keep("digitalocean"), &st, None, &|_| Some(1.0)).expect("plans");
+        assert_eq!(p.shared.len(), 1);
+        assert_eq!(p.shared[0].action, Action::NoOp);
+        assert_eq!(p.counts(), (1, 0, 1), "z added; a destroyed; the key kept");
+        p.gpuprov_version = "TEST".into();
+        let text = render(&p);
+        assert!(
+            text.contains("shared.digitalocean.ssh_key is kept"),
+            "{text}"
+        );
+        assert!(!text.contains("- shared.digitalocean.ssh_key"), "{text}");
+        // A plan restricted with -target keeps the setting.
+        let mut targeted = p.clone();
+        restrict_to_targets(&mut targeted, &st, &["vm.a".into()]);
+        assert_eq!(targeted.shared[0].action, Action::NoOp);
+
+        let p = compute(&keep("lambda"), &st, None, &|_| Some(1.0)).expect("plans");
+        assert_eq!(p.shared[0].action, Action::Destroy);
     }
 
     fn list(s: BTreeSet<String>) -> Vec<String> {

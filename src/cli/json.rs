@@ -36,7 +36,9 @@ pub struct JsonPlan {
     pub complete: bool,
     /// Whether planning failed (always false: a failed plan prints a diagnostic, no JSON).
     pub errored: bool,
-    /// One entry per machine of the config or the state, in address order.
+    /// One entry per machine of the config or the state, in address order, then one per
+    /// shared object the plan creates, releases or keeps (`type` "shared", `name`
+    /// `<cloud>.<kind>`, address `shared.<cloud>.<kind>`, `[<region>]` for a regional one).
     pub resource_changes: Vec<ResourceChange>,
     /// What only gpuprov knows about the plan as a whole.
     pub gpuprov: PlanExtras,
@@ -80,10 +82,10 @@ pub struct ResourceChange {
     pub previous_address: Option<String>,
     /// Always "managed".
     pub mode: String,
-    /// Always "vm".
+    /// "vm" for a machine, "shared" for a shared object (an SSH key per cloud account).
     #[serde(rename = "type")]
     pub kind: String,
-    /// The machine's name, as in `[vm.NAME]`.
+    /// The machine's name, as in `[vm.NAME]`; `<cloud>.<kind>` for a shared object.
     pub name: String,
     /// Always "gpuprov".
     pub provider_name: String,
@@ -152,6 +154,9 @@ pub struct ChangeExtras {
     /// config's value.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub effective: std::collections::BTreeMap<String, crate::plan::Effective>,
+    /// For a shared object: the machines (`vm.NAME`) of the plan that use it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<String>,
 }
 
 /// Terraform's actions for gpuprov's action.
@@ -225,9 +230,11 @@ impl JsonPlan {
                         no_offers: c.no_offers.clone(),
                         found: c.found.clone(),
                         effective: c.effective.clone(),
+                        users: Vec::new(),
                     },
                 }
             })
+            .chain(plan.shared.iter().map(shared_change))
             .collect();
         JsonPlan {
             format_version: TERRAFORM_FORMAT_VERSION.into(),
@@ -251,6 +258,54 @@ impl JsonPlan {
                 foreign: plan.foreign.clone(),
             },
         }
+    }
+}
+
+/// A shared object's entry in `resource_changes`: no settings before or after (it is
+/// made from the project key and the cloud's region), its id known only after apply.
+fn shared_change(s: &crate::plan::SharedChange) -> ResourceChange {
+    let (cloud, kind) = s.cloud_and_kind();
+    ResourceChange {
+        address: s.address.clone(),
+        previous_address: None,
+        mode: "managed".into(),
+        kind: "shared".into(),
+        name: format!("{cloud}.{kind}"),
+        provider_name: "gpuprov".into(),
+        change: ChangeValues {
+            actions: actions(s.action),
+            before: None,
+            after: None,
+            after_unknown: if s.action == Action::Create {
+                BTreeMap::from([("id".to_string(), true)])
+            } else {
+                BTreeMap::new()
+            },
+            before_sensitive: BTreeMap::new(),
+            after_sensitive: BTreeMap::new(),
+            replace_paths: Vec::new(),
+            importing: None,
+        },
+        action_reason: (s.action == Action::Destroy)
+            .then(|| "delete_because_no_resource_config".into()),
+        gpuprov: ChangeExtras {
+            action: s.action,
+            reason: Some(match s.action {
+                Action::Create => {
+                    "created once, before the first machine that needs it (found by value if it exists)".into()
+                }
+                Action::NoOp => "no machine uses it any more; kept (keep_shared)".into(),
+                _ => "released after the last machine using it; deleted only if gpuprov created it"
+                    .into(),
+            }),
+            attributes: Vec::new(),
+            price_per_hour: None,
+            offers: Vec::new(),
+            no_offers: Vec::new(),
+            found: None,
+            effective: BTreeMap::new(),
+            users: s.users.clone(),
+        },
     }
 }
 
@@ -518,4 +573,53 @@ pub fn schemas() -> Vec<(&'static str, String)> {
             pretty(schemars::schema_for!(JsonHealth)),
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::state::StateFile;
+
+    /// Three DigitalOcean machines and their one project key: the key is a resource
+    /// change of its own (type "shared", created once, its users listed), so a consumer
+    /// counting `resource_changes` finds the summary's "4 to add"; the Markdown plan has
+    /// a row for it.
+    #[test]
+    fn a_shared_object_is_a_resource_change_in_json_and_markdown() {
+        let text =
+            "[defaults]\nclouds = [\"digitalocean\"]\nregions = [\"tor1\"]\n\n[vm.a]\n\n[vm.b]\n\n[vm.c]\n";
+        let c = Config::parse(Path::new("t.toml"), text.into()).expect("valid config");
+        let plan =
+            crate::plan::compute(&c, &StateFile::new(), None, &|_| Some(1.0)).expect("plans");
+        let json = serde_json::to_value(JsonPlan::of(&plan)).expect("serializes");
+        let changes = json["resource_changes"].as_array().expect("an array");
+        let creates = changes
+            .iter()
+            .filter(|r| r["change"]["actions"] == serde_json::json!(["create"]))
+            .count();
+        assert_eq!(creates, 4);
+        assert_eq!(json["gpuprov"]["add"], 4);
+        let key = changes
+            .iter()
+            .find(|r| r["type"] == "shared")
+            .expect("the key is a resource change");
+        assert_eq!(key["address"], "shared.digitalocean.ssh_key");
+        assert_eq!(key["name"], "digitalocean.ssh_key");
+        assert_eq!(key["change"]["after_unknown"]["id"], true);
+        assert_eq!(
+            key["gpuprov"]["users"],
+            serde_json::json!(["vm.a", "vm.b", "vm.c"])
+        );
+
+        let md = crate::plan::markdown::render(&plan);
+        assert!(
+            md.contains(
+                "| `shared.digitalocean.ssh_key` | create once | digitalocean | ssh_key | – | used by vm.a, vm.b, vm.c |"
+            ),
+            "{md}"
+        );
+    }
 }

@@ -401,8 +401,12 @@ fn build_providers(config: &Config, lineage: &Lineage) -> Providers {
     }
     let mut p = Providers::new();
     for cloud in config.clouds_in_use() {
-        if let Some(adapter) = cloud.build(&config.cloud_settings(cloud), lineage.clone()) {
+        let settings = config.cloud_settings(cloud);
+        if let Some(adapter) = cloud.build(&settings, lineage.clone()) {
             p.insert(adapter);
+        }
+        if settings.keep_shared == Some(true) {
+            p.keep_shared(cloud.as_str());
         }
     }
     p

@@ -5,7 +5,7 @@
 //! shared ([`SharedReads`]) unless the registry was built per machine
 //! ([`Providers::per_machine_observe`], today's path kept for the benchmark's "before").
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::provider::CloudProvider;
@@ -18,6 +18,8 @@ use super::limits::Governed;
 pub struct Providers {
     map: BTreeMap<String, Arc<dyn CloudProvider>>,
     per_machine: bool,
+    /// Clouds whose shared objects outlive their last machine (`keep_shared`).
+    kept_shared: BTreeSet<String>,
 }
 
 impl Providers {
@@ -54,6 +56,18 @@ impl Providers {
     /// The adapter of `cloud` (behind its limits), if registered.
     pub fn get(&self, cloud: &str) -> Option<&Arc<dyn CloudProvider>> {
         self.map.get(cloud)
+    }
+
+    /// Keeps `cloud`'s shared objects after their last machine is destroyed (the
+    /// `[cloud.NAME] keep_shared = true` setting): destroy neither deletes them nor drops
+    /// their records.
+    pub fn keep_shared(&mut self, cloud: &str) {
+        self.kept_shared.insert(cloud.to_string());
+    }
+
+    /// Whether `cloud`'s shared objects are kept ([`Providers::keep_shared`]).
+    pub fn keeps_shared(&self, cloud: &str) -> bool {
+        self.kept_shared.contains(cloud)
     }
 
     /// The registered cloud names, in order.

@@ -161,6 +161,31 @@ pub fn render(plan: &Plan) -> String {
             what(c)
         );
     }
+    for s in &plan.shared {
+        let (cloud, kind) = s.cloud_and_kind();
+        let (act, what) = match s.action {
+            Action::Create => ("create once", format!("used by {}", s.users_text())),
+            Action::NoOp => ("keep", "unused; `keep_shared` is set".to_string()),
+            _ => (
+                "release",
+                "after its last machine; deleted only if gpuprov created it".to_string(),
+            ),
+        };
+        let region = s
+            .address
+            .split_once('[')
+            .map(|(_, r)| format!(" / {}", r.trim_end_matches(']')))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "| `{}` | {act} | {}{} | {} | – | {} |",
+            cell(&s.address),
+            cell(cloud),
+            cell(&region),
+            cell(kind),
+            cell(&what)
+        );
+    }
     for c in plan.changes.iter().filter(|c| !c.attributes.is_empty()) {
         let _ = writeln!(
             out,
@@ -311,6 +336,7 @@ mod tests {
             foreign: vec![],
             unlisted: vec![],
             shared: vec![],
+            kept_shared: Default::default(),
         };
         let md = render(&plan);
         insta::assert_snapshot!("plan_markdown_every_action", md);

@@ -30,6 +30,12 @@ pub struct CloudSettings {
     /// Nebius only: the project of each region, `{ eu-north1 = "project-e00…" }` (a Nebius
     /// project lives in one region; gpuprov creates in the project of the offer's region).
     pub projects: Option<std::collections::BTreeMap<String, String>>,
+    /// Keep this cloud's shared objects (the project SSH key; Hyperstack's environment
+    /// per region) after the last machine using them is destroyed: gpuprov then neither
+    /// deletes them nor drops their state records, and the next apply uses them again.
+    /// Default `false`: a shared object gpuprov created goes with its last machine (one
+    /// that existed before gpuprov, found by value, is never deleted either way).
+    pub keep_shared: Option<bool>,
 }
 
 /// Builds one cloud's adapter from its `[cloud.NAME]` settings (plus the environment, which

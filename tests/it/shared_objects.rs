@@ -41,6 +41,8 @@ struct Project {
     provider: Arc<dyn CloudProvider>,
     /// The state's lineage; the adapter must be built with it (DigitalOcean tags by it).
     lineage: Option<String>,
+    /// `[cloud.NAME] keep_shared = true` for the adapter's cloud.
+    keep_shared: std::cell::Cell<bool>,
 }
 
 impl Project {
@@ -56,6 +58,7 @@ impl Project {
             dir,
             provider,
             lineage: lineage.map(str::to_string),
+            keep_shared: Default::default(),
         }
     }
 
@@ -65,6 +68,9 @@ impl Project {
         let journal = Arc::new(StateJournal::new(store, state).unwrap());
         let mut providers = Providers::new();
         providers.insert(self.provider.clone());
+        if self.keep_shared.get() {
+            providers.keep_shared(self.provider.name());
+        }
         let engine = Engine {
             providers,
             connector: Arc::new(FakeConnector::default()),
@@ -237,6 +243,36 @@ async fn digitalocean_uses_the_users_key_and_keeps_it() {
             .is_empty());
         cloud.server.verify();
     }
+}
+
+/// `keep_shared = true`: destroying the last droplet leaves the key registered and its
+/// record in the state; the next apply uses it without registering again; with the
+/// setting off, the next destroy deletes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kept_key_outlives_the_fleet_and_serves_the_next_apply() {
+    let cloud = Cloud2::start(h100_world()).await;
+    let p = Project::new(cloud.provider(), Some(crate::support::drive::LINEAGE));
+    p.keep_shared.set(true);
+    let toml = fleet("digitalocean", "tor1", Some("H100"), 3);
+    all_ready(&p.apply(&toml).await, 3);
+    let out = p.destroy().await;
+    assert!(!out.contains_key("shared.digitalocean.ssh_key"), "{out:?}");
+    assert!(cloud.world.lock().unwrap().droplets.is_empty());
+    assert_eq!(cloud.world.lock().unwrap().keys.len(), 1, "kept");
+    assert!(p.state().shared.contains_key("shared.digitalocean.ssh_key"));
+
+    all_ready(&p.apply(&toml).await, 3);
+    assert_eq!(
+        cloud.server.requests_to("POST", "/v2/account/keys").len(),
+        1,
+        "registered once, used by both fleets"
+    );
+    p.keep_shared.set(false);
+    let out = p.destroy().await;
+    assert_eq!(out["shared.digitalocean.ssh_key"], Outcome::Destroyed);
+    assert!(cloud.world.lock().unwrap().keys.is_empty());
+    assert!(p.state().shared.is_empty());
+    cloud.server.verify();
 }
 
 /// A state written by the previous release (its machines up, the key registered by
