@@ -61,7 +61,9 @@ pub const GPUPROV_VERSION: &str = env!("CARGO_PKG_VERSION");
 ///   "resources": { "vm.dev": { "machine": { … }, "desired": { … }, "events": [ … ] } }
 /// }
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+// `Deserialize` by hand (`by_hand` below): serde's derived `flatten` buffers every value
+// into an intermediate tree before reading the fields.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct StateFile {
     /// Format version; see [`STATE_FORMAT_VERSION`].
     pub version: u32,
@@ -137,7 +139,8 @@ impl Default for StateFile {
 
 /// The state of one resource (one VM address): its journalled machine, the config it
 /// was applied with, and a bounded event log.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+// `Deserialize` by hand, like `StateFile`.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct ResourceRecord {
     /// The journalled machine state, exactly as the executor persists it.
     pub machine: MachineRecord,
@@ -158,6 +161,111 @@ pub struct ResourceRecord {
     /// Per-resource fields this release does not know, preserved on save.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// Reads a JSON object field by field: the known fields into their types, the others
+/// kept as they are in an `extra` map (what `#[serde(flatten)]` did, without first
+/// buffering every value). A known field given twice is an error, as with the derive.
+mod by_hand {
+    use std::fmt;
+
+    use serde::de::{Deserialize, Deserializer, Error, MapAccess, Visitor};
+    use serde_json::{Map, Value};
+
+    use super::{ResourceRecord, StateFile};
+
+    /// Stores `value` in `slot`, refusing a second one.
+    fn once<T, E: Error>(slot: &mut Option<T>, value: T, name: &'static str) -> Result<(), E> {
+        if slot.replace(value).is_some() {
+            return Err(E::duplicate_field(name));
+        }
+        Ok(())
+    }
+
+    impl<'de> Deserialize<'de> for StateFile {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = StateFile;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a gpuprov state (a JSON object)")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<StateFile, A::Error> {
+                    let (mut version, mut serial, mut lineage, mut gpuprov_version) =
+                        (None, None, None, None);
+                    let (mut ssh, mut resources, mut shared) = (None, None, None);
+                    let mut extra = Map::new();
+                    while let Some(key) = m.next_key::<String>()? {
+                        match key.as_str() {
+                            "version" => once(&mut version, m.next_value()?, "version")?,
+                            "serial" => once(&mut serial, m.next_value()?, "serial")?,
+                            "lineage" => once(&mut lineage, m.next_value()?, "lineage")?,
+                            "gpuprov_version" => {
+                                once(&mut gpuprov_version, m.next_value()?, "gpuprov_version")?
+                            }
+                            "ssh" => once(&mut ssh, m.next_value()?, "ssh")?,
+                            "resources" => once(&mut resources, m.next_value()?, "resources")?,
+                            "shared" => once(&mut shared, m.next_value()?, "shared")?,
+                            _ => {
+                                extra.insert(key, m.next_value::<Value>()?);
+                            }
+                        }
+                    }
+                    Ok(StateFile {
+                        version: version.ok_or_else(|| A::Error::missing_field("version"))?,
+                        serial: serial.ok_or_else(|| A::Error::missing_field("serial"))?,
+                        lineage: lineage.ok_or_else(|| A::Error::missing_field("lineage"))?,
+                        gpuprov_version: gpuprov_version
+                            .ok_or_else(|| A::Error::missing_field("gpuprov_version"))?,
+                        ssh: ssh.flatten(),
+                        resources: resources.unwrap_or_default(),
+                        shared: shared.unwrap_or_default(),
+                        extra,
+                    })
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for ResourceRecord {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = ResourceRecord;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a resource record (a JSON object with `machine`)")
+                }
+                fn visit_map<A: MapAccess<'de>>(
+                    self,
+                    mut m: A,
+                ) -> Result<ResourceRecord, A::Error> {
+                    let (mut machine, mut desired, mut events, mut cloud_name) =
+                        (None, None, None, None);
+                    let mut extra = Map::new();
+                    while let Some(key) = m.next_key::<String>()? {
+                        match key.as_str() {
+                            "machine" => once(&mut machine, m.next_value()?, "machine")?,
+                            "desired" => once(&mut desired, m.next_value()?, "desired")?,
+                            "events" => once(&mut events, m.next_value()?, "events")?,
+                            "cloud_name" => once(&mut cloud_name, m.next_value()?, "cloud_name")?,
+                            _ => {
+                                extra.insert(key, m.next_value::<Value>()?);
+                            }
+                        }
+                    }
+                    Ok(ResourceRecord {
+                        machine: machine.ok_or_else(|| A::Error::missing_field("machine"))?,
+                        desired: desired.flatten(),
+                        events: events.unwrap_or_default(),
+                        cloud_name: cloud_name.flatten(),
+                        extra,
+                    })
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
 }
 
 impl ResourceRecord {
@@ -279,6 +387,28 @@ mod tests {
             label: "searching".into(),
             updated_at: Utc::now(),
         })
+    }
+
+    /// The hand-written reader keeps what the derive did: a round trip is lossless
+    /// (unknown fields included), a known field twice or `machine` missing is refused.
+    #[test]
+    fn the_state_reader_round_trips_and_refuses_duplicates() {
+        let mut st = StateFile::new();
+        st.resources.insert("vm.a".into(), record());
+        st.extra
+            .insert("outputs".into(), serde_json::json!({"x": 1}));
+        let text = serde_json::to_string(&st).unwrap();
+        assert_eq!(serde_json::from_str::<StateFile>(&text).unwrap(), st);
+        let twice = text.replacen("\"serial\":0", "\"serial\":0,\"serial\":1", 1);
+        let err = serde_json::from_str::<StateFile>(&twice).unwrap_err();
+        assert!(
+            err.to_string().contains("duplicate field `serial`"),
+            "{err}"
+        );
+        let err = serde_json::from_str::<ResourceRecord>("{\"desired\":null}").unwrap_err();
+        assert!(err.to_string().contains("missing field `machine`"), "{err}");
+        let err = serde_json::from_str::<StateFile>("[1]").unwrap_err();
+        assert!(err.to_string().contains("a gpuprov state"), "{err}");
     }
 
     #[test]
