@@ -108,6 +108,22 @@ impl CloudProvider for Counted {
         self.inner.list(at).await
     }
 
+    async fn observe_location(
+        &self,
+        at: &Location,
+    ) -> Result<Option<gpuprov::provider::Observations>, ProviderError> {
+        self.inner.observe_location(at).await
+    }
+
+    async fn import(
+        &self,
+        at: &Location,
+        vm_name: &str,
+        id: &str,
+    ) -> Result<gpuprov::provider::Imported, ProviderError> {
+        self.inner.import(at, vm_name, id).await
+    }
+
     async fn delete(
         &self,
         at: &Location,

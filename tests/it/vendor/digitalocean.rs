@@ -1515,3 +1515,90 @@ async fn cleanup_removes_the_firewall_and_its_tag_of_an_abandoned_prepare() {
     p.cleanup(&loc("tor1"), "trainer").await.unwrap();
     cloud.server.verify();
 }
+
+/// Issue 20 on DigitalOcean: a fleet of `n` droplets in one region applied with full
+/// parallelism through the core's shared observation (or per machine, for comparison),
+/// with a realistic 1 s poll; answers the `GET /v2/droplets` calls the spec-checked
+/// server saw, after checking every machine came up on its own droplet.
+async fn droplet_listings_of_a_fleet(n: usize, shared: bool) -> usize {
+    use gpuprov::engine::{Engine, Outcome, StateJournal};
+    use gpuprov::machine::{CancelToken, Executor, Providers};
+    use gpuprov::state::StateStore;
+    let cloud = Cloud2::start(h100_world()).await;
+    let caps = gpuprov::provider::Capabilities {
+        poll_interval: Duration::from_secs(1),
+        ..drive::test_capabilities(DigitalOceanProvider::default_capabilities())
+    };
+    let provider = DigitalOceanProvider::new(DigitalOceanSettings {
+        endpoint: Some(cloud.server.uri()),
+        token: Some(Token::new(SENTINEL)),
+        token_source: "the DIGITALOCEAN_TOKEN environment variable".into(),
+        lineage: LINEAGE.parse().unwrap(),
+    })
+    .with_capabilities(caps);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gpuprov.state.json");
+    let (mut store, mut st) = StateStore::open(&path).unwrap();
+    st.lineage = LINEAGE.to_string();
+    store.save(&mut st).unwrap();
+    let (store, state) = StateStore::open(&path).unwrap();
+    let journal = Arc::new(StateJournal::new(store, state).unwrap());
+    let mut providers = match shared {
+        true => Providers::new(),
+        false => Providers::per_machine_observe(),
+    };
+    providers.insert(Arc::new(provider));
+    let engine = Engine {
+        providers,
+        connector: Arc::new(gpuprov::provider::fake::FakeConnector::default()),
+        journal: journal.clone(),
+        executor: Executor::new(journal.clone(), CancelToken::new()),
+        lineage: LINEAGE.into(),
+        ssh_public_key: PUBKEY.into(),
+        parallelism: n,
+        retry_until_up: false,
+        k3s: None,
+    };
+    let mut toml =
+        "[defaults]\nclouds = [\"digitalocean\"]\nregions = [\"tor1\"]\ngpu = \"H100\"\n"
+            .to_string();
+    for i in 0..n {
+        toml.push_str(&format!("[vm.m{i:02}]\n"));
+    }
+    let config =
+        gpuprov::config::Config::parse(std::path::Path::new("gpuprov.toml"), toml).unwrap();
+    let plan = gpuprov::plan::compute(&config, &journal.snapshot(), None, &|_| Some(1.0)).unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(60), engine.apply(&plan))
+        .await
+        .expect("no hang");
+    let ids: BTreeSet<String> = out
+        .iter()
+        .filter_map(|(a, o)| match o {
+            Outcome::Ready(vm) if a.starts_with("vm.") => Some(vm.instance_id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids.len(), n, "every machine up on its own droplet: {out:?}");
+    assert_eq!(cloud.creates().len(), n, "one create each");
+    cloud.server.verify();
+    cloud.server.requests_to("GET", DROPLETS).len()
+}
+
+/// Issue 20 on a real adapter path: a fleet apply on the spec-checked server lists the
+/// droplets a number of times that does not grow with the fleet (20 machines no more than
+/// 5, within one shared listing's two calls), where observing per machine makes at least
+/// one listing per machine and poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fleets_observes_share_droplet_listings_whatever_its_size() {
+    let small = droplet_listings_of_a_fleet(5, true).await;
+    let large = droplet_listings_of_a_fleet(20, true).await;
+    let per_machine = droplet_listings_of_a_fleet(20, false).await;
+    eprintln!(
+        "GET /v2/droplets: 5 shared {small}, 20 shared {large}, 20 per machine {per_machine}"
+    );
+    assert!(
+        large <= small + 2,
+        "5 machines {small}, 20 machines {large}"
+    );
+    assert!(per_machine >= 2 * 20, "per machine: {per_machine}");
+}
