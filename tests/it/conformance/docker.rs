@@ -308,6 +308,39 @@ impl Cloud for DockerCloud {
         );
     }
 
+    /// A running container made outside gpuprov from the base image, named by the user.
+    /// It carries this run's lineage label (and no identity label) only so the run's
+    /// cleanup removes it: without `gpuprov-vm-name` the adapter takes it for unlabelled.
+    fn outside_instance(&self, _region: &str) -> Option<String> {
+        let lineage = self.lineage.clone();
+        Some(on_own_runtime(move || async move {
+            let docker = raw_docker().unwrap().negotiate_version().await.unwrap();
+            let name = format!("outside-{}", uuid::Uuid::new_v4().simple());
+            let body = bollard::models::ContainerCreateBody {
+                image: Some(gpuprov::provider::docker::DEFAULT_BASE_IMAGE.into()),
+                cmd: Some(vec!["sleep".into(), "infinity".into()]),
+                labels: Some(HashMap::from([(LINEAGE_LABEL.to_string(), lineage)])),
+                ..Default::default()
+            };
+            let options = bollard::query_parameters::CreateContainerOptionsBuilder::default()
+                .name(&name)
+                .build();
+            let id = docker
+                .create_container(Some(options), body)
+                .await
+                .unwrap()
+                .id;
+            docker
+                .start_container(
+                    &id,
+                    None::<bollard::query_parameters::StartContainerOptions>,
+                )
+                .await
+                .unwrap();
+            id
+        }))
+    }
+
     fn check_torn_down(&self) {
         assert!(
             self.containers().is_empty(),

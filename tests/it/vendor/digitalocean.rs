@@ -1585,20 +1585,24 @@ async fn droplet_listings_of_a_fleet(n: usize, shared: bool) -> usize {
 }
 
 /// Issue 20 on a real adapter path: a fleet apply on the spec-checked server lists the
-/// droplets a number of times that does not grow with the fleet (20 machines no more than
-/// 5, within one shared listing's two calls), where observing per machine makes at least
-/// one listing per machine and poll.
+/// droplets a number of times that does not grow with the fleet (each location listing
+/// is two calls, `type=gpus` and the lineage tag; 20 machines make at most two listings
+/// more than 5, whose creates may return in more bursts, and fewer calls than machines),
+/// where observing per machine makes at least two listings per machine (before and after
+/// its create). Measured here: 5 shared 8, 20 shared 10, 20 per machine 120.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fleets_observes_share_droplet_listings_whatever_its_size() {
+    const N: usize = 20;
     let small = droplet_listings_of_a_fleet(5, true).await;
-    let large = droplet_listings_of_a_fleet(20, true).await;
-    let per_machine = droplet_listings_of_a_fleet(20, false).await;
+    let large = droplet_listings_of_a_fleet(N, true).await;
+    let per_machine = droplet_listings_of_a_fleet(N, false).await;
     eprintln!(
-        "GET /v2/droplets: 5 shared {small}, 20 shared {large}, 20 per machine {per_machine}"
+        "GET /v2/droplets: 5 shared {small}, {N} shared {large}, {N} per machine {per_machine}"
     );
     assert!(
-        large <= small + 2,
-        "5 machines {small}, 20 machines {large}"
+        large <= small + 4,
+        "5 machines {small}, {N} machines {large}"
     );
-    assert!(per_machine >= 2 * 20, "per machine: {per_machine}");
+    assert!(large < N, "fewer calls than machines: {large}");
+    assert!(per_machine >= 2 * 2 * N, "per machine: {per_machine}");
 }
