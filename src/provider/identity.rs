@@ -86,6 +86,16 @@ pub fn object_name(vm_name: &str, lineage: &Lineage) -> String {
     format!("gpuprov-{vm_name}-{}", lineage.short())
 }
 
+/// The VM an [`object_name`] names under `lineage`: `api` for `gpuprov-api-0f0e0d0c`;
+/// `None` for any other name. Listings that match imported instances by name use it to
+/// tell which VM to check an instance against.
+pub fn vm_of_object_name<'a>(name: &'a str, lineage: &Lineage) -> Option<&'a str> {
+    name.strip_prefix("gpuprov-")?
+        .strip_suffix(lineage.short())?
+        .strip_suffix('-')
+        .filter(|vm| !vm.is_empty())
+}
+
 /// The per-VM object name at a location, for clouds whose instance listing does not say
 /// where an instance runs (Massed Compute, Prime Intellect), so that `observe` in one
 /// region never sees the instance of another: `gpuprov-<vm>-<lineage8>-<region>`, the
@@ -104,6 +114,16 @@ pub fn located_name(vm_name: &str, lineage: &Lineage, region: &str) -> String {
         })
         .collect();
     format!("{}-{region}", object_name(vm_name, lineage))
+}
+
+/// The VM a [`located_name`] at `region` names under `lineage`; `None` for any other
+/// name (another lineage or region, or no gpuprov name).
+pub fn vm_of_located_name<'a>(name: &'a str, lineage: &Lineage, region: &str) -> Option<&'a str> {
+    let tail = located_name("", lineage, region);
+    let tail = tail.strip_prefix("gpuprov-")?;
+    name.strip_prefix("gpuprov-")?
+        .strip_suffix(tail)
+        .filter(|vm| !vm.is_empty())
 }
 
 /// The name under which an adapter registers the project's SSH public key on clouds that
@@ -154,6 +174,10 @@ mod tests {
         let l = Lineage::parse("0f0e0d0c-1111-4222-8333-444455556666").unwrap();
         assert_eq!(l.short(), "0f0e0d0c");
         assert_eq!(object_name("api", &l), "gpuprov-api-0f0e0d0c");
+        assert_eq!(vm_of_object_name("gpuprov-a-b-0f0e0d0c", &l), Some("a-b"));
+        for other in ["gpuprov--0f0e0d0c", "gpuprov-api-0f0e0d0d", "my own box"] {
+            assert_eq!(vm_of_object_name(other, &l), None, "{other}");
+        }
         assert_eq!(
             located_name("api", &l, "US-KS-2"),
             "gpuprov-api-0f0e0d0c-us-ks-2"
@@ -161,6 +185,13 @@ mod tests {
         assert_eq!(
             located_name("api", &l, "eu_west 1"),
             "gpuprov-api-0f0e0d0c-eu-west-1"
+        );
+        let named = located_name("a-b", &l, "US-KS-2");
+        assert_eq!(vm_of_located_name(&named, &l, "US-KS-2"), Some("a-b"));
+        assert_eq!(vm_of_located_name(&named, &l, "US-KS-22"), None);
+        assert_eq!(
+            vm_of_located_name("gpuprov-a-b-0f0e0d0c", &l, "US-KS-2"),
+            None
         );
         assert_eq!(
             Lineage::parse("").unwrap_err().kind,

@@ -60,7 +60,8 @@ use serde_json::Value;
 
 pub use boot::{cloud_init_user_data, BootScript};
 pub use identity::{
-    check_spec_lineage, object_name, project_key_name, Lineage, IDENTITY_LABEL, LINEAGE_LABEL,
+    check_spec_lineage, object_name, project_key_name, vm_of_object_name, Lineage, IDENTITY_LABEL,
+    LINEAGE_LABEL,
 };
 pub use redact::Secret;
 pub use shared::{SharedFound, SharedObject};

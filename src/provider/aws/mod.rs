@@ -58,8 +58,8 @@ use tokio::sync::OnceCell;
 use super::kit::{Adapter, CredentialReport};
 use super::{
     Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Lineage,
-    Location, Observed, Offer, ProviderError, ResourceRequest, Result, SshEndpoint, IDENTITY_LABEL,
-    LINEAGE_LABEL,
+    Location, Observations, Observed, Offer, ProviderError, ResourceRequest, Result, SshEndpoint,
+    IDENTITY_LABEL, LINEAGE_LABEL,
 };
 pub use errors::{classify_code, Scope};
 
@@ -439,6 +439,83 @@ pub fn missing_profile(
 }
 
 impl AwsProvider {
+    /// This lineage's instances in `at.region` per VM (of `vm` only when given), from one
+    /// paginated `DescribeInstances` filtered by tags: `tag:gpuprov-vm-name=<vm>`, or
+    /// without a VM `tag-key=gpuprov-vm-name`, and `tag:gpuprov-lineage=<lineage>`.
+    /// Terminated instances are left out unless they are reclaimed spot instances; each
+    /// VM's entries sorted by id.
+    async fn observations(&self, at: &Location, vm: Option<&str>) -> Result<Observations> {
+        let lineage = self.lineage().to_string();
+        let mut out = Observations::new();
+        if at.cloud != CLOUD {
+            return Ok(out);
+        }
+        let client = self.client(&at.region).await?;
+        let identity = match vm {
+            Some(vm) => filter(&format!("tag:{IDENTITY_LABEL}"), &[vm]),
+            None => filter("tag-key", &[IDENTITY_LABEL]),
+        };
+        let mut token: Option<String> = None;
+        loop {
+            let page = client
+                .describe_instances()
+                .filters(identity.clone())
+                .filters(filter(&format!("tag:{LINEAGE_LABEL}"), &[&lineage]))
+                // Terminated ones too, for the preempted spot instances among them.
+                .filters(filter("instance-state-name", OBSERVED_STATES))
+                .set_next_token(token.clone())
+                .send()
+                .await
+                .map_err(|e| self.err("DescribeInstances", &at.region, &e, None))?;
+            for r in page.reservations() {
+                for i in r.instances() {
+                    let Some(id) = i.instance_id() else { continue };
+                    let tagged = i
+                        .tags()
+                        .iter()
+                        .find(|t| t.key() == Some(IDENTITY_LABEL))
+                        .and_then(|t| t.value());
+                    let Some(of) = tagged.filter(|t| vm.is_none_or(|vm| vm == *t)) else {
+                        continue;
+                    };
+                    let state = i.state().and_then(|s| s.name());
+                    let preempted = preemption_of(state, i.instance_lifecycle(), i.state_reason());
+                    if state == Some(&InstanceStateName::Terminated) && preempted.is_none() {
+                        continue;
+                    }
+                    let status = preempted.unwrap_or_else(|| {
+                        status_of(state, i.state_reason().and_then(|r| r.message()))
+                    });
+                    let ssh = (status == InstanceStatus::Running)
+                        .then(|| i.public_ip_address())
+                        .flatten()
+                        .filter(|ip| !ip.is_empty())
+                        .map(|ip| SshEndpoint {
+                            host: ip.to_string(),
+                            port: 22,
+                            user: Some(SSH_USER.to_string()),
+                        });
+                    out.entry(of.to_string()).or_default().push(Observed {
+                        instance_id: id.to_string(),
+                        status,
+                        ssh,
+                    });
+                }
+            }
+            token = page
+                .next_token()
+                .filter(|t| !t.is_empty())
+                .map(str::to_string);
+            if token.is_none() {
+                break;
+            }
+        }
+        for seen in out.values_mut() {
+            seen.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+        }
+        Ok(out)
+    }
+
     /// An adapter for `settings`. Never fails and does no I/O.
     pub fn new(settings: AwsSettings) -> Self {
         let endpoint = settings.endpoint.as_deref();
@@ -1023,64 +1100,22 @@ impl CloudProvider for AwsProvider {
     }
 
     /// Non-terminated instances tagged with the VM name and the lineage in `at.region`,
-    /// sorted by id. The SSH endpoint (public IPv4, 22, user [`SSH_USER`]) is set once
-    /// the instance runs and has a public IP.
+    /// sorted by id (a reclaimed spot instance also when terminated): the listing of
+    /// [`observe_location`](CloudProvider::observe_location) narrowed by the filter
+    /// `tag:gpuprov-vm-name=<vm>`, this VM's entry. The SSH endpoint (public IPv4, 22,
+    /// user [`SSH_USER`]) is set once the instance runs and has a public IP.
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
-        let lineage = self.lineage().to_string();
-        if at.cloud != CLOUD {
-            return Ok(vec![]);
-        }
-        let client = self.client(&at.region).await?;
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let page = client
-                .describe_instances()
-                .filters(filter(&format!("tag:{IDENTITY_LABEL}"), &[vm_name]))
-                .filters(filter(&format!("tag:{LINEAGE_LABEL}"), &[&lineage]))
-                // Terminated ones too, for the preempted spot instances among them.
-                .filters(filter("instance-state-name", OBSERVED_STATES))
-                .set_next_token(token.clone())
-                .send()
-                .await
-                .map_err(|e| self.err("DescribeInstances", &at.region, &e, None))?;
-            for r in page.reservations() {
-                for i in r.instances() {
-                    let Some(id) = i.instance_id() else { continue };
-                    let state = i.state().and_then(|s| s.name());
-                    let preempted = preemption_of(state, i.instance_lifecycle(), i.state_reason());
-                    if state == Some(&InstanceStateName::Terminated) && preempted.is_none() {
-                        continue;
-                    }
-                    let status = preempted.unwrap_or_else(|| {
-                        status_of(state, i.state_reason().and_then(|r| r.message()))
-                    });
-                    let ssh = (status == InstanceStatus::Running)
-                        .then(|| i.public_ip_address())
-                        .flatten()
-                        .filter(|ip| !ip.is_empty())
-                        .map(|ip| SshEndpoint {
-                            host: ip.to_string(),
-                            port: 22,
-                            user: Some(SSH_USER.to_string()),
-                        });
-                    out.push(Observed {
-                        instance_id: id.to_string(),
-                        status,
-                        ssh,
-                    });
-                }
-            }
-            token = page
-                .next_token()
-                .filter(|t| !t.is_empty())
-                .map(str::to_string);
-            if token.is_none() {
-                break;
-            }
-        }
-        out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-        Ok(out)
+        let mut all = self.observations(at, Some(vm_name)).await?;
+        Ok(all.remove(vm_name).unwrap_or_default())
+    }
+
+    /// Every VM of this lineage in `at.region` from one paginated `DescribeInstances`
+    /// with the filters `tag-key=gpuprov-vm-name` (the identity tag is present),
+    /// `tag:gpuprov-lineage=<lineage>` and `instance-state-name` (EC2 API reference,
+    /// DescribeInstances `Filter.N`: `tag-key`, `tag:<key>`; `aws-sdk-ec2`
+    /// `DescribeInstancesInput::filters`), each instance under its `gpuprov-vm-name` tag.
+    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
+        self.observations(at, None).await.map(Some)
     }
 
     /// `TerminateInstances` in `at.region`, one id per call so one unknown id cannot fail

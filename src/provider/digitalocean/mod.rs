@@ -95,8 +95,8 @@ use super::kit::paginate::{all_pages, page_of_link, Cursor, Next};
 use super::kit::{self, gpu, Adapter, Auth, Call, Credential, RestClient, Source};
 use super::{
     object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
-    InstanceStatus, Lineage, Listed, Location, Observed, Offer, ProviderError, ResourceRequest,
-    Result, SharedFound, SharedObject, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
+    InstanceStatus, Lineage, Listed, Location, Observations, Observed, Offer, ProviderError,
+    ResourceRequest, Result, SharedFound, SharedObject, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 /// The cloud name.
@@ -260,6 +260,39 @@ impl DigitalOceanProvider {
         format!("{LINEAGE_LABEL}:{lineage}")
     }
 
+    /// The droplets of this lineage at `at.region` per VM (see `observe_location`):
+    /// `GET /v2/droplets?type=gpus` and `GET /v2/droplets?tag_name=<tag>`, where `tag` is
+    /// one VM's identity tag (`observe`) or the lineage tag (`observe_location`); a
+    /// droplet counts for each VM an identity tag of it names when [`is_ours`] holds.
+    async fn observations(&self, at: &Location, tag: String) -> Result<Observations> {
+        let mut out = Observations::new();
+        if at.cloud != CLOUD {
+            return Ok(out);
+        }
+        let path = "/v2/droplets";
+        let gpus = [("type", "gpus".to_string())];
+        let gpus: Vec<Droplet> = self
+            .list_all(path, "droplets", &gpus, "list GPU droplets")
+            .await?;
+        let tag = [("tag_name", tag)];
+        let tagged: Vec<Droplet> = self
+            .list_all(path, "droplets", &tag, "list droplets by tag")
+            .await?;
+        let mut seen = std::collections::BTreeSet::new();
+        let prefix = format!("{IDENTITY_LABEL}:");
+        for d in gpus.iter().chain(&tagged) {
+            for vm in d.tags.iter().filter_map(|t| t.strip_prefix(&prefix)) {
+                if is_ours(d, &at.region, vm, &self.settings.lineage) && seen.insert((vm, d.id)) {
+                    out.entry(vm.to_string()).or_default().push(observed(d));
+                }
+            }
+        }
+        for seen in out.values_mut() {
+            seen.sort_by_key(|o| o.instance_id.parse::<i64>().unwrap_or_default());
+        }
+        Ok(out)
+    }
+
     /// Every item under `key` of a paginated listing: `per_page=200` (the maximum), then
     /// the page number of each `links.pages.next` until there is none.
     async fn list_all<T: DeserializeOwned>(
@@ -358,6 +391,14 @@ fn is_ours(d: &Droplet, region: &str, vm_name: &str, lineage: &Lineage) -> bool 
         && d.tags
             .contains(&DigitalOceanProvider::identity_tag(vm_name))
         && d.tags.contains(&DigitalOceanProvider::lineage_tag(lineage))
+}
+
+/// The value of a droplet's `<key>:<value>` tag (tags stand in for labels here).
+fn tag_value(d: &Droplet, key: &str) -> Option<String> {
+    let prefix = format!("{key}:");
+    d.tags
+        .iter()
+        .find_map(|t| t.strip_prefix(&prefix).map(str::to_string))
 }
 
 fn observed(d: &Droplet) -> Observed {
@@ -504,35 +545,29 @@ impl CloudProvider for DigitalOceanProvider {
         Ok(id.to_string())
     }
 
-    /// The VM's droplets in `at.region`: GPU droplets from `GET /v2/droplets?type=gpus`
-    /// (the only listing that shows them; `type` cannot be combined with `tag_name`),
-    /// filtered here by both tags, plus non-GPU droplets from
-    /// `GET /v2/droplets?tag_name=gpuprov-vm-name:<vm>`; sorted by id. Status: new →
-    /// Pending, active → Running, off → Stopped, archive → Failed. SSH endpoint: the public
-    /// IPv4 address, port 22, user `root`.
+    /// The VM's droplets in `at.region`: [`observe_location`]'s two listings with the
+    /// narrower `tag_name=gpuprov-vm-name:<vm>` for the non-GPU ones, this VM's entry.
+    /// Status: new → Pending, active → Running, off → Stopped, archive → Failed. SSH
+    /// endpoint: the public IPv4 address, port 22, user `root`.
+    ///
+    /// [`observe_location`]: CloudProvider::observe_location
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
-        if at.cloud != CLOUD {
-            return Ok(vec![]);
-        }
-        let path = "/v2/droplets";
-        let gpus = [("type", "gpus".to_string())];
-        let gpus: Vec<Droplet> = self
-            .list_all(path, "droplets", &gpus, "list GPU droplets")
-            .await?;
-        let tag = [("tag_name", Self::identity_tag(vm_name))];
-        let tagged: Vec<Droplet> = self
-            .list_all(path, "droplets", &tag, "list droplets by tag")
-            .await?;
-        let mut out: Vec<Observed> = Vec::new();
-        for d in gpus.iter().chain(&tagged) {
-            if is_ours(d, &at.region, vm_name, &self.settings.lineage)
-                && !out.iter().any(|o| o.instance_id == d.id.to_string())
-            {
-                out.push(observed(d));
-            }
-        }
-        out.sort_by_key(|o| o.instance_id.parse::<i64>().unwrap_or_default());
-        Ok(out)
+        let mut all = self.observations(at, Self::identity_tag(vm_name)).await?;
+        Ok(all.remove(vm_name).unwrap_or_default())
+    }
+
+    /// Every VM of this lineage at `at.region` from two listings (each all pages), the
+    /// same for any number of VMs: GPU droplets from `GET /v2/droplets?type=gpus` (the
+    /// only listing that shows them; `type` cannot be combined with `tag_name`, spec
+    /// parameter `droplet_type` of `droplets_list` in
+    /// `vendor-apis/digitalocean/DigitalOcean-public.v2.gpuprov-subset.yaml`), plus
+    /// non-GPU droplets from `GET /v2/droplets?tag_name=gpuprov-lineage:<lineage>` (spec
+    /// parameter `droplet_tag_name`: one exact tag). Each droplet is grouped under its
+    /// `gpuprov-vm-name:` tag and kept when [`is_ours`] holds for that VM, as `observe`
+    /// keeps it; sorted by id.
+    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
+        let lineage = Self::lineage_tag(&self.settings.lineage);
+        self.observations(at, lineage).await.map(Some)
     }
 
     /// `GET /v2/droplets?type=gpus` and `GET /v2/droplets` (GPU droplets are listed only
@@ -556,12 +591,7 @@ impl CloudProvider for DigitalOceanProvider {
                 all.push(d);
             }
         }
-        let tag = |d: &Droplet, key: &str| {
-            let prefix = format!("{key}:");
-            d.tags
-                .iter()
-                .find_map(|t| t.strip_prefix(&prefix).map(str::to_string))
-        };
+        let tag = tag_value;
         let mut out: Vec<Listed> = all
             .iter()
             .filter(|d| d.region.as_ref().map(|r| r.slug.as_str()) == Some(at.region.as_str()))

@@ -39,8 +39,8 @@ pub use image::{sshd_image_tag, MANAGED_LABEL, SSHD_REPOSITORY};
 use super::kit::Adapter;
 use super::{
     Capabilities, CloudProvider, ErrorKind, Feature, Imported, InstanceSpec, InstanceStatus,
-    Lineage, Listed, Location, Observed, Offer, ProviderError, ResourceRequest, Result,
-    SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
+    Lineage, Listed, Location, Observations, Observed, Offer, ProviderError, ResourceRequest,
+    Result, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 /// The base image used when config does not name one.
@@ -229,6 +229,77 @@ impl DockerProvider {
                 format!("{LINEAGE_LABEL}={lineage}"),
             ],
         )]))
+    }
+
+    /// The containers of `vm` (or of every VM: `None`) in this lineage at `at`, per VM:
+    /// labelled with both identity labels (grouped by `gpuprov-vm-name`), or unlabelled
+    /// and named after the VM (`gpuprov-<vm>-<lineage8>`, how an imported container
+    /// carries the identity: labels are fixed at create), each VM's sorted by id. Two
+    /// `GET /containers/json?all=true` listings, one per kind of match.
+    async fn observations(&self, at: &Location, vm: Option<&str>) -> Result<Observations> {
+        let labels = match vm {
+            Some(vm) => self.identity_filters(vm)?,
+            None => HashMap::from([(
+                "label".to_string(),
+                vec![
+                    IDENTITY_LABEL.to_string(),
+                    format!("{LINEAGE_LABEL}={}", self.lineage()),
+                ],
+            )]),
+        };
+        let mut out = Observations::new();
+        if !is_local(at) {
+            return Ok(out);
+        }
+        let docker = self.docker().await?;
+        let list = |filters| {
+            docker.list_containers(Some(ListContainersOptions {
+                all: true,
+                filters: Some(filters),
+                ..Default::default()
+            }))
+        };
+        let mut found: Vec<(String, ContainerSummary)> = Vec::new();
+        for c in list(labels).await.map_err(|e| self.err(e))? {
+            let vm = c
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(IDENTITY_LABEL))
+                .cloned();
+            if let Some(vm) = vm {
+                found.push((vm, c));
+            }
+        }
+        // `name` filters are regular expressions over `/NAME`.
+        let short: String = self.lineage().chars().take(8).collect();
+        let name = format!("^/{}$", Self::container_name(vm.unwrap_or(".+"), &short));
+        let by_name = HashMap::from([("name".to_string(), vec![name])]);
+        for c in list(by_name).await.map_err(|e| self.err(e))? {
+            let unlabelled = c
+                .labels
+                .as_ref()
+                .is_none_or(|l| !l.contains_key(IDENTITY_LABEL));
+            let named = c.names.iter().flatten().find_map(|n| {
+                n.strip_prefix("/gpuprov-")?
+                    .strip_suffix(&format!("-{short}"))
+                    .map(str::to_string)
+            });
+            if let (true, Some(named)) = (unlabelled, named) {
+                if vm.is_none_or(|v| v == named) && !found.iter().any(|(_, f)| f.id == c.id) {
+                    found.push((named, c));
+                }
+            }
+        }
+        found.sort_by(|a, b| a.1.id.cmp(&b.1.id));
+        for (vm, c) in &found {
+            let Some(id) = c.id.clone() else { continue };
+            out.entry(vm.clone()).or_default().push(Observed {
+                instance_id: id,
+                status: self.status_of(docker, c).await,
+                ssh: ssh_endpoint(c),
+            });
+        }
+        Ok(out)
     }
 
     /// Builds `tag` from `base` through `POST /build` (classic builder) and checks the
@@ -586,60 +657,24 @@ impl CloudProvider for DockerProvider {
     }
 
     /// Containers (`GET /containers/json?all=true`) carrying both `gpuprov-vm-name=<vm_name>`
-    /// and `gpuprov-lineage=<lineage>`, sorted by id. `State` maps: created/restarting →
-    /// Pending, running → Running, paused/exited → Stopped, removing → Terminating, dead →
-    /// Failed(exit code, `State.Error`). The SSH endpoint (`127.0.0.1`, the published host
-    /// port of `22/tcp`, user `root`) is set only while running. A location other than
-    /// `docker/local` holds nothing.
+    /// and `gpuprov-lineage=<lineage>`, or unlabelled and named `gpuprov-<vm>-<lineage8>`
+    /// (imported), sorted by id: [`observations`](Self::observations) for one VM.
+    /// `State` maps: created/restarting → Pending, running → Running, paused/exited →
+    /// Stopped, removing → Terminating, dead → Failed(exit code, `State.Error`). The SSH
+    /// endpoint (`127.0.0.1`, the published host port of `22/tcp`, user `root`) is set
+    /// only while running. A location other than `docker/local` holds nothing.
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
-        let filters = self.identity_filters(vm_name)?;
-        if !is_local(at) {
-            return Ok(vec![]);
-        }
-        let docker = self.docker().await?;
-        let options = ListContainersOptions {
-            all: true,
-            filters: Some(filters),
-            ..Default::default()
-        };
-        let mut list = docker
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| self.err(e))?;
-        // An imported container carries the identity by name only (labels are fixed at
-        // create): `name` filters are regular expressions over `/NAME`.
-        let name = Self::container_name(vm_name, self.lineage());
-        let by_name = docker
-            .list_containers(Some(ListContainersOptions {
-                all: true,
-                filters: Some(HashMap::from([(
-                    "name".to_string(),
-                    vec![format!("^/{name}$")],
-                )])),
-                ..Default::default()
-            }))
-            .await
-            .map_err(|e| self.err(e))?;
-        for c in by_name {
-            let unlabelled = c
-                .labels
-                .as_ref()
-                .is_none_or(|l| !l.contains_key(IDENTITY_LABEL));
-            if unlabelled && !list.iter().any(|l| l.id == c.id) {
-                list.push(c);
-            }
-        }
-        list.sort_by(|a, b| a.id.cmp(&b.id));
-        let mut out = Vec::with_capacity(list.len());
-        for c in &list {
-            let Some(id) = c.id.clone() else { continue };
-            out.push(Observed {
-                instance_id: id,
-                status: self.status_of(docker, c).await,
-                ssh: ssh_endpoint(c),
-            });
-        }
-        Ok(out)
+        let mut all = self.observations(at, Some(vm_name)).await?;
+        Ok(all.remove(vm_name).unwrap_or_default())
+    }
+
+    /// Every VM of this lineage at `docker/local` from the same two listings as
+    /// `observe`, whatever the number of VMs: `GET /containers/json?all=true` with the
+    /// `label` filters `gpuprov-lineage=<lineage>` and `gpuprov-vm-name` (presence), and
+    /// with the `name` filter `^/gpuprov-.+-<lineage8>$` for imported containers (Engine
+    /// API `ContainerList` `filters`: `label=key` or `label=key=value`, `name=<regexp>`).
+    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
+        self.observations(at, None).await.map(Some)
     }
 
     /// `GET /containers/json?all=1` filtered by the presence of both identity labels;

@@ -173,6 +173,15 @@ pub fn is_instance_name(name: &str, vm: &str, lineage: &Lineage) -> bool {
         .is_some_and(|rest| rest.len() == 4 && rest.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
+/// The VM whose [`instance_name`] `name` is in `lineage` (the inverse of
+/// [`is_instance_name`]); `None` for any other name.
+pub fn vm_of_instance_name<'a>(name: &'a str, lineage: &Lineage) -> Option<&'a str> {
+    let rest = name.strip_prefix("gpuprov-")?;
+    let (head, hex) = rest.split_at_checked(rest.len().checked_sub(4)?)?;
+    let vm = head.strip_suffix(&format!("-{}-", lineage.short()))?;
+    (!vm.is_empty() && is_instance_name(name, vm, lineage) && hex.len() == 4).then_some(vm)
+}
+
 /// The per-VM firewall rule and network tag: `gpuprov-<vm>-<lineage8>` (at most 57
 /// characters; firewall names and tags share the instance name syntax).
 pub fn firewall_name(vm: &str, lineage: &Lineage) -> String {
@@ -211,6 +220,15 @@ pub fn is_ours(labels: &BTreeMap<String, String>, vm: &str, lineage: &Lineage) -
 pub fn label_filter(vm: &str, lineage: &Lineage) -> String {
     format!(
         "(labels.{IDENTITY_LABEL} = \"{vm}\") (labels.{LINEAGE_LABEL} = \"{}\")",
+        lineage.as_str().to_lowercase()
+    )
+}
+
+/// The list `filter` selecting every VM of `lineage` by its lineage label (the identity
+/// label is then read from each instance).
+pub fn lineage_filter(lineage: &Lineage) -> String {
+    format!(
+        "(labels.{LINEAGE_LABEL} = \"{}\")",
         lineage.as_str().to_lowercase()
     )
 }

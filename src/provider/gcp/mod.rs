@@ -71,7 +71,7 @@ use super::kit::paginate::{self, Cursor, Next};
 use super::kit::{self, Adapter, Auth, Call, Credential, Failure, RestClient};
 use super::{
     Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Lineage,
-    Location, Observed, Offer, ProviderError, ResourceRequest, Result, Secret,
+    Location, Observations, Observed, Offer, ProviderError, ResourceRequest, Result, Secret,
 };
 use api::{AggregatedPage, Firewall, Image, Instance, Operation, Page};
 use auth::{GoogleCredential, Tokens};
@@ -484,37 +484,50 @@ impl GcpProvider {
         Some(self.api.fail(&f, Call::named(name, what).in_region(region)))
     }
 
-    /// What `observe` lists for `zone`: the VM's instances, and its inserts that have no
-    /// instance (yet, or because they failed).
+    /// What `observe` lists for `zone` per VM (of `vm` only when given): its instances
+    /// (`instances.list` filtered by both identity labels, or by the lineage label for
+    /// every VM), and its inserts that have no instance (yet, or because they failed).
     async fn observe_zone(
         &self,
         project: &str,
         at: &Location,
         zone: &str,
-        vm: &str,
-    ) -> Result<Vec<Observed>> {
+        vm: Option<&str>,
+    ) -> Result<Observations> {
         let lineage = &self.settings.lineage;
         let path = format!("/projects/{project}/zones/{zone}/instances");
-        let q = [("filter", api::label_filter(vm, lineage))];
+        let filter = match vm {
+            Some(vm) => api::label_filter(vm, lineage),
+            None => api::lineage_filter(lineage),
+        };
         let instances: Vec<Instance> = self
-            .zonal_list(&path, &q, &format!("list instances of {zone}"))
+            .zonal_list(
+                &path,
+                &[("filter", filter)],
+                &format!("list instances of {zone}"),
+            )
             .await?;
-        let mut out: Vec<Observed> = instances
-            .iter()
-            .filter(|i| api::is_ours(&i.labels, vm, lineage))
-            .map(|i| {
-                let (status, ssh) = api::status_of(i);
-                Observed {
-                    instance_id: i.name.clone(),
-                    status,
-                    ssh,
-                }
-            })
-            .collect();
+        let mut out = Observations::new();
+        for i in &instances {
+            let Some(of) = vm_of(&i.labels, vm, lineage) else {
+                continue;
+            };
+            let (status, ssh) = api::status_of(i);
+            out.entry(of.to_string()).or_default().push(Observed {
+                instance_id: i.name.clone(),
+                status,
+                ssh,
+            });
+        }
         for op in self.insert_operations(project, zone).await? {
             let name = op.target_name().to_string();
-            if !api::is_instance_name(&name, vm, lineage)
-                || out.iter().any(|o| o.instance_id == name)
+            let Some(of) = api::vm_of_instance_name(&name, lineage) else {
+                continue;
+            };
+            if vm.is_some_and(|vm| vm != of)
+                || out
+                    .get(of)
+                    .is_some_and(|seen| seen.iter().any(|o| o.instance_id == name))
             {
                 continue;
             }
@@ -527,7 +540,7 @@ impl GcpProvider {
                 // Done and fine, but no instance listed: deleted since.
                 continue;
             };
-            out.push(Observed {
+            out.entry(of.to_string()).or_default().push(Observed {
                 instance_id: name,
                 status,
                 ssh: None,
@@ -537,30 +550,81 @@ impl GcpProvider {
     }
 
     /// The VM's instances in every zone of `region` (`aggregated/instances`), as
-    /// `(zone, instance)`.
+    /// (zone, instance) pairs.
     async fn instances_in_region(
         &self,
         project: &str,
         region: &str,
         vm: &str,
     ) -> Result<Vec<(String, Instance)>> {
+        Ok(self
+            .region_instances(project, region, Some(vm))
+            .await?
+            .into_iter()
+            .map(|(z, _, i)| (z, i))
+            .collect())
+    }
+
+    /// The instances of this lineage in every zone of `region` (`aggregated/instances`
+    /// filtered by both identity labels of `vm`, or by the lineage label for every VM),
+    /// as (zone, VM, instance).
+    async fn region_instances(
+        &self,
+        project: &str,
+        region: &str,
+        vm: Option<&str>,
+    ) -> Result<Vec<(String, String, Instance)>> {
         let lineage = &self.settings.lineage;
         let path = format!("/projects/{project}/aggregated/instances");
-        let q = [("filter", api::label_filter(vm, lineage))];
+        let filter = match vm {
+            Some(vm) => api::label_filter(vm, lineage),
+            None => api::lineage_filter(lineage),
+        };
         let all: Vec<(String, Instance)> = self
             .aggregated(
                 &path,
-                &q,
+                &[("filter", filter)],
                 "instances",
                 &format!("list instances of {region}"),
             )
             .await?;
         Ok(all
             .into_iter()
-            .filter(|(z, i)| {
-                catalog::region_of(z) == Some(region) && api::is_ours(&i.labels, vm, lineage)
+            .filter(|(z, _)| catalog::region_of(z) == Some(region))
+            .filter_map(|(z, i)| {
+                let of = vm_of(&i.labels, vm, lineage)?.to_string();
+                Some((z, of, i))
             })
             .collect())
+    }
+
+    /// Every VM of this lineage at `at` per VM (of `vm` only when given), each VM's
+    /// entries sorted by name (see `observe`).
+    async fn observations(&self, at: &Location, vm: Option<&str>) -> Result<Observations> {
+        if at.cloud != CLOUD {
+            return Ok(Observations::new());
+        }
+        let project = self.project()?;
+        let mut out = match at.zone.as_deref() {
+            Some(zone) => self.observe_zone(project, at, zone, vm).await?,
+            None => {
+                let mut out = Observations::new();
+                for (_, of, i) in self.region_instances(project, &at.region, vm).await? {
+                    let (status, ssh) = api::status_of(&i);
+                    out.entry(of).or_default().push(Observed {
+                        instance_id: i.name,
+                        status,
+                        ssh,
+                    });
+                }
+                out
+            }
+        };
+        for seen in out.values_mut() {
+            seen.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+            seen.dedup_by(|a, b| a.instance_id == b.instance_id);
+        }
+        Ok(out)
     }
 
     /// The machine type of an offer, as the catalog knows it.
@@ -578,6 +642,17 @@ impl GcpProvider {
             .as_deref()
             .ok_or_else(|| invalid(format!("gcp: {at} names no zone (GCP offers are per zone)")))
     }
+}
+
+/// The VM a listed instance's labels name, when they are this lineage's identity (and
+/// `vm`'s, when given): [`api::is_ours`] for the VM of its `gpuprov-vm-name` label.
+fn vm_of<'l>(
+    labels: &'l std::collections::BTreeMap<String, String>,
+    vm: Option<&str>,
+    lineage: &Lineage,
+) -> Option<&'l str> {
+    let of = labels.get(super::IDENTITY_LABEL)?.as_str();
+    (vm.is_none_or(|vm| vm == of) && api::is_ours(labels, of, lineage)).then_some(of)
 }
 
 #[async_trait]
@@ -685,31 +760,22 @@ impl CloudProvider for GcpProvider {
     }
 
     /// The VM's instances and unfinished or failed inserts at `at` (module docs), sorted
-    /// by name.
+    /// by name: [`observe_location`](CloudProvider::observe_location)'s listings narrowed
+    /// by both identity labels, this VM's entry.
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
-        if at.cloud != CLOUD {
-            return Ok(vec![]);
-        }
-        let project = self.project()?;
-        let mut out = match at.zone.as_deref() {
-            Some(zone) => self.observe_zone(project, at, zone, vm_name).await?,
-            None => self
-                .instances_in_region(project, &at.region, vm_name)
-                .await?
-                .into_iter()
-                .map(|(_, i)| {
-                    let (status, ssh) = api::status_of(&i);
-                    Observed {
-                        instance_id: i.name,
-                        status,
-                        ssh,
-                    }
-                })
-                .collect(),
-        };
-        out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-        out.dedup_by(|a, b| a.instance_id == b.instance_id);
-        Ok(out)
+        let mut all = self.observations(at, Some(vm_name)).await?;
+        Ok(all.remove(vm_name).unwrap_or_default())
+    }
+
+    /// Every VM of this lineage at `at` from the same listings as `observe`, whatever the
+    /// number of VMs: with a zone, `instances.list` of the zone (all pages) filtered by
+    /// `labels.gpuprov-lineage` and `zoneOperations.list` of its inserts; without one,
+    /// `aggregated/instances` (all pages) with that filter (discovery
+    /// `compute.instances.list` / `aggregatedList` parameter `filter`,
+    /// `vendor-apis/gcp/compute.v1.json`). Each instance counts for the VM its
+    /// `gpuprov-vm-name` label names, each insert for the VM its instance name names.
+    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
+        self.observations(at, None).await.map(Some)
     }
 
     /// `instances.delete` for each id (module docs); ids that are not this VM's instance

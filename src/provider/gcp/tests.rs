@@ -328,6 +328,15 @@ fn names_ids_and_labels() {
         !api::is_instance_name(&other, "a", &l),
         "VM a never claims VM a-0f0e0d0c-b's instance"
     );
+    assert_eq!(api::vm_of_instance_name(&n, &l), Some("trainer"));
+    assert_eq!(api::vm_of_instance_name(&other, &l), Some("a-0f0e0d0c-b"));
+    for not in [
+        "gpuprov-trainer-0f0e0d0c-12",
+        "gpuprov--0f0e0d0c-abcd",
+        "my-vm",
+    ] {
+        assert_eq!(api::vm_of_instance_name(not, &l), None, "{not}");
+    }
     let id = api::request_id("gpuprov-0f0e0d0c-trainer-r0-o3");
     let parsed = uuid::Uuid::parse_str(&id).unwrap();
     assert_ne!(parsed, uuid::Uuid::nil());

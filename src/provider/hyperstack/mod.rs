@@ -90,8 +90,8 @@ use super::kit::keys::{self, Registered};
 use super::kit::paginate::{self, Cursor, Next};
 use super::kit::{self, Adapter, Auth, Call, Credential, Lookup, RestClient, Source};
 use super::{
-    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage, Location, Observed,
-    Offer, ProviderError, ResourceRequest, Result, IDENTITY_LABEL, LINEAGE_LABEL,
+    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage, Location, Observations,
+    Observed, Offer, ProviderError, ResourceRequest, Result, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 /// The cloud name.
@@ -196,6 +196,48 @@ impl HyperstackProvider {
 
     pub fn settings(&self) -> &HyperstackSettings {
         &self.settings
+    }
+
+    /// This lineage's VMs in the environment of `at.region` per VM (of `vm` only when
+    /// given: then also `search=<its name>`), except deleted ones, each VM's sorted by id.
+    async fn observations(&self, at: &Location, vm: Option<&str>) -> Result<Observations> {
+        let lineage = &self.settings.lineage;
+        let mut out = Observations::new();
+        if at.cloud != CLOUD {
+            return Ok(out);
+        }
+        let env = Self::environment_name(lineage, &at.region);
+        let mut query = vec![
+            ("environment", env.clone()),
+            ("exact_environment_match", "true".to_string()),
+        ];
+        if let Some(vm) = vm {
+            query.push(("search", super::object_name(vm, lineage)));
+        }
+        let vms: Vec<Vm> = self
+            .list_all("/core/virtual-machines", &query, "instances", "list VMs")
+            .await?;
+        for v in &vms {
+            let Some(of) = super::vm_of_object_name(&v.name, lineage) else {
+                continue;
+            };
+            if vm.is_some_and(|vm| vm != of) || !is_ours(v, &env, &at.region, of, lineage) {
+                continue;
+            }
+            let (Some(id), Some((status, ssh))) = (v.id, status_of(v)) else {
+                continue;
+            };
+            out.entry(of.to_string()).or_default().push(Observed {
+                instance_id: id.to_string(),
+                status,
+                ssh,
+            });
+        }
+        for seen in out.values_mut() {
+            seen.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+            seen.dedup_by(|a, b| a.instance_id == b.instance_id);
+        }
+        Ok(out)
     }
 
     /// The project's environment in `region`: `gpuprov-<lineage8>-<region, lowercase>`,
@@ -541,42 +583,22 @@ impl CloudProvider for HyperstackProvider {
     }
 
     /// The VMs of the project's environment in `at.region` with the exact gpuprov name and
-    /// both labels, except deleted ones, sorted by id (see [`status_of`] for readiness).
+    /// both labels, except deleted ones, sorted by id (see [`status_of`] for readiness):
+    /// [`observe_location`](CloudProvider::observe_location)'s listing narrowed by
+    /// `search=<name>`, this VM's entry.
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
-        let lineage = &self.settings.lineage;
-        if at.cloud != CLOUD {
-            return Ok(vec![]);
-        }
-        let env = Self::environment_name(lineage, &at.region);
-        let name = super::object_name(vm_name, lineage);
-        let vms: Vec<Vm> = self
-            .list_all(
-                "/core/virtual-machines",
-                &[
-                    ("environment", env.clone()),
-                    ("exact_environment_match", "true".to_string()),
-                    ("search", name),
-                ],
-                "instances",
-                "list VMs",
-            )
-            .await?;
-        let mut out: Vec<Observed> = vms
-            .iter()
-            .filter(|v| is_ours(v, &env, &at.region, vm_name, lineage))
-            .filter_map(|v| {
-                let id = v.id?;
-                let (status, ssh) = status_of(v)?;
-                Some(Observed {
-                    instance_id: id.to_string(),
-                    status,
-                    ssh,
-                })
-            })
-            .collect();
-        out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-        out.dedup_by(|a, b| a.instance_id == b.instance_id);
-        Ok(out)
+        let mut all = self.observations(at, Some(vm_name)).await?;
+        Ok(all.remove(vm_name).unwrap_or_default())
+    }
+
+    /// Every VM of this lineage at `at.region` from one paginated
+    /// `GET /core/virtual-machines?environment=<env>&exact_environment_match=true` (the
+    /// project's environment of the region holds exactly this lineage's VMs there; query
+    /// parameters `environment` and `exact_environment_match` of operation `List_VMs`
+    /// in `vendor-apis/hyperstack/openapi.yaml`), each VM under the VM its
+    /// `gpuprov-<vm>-<lineage8>` name names, kept when [`is_ours`] holds for it.
+    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
+        self.observations(at, None).await.map(Some)
     }
 
     /// Nothing to do: the security rules go with the VM; the environment and the key pair

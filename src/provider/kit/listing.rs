@@ -1,7 +1,7 @@
 //! What `observe` and `delete` make of one listing of the account's instances, for clouds
 //! whose API has no filter by identity (the listing is filtered here).
 
-use super::super::Observed;
+use super::super::{Observations, Observed};
 
 /// The instances among `items` that `ours` keeps, as `observed` reports them (`None`:
 /// gone, left out), sorted by instance id so answers compare across calls.
@@ -16,6 +16,31 @@ pub fn observed_of<T>(
         .filter_map(observed)
         .collect();
     out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+    out
+}
+
+/// [`observed_of`] for every VM at once (`observe_location` over the same listing): each
+/// item under the VM `vm_of` names (its identity label, or the VM an identity name
+/// names), kept when `ours(item, vm)` holds, the rule `observe(vm)` keeps it by; each
+/// VM's entries sorted by instance id. An item `vm_of` names no VM for is no VM's.
+pub fn observations_of<T>(
+    items: &[T],
+    vm_of: impl Fn(&T) -> Option<String>,
+    ours: impl Fn(&T, &str) -> bool,
+    observed: impl Fn(&T) -> Option<Observed>,
+) -> Observations {
+    let mut out = Observations::new();
+    for i in items {
+        let Some(vm) = vm_of(i).filter(|vm| ours(i, vm)) else {
+            continue;
+        };
+        if let Some(o) = observed(i) {
+            out.entry(vm).or_default().push(o);
+        }
+    }
+    for seen in out.values_mut() {
+        seen.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+    }
     out
 }
 
@@ -67,5 +92,39 @@ mod tests {
             |i| i.2,
         );
         assert_eq!(left, [("a", true, true)]);
+    }
+
+    #[test]
+    fn observations_group_by_vm_under_the_observe_rule() {
+        // (id, vm named, vm the rule accepts, alive)
+        let items = [
+            ("2", Some("a"), "a", true),
+            ("1", Some("a"), "a", true),
+            ("3", Some("b"), "x", true),
+            ("4", None, "a", true),
+            ("5", Some("c"), "c", false),
+        ];
+        let all = observations_of(
+            &items,
+            |i| i.1.map(str::to_string),
+            |i, vm| i.2 == vm,
+            |i| {
+                i.3.then(|| Observed {
+                    instance_id: i.0.into(),
+                    status: InstanceStatus::Running,
+                    ssh: None,
+                })
+            },
+        );
+        let got: Vec<(&str, Vec<&str>)> = all
+            .iter()
+            .map(|(vm, s)| {
+                (
+                    vm.as_str(),
+                    s.iter().map(|o| o.instance_id.as_str()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(got, [("a", vec!["1", "2"])]);
     }
 }

@@ -543,18 +543,9 @@ impl CloudProvider for LambdaProvider {
     /// → Preempted (stopped: still listed), terminating → Terminating. SSH endpoint `ip:22`, user `ubuntu`, once `ip` is
     /// set.
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
-        if at.cloud != CLOUD {
-            return Ok(vec![]);
-        }
-        let list = self.instances().await?;
-        let lineage = &self.settings.lineage;
-        let mut out: Vec<Observed> = list
-            .iter()
-            .filter(|i| is_ours(i, &at.region, vm_name, lineage))
-            .filter_map(observed)
-            .collect();
-        out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-        Ok(out)
+        // The same one listing as every VM's: `observe_location`'s entry for this VM.
+        let all = self.observe_location(at).await?.unwrap_or_default();
+        Ok(all.get(vm_name).cloned().unwrap_or_default())
     }
 
     /// One `GET /api/v1/instances` for every VM at `at`: each instance [`observe`] would

@@ -61,13 +61,13 @@ use serde_json::{json, Value};
 use api::{Images, Instance, Inventory, Launched, PostedKey, Product, Running, SshKey, SshKeys};
 pub use errors::CLASSIFIER;
 
-use super::identity::located_name;
+use super::identity::{located_name, vm_of_located_name};
 use super::kit::keys::{self, Registered};
 use super::kit::{self, gpu, Adapter, Auth, Call, Credential, Lookup, RestClient};
 use super::{
     object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
-    InstanceStatus, Lineage, Location, Observed, Offer, ProviderError, ResourceRequest, Result,
-    SshEndpoint,
+    InstanceStatus, Lineage, Location, Observations, Observed, Offer, ProviderError,
+    ResourceRequest, Result, SshEndpoint,
 };
 
 /// The cloud name.
@@ -536,20 +536,40 @@ impl CloudProvider for MassedComputeProvider {
     }
 
     /// `GET /instance`, keeping the instances named for `vm_name` in `at.region`, except
-    /// gone ones, sorted by UUID. Status (brevdev/cloud's words): active / running / rented
+    /// gone ones, sorted by UUID: [`observe_location`](CloudProvider::observe_location)'s
+    /// entry for the VM. Status (brevdev/cloud's words): active / running / rented
     /// → Running, stopping, stopped, terminating / deleting → Terminating, failed / error →
     /// Failed, any other word → Pending. SSH endpoint `ip:22` as `username` once `ip` is set.
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
+        let all = self.observe_location(at).await?.unwrap_or_default();
+        Ok(all.get(vm_name).cloned().unwrap_or_default())
+    }
+
+    /// Every VM of this lineage at `at.region` from one `GET /instance` (the account's
+    /// instances; no query parameters, `openapi-v1.0.0.yaml` in `vendor-apis/massedcompute`),
+    /// each instance under the VM its name (`gpuprov-<vm>-<lineage8>-<region>`, or
+    /// `gpuprov-<vm>-<lineage8>` in the any-region location) names: the name `observe`
+    /// matches.
+    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
         if at.cloud != CLOUD {
-            return Ok(vec![]);
+            return Ok(Some(Observations::new()));
         }
-        let name = self.instance_name(vm_name, &at.region);
-        let ours = |i: &Instance| i.name.as_deref() == Some(name.as_str());
-        Ok(kit::listing::observed_of(
+        let lineage = &self.settings.lineage;
+        let vm_of = |i: &Instance| {
+            let name = i.name.as_deref()?;
+            let vm = if at.region.eq_ignore_ascii_case(ANY_REGION) {
+                super::vm_of_object_name(name, lineage)
+            } else {
+                vm_of_located_name(name, lineage, &at.region)
+            };
+            vm.map(str::to_string)
+        };
+        Ok(Some(kit::listing::observations_of(
             &self.instances().await?,
-            ours,
+            vm_of,
+            |i, vm| i.name.as_deref() == Some(self.instance_name(vm, &at.region).as_str()),
             observed,
-        ))
+        )))
     }
 
     /// `POST /instance/terminate` for those of `instance_ids` still listed (the API says

@@ -60,14 +60,14 @@ pub use api::PortMapping;
 use api::{Availability, GpuAvailability, Pod, Pods, SshKey, SshKeys};
 pub use errors::CLASSIFIER;
 
-use super::identity::located_name;
+use super::identity::{located_name, vm_of_located_name};
 use super::kit::keys::{self, Registered};
 use super::kit::paginate::{self, Cursor, Next};
 use super::kit::{self, gpu, Adapter, Auth, Call, Credential, Lookup, RestClient, Source};
 use super::{
     project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
-    InstanceStatus, Lineage, Location, Observed, Offer, ProviderError, ResourceRequest, Result,
-    Secret, SshEndpoint,
+    InstanceStatus, Lineage, Location, Observations, Observed, Offer, ProviderError,
+    ResourceRequest, Result, Secret, SshEndpoint,
 };
 
 /// The cloud name.
@@ -708,20 +708,32 @@ impl CloudProvider for PrimeIntellectProvider {
     }
 
     /// `GET /api/v1/pods/`, keeping the pods named for `vm_name` in `at.region`, except
-    /// terminated ones, sorted by id. Status: PROVISIONING / PENDING / UNKNOWN → Pending,
+    /// terminated ones, sorted by id: [`observe_location`](CloudProvider::observe_location)'s
+    /// entry for the VM. Status: PROVISIONING / PENDING / UNKNOWN → Pending,
     /// ACTIVE → Running (Failed when its installation failed), STOPPED → Stopped, DELETING
     /// → Terminating, ERROR → Failed. The SSH endpoint from `sshConnection` once it is set
     /// ([`ssh_endpoint`]).
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
+        let all = self.observe_location(at).await?.unwrap_or_default();
+        Ok(all.get(vm_name).cloned().unwrap_or_default())
+    }
+
+    /// Every VM of this lineage at `at.region` from one paginated `GET /api/v1/pods/`
+    /// (the account's pods; it takes only `offset` and `limit`,
+    /// `prime-intellect-compute-api-openapi.yml` in `vendor-apis/primeintellect`), each
+    /// pod under the VM its name `gpuprov-<vm>-<lineage8>-<region>` names (the name
+    /// `observe` matches).
+    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
         if at.cloud != CLOUD {
-            return Ok(vec![]);
+            return Ok(Some(Observations::new()));
         }
-        let name = self.pod_name(vm_name, &at.region);
-        Ok(kit::listing::observed_of(
+        let lineage = &self.settings.lineage;
+        Ok(Some(kit::listing::observations_of(
             &self.pods().await?,
-            |p| p.name == name,
+            |p| vm_of_located_name(&p.name, lineage, &at.region).map(str::to_string),
+            |p, vm| p.name == self.pod_name(vm, &at.region),
             observed,
-        ))
+        )))
     }
 
     /// `DELETE /api/v1/pods/{id}` for those of `instance_ids` still listed (not

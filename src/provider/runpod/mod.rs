@@ -100,7 +100,8 @@ use super::kit::keys::key_value;
 use super::kit::{self, Adapter, Auth, Credential, Lookup, RestClient, Source};
 use super::{
     project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage,
-    Location, Observed, Offer, ProviderError, ResourceRequest, Result, SharedFound, SharedObject,
+    Location, Observations, Observed, Offer, ProviderError, ResourceRequest, Result, SharedFound,
+    SharedObject,
 };
 
 /// The cloud name.
@@ -237,6 +238,15 @@ fn is_ours(p: &Pod, region: &str, vm_name: &str, lineage: &Lineage) -> bool {
     identity && dc.is_none_or(|d| d.eq_ignore_ascii_case(region))
 }
 
+/// The VM a listed pod is for under `lineage`: its identity env, or without identity env
+/// the VM its [`super::object_name`] names. Whether it is that VM's is [`is_ours`]'s call.
+fn vm_of<'p>(p: &'p Pod, lineage: &Lineage) -> Option<&'p str> {
+    match p.env(ENV_VM_NAME) {
+        Some(vm) => Some(vm),
+        None => super::vm_of_object_name(&p.name, lineage),
+    }
+}
+
 /// Offers of the catalog (`(tier, gpu types)` per tier, secure first) for the ask, in
 /// the catalog's order; the core orders them ([`crate::provider::offers::order`]), keeping a
 /// secure offer ahead of the community one of the same type, data centre and price.
@@ -290,6 +300,39 @@ fn offers_for(catalog: &[(Tier, Vec<GpuType>)], req: &ResourceRequest, count: u3
 }
 
 impl RunpodProvider {
+    /// This lineage's pods at `at.region` per VM (of `vm` only when given), from one
+    /// `GET /v2/pods`, except `TERMINATED` ones, each VM's sorted by id.
+    async fn observations(&self, at: &Location, vm: Option<&str>) -> Result<Observations> {
+        let mut out = Observations::new();
+        if at.cloud != CLOUD {
+            return Ok(out);
+        }
+        let list: PodList = self
+            .api
+            .get("/v2/pods", &[], Call::Other.what("list pods"))
+            .await?;
+        let lineage = &self.settings.lineage;
+        for p in &list.pods {
+            let Some(of) = vm_of(p, lineage).filter(|v| vm.is_none_or(|vm| vm == *v)) else {
+                continue;
+            };
+            if !is_ours(p, &at.region, of, lineage) {
+                continue;
+            }
+            if let Some(status) = status_of(&p.status) {
+                out.entry(of.to_string()).or_default().push(Observed {
+                    instance_id: p.id.clone(),
+                    status,
+                    ssh: ssh_endpoint(p),
+                });
+            }
+        }
+        for seen in out.values_mut() {
+            seen.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+        }
+        Ok(out)
+    }
+
     /// An adapter for `settings`: one bearer-auth [`RestClient`] with RunPod's decoder and
     /// table. Never fails and does no I/O.
     pub fn new(settings: RunpodSettings) -> RunpodProvider {
@@ -649,29 +692,20 @@ impl CloudProvider for RunpodProvider {
 
     /// `GET /v2/pods`, keeping this VM's pods at `at.region` (see [`is_ours`]) except
     /// `TERMINATED` ones, sorted by id, with the direct SSH endpoint once the pod's `22/tcp`
-    /// is mapped (none before: the core keeps waiting).
+    /// is mapped (none before: the core keeps waiting): the listing of
+    /// [`observe_location`](CloudProvider::observe_location), this VM's entry.
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
-        if at.cloud != CLOUD {
-            return Ok(vec![]);
-        }
-        let list: PodList = self
-            .api
-            .get("/v2/pods", &[], Call::Other.what("list pods"))
-            .await?;
-        let mut out: Vec<Observed> = list
-            .pods
-            .iter()
-            .filter(|p| is_ours(p, &at.region, vm_name, &self.settings.lineage))
-            .filter_map(|p| {
-                Some(Observed {
-                    instance_id: p.id.clone(),
-                    status: status_of(&p.status)?,
-                    ssh: ssh_endpoint(p),
-                })
-            })
-            .collect();
-        out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-        Ok(out)
+        let mut all = self.observations(at, Some(vm_name)).await?;
+        Ok(all.remove(vm_name).unwrap_or_default())
+    }
+
+    /// Every VM of this lineage at `at.region` from one `GET /v2/pods` (its only query
+    /// parameter is `includeClusterPods`: `vendor-apis/runpod/api-reference-v2/openapi.json`,
+    /// no filter by env, name or data centre), each
+    /// pod under the VM its `GPUPROV_VM_NAME` env (or, without identity env, its
+    /// `gpuprov-<vm>-<lineage8>` name) names, kept when [`is_ours`] holds for that VM.
+    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
+        self.observations(at, None).await.map(Some)
     }
 
     /// `DELETE /v2/pods/{id}` for each id; `404` (unknown or already deleted) is success.

@@ -83,7 +83,7 @@ use super::kit::oauth::ClientCredentials;
 use super::kit::{self, gpu, Adapter, Auth, Call, Credential, Failure, Lookup, RestClient, Source};
 use super::{
     object_name, project_key_name, BootScript, Capabilities, CloudProvider, ErrorKind, Feature,
-    InstanceSpec, InstanceStatus, Lineage, Location, Observed, Offer, ProviderError,
+    InstanceSpec, InstanceStatus, Lineage, Location, Observations, Observed, Offer, ProviderError,
     ResourceRequest, Result, Secret, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
@@ -341,6 +341,28 @@ fn location_of(i: &Instance) -> &str {
         .as_deref()
         .filter(|l| !l.is_empty())
         .unwrap_or(DEFAULT_LOCATION)
+}
+
+/// Whether a listed instance is `vm_name`'s of `lineage` in `region`: described with
+/// both identity words of it, or, described with neither (imported), its hostname is the
+/// VM's `gpuprov-<vm>-<lineage8>`.
+fn is_ours(i: &Instance, region: &str, vm_name: &str, lineage: &Lineage) -> bool {
+    let identity = match (
+        described(&i.description, IDENTITY_LABEL),
+        described(&i.description, LINEAGE_LABEL),
+    ) {
+        (Some(vm), Some(l)) => vm == vm_name && *lineage == l,
+        (None, None) => i.hostname == object_name(vm_name, lineage),
+        _ => false,
+    };
+    identity && location_of(i) == region
+}
+
+/// The VM a listed instance names under `lineage`: its described identity, else the VM
+/// its hostname names. Whether it is that VM's is [`is_ours`]'s call.
+fn vm_of(i: &Instance, lineage: &Lineage) -> Option<String> {
+    described(&i.description, IDENTITY_LABEL)
+        .or_else(|| super::vm_of_object_name(&i.hostname, lineage).map(str::to_string))
 }
 
 /// Normalised status of a listed instance; `None` once it is gone.
@@ -714,31 +736,31 @@ impl CloudProvider for VerdaProvider {
 
     /// `GET /instances`, keeping the instances in `at.region` described with the VM's
     /// identity (or, without any identity, named `gpuprov-<vm>-<lineage8>`), except gone
-    /// ones, sorted by id. Status: new / ordered / validating / provisioning / pending /
+    /// ones, sorted by id: [`observe_location`](CloudProvider::observe_location)'s entry
+    /// for the VM. Status: new / ordered / validating / provisioning / pending /
     /// restoring / unknown → Pending, running → Running, offline → Stopped, hibernating →
     /// Stopping, deleting → Terminating, error → Failed, `no_capacity` → Refused
     /// (`Capacity`), discontinued / notfound → gone. SSH `root@ip:22` once `ip` is set.
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
+        let all = self.observe_location(at).await?.unwrap_or_default();
+        Ok(all.get(vm_name).cloned().unwrap_or_default())
+    }
+
+    /// Every VM of this lineage at `at.region` from one `GET /instances` (the account's
+    /// instances; it takes only a `status` filter, `datacrunch-openapi.yml` in
+    /// `vendor-apis/verda`), each instance under the VM its described identity (or its
+    /// `gpuprov-<vm>-<lineage8>` hostname) names, kept when [`is_ours`] holds for it.
+    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
         if at.cloud != CLOUD {
-            return Ok(vec![]);
+            return Ok(Some(Observations::new()));
         }
         let lineage = &self.settings.lineage;
-        let ours = |i: &Instance| {
-            let identity = match (
-                described(&i.description, IDENTITY_LABEL),
-                described(&i.description, LINEAGE_LABEL),
-            ) {
-                (Some(vm), Some(l)) => vm == vm_name && *lineage == l,
-                (None, None) => i.hostname == object_name(vm_name, lineage),
-                _ => false,
-            };
-            identity && location_of(i) == at.region
-        };
-        Ok(kit::listing::observed_of(
+        Ok(Some(kit::listing::observations_of(
             &self.instances().await?,
-            ours,
+            |i| vm_of(i, lineage),
+            |i, vm| is_ours(i, &at.region, vm, lineage),
             observed,
-        ))
+        )))
     }
 
     /// The `delete` action for those of `instance_ids` still listed, with their volumes

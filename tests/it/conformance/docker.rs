@@ -108,6 +108,22 @@ impl CloudProvider for Counted {
         self.inner.list(at).await
     }
 
+    async fn observe_location(
+        &self,
+        at: &Location,
+    ) -> Result<Option<gpuprov::provider::Observations>, ProviderError> {
+        self.inner.observe_location(at).await
+    }
+
+    async fn import(
+        &self,
+        at: &Location,
+        vm_name: &str,
+        id: &str,
+    ) -> Result<gpuprov::provider::Imported, ProviderError> {
+        self.inner.import(at, vm_name, id).await
+    }
+
     async fn delete(
         &self,
         at: &Location,
@@ -290,6 +306,39 @@ impl Cloud for DockerCloud {
             inspected.name.as_deref().map(|n| n.trim_start_matches('/')),
             Some(DockerProvider::container_name("trainer", &self.lineage).as_str())
         );
+    }
+
+    /// A running container made outside gpuprov from the base image, named by the user.
+    /// It carries this run's lineage label (and no identity label) only so the run's
+    /// cleanup removes it: without `gpuprov-vm-name` the adapter takes it for unlabelled.
+    fn outside_instance(&self, _region: &str) -> Option<String> {
+        let lineage = self.lineage.clone();
+        Some(on_own_runtime(move || async move {
+            let docker = raw_docker().unwrap().negotiate_version().await.unwrap();
+            let name = format!("outside-{}", uuid::Uuid::new_v4().simple());
+            let body = bollard::models::ContainerCreateBody {
+                image: Some(gpuprov::provider::docker::DEFAULT_BASE_IMAGE.into()),
+                cmd: Some(vec!["sleep".into(), "infinity".into()]),
+                labels: Some(HashMap::from([(LINEAGE_LABEL.to_string(), lineage)])),
+                ..Default::default()
+            };
+            let options = bollard::query_parameters::CreateContainerOptionsBuilder::default()
+                .name(&name)
+                .build();
+            let id = docker
+                .create_container(Some(options), body)
+                .await
+                .unwrap()
+                .id;
+            docker
+                .start_container(
+                    &id,
+                    None::<bollard::query_parameters::StartContainerOptions>,
+                )
+                .await
+                .unwrap();
+            id
+        }))
     }
 
     fn check_torn_down(&self) {

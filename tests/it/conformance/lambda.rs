@@ -242,4 +242,28 @@ impl Cloud for LambdaCloud {
     fn verify(&self) {
         self.cloud.server.verify();
     }
+
+    /// An active instance launched outside gpuprov: its own name, a tag of the user's.
+    fn outside_instance(&self, region: &str) -> Option<String> {
+        let id = "0123456789abcdef0123456789abcdee".to_string();
+        self.cloud.world.lock().unwrap().instances.push(json!({
+            "id": id,
+            "name": "my own box",
+            "status": "active",
+            "ip": "127.0.0.99",
+            "ssh_key_names": ["mine"],
+            "file_system_names": [],
+            "region": api::region(region),
+            "instance_type": api::type_json("gpu_1x_a10", "A10 (24 GB PCIe)", 1, 75),
+            "actions": {
+                "migrate": {"available": false},
+                "rebuild": {"available": false},
+                "restart": {"available": false},
+                "cold_reboot": {"available": false},
+                "terminate": {"available": true}
+            },
+            "tags": [{"key": "team", "value": "ml"}],
+        }));
+        Some(id)
+    }
 }

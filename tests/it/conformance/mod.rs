@@ -60,6 +60,10 @@ pub enum Scenario {
     /// its region only, and a run that lost its record adopts it from that listing
     /// instead of creating a second instance (issue 18's discovery and recovery).
     ListFindsAndAdoptsByIdentity,
+    /// `observe_location` answers for a whole location what `observe` answers per VM
+    /// (issue 20): for every VM name, launched, imported, never launched, or launched in
+    /// the other region, the map's entry (none = empty) equals `observe`.
+    ObserveLocationMatchesObserve,
 }
 
 pub const SCENARIOS: &[Scenario] = &[
@@ -75,6 +79,7 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario::DeleteAndCleanupIdempotent,
     Scenario::PlanListsTheOffer,
     Scenario::ListFindsAndAdoptsByIdentity,
+    Scenario::ObserveLocationMatchesObserve,
 ];
 
 /// A fault the cloud answers the first create with, in its own words.
@@ -140,6 +145,12 @@ pub trait Cloud: Send + Sync {
     fn check_after(&self, _s: Scenario) {}
     /// Fails the test if the cloud saw a request that breaks its API description.
     fn verify(&self) {}
+    /// Puts an instance launched outside gpuprov (its own name, no identity) in `region`
+    /// and answers its id, for `import`; `None` where the cloud cannot `import` (or the
+    /// driver cannot seed one).
+    fn outside_instance(&self, _region: &str) -> Option<String> {
+        None
+    }
 }
 
 #[async_trait::async_trait]
@@ -178,6 +189,13 @@ pub trait Driver: Sync {
     /// implement `CloudProvider::list` yet); `None` where it does.
     fn cannot_list(&self) -> Option<&'static str> {
         Some("the adapter does not implement CloudProvider::list yet")
+    }
+    /// Why the adapter still answers `observe_location` with `None` (the core then
+    /// observes per VM); `None` where it answers for the whole location, which
+    /// [`Scenario::ObserveLocationMatchesObserve`] then holds to `observe`. A declared
+    /// exception is checked too: it must really answer `None`.
+    fn observes_per_vm(&self) -> Option<&'static str> {
+        None
     }
     async fn start(&self, world: World) -> Box<dyn Cloud>;
 }
@@ -649,7 +667,100 @@ async fn scenario(d: &dyn Driver, s: Scenario) {
             lost.cloud.check_after(s);
             lost.cloud.verify();
         }
+        Scenario::ObserveLocationMatchesObserve => observe_location_scenario(d, s).await,
     }
+}
+
+/// [`Scenario::ObserveLocationMatchesObserve`]: VMs `trainer` and `worker` launched in
+/// the first region, `elsewhere` in the second, `imported` (where the cloud imports) an
+/// outside instance taken in by `import`, and `absent` never launched; at both regions,
+/// every name's entry of `observe_location` equals `observe`, and the map holds exactly
+/// the VMs with instances there.
+async fn observe_location_scenario(d: &dyn Driver, s: Scenario) {
+    let name = d.name();
+    let [r0, r1] = d.regions();
+    let cloud = d
+        .start(World {
+            capacity_in: vec![r0, r1],
+            ..World::default()
+        })
+        .await;
+    let p = cloud.provider();
+    if let Some(why) = d.observes_per_vm() {
+        assert!(!why.is_empty(), "{name} must say why it observes per VM");
+        let got = p.observe_location(&cloud.at(r0)).await.unwrap();
+        assert!(
+            got.is_none(),
+            "{name} answers observe_location now: remove its observes_per_vm exception"
+        );
+        return;
+    }
+    let mut launched = vec![];
+    for (vm_name, region) in [("trainer", r0), ("worker", r0), ("elsewhere", r1)] {
+        if region == r1 && r1 == r0 {
+            continue; // One region (Docker's `local`): nowhere else to launch.
+        }
+        let mut vm = cloud.vm();
+        vm.name = vm_name.into();
+        vm.regions = vec![region.into()];
+        let end = drive::launch_in(
+            cloud.lineage(),
+            &vm,
+            p.clone(),
+            Arc::new(MemoryJournal::new()),
+            Arc::new(FakeConnector::default()),
+        )
+        .await
+        .unwrap();
+        let up = end
+            .ready()
+            .unwrap_or_else(|| panic!("{name}: {vm_name} not ready: {end:?}"));
+        assert_eq!(up.location.region, region, "{name}: {vm_name}");
+        launched.push((vm_name, region));
+    }
+    if let Some(id) = cloud.outside_instance(r0) {
+        p.import(&cloud.at(r0), "imported", &id)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: import {id}: {e}"));
+        launched.push(("imported", r0));
+    }
+    let names = ["trainer", "worker", "elsewhere", "imported", "absent"];
+    for region in [r0, r1] {
+        let at = cloud.at(region);
+        let all = p
+            .observe_location(&at)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name}: observe_location answers None at {at}"));
+        for vm in names {
+            let one = p.observe(&at, vm).await.unwrap();
+            let there = launched.iter().any(|&(v, r)| v == vm && r == region);
+            assert_eq!(
+                !one.is_empty(),
+                there,
+                "{name}: observe({at}, {vm}) = {one:?}"
+            );
+            assert_eq!(
+                all.get(vm).cloned().unwrap_or_default(),
+                one,
+                "{name}: observe_location({at})[{vm}] differs from observe"
+            );
+        }
+        let keys: Vec<&str> = all
+            .iter()
+            .filter(|(_, seen)| !seen.is_empty())
+            .map(|(k, _)| k.as_str())
+            .collect();
+        let mut want: Vec<&str> = launched
+            .iter()
+            .filter(|&&(_, r)| r == region)
+            .map(|&(v, _)| v)
+            .collect();
+        want.sort();
+        assert_eq!(keys, want, "{name}: the VMs of {at}: {all:?}");
+    }
+    cloud.check_after(s);
+    cloud.verify();
 }
 
 /// The scenario × adapter matrix: printed, and every scenario runs somewhere; an
@@ -695,6 +806,9 @@ fn the_matrix() {
                 println!("{} / {s:?}: {why}", d.name());
             }
         }
+        if let Some(why) = d.observes_per_vm() {
+            println!("{}: observe_location answers None ({why})", d.name());
+        }
     }
 }
 
@@ -722,4 +836,5 @@ scenario_tests! {
     delete_and_cleanup_idempotent => DeleteAndCleanupIdempotent,
     plan_lists_the_offer => PlanListsTheOffer,
     list_finds_and_adopts_by_identity => ListFindsAndAdoptsByIdentity,
+    observe_location_matches_observe => ObserveLocationMatchesObserve,
 }

@@ -688,15 +688,25 @@ async fn full_launch_then_teardown_against_the_spec() {
     );
     assert!(b.get("user_data").is_none(), "no boot script, no user_data");
 
-    // observe: by the project's environment (exact match) and the exact name.
+    // observe: by the project's environment (exact match); the core observes the whole
+    // location (`observe_location`), so without the per-VM `search`.
     let lists = r.cloud.server.requests_to("GET", VMS);
     assert!(!lists.is_empty());
-    let q = &lists[0].query;
-    assert!(q.contains(&("environment".into(), ENV_CA.into())), "{q:?}");
-    assert!(
-        q.contains(&("exact_environment_match".into(), "true".into())),
-        "{q:?}"
-    );
+    for l in &lists {
+        let q = &l.query;
+        assert!(q.contains(&("environment".into(), ENV_CA.into())), "{q:?}");
+        assert!(
+            q.contains(&("exact_environment_match".into(), "true".into())),
+            "{q:?}"
+        );
+    }
+    // Observed alone, one VM is listed by its exact name too.
+    let before = lists.len();
+    let seen = r.provider.observe(&vm.location, "trainer").await.unwrap();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].instance_id, vm.instance_id);
+    let lists = r.cloud.server.requests_to("GET", VMS);
+    let q = &lists[before].query;
     assert!(q.contains(&("search".into(), VM_NAME.into())), "{q:?}");
 
     let labels = r.labels();
