@@ -230,10 +230,21 @@ impl Fake {
         ));
         route!("POST", "^/api/v1/ssh-keys$", |w, r| {
             let b = r.body.clone().unwrap_or_default();
-            let id = format!("k{}", w.keys.len() + 1);
+            w.next += 1;
+            let id = format!("key-{}", w.next);
             w.keys
                 .push(json!({"id": id, "name": b["name"], "public_key": b["publicKey"]}));
             Canned::ok(json!({"sshKey": {"id": id, "name": b["name"]}}))
+        });
+        route!("DELETE", "^/api/v1/ssh-keys/[^/]+$", |w, r| {
+            let id = r.path.rsplit('/').next().unwrap_or_default().to_string();
+            let before = w.keys.len();
+            w.keys.retain(|k| k["id"] != id.as_str());
+            if w.keys.len() == before {
+                Canned::status(404, json!({"message": "SSH key not found"}))
+            } else {
+                Canned::ok(json!({"result": {}}))
+            }
         });
         route!("GET", "^/api/v1/instance$", |w, _r| w.list());
         route!("POST", "^/api/v1/instance/launch$", |w, r| {
