@@ -834,3 +834,34 @@ async fn massedcompute_uses_the_users_key_and_keeps_it() {
         cloud.server.verify();
     }
 }
+
+/// Verda refuses a key registration with its only documented refusal (`invalid_request`:
+/// the description has no conflict answer), as when the key was registered meanwhile:
+/// the shared node observes again and registers (or adopts) it; no machine fails and no
+/// offer is given up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn verda_a_refused_key_registration_is_observed_again_not_a_failed_offer() {
+    use crate::support::spec::Canned;
+    use crate::vendor::verda as vd;
+    let cloud = vd::Fake::start(vd::h100_world()).await;
+    cloud.world.lock().unwrap().faults.push(
+        "POST",
+        vd::KEYS,
+        Canned::status(400, vd::err("invalid_request", "SSH key already exists")),
+    );
+    let p = Project::new(cloud.provider(), Some(crate::support::drive::LINEAGE));
+    let toml = fleet("verda", "FIN-01", Some("H100"), 3)
+        .replace("gpu = \"H100\"\n", "gpu = \"H100\"\ngpu_count = 8\n");
+    let out = p.apply(&toml).await;
+    all_ready(&out, 3);
+    assert_eq!(
+        cloud.server.requests_to("POST", vd::KEYS).len(),
+        2,
+        "refused once, then registered"
+    );
+    assert_eq!(cloud.world.lock().unwrap().keys.len(), 1);
+    assert_eq!(cloud.creates().len(), 3, "every offer kept");
+    p.destroy().await;
+    assert!(cloud.world.lock().unwrap().keys.is_empty());
+    cloud.server.verify();
+}
