@@ -37,6 +37,9 @@ const DECLARED: &[(&str, &[SharedKind])] = &[
     ("digitalocean", &[ACCOUNT_KEY]),
     ("lambda", &[ACCOUNT_KEY]),
     ("runpod", &[ACCOUNT_KEY]),
+    ("verda", &[ACCOUNT_KEY]),
+    ("primeintellect", &[ACCOUNT_KEY]),
+    ("massedcompute", &[ACCOUNT_KEY]),
 ];
 
 /// The kind of the project's SSH key (`InstanceSpec::shared`'s key for it).

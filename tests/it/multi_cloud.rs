@@ -933,16 +933,20 @@ async fn the_multi_cloud_example_plans_offers_from_every_cloud_with_stock() {
     assert!(stdout.contains("vm.trainer will be created"), "{stdout}");
     assert!(stdout.contains("vm.inference will be created"), "{stdout}");
     assert!(stdout.contains("vm.notebook will be created"), "{stdout}");
-    // Three machines and the project keys of DigitalOcean, Lambda and RunPod (its
-    // account key set), each planned once for all the machines that may land there.
+    // Three machines and the project keys of DigitalOcean, Lambda, RunPod (its account
+    // key set), Massed Compute, Verda and Prime Intellect, each planned once for all the
+    // machines that may land there.
     assert!(
-        stdout.contains("Plan: 6 to add, 0 to change, 0 to destroy."),
+        stdout.contains("Plan: 9 to add, 0 to change, 0 to destroy."),
         "{stdout}"
     );
     for key in [
         "+ shared.digitalocean.ssh_key",
         "+ shared.lambda.ssh_key",
         "+ shared.runpod.ssh_key",
+        "+ shared.massedcompute.ssh_key",
+        "+ shared.verda.ssh_key",
+        "+ shared.primeintellect.ssh_key",
     ] {
         assert_eq!(stdout.matches(key).count(), 1, "{stdout}");
     }

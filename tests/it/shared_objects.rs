@@ -1,8 +1,9 @@
 //! Shared prerequisites as graph nodes (issue 21): a fleet applied with full parallelism
 //! prepares each shared object exactly once (counted at the cloud), every machine comes
 //! up, the user's own key found by value is used and never deleted, and the key gpuprov
-//! made goes after the last machine. Against the fake cloud and DigitalOcean's
-//! spec-checked local server (`tests/it/vendor/digitalocean.rs`).
+//! made goes after the last machine. Against the fake cloud and the spec-checked local
+//! servers of the clouds that share a project key (`tests/it/vendor/*.rs`): DigitalOcean,
+//! Lambda, RunPod, Verda, Prime Intellect and Massed Compute.
 
 use crate::support::drive::PUBKEY;
 use crate::vendor::digitalocean::{h100_world, Cloud2};
@@ -510,4 +511,393 @@ async fn runpod_uses_the_users_key_and_never_writes_the_set() {
         );
         cloud.server.verify();
     }
+}
+
+/// `fleet` asking `gpu_count` GPUs per machine (the clouds below list only 8-GPU types or
+/// configurations for H100 in the region used).
+fn gpu_fleet(cloud: &str, region: &str, gpu: &str, count: u32) -> String {
+    fleet(cloud, region, Some(gpu), FLEET).replace(
+        &format!("gpu = \"{gpu}\"\n"),
+        &format!("gpu = \"{gpu}\"\ngpu_count = {count}\n"),
+    )
+}
+
+/// Where in the server's log the last request matching `f` is (`None`: no such request).
+fn last_index(
+    server: &crate::support::spec::SpecServer,
+    f: impl Fn(&crate::support::spec::Seen) -> bool,
+) -> Option<usize> {
+    server.requests().iter().rposition(f)
+}
+
+/// Asserts the project key's delete (`DELETE <keys>/<id>`, once) came after the last
+/// request that tears a machine down (`teardown`): the key goes after the last machine.
+fn key_deleted_after_machines(
+    server: &crate::support::spec::SpecServer,
+    key_path: &str,
+    teardown: impl Fn(&crate::support::spec::Seen) -> bool,
+) {
+    let deletes = server.requests_to("DELETE", key_path);
+    assert_eq!(deletes.len(), 1, "{key_path} deleted once");
+    let key = last_index(server, |r| r.method == "DELETE" && r.path == key_path).unwrap();
+    let machines = last_index(server, teardown).expect("machines were torn down");
+    assert!(key > machines, "the key goes after the last machine");
+}
+
+/// The project key as the user registered it themselves: the same value under their own
+/// comment (found by value, never by name).
+const USERS_COPY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuprovTestKeyOnly me@laptop";
+
+/// Lambda's adapter on its local server, the documented launch spacing (one per 12 s)
+/// lifted for the test.
+fn lambda_provider(
+    cloud: &crate::vendor::lambda::Cloud2,
+) -> Arc<gpuprov::provider::lambda::LambdaProvider> {
+    use gpuprov::provider::lambda::{ApiKey, LambdaProvider, LambdaSettings};
+    let caps = gpuprov::provider::Capabilities {
+        min_create_interval: Duration::ZERO,
+        ..crate::support::drive::test_capabilities(LambdaProvider::default_capabilities())
+    };
+    Arc::new(
+        LambdaProvider::new(LambdaSettings {
+            endpoint: Some(cloud.server.uri()),
+            api_key: Some(ApiKey::new("secret_lambda_test")),
+            lineage: crate::support::drive::LINEAGE.parse().unwrap(),
+        })
+        .with_capabilities(caps),
+    )
+}
+
+/// Lambda with the project key registered by the user under their own name: used by
+/// value (every launch names it), never registered again, never deleted. Repeated 20
+/// times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lambda_uses_the_users_key_and_keeps_it() {
+    use crate::vendor::lambda as lam;
+    for round in 0..20 {
+        let mut world = lam::h100_world();
+        world.keys =
+            vec![json!({"id": "user-key-1", "name": "my-laptop", "public_key": USERS_COPY})];
+        let cloud = lam::Cloud2::start(world).await;
+        let p = Project::new(
+            lambda_provider(&cloud),
+            Some(crate::support::drive::LINEAGE),
+        );
+        let out = p.apply(&gpu_fleet("lambda", "us-east-1", "H100", 8)).await;
+        all_ready(&out, FLEET);
+        assert!(
+            cloud
+                .server
+                .requests_to("POST", "/api/v1/ssh-keys")
+                .is_empty(),
+            "round {round}: not registered again"
+        );
+        let launches = cloud.launches();
+        assert_eq!(launches.len(), FLEET);
+        for l in launches {
+            assert_eq!(l["ssh_key_names"], json!(["my-laptop"]));
+        }
+        let out = p.destroy().await;
+        assert_eq!(out["shared.lambda.ssh_key"], Outcome::Destroyed, "{out:?}");
+        assert_eq!(cloud.world.lock().unwrap().keys.len(), 1, "kept");
+        assert!(cloud
+            .server
+            .requests_to("DELETE", "/api/v1/ssh-keys/user-key-1")
+            .is_empty());
+        assert!(
+            p.state().shared.is_empty(),
+            "the record goes, the key stays"
+        );
+        cloud.server.verify();
+    }
+}
+
+/// Verda: 20 instances in one location with parallelism 20 register the project key once
+/// (`POST /v1/sshkeys` counted at the server), every create names it, all come up, and
+/// the key goes after the last instance. Repeated 20 times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn verda_fleet_registers_the_key_once_and_deletes_it_after_the_last_instance() {
+    use crate::vendor::verda as vd;
+    for round in 0..20 {
+        let cloud = vd::Fake::start(vd::h100_world()).await;
+        let p = Project::new(cloud.provider(), Some(crate::support::drive::LINEAGE));
+        let out = p.apply(&gpu_fleet("verda", "FIN-01", "H100", 8)).await;
+        all_ready(&out, FLEET);
+        let posts = cloud.server.requests_to("POST", vd::KEYS);
+        assert_eq!(posts.len(), 1, "round {round}: one registration");
+        let key_id = cloud.world.lock().unwrap().keys[0]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let creates = cloud.creates();
+        assert_eq!(creates.len(), FLEET);
+        for c in creates {
+            assert_eq!(
+                c["ssh_key_ids"],
+                json!([key_id]),
+                "every instance gets the one key"
+            );
+        }
+        let out = p.destroy().await;
+        assert_eq!(out["shared.verda.ssh_key"], Outcome::Destroyed, "{out:?}");
+        assert!(cloud.world.lock().unwrap().keys.is_empty());
+        assert_eq!(cloud.world.lock().unwrap().live(), 0);
+        key_deleted_after_machines(&cloud.server, &format!("{}/{key_id}", vd::KEYS), |r| {
+            r.method == "PUT" && r.path == vd::INSTANCES
+        });
+        assert!(p.state().shared.is_empty());
+        cloud.server.verify();
+    }
+}
+
+/// Verda with the project key registered by the user under their own name: used by
+/// value, never registered again, never deleted. Repeated 20 times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn verda_uses_the_users_key_and_keeps_it() {
+    use crate::vendor::verda as vd;
+    for round in 0..20 {
+        let mut world = vd::h100_world();
+        world.keys = vec![json!({"id": "user-key-1", "name": "my-laptop", "key": USERS_COPY})];
+        let cloud = vd::Fake::start(world).await;
+        let p = Project::new(cloud.provider(), Some(crate::support::drive::LINEAGE));
+        let out = p.apply(&gpu_fleet("verda", "FIN-01", "H100", 8)).await;
+        all_ready(&out, FLEET);
+        assert!(
+            cloud.server.requests_to("POST", vd::KEYS).is_empty(),
+            "round {round}: not registered again"
+        );
+        let creates = cloud.creates();
+        assert_eq!(creates.len(), FLEET);
+        for c in creates {
+            assert_eq!(c["ssh_key_ids"], json!(["user-key-1"]));
+        }
+        let out = p.destroy().await;
+        assert_eq!(out["shared.verda.ssh_key"], Outcome::Destroyed, "{out:?}");
+        assert_eq!(cloud.world.lock().unwrap().keys.len(), 1, "kept");
+        assert!(cloud
+            .server
+            .requests()
+            .iter()
+            .all(|r| !(r.method == "DELETE" && r.path.starts_with(vd::KEYS))));
+        assert_eq!(cloud.world.lock().unwrap().live(), 0);
+        assert!(
+            p.state().shared.is_empty(),
+            "the record goes, the key stays"
+        );
+        cloud.server.verify();
+    }
+}
+
+/// Prime Intellect: 20 pods in one data centre with parallelism 20 upload the project
+/// key once (`POST /api/v1/ssh_keys/` counted at the server), every pod names it, all come
+/// up, and the key goes after the last pod. Repeated 20 times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn primeintellect_fleet_uploads_the_key_once_and_deletes_it_after_the_last_pod() {
+    use crate::vendor::primeintellect as pi;
+    for round in 0..20 {
+        let cloud = pi::Fake::start(pi::h100_world()).await;
+        let p = Project::new(cloud.provider(), Some(crate::support::drive::LINEAGE));
+        let out = p
+            .apply(&gpu_fleet("primeintellect", "CANADA-1", "H100", 8))
+            .await;
+        all_ready(&out, FLEET);
+        let posts = cloud.server.requests_to("POST", pi::KEYS);
+        assert_eq!(posts.len(), 1, "round {round}: one upload");
+        let key_id = cloud.world.lock().unwrap().keys[0]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let creates = cloud.creates();
+        assert_eq!(creates.len(), FLEET);
+        for c in creates {
+            assert_eq!(
+                c["pod"]["sshKeyId"],
+                json!(key_id),
+                "every pod gets the one key"
+            );
+        }
+        let out = p.destroy().await;
+        assert_eq!(
+            out["shared.primeintellect.ssh_key"],
+            Outcome::Destroyed,
+            "{out:?}"
+        );
+        assert!(cloud.world.lock().unwrap().keys.is_empty());
+        assert_eq!(cloud.world.lock().unwrap().live(), 0);
+        key_deleted_after_machines(&cloud.server, &format!("{}{key_id}", pi::KEYS), |r| {
+            r.method == "DELETE" && r.path.starts_with(pi::PODS)
+        });
+        assert!(p.state().shared.is_empty());
+        cloud.server.verify();
+    }
+}
+
+/// Prime Intellect with the project key uploaded by the user under their own name: used
+/// by value, never uploaded again, never deleted. Repeated 20 times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn primeintellect_uses_the_users_key_and_keeps_it() {
+    use crate::vendor::primeintellect as pi;
+    for round in 0..20 {
+        let mut world = pi::h100_world();
+        world.keys = vec![json!({
+            "id": "user-key-1", "userId": "u-1", "name": "my-laptop", "publicKey": USERS_COPY,
+            "isPrimary": true, "isUserKey": true
+        })];
+        let cloud = pi::Fake::start(world).await;
+        let p = Project::new(cloud.provider(), Some(crate::support::drive::LINEAGE));
+        let out = p
+            .apply(&gpu_fleet("primeintellect", "CANADA-1", "H100", 8))
+            .await;
+        all_ready(&out, FLEET);
+        assert!(
+            cloud.server.requests_to("POST", pi::KEYS).is_empty(),
+            "round {round}: not uploaded again"
+        );
+        let creates = cloud.creates();
+        assert_eq!(creates.len(), FLEET);
+        for c in creates {
+            assert_eq!(c["pod"]["sshKeyId"], json!("user-key-1"));
+        }
+        let out = p.destroy().await;
+        assert_eq!(
+            out["shared.primeintellect.ssh_key"],
+            Outcome::Destroyed,
+            "{out:?}"
+        );
+        assert_eq!(cloud.world.lock().unwrap().keys.len(), 1, "kept");
+        assert!(cloud
+            .server
+            .requests()
+            .iter()
+            .all(|r| !(r.method == "DELETE" && r.path.starts_with(pi::KEYS))));
+        assert_eq!(cloud.world.lock().unwrap().live(), 0);
+        assert!(
+            p.state().shared.is_empty(),
+            "the record goes, the key stays"
+        );
+        cloud.server.verify();
+    }
+}
+
+/// Massed Compute: 20 machines pinned to one region with parallelism 20 register the
+/// project key once (`POST /api/v1/ssh-keys` counted at the server) under the derived
+/// name with spaces, every launch names it, all come up, and the key goes after the last
+/// machine. Repeated 20 times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn massedcompute_fleet_registers_the_key_once_and_deletes_it_after_the_last_machine() {
+    use crate::vendor::massedcompute as mc;
+    let name = gpuprov::provider::project_key_name(crate::support::drive::LINEAGE, PUBKEY)
+        .replace('-', " ");
+    for round in 0..20 {
+        let cloud = mc::Fake::start(mc::h100_world()).await;
+        let p = Project::new(cloud.provider(), Some(crate::support::drive::LINEAGE));
+        let out = p
+            .apply(&gpu_fleet("massedcompute", "us-central-1", "H100", 8))
+            .await;
+        all_ready(&out, FLEET);
+        let posts = cloud.server.requests_to("POST", mc::KEYS);
+        assert_eq!(posts.len(), 1, "round {round}: one registration");
+        let key = cloud.world.lock().unwrap().keys[0].clone();
+        assert_eq!(key["name"], json!(name));
+        let launches = cloud.launches();
+        assert_eq!(launches.len(), FLEET);
+        for l in launches {
+            assert_eq!(
+                l["sshKeys"],
+                json!([name]),
+                "every machine gets the one key"
+            );
+        }
+        let out = p.destroy().await;
+        assert_eq!(
+            out["shared.massedcompute.ssh_key"],
+            Outcome::Destroyed,
+            "{out:?}"
+        );
+        assert!(cloud.world.lock().unwrap().keys.is_empty());
+        assert_eq!(cloud.world.lock().unwrap().live(), 0);
+        let path = format!("{}/{}", mc::KEYS, key["id"].as_str().unwrap());
+        key_deleted_after_machines(&cloud.server, &path, |r| {
+            r.method == "POST" && r.path == mc::TERMINATE
+        });
+        assert!(p.state().shared.is_empty());
+        cloud.server.verify();
+    }
+}
+
+/// Massed Compute with the project key registered by the user under their own name:
+/// used by value (the launches name it), never registered again, never deleted.
+/// Repeated 20 times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn massedcompute_uses_the_users_key_and_keeps_it() {
+    use crate::vendor::massedcompute as mc;
+    for round in 0..20 {
+        let mut world = mc::h100_world();
+        world.keys =
+            vec![json!({"id": "user-key-1", "name": "my laptop", "public_key": USERS_COPY})];
+        let cloud = mc::Fake::start(world).await;
+        let p = Project::new(cloud.provider(), Some(crate::support::drive::LINEAGE));
+        let out = p
+            .apply(&gpu_fleet("massedcompute", "us-central-1", "H100", 8))
+            .await;
+        all_ready(&out, FLEET);
+        assert!(
+            cloud.server.requests_to("POST", mc::KEYS).is_empty(),
+            "round {round}: not registered again"
+        );
+        let launches = cloud.launches();
+        assert_eq!(launches.len(), FLEET);
+        for l in launches {
+            assert_eq!(l["sshKeys"], json!(["my laptop"]));
+        }
+        let out = p.destroy().await;
+        assert_eq!(
+            out["shared.massedcompute.ssh_key"],
+            Outcome::Destroyed,
+            "{out:?}"
+        );
+        assert_eq!(cloud.world.lock().unwrap().keys.len(), 1, "kept");
+        assert!(cloud
+            .server
+            .requests()
+            .iter()
+            .all(|r| !(r.method == "DELETE" && r.path.starts_with(mc::KEYS))));
+        assert_eq!(cloud.world.lock().unwrap().live(), 0);
+        assert!(
+            p.state().shared.is_empty(),
+            "the record goes, the key stays"
+        );
+        cloud.server.verify();
+    }
+}
+
+/// Verda refuses a key registration with its only documented refusal (`invalid_request`:
+/// the description has no conflict answer), as when the key was registered meanwhile:
+/// the shared node observes again and registers (or adopts) it; no machine fails and no
+/// offer is given up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn verda_a_refused_key_registration_is_observed_again_not_a_failed_offer() {
+    use crate::support::spec::Canned;
+    use crate::vendor::verda as vd;
+    let cloud = vd::Fake::start(vd::h100_world()).await;
+    cloud.world.lock().unwrap().faults.push(
+        "POST",
+        vd::KEYS,
+        Canned::status(400, vd::err("invalid_request", "SSH key already exists")),
+    );
+    let p = Project::new(cloud.provider(), Some(crate::support::drive::LINEAGE));
+    let toml = fleet("verda", "FIN-01", Some("H100"), 3)
+        .replace("gpu = \"H100\"\n", "gpu = \"H100\"\ngpu_count = 8\n");
+    let out = p.apply(&toml).await;
+    all_ready(&out, 3);
+    assert_eq!(
+        cloud.server.requests_to("POST", vd::KEYS).len(),
+        2,
+        "refused once, then registered"
+    );
+    assert_eq!(cloud.world.lock().unwrap().keys.len(), 1);
+    assert_eq!(cloud.creates().len(), 3, "every offer kept");
+    p.destroy().await;
+    assert!(cloud.world.lock().unwrap().keys.is_empty());
+    cloud.server.verify();
 }

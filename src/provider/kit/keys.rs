@@ -38,6 +38,18 @@ pub fn free_name(base: &str, taken: impl Fn(&str) -> bool) -> String {
         .unwrap_or_else(|| base.to_string())
 }
 
+/// Whether key name `name` is one gpuprov derives from `base` for clouds whose names are
+/// unique: `base` itself, or `base` with the `<sep><n>` suffix [`free_name`] gives a taken
+/// name (`sep` is `-`, or a space where the cloud allows no dashes). Decides
+/// [`SharedFound::ours`](crate::provider::SharedFound::ours): only such a key is deleted.
+pub fn is_derived_name(name: &str, base: &str, sep: char) -> bool {
+    name == base
+        || name
+            .strip_prefix(base)
+            .and_then(|r| r.strip_prefix(sep))
+            .is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n >= 2))
+}
+
 /// What a registration attempt came to.
 pub enum Registered<K> {
     /// The cloud registered the key.
@@ -114,6 +126,13 @@ mod tests {
         let taken = ["k", "k-2"];
         assert_eq!(free_name("k", |n| taken.contains(&n)), "k-3");
         assert_eq!(free_name("j", |n| taken.contains(&n)), "j");
+        assert!(is_derived_name("k", "k", '-'));
+        assert!(is_derived_name("k-3", "k", '-'));
+        assert!(is_derived_name("g k 2", "g k", ' '));
+        assert!(!is_derived_name("k-x", "k", '-'));
+        assert!(!is_derived_name("k-1", "k", '-'), "free_name starts at 2");
+        assert!(!is_derived_name("k 2", "k", '-'));
+        assert!(!is_derived_name("my-laptop", "k", '-'));
     }
 
     #[tokio::test]

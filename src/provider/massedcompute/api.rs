@@ -94,6 +94,9 @@ pub(super) struct SshKeys {
 /// `SSHKeyItem`.
 #[derive(Debug, Clone, Deserialize, Default)]
 pub(super) struct SshKey {
+    /// What `DELETE /ssh-keys/{id}` takes.
+    #[serde(default)]
+    pub id: String,
     #[serde(default)]
     pub name: String,
     #[serde(default)]
@@ -110,6 +113,8 @@ pub(super) struct PostedKey {
 /// `POSTSSHKey.sshKey`.
 #[derive(Debug, Clone, Deserialize, Default)]
 pub(super) struct PostedKeyItem {
+    #[serde(default)]
+    pub id: Option<String>,
     #[serde(default)]
     pub name: Option<String>,
 }

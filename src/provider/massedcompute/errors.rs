@@ -25,6 +25,10 @@ const CAPACITY: &[&str] = &["capacity", "out of stock"];
 /// Phrases of a quota refusal (brevdev/cloud `errors.go`).
 const QUOTA: &[&str] = &["quota", "limit exceeded"];
 
+/// The call name of the project key's registration by its shared node (`create_shared`):
+/// a conflict there means the key exists.
+pub const REGISTER_KEY: &str = "register_key";
+
 /// What the user can do about a `Credentials` error.
 const CHECK_KEY: &str = "check the API token in MASSED_COMPUTE_API_KEY (or the massed-compute \
                          MCP's config.json) and the account's billing";
@@ -36,6 +40,12 @@ const RULES: &[Rule] = &[
         status: Some((500, 599)),
         ..Rule::new(ErrorKind::Transient)
     },
+    // A key registration refused as a conflict. The description documents no error for
+    // `POST /ssh-keys` (none at all, see above) and brevdev/cloud does not handle one, so
+    // there is no conflict body to read: HTTP's own conflict status, 409, is taken to
+    // mean the key (or its name) exists, and the shared node observes again and adopts
+    // it by value. Any other refusal keeps its kind.
+    Rule::status(409, ErrorKind::Exists).on(REGISTER_KEY),
     // Payment required: nothing this account launches will succeed until it is topped up.
     Rule::status(402, ErrorKind::Credentials).help("add funds to the Massed Compute account"),
     // brevdev/cloud checks capacity before quota; so does this table.
@@ -118,6 +128,27 @@ mod tests {
         );
         assert_eq!(kind(503, r#"{"message":"down"}"#), Transient);
         assert_eq!(kind(401, r#"{"message":"bad token"}"#), Credentials);
+    }
+
+    #[test]
+    fn a_conflict_on_the_key_registration_means_it_exists() {
+        let kind_on = |status: u16, body: &str, call: &'static str| {
+            let (code, message) = decode(status, Some("application/json"), body);
+            CLASSIFIER
+                .classify(
+                    &Failure::http(status, code, message),
+                    Call::named(call, "x"),
+                    [],
+                )
+                .kind
+        };
+        let taken = r#"{"message":"SSH key already exists"}"#;
+        assert_eq!(kind_on(409, taken, REGISTER_KEY), ErrorKind::Exists);
+        assert_eq!(kind_on(409, taken, "other"), ErrorKind::Failed);
+        assert_eq!(
+            kind_on(400, r#"{"message":"bad key"}"#, REGISTER_KEY),
+            ErrorKind::Failed
+        );
     }
 
     #[test]

@@ -12,10 +12,23 @@
 //!   'any'"); for each region the ask names, one offer where the product lists that
 //!   region in `regions_with_capacity_available`. Price: `price_cents_per_hour / 100` USD
 //!   per hour for the whole machine. Id `massedcompute/<region>/<product>`. No spot.
+//! - Shared object `ssh_key` (one per account, [`super::shared`]: `GET /ssh-keys`
+//!   "retrieve SSH keys associated with the account", and a launch names any of them):
+//!   `observe_shared` finds the project key among `GET /ssh-keys` by its public key
+//!   *value*, among keys whose name no key of another value shares (the launch takes key
+//!   *names*, so such a name could hand the machine the other key); a key merely named
+//!   like ours is never used, and the user's own key found by value is used and never
+//!   deleted. `create_shared` registers it (`POST /ssh-keys`) under
+//!   [`super::project_key_name`] with spaces for dashes (brevdev/cloud `instance.go`: "SSH
+//!   keys cannot contain punctuation other than spaces"), or the next free `<name> <n>`;
+//!   a 409 there is `Exists` (errors.rs: the description documents no error), so the core
+//!   observes again and adopts it. `delete_shared` is `DELETE /ssh-keys/{id}`, only for a
+//!   key of the derived name.
 //! - `prepare`: re-checks capacity (gone → `Unavailable`); resolves the image (`GET
 //!   /images`: the VM's `image` as an id or a name, else "Ubuntu Server 22.04 w/ drivers",
-//!   brevdev's default); finds the project key by name *and* value or registers it
-//!   ([`ensure_key`](MassedComputeProvider::ensure_key)). Returns `{"image_id",
+//!   brevdev's default); takes the shared key the core prepared (called alone, it finds
+//!   the key by name *and* value or registers it itself,
+//!   [`ensure_key`](MassedComputeProvider::ensure_key)). Returns `{"image_id",
 //!   "ssh_key_name"}`.
 //! - `create`: `POST /instance/launch` with `imageId`, `productName`, `regionName` (the
 //!   offer's region, `any` unless pinned), `instanceName` and `sshKeys` (key *names*, as
@@ -26,7 +39,8 @@
 //! - `observe`: `GET /instance`, kept by exact name; `terminated` / `deleted` are gone.
 //! - `delete`: `POST /instance/terminate` for the ids still listed (an unknown id is
 //!   success without a call; a 404 too). `cleanup` has nothing to do: instances have no
-//!   side resources, and the project key stays registered (the project's VMs share it).
+//!   side resources, and the project key is not the machine's (see `ssh_key` above: it
+//!   goes after the project's last machine).
 //!
 //! No boot script and no firewall API: the capabilities declare neither, so the k3s layer
 //! installs over SSH and reaches the API through `gpuprov tunnel` (a boot script in the
@@ -67,8 +81,12 @@ use super::kit::{self, gpu, Adapter, Auth, Call, Credential, Lookup, RestClient}
 use super::{
     object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
     InstanceStatus, Lineage, Location, Observations, Observed, Offer, ProviderError,
-    ResourceRequest, Result, SshEndpoint,
+    ResourceRequest, Result, SharedFound, SharedObject, SshEndpoint,
 };
+
+// The kind of the project key, the one shared object this cloud declares
+// (`shared::declared`): one per account.
+use super::shared::SSH_KEY as SSH_KEY_KIND;
 
 /// The cloud name.
 pub const CLOUD: &str = "massedcompute";
@@ -410,23 +428,7 @@ impl MassedComputeProvider {
     /// than spaces"), and the next free `<name> <n>` when another value holds it.
     async fn ensure_key(&self, public_key: &str) -> Result<String> {
         let base = project_key_name(self.settings.lineage.as_str(), public_key);
-        let list = || async {
-            let keys: SshKeys = self
-                .api
-                .get("/ssh-keys", &[], Call::other("list SSH keys"))
-                .await?;
-            let all = keys.ssh_keys;
-            Ok(all
-                .iter()
-                .map(|k| Listed {
-                    key: k.clone(),
-                    ambiguous: all.iter().any(|o| {
-                        o.name == k.name
-                            && keys::key_value(&o.public_key) != keys::key_value(&k.public_key)
-                    }),
-                })
-                .collect::<Vec<_>>())
-        };
+        let list = || self.listed_keys();
         let register = |listed: Vec<Listed>| {
             let taken = |n: &str| listed.iter().any(|l| l.key.name == n.replace('-', " "));
             let name = keys::free_name(&base, taken).replace('-', " ");
@@ -440,6 +442,7 @@ impl MassedComputeProvider {
                 let name = posted.ssh_key.and_then(|k| k.name).unwrap_or(name);
                 Ok(Registered::Key(Listed {
                     key: SshKey {
+                        id: String::new(),
                         name,
                         public_key: public_key.trim().to_string(),
                     },
@@ -449,6 +452,32 @@ impl MassedComputeProvider {
         };
         let key = keys::find_or_register(public_key, list, Listed::value, register).await?;
         Ok(key.key.name)
+    }
+
+    /// `GET /ssh-keys`: every key of the account, each marked ambiguous when a key of
+    /// another value has the same name.
+    async fn listed_keys(&self) -> Result<Vec<Listed>> {
+        let keys: SshKeys = self
+            .api
+            .get("/ssh-keys", &[], Call::other("list SSH keys"))
+            .await?;
+        let all = keys.ssh_keys;
+        Ok(all
+            .iter()
+            .map(|k| Listed {
+                key: k.clone(),
+                ambiguous: all.iter().any(|o| {
+                    o.name == k.name
+                        && keys::key_value(&o.public_key) != keys::key_value(&k.public_key)
+                }),
+            })
+            .collect())
+    }
+
+    /// The name gpuprov registers the project key under: [`project_key_name`] with spaces
+    /// for dashes (key names take no other punctuation).
+    fn key_base_name(&self, public_key: &str) -> String {
+        project_key_name(self.settings.lineage.as_str(), public_key).replace('-', " ")
     }
 }
 
@@ -480,7 +509,8 @@ impl CloudProvider for MassedComputeProvider {
     }
 
     /// Re-checks capacity for the offer (gone → `Unavailable`), resolves the image and
-    /// finds or registers the project key. Returns `{"image_id", "ssh_key_name"}`.
+    /// takes the shared key the core prepared (called alone: finds or registers it).
+    /// Returns `{"image_id", "ssh_key_name"}`.
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
         let region = &offer.location.region;
         let inventory = self.inventory().await?;
@@ -498,7 +528,11 @@ impl CloudProvider for MassedComputeProvider {
             ));
         }
         let image_id = self.image_id(spec.image.as_deref()).await?;
-        let key = self.ensure_key(&spec.ssh_public_key).await?;
+        let key = match spec.shared.get(SSH_KEY_KIND) {
+            Some(k) => k.name.clone(),
+            // Called outside the core (no shared objects prepared): find or register.
+            None => self.ensure_key(&spec.ssh_public_key).await?,
+        };
         Ok(json!({ "image_id": image_id, "ssh_key_name": key }))
     }
 
@@ -597,6 +631,75 @@ impl CloudProvider for MassedComputeProvider {
             Err(f) if f.is_not_found() => Ok(()),
             Err(f) => Err(self.api.fail(&f, Call::other("terminate instances"))),
         }
+    }
+
+    /// The project key among `GET /ssh-keys`, found by *value* (compared without the
+    /// comment) among keys whose name is not shared with another value, never by name;
+    /// `None` when there is none. Ours when it carries the derived name (or its `<n>`
+    /// suffix), else the user's own.
+    async fn observe_shared(
+        &self,
+        obj: &SharedObject,
+        public_key: &str,
+    ) -> Result<Option<SharedFound>> {
+        obj.expect(CLOUD, SSH_KEY_KIND)?;
+        let listed = self.listed_keys().await?;
+        let base = self.key_base_name(public_key);
+        Ok(
+            keys::find_by_value(&listed, public_key, Listed::value).map(|l| SharedFound {
+                id: l.key.id.clone(),
+                name: l.key.name.clone(),
+                ours: keys::is_derived_name(&l.key.name, &base, ' '),
+            }),
+        )
+    }
+
+    /// `POST /ssh-keys` `{name, publicKey}` under the derived name (spaces for dashes), or
+    /// the first free `<name> <n>` when any key holds it. A 409 is `Exists`: observed
+    /// again.
+    async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
+        obj.expect(CLOUD, SSH_KEY_KIND)?;
+        let listed = self.listed_keys().await?;
+        // Free among the listed names, compared as registered (spaces for dashes).
+        let base = project_key_name(self.settings.lineage.as_str(), public_key);
+        let taken = |n: &str| listed.iter().any(|l| l.key.name == n.replace('-', " "));
+        let name = keys::free_name(&base, taken).replace('-', " ");
+        let what = format!("register SSH key {name:?}");
+        let body = json!({ "name": name, "publicKey": public_key.trim() });
+        let call = Call::named(errors::REGISTER_KEY, &what);
+        let posted: PostedKey = self.api.post("/ssh-keys", &body, call).await?;
+        let item = posted.ssh_key.unwrap_or_default();
+        Ok(SharedFound {
+            // Without an id in the answer, the teardown takes it from the listing.
+            id: item.id.unwrap_or_default(),
+            name: item.name.filter(|n| !n.is_empty()).unwrap_or(name),
+            ours: true,
+        })
+    }
+
+    /// `DELETE /ssh-keys/{id}` (404 = already gone). Instances keep the key they were
+    /// launched with. Errors: a key listed without an id → `Failed` (it cannot be
+    /// named to the API).
+    async fn delete_shared(&self, obj: &SharedObject, found: &SharedFound) -> Result<()> {
+        obj.expect(CLOUD, SSH_KEY_KIND)?;
+        if found.id.trim().is_empty() {
+            return Err(ProviderError::new(
+                ErrorKind::Failed,
+                format!(
+                    "massedcompute: SSH key {:?} is listed without an id: delete it in the \
+                     console",
+                    found.name
+                ),
+            ));
+        }
+        let what = format!("delete SSH key {:?}", found.name);
+        self.api
+            .delete(
+                &format!("/ssh-keys/{}", found.id.trim()),
+                |f| f.is_not_found(),
+                Call::other(&what),
+            )
+            .await
     }
 
     /// Nothing to delete: instances have no side resources, and the project key is shared

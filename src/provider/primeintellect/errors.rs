@@ -16,6 +16,9 @@ use crate::provider::{cause, ErrorKind};
 
 /// The call name of a pod create (its capacity phrases count only there).
 pub const CREATE: &str = "create";
+/// The call name of the project key's upload by its shared node (`create_shared`): a
+/// refusal there means the key exists.
+pub const REGISTER_KEY: &str = "register_key";
 
 /// A create refused for lack of stock, in the vendor's words.
 const NO_CAPACITY: &[&str] = &[
@@ -32,6 +35,12 @@ const CHECK_KEY: &str =
 
 /// The vendor's table, first match wins (the kit's defaults follow it).
 const RULES: &[Rule] = &[
+    // A key upload refused: the description gives `POST /api/v1/ssh_keys/` no conflict
+    // answer, only 401 and the 422 `ErrorResponse` (SOURCES.md: the vendor CLI has no
+    // ssh-key client to say more), so the documented 422 is taken to mean the key (or
+    // its name) exists: the shared node observes again and adopts it by value. A really
+    // invalid key is not found either and ends `Failed` after the node's retries.
+    Rule::status(422, ErrorKind::Exists).on(REGISTER_KEY),
     Rule::status(422, ErrorKind::InvalidRequest)
         .help("the API refused the request as invalid (FastAPI validation)"),
     Rule::status(402, ErrorKind::Credentials).help("add funds to the Prime Intellect wallet"),
@@ -128,6 +137,11 @@ mod tests {
         // The description's own 422 shape.
         let errors = r#"{"errors":[{"param":"gpu_count","details":"must be positive"}]}"#;
         assert_eq!(kind(422, errors, "other"), ErrorKind::InvalidRequest);
+        // Only the shared node's key upload reads a 422 as "it exists".
+        let taken = r#"{"errors":[{"param":"publicKey","details":"already exists"}]}"#;
+        assert_eq!(kind(422, taken, REGISTER_KEY), ErrorKind::Exists);
+        assert_eq!(kind(422, taken, "other"), ErrorKind::InvalidRequest);
+        assert_eq!(kind(401, "{}", REGISTER_KEY), ErrorKind::Credentials);
         assert_eq!(
             decode(422, None, errors).1,
             "HTTP 422: gpu_count: must be positive"

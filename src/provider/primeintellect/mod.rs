@@ -14,9 +14,20 @@
 //!   `communityPrice` on the community cloud (the CLI shows either as the price of the
 //!   configuration "`<count>x <gpu>`"). EUR prices are not offered. Spot asks see only
 //!   `isSpot` configurations, others none of them.
+//! - Shared object `ssh_key` (one per account, [`super::shared`]: keys belong to the user
+//!   the API key authenticates, `APISSHKeyConfig.userId`, with no team or region, and a
+//!   pod names any of them by `sshKeyId`): `observe_shared` finds the project key among
+//!   `GET /api/v1/ssh_keys/` (offset pages) by its public key *value* (a key merely named
+//!   like ours is never used; the user's own key found by value is used and never
+//!   deleted); `create_shared` uploads it (`POST /api/v1/ssh_keys/`) under
+//!   [`super::project_key_name`], or the next free `-<n>` when a key of another value
+//!   holds that name; a 422 there is `Exists` (errors.rs: the description gives no
+//!   conflict answer), so the core observes again and adopts it; `delete_shared` is
+//!   `DELETE /api/v1/ssh_keys/{id}`, only for a key of the derived name.
 //! - `prepare`: re-validates the offer (the same query narrowed to its `cloud_id` and
-//!   `data_center_id`; gone or `Unavailable` → `Unavailable`), then finds the project key
-//!   by value among `GET /api/v1/ssh_keys/` or uploads it. Returns `{"ssh_key_id"}`.
+//!   `data_center_id`; gone or `Unavailable` → `Unavailable`), then takes the shared key
+//!   the core prepared (called alone, it finds the key by value or uploads it itself).
+//!   Returns `{"ssh_key_id"}`.
 //! - `create`: `POST /api/v1/pods/` with the offer's `cloudId`, `gpuType`, `socket`,
 //!   `gpuCount`, `dataCenterId`, `security`, the provider type and `sshKeyId`. Pods have
 //!   no tags and the pod listing does not say where a pod runs, so the identity is the
@@ -29,7 +40,8 @@
 //!   or a bare `<host>` ([`ssh_endpoint`]). Until it appears the pod is reported without an
 //!   endpoint and the core keeps waiting; an answer that cannot be read is `Failed`.
 //! - `delete`: `DELETE /api/v1/pods/{id}` for the ids still listed (404 is success).
-//!   `cleanup` has nothing to do (the project key is shared by the project's pods).
+//!   `cleanup` has nothing to do (the project key is not the pod's, see `ssh_key` above:
+//!   it goes after the project's last pod).
 //!
 //! No boot script and no firewall API: the capabilities declare neither, so the k3s layer
 //! installs over SSH and reaches the API through `gpuprov tunnel` (the cluster access mode
@@ -67,8 +79,12 @@ use super::kit::{self, gpu, Adapter, Auth, Call, Credential, Lookup, RestClient,
 use super::{
     project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
     InstanceStatus, Lineage, Location, Observations, Observed, Offer, ProviderError,
-    ResourceRequest, Result, Secret, SshEndpoint,
+    ResourceRequest, Result, Secret, SharedFound, SharedObject, SshEndpoint,
 };
+
+// The kind of the project key, the one shared object this cloud declares
+// (`shared::declared`): one per account.
+use super::shared::SSH_KEY as SSH_KEY_KIND;
 
 /// The cloud name.
 pub const CLOUD: &str = "primeintellect";
@@ -557,24 +573,7 @@ impl PrimeIntellectProvider {
     /// of another value holds it) when there is none.
     async fn ensure_key(&self, public_key: &str) -> Result<String> {
         let base = project_key_name(self.settings.lineage.as_str(), public_key);
-        let list = || async {
-            paginate::all_pages("primeintellect: list SSH keys", |c| {
-                let page = page_number(&c);
-                let query = [
-                    ("offset", ((page - 1) * PAGE_SIZE).to_string()),
-                    ("limit", PAGE_SIZE.to_string()),
-                ];
-                async move {
-                    let k: SshKeys = self
-                        .api
-                        .get("/api/v1/ssh_keys/", &query, Call::other("list SSH keys"))
-                        .await?;
-                    let next = next_page(page, k.data.len(), k.total_count);
-                    Ok((k.data, next))
-                }
-            })
-            .await
-        };
+        let list = || self.ssh_keys();
         let register = |listed: Vec<SshKey>| {
             let name = keys::free_name(&base, |n| listed.iter().any(|k| k.name == n));
             async move {
@@ -590,6 +589,38 @@ impl PrimeIntellectProvider {
         let key =
             keys::find_or_register(public_key, list, |k: &SshKey| &k.public_key, register).await?;
         Ok(key.id)
+    }
+
+    /// Every SSH key of the account (offset pages of [`PAGE_SIZE`]).
+    async fn ssh_keys(&self) -> Result<Vec<SshKey>> {
+        paginate::all_pages("primeintellect: list SSH keys", |c| {
+            let page = page_number(&c);
+            let query = [
+                ("offset", ((page - 1) * PAGE_SIZE).to_string()),
+                ("limit", PAGE_SIZE.to_string()),
+            ];
+            async move {
+                let k: SshKeys = self
+                    .api
+                    .get("/api/v1/ssh_keys/", &query, Call::other("list SSH keys"))
+                    .await?;
+                let next = next_page(page, k.data.len(), k.total_count);
+                Ok((k.data, next))
+            }
+        })
+        .await
+    }
+
+    /// A listed key as a shared object: ours when it carries the name gpuprov derives
+    /// ([`project_key_name`], or that name with the `-<n>` of a taken name), else the
+    /// user's own (used, never deleted).
+    fn shared_key(&self, k: &SshKey, public_key: &str) -> SharedFound {
+        let base = project_key_name(self.settings.lineage.as_str(), public_key);
+        SharedFound {
+            id: k.id.clone(),
+            name: k.name.clone(),
+            ours: keys::is_derived_name(&k.name, &base, '-'),
+        }
     }
 
     /// The pod name of `vm_name` in data centre `region`.
@@ -645,8 +676,9 @@ impl CloudProvider for PrimeIntellectProvider {
         Ok(offers_for(&items, req))
     }
 
-    /// Re-validates the offer (gone or out of stock → `Unavailable`), then finds or
-    /// uploads the project key. Returns `{"ssh_key_id"}`.
+    /// Re-validates the offer (gone or out of stock → `Unavailable`), then takes the shared
+    /// key the core prepared (called alone: finds or uploads it). Returns
+    /// `{"ssh_key_id"}`.
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
         let cloud_id = detail(offer, "cloud_id")?;
         let mut filters = Self::filters(offer.gpu_count);
@@ -668,7 +700,11 @@ impl CloudProvider for PrimeIntellectProvider {
                 ),
             ));
         }
-        let key = self.ensure_key(&spec.ssh_public_key).await?;
+        let key = match spec.shared.get(SSH_KEY_KIND) {
+            Some(k) => k.id.clone(),
+            // Called outside the core (no shared objects prepared): find or upload.
+            None => self.ensure_key(&spec.ssh_public_key).await?,
+        };
         Ok(json!({ "ssh_key_id": key }))
     }
 
@@ -754,6 +790,52 @@ impl CloudProvider for PrimeIntellectProvider {
             }
         }
         Ok(())
+    }
+
+    /// The project key among `GET /api/v1/ssh_keys/` (every page), found by *value*
+    /// (compared without the comment), never by name; `None` when it is not there.
+    async fn observe_shared(
+        &self,
+        obj: &SharedObject,
+        public_key: &str,
+    ) -> Result<Option<SharedFound>> {
+        obj.expect(CLOUD, SSH_KEY_KIND)?;
+        let listed = self.ssh_keys().await?;
+        Ok(keys::find_by_value(&listed, public_key, |k| &k.public_key)
+            .map(|k| self.shared_key(k, public_key)))
+    }
+
+    /// `POST /api/v1/ssh_keys/` `{name, publicKey}` under [`project_key_name`], or the
+    /// first free `-<n>` when a key of another value holds it. A 422 (the description's
+    /// only refusal) is `Exists`: observed again.
+    async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
+        obj.expect(CLOUD, SSH_KEY_KIND)?;
+        let listed = self.ssh_keys().await?;
+        let base = project_key_name(self.settings.lineage.as_str(), public_key);
+        let name = keys::free_name(&base, |n| listed.iter().any(|k| k.name == n));
+        let what = format!("upload SSH key {name}");
+        let body = json!({ "name": name, "publicKey": public_key.trim() });
+        let call = Call::named(errors::REGISTER_KEY, &what);
+        let k: SshKey = self.api.post("/api/v1/ssh_keys/", &body, call).await?;
+        Ok(SharedFound {
+            id: k.id,
+            name: if k.name.is_empty() { name } else { k.name },
+            ours: true,
+        })
+    }
+
+    /// `DELETE /api/v1/ssh_keys/{id}` (404 = already gone). Pods keep the key they were
+    /// created with.
+    async fn delete_shared(&self, obj: &SharedObject, found: &SharedFound) -> Result<()> {
+        obj.expect(CLOUD, SSH_KEY_KIND)?;
+        let what = format!("delete SSH key {}", found.name);
+        self.api
+            .delete(
+                &format!("/api/v1/ssh_keys/{}", found.id),
+                |f| f.is_not_found(),
+                Call::other(&what),
+            )
+            .await
     }
 
     /// Nothing to delete: pods have no side resources here, and the project key is shared

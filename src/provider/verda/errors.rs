@@ -24,6 +24,9 @@ use crate::provider::{cause, ErrorKind};
 pub const CREATE: &str = "create";
 /// The call name of a teardown action (its "still provisioning" refusal is transient).
 pub const DELETE: &str = "delete";
+/// The call name of the project key's registration by its shared node (`create_shared`):
+/// a refusal there means the key exists.
+pub const REGISTER_KEY: &str = "register_key";
 
 /// `invalid_request` (400).
 pub const INVALID_REQUEST: &str = "invalid_request";
@@ -78,6 +81,12 @@ const RULES: &[Rule] = &[
     Rule::code("*", ErrorKind::Capacity)
         .phrases(NO_CAPACITY)
         .on(CREATE),
+    // A key registration refused: the description gives no conflict body for
+    // `POST /sshkeys` (only the `{code, message}` envelope, whose codes include no
+    // conflict), so the documented refusal, `invalid_request`, is taken to mean the key
+    // (or its name) exists: the shared node observes again and adopts it by value. A
+    // really invalid key is not found either and ends `Failed` after the node's retries.
+    Rule::code(INVALID_REQUEST, ErrorKind::Exists).on(REGISTER_KEY),
     Rule::code(NOT_FOUND, ErrorKind::InvalidRequest),
     Rule::code(INVALID_REQUEST, ErrorKind::InvalidRequest),
 ];
@@ -176,6 +185,19 @@ mod tests {
             InvalidRequest
         );
         assert_eq!(kind(409, "", "something new", CREATE), Failed);
+        // A key registration refused by the shared node: it exists (observed again).
+        assert_eq!(
+            kind(400, INVALID_REQUEST, "Key already exists", REGISTER_KEY),
+            Exists
+        );
+        assert_eq!(
+            kind(400, INVALID_REQUEST, "Key already exists", "other"),
+            InvalidRequest
+        );
+        assert_eq!(
+            kind(401, UNAUTHORIZED, "Bad token", REGISTER_KEY),
+            Credentials
+        );
         let f = Failure::http(400, None, "HTTP 400 (text/html): no capacity");
         assert_eq!(
             CLASSIFIER.classify(&f, Call::named(CREATE, "x"), []).kind,

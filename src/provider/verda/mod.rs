@@ -10,11 +10,20 @@
 //!   `model`, exact `gpu.number_of_gpus`) and location listing it as available: region =
 //!   the location code (`FIN-01`), id `verda/<location>/<type>` (`…/spot` for spot), price
 //!   `price_per_hour` (or `spot_price`) USD per hour for the whole instance.
+//! - Shared object `ssh_key` (one per account, [`super::shared`]: `GET /sshkeys` lists the
+//!   account's keys, and an instance names any of them by id): `observe_shared` finds the
+//!   project key among `GET /sshkeys` by its public key *value* (a key merely named like
+//!   ours is never used; the user's own key found by value is used and never deleted);
+//!   `create_shared` registers it (`POST /sshkeys`, the id answered as plain text) under
+//!   [`super::project_key_name`], or the next free `-<n>` when a key of another value
+//!   holds that name; a refusal there is `Exists` (errors.rs: the description gives no
+//!   conflict body), so the core observes again and adopts it; `delete_shared` is
+//!   `DELETE /sshkeys/{id}`, only for a key of the derived name.
 //! - `prepare`: re-checks the type in the location (`GET /instance-availability/{type}`;
 //!   `false` → `Unavailable`); picks the image (`GET /images?instance_type=`: the VM's
-//!   `image` by image type or id, else the newest Ubuntu + CUDA + Docker one); finds the
-//!   project key by value among `GET /sshkeys` or registers it (`POST /sshkeys`, the id
-//!   answered as plain text); and, when the spec has a boot script, finds or creates the
+//!   `image` by image type or id, else the newest Ubuntu + CUDA + Docker one); takes the
+//!   shared key the core prepared (called alone, it finds the key by value or registers
+//!   it itself, as above); and, when the spec has a boot script, finds or creates the
 //!   startup script holding its shell form ([`BootScript::to_shell`]), named
 //!   `gpuprov-<vm>-<lineage8>-<location>-<sha8 of the text>`. Returns `{"image",
 //!   "ssh_key_id", "startup_script_id"?}`.
@@ -39,7 +48,8 @@
 //!   (success). A 207's per-instance errors are judged the same way.
 //! - `cleanup`: deletes the VM's startup scripts of the location (`DELETE /scripts/{id}`)
 //!   and any of its OS volumes left there (`DELETE /volumes/{id}` with `is_permanent`;
-//!   still attached → `InUse`). The project key stays registered.
+//!   still attached → `InUse`). The project key is not the machine's (see `ssh_key`
+//!   above): it goes after the project's last machine.
 //!
 //! No firewall API: the capabilities declare none, so the k3s API is reached through
 //! `gpuprov tunnel` and `spec.ports` is not applied.
@@ -84,8 +94,12 @@ use super::kit::{self, gpu, Adapter, Auth, Call, Credential, Failure, Lookup, Re
 use super::{
     object_name, project_key_name, BootScript, Capabilities, CloudProvider, ErrorKind, Feature,
     InstanceSpec, InstanceStatus, Lineage, Location, Observations, Observed, Offer, ProviderError,
-    ResourceRequest, Result, Secret, IDENTITY_LABEL, LINEAGE_LABEL,
+    ResourceRequest, Result, Secret, SharedFound, SharedObject, IDENTITY_LABEL, LINEAGE_LABEL,
 };
+
+// The kind of the project key, the one shared object this cloud declares
+// (`shared::declared`): one per account.
+use super::shared::SSH_KEY as SSH_KEY_KIND;
 
 /// The cloud name.
 pub const CLOUD: &str = "verda";
@@ -530,7 +544,7 @@ impl VerdaProvider {
     /// key of another value holds it) when there is none.
     async fn ensure_key(&self, public_key: &str) -> Result<String> {
         let base = project_key_name(self.settings.lineage.as_str(), public_key);
-        let list = || self.api.get("/sshkeys", &[], Call::other("list SSH keys"));
+        let list = || self.ssh_keys();
         let register = |listed: Vec<SshKey>| {
             let name = keys::free_name(&base, |n| listed.iter().any(|k| k.name == n));
             async move {
@@ -552,6 +566,25 @@ impl VerdaProvider {
         };
         let key = keys::find_or_register(public_key, list, |k: &SshKey| &k.key, register).await?;
         Ok(key.id)
+    }
+
+    /// `GET /sshkeys`: every key of the account (the API does not page it).
+    async fn ssh_keys(&self) -> Result<Vec<SshKey>> {
+        self.api
+            .get("/sshkeys", &[], Call::other("list SSH keys"))
+            .await
+    }
+
+    /// A listed key as a shared object: ours when it carries the name gpuprov derives
+    /// ([`project_key_name`], or that name with the `-<n>` of a taken name), else the
+    /// user's own (used, never deleted).
+    fn shared_key(&self, k: &SshKey, public_key: &str) -> SharedFound {
+        let base = project_key_name(self.settings.lineage.as_str(), public_key);
+        SharedFound {
+            id: k.id.clone(),
+            name: k.name.clone(),
+            ours: keys::is_derived_name(&k.name, &base, '-'),
+        }
     }
 
     /// The id of the VM's startup script in `location` holding `boot`'s shell form, created
@@ -667,9 +700,10 @@ impl CloudProvider for VerdaProvider {
         Ok(offers_for(&types, &avail, req))
     }
 
-    /// Re-checks availability (gone → `Unavailable`), picks the image, finds or registers
-    /// the key and, with a boot script, finds or creates its startup script. Returns
-    /// `{"image", "ssh_key_id", "startup_script_id"?}`.
+    /// Re-checks availability (gone → `Unavailable`), picks the image, takes the shared
+    /// key the core prepared (called alone: finds or registers it) and, with a boot
+    /// script, finds or creates its startup script. Returns `{"image", "ssh_key_id",
+    /// "startup_script_id"?}`.
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
         let location = &offer.location.region;
         let ty = &offer.instance_type;
@@ -688,7 +722,11 @@ impl CloudProvider for VerdaProvider {
             ));
         }
         let image = self.pick_image(ty, spec.image.as_deref()).await?;
-        let key = self.ensure_key(&spec.ssh_public_key).await?;
+        let key = match spec.shared.get(SSH_KEY_KIND) {
+            Some(k) => k.id.clone(),
+            // Called outside the core (no shared objects prepared): find or register.
+            None => self.ensure_key(&spec.ssh_public_key).await?,
+        };
         let mut out = json!({ "image": image, "ssh_key_id": key });
         if let Some(boot) = &spec.boot_script {
             out["startup_script_id"] =
@@ -800,8 +838,62 @@ impl CloudProvider for VerdaProvider {
         Ok(())
     }
 
+    /// The project key among `GET /sshkeys`, found by *value* (compared without the
+    /// comment), never by name; `None` when it is not registered.
+    async fn observe_shared(
+        &self,
+        obj: &SharedObject,
+        public_key: &str,
+    ) -> Result<Option<SharedFound>> {
+        obj.expect(CLOUD, SSH_KEY_KIND)?;
+        let listed = self.ssh_keys().await?;
+        Ok(keys::find_by_value(&listed, public_key, |k| &k.key)
+            .map(|k| self.shared_key(k, public_key)))
+    }
+
+    /// `POST /sshkeys` `{name, key}` under [`project_key_name`], or the first free `-<n>`
+    /// when a key of another value holds it; the answer is the new id as plain text. A
+    /// refusal (`invalid_request`: the description has no conflict answer) is `Exists`:
+    /// observed again.
+    async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
+        obj.expect(CLOUD, SSH_KEY_KIND)?;
+        let listed = self.ssh_keys().await?;
+        let base = project_key_name(self.settings.lineage.as_str(), public_key);
+        let name = keys::free_name(&base, |n| listed.iter().any(|k| k.name == n));
+        let what = format!("register SSH key {name}");
+        let body = json!({ "name": name, "key": public_key.trim() });
+        let call = Call::named(errors::REGISTER_KEY, &what);
+        let v: Value = self.api.post("/sshkeys", &body, call).await?;
+        let id = id_of(&v).ok_or_else(|| {
+            ProviderError::new(
+                ErrorKind::Failed,
+                format!("verda {what}: no key id in the answer"),
+            )
+        })?;
+        Ok(SharedFound {
+            id,
+            name,
+            ours: true,
+        })
+    }
+
+    /// `DELETE /sshkeys/{id}` (`not_found` = already gone). Instances keep the key they
+    /// were created with.
+    async fn delete_shared(&self, obj: &SharedObject, found: &SharedFound) -> Result<()> {
+        obj.expect(CLOUD, SSH_KEY_KIND)?;
+        let what = format!("delete SSH key {}", found.name);
+        self.api
+            .delete(
+                &format!("/sshkeys/{}", found.id),
+                errors::is_gone,
+                Call::other(&what),
+            )
+            .await
+    }
+
     /// Deletes the VM's startup scripts of `at.region` and its OS volumes left there (not
-    /// found → success; a volume still attached → `InUse`).
+    /// found → success; a volume still attached → `InUse`). The project key stays: it is
+    /// shared by the project's VMs.
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<()> {
         if at.cloud != CLOUD {
             return Ok(());

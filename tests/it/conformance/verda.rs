@@ -125,7 +125,8 @@ impl Cloud for VerdaCloud {
             cb["description"],
             format!("gpuprov-vm-name=trainer gpuprov-lineage={LINEAGE}")
         );
-        assert_eq!(cb["ssh_key_ids"], json!(["key-1"]));
+        let key = self.fake.world.lock().unwrap().keys[0]["id"].clone();
+        assert_eq!(cb["ssh_key_ids"], json!([key]), "the registered key");
         assert_eq!(cb["startup_script_id"], json!(null), "no boot script asked");
         assert_eq!(
             self.fake.grants(),

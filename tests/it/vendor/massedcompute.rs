@@ -230,10 +230,21 @@ impl Fake {
         ));
         route!("POST", "^/api/v1/ssh-keys$", |w, r| {
             let b = r.body.clone().unwrap_or_default();
-            let id = format!("k{}", w.keys.len() + 1);
+            w.next += 1;
+            let id = format!("key-{}", w.next);
             w.keys
                 .push(json!({"id": id, "name": b["name"], "public_key": b["publicKey"]}));
             Canned::ok(json!({"sshKey": {"id": id, "name": b["name"]}}))
+        });
+        route!("DELETE", "^/api/v1/ssh-keys/[^/]+$", |w, r| {
+            let id = r.path.rsplit('/').next().unwrap_or_default().to_string();
+            let before = w.keys.len();
+            w.keys.retain(|k| k["id"] != id.as_str());
+            if w.keys.len() == before {
+                Canned::status(404, json!({"message": "SSH key not found"}))
+            } else {
+                Canned::ok(json!({"result": {}}))
+            }
         });
         route!("GET", "^/api/v1/instance$", |w, _r| w.list());
         route!("POST", "^/api/v1/instance/launch$", |w, r| {
@@ -445,6 +456,49 @@ async fn a_same_named_key_with_another_value_is_never_trusted() {
     let id = p.create(o, &again, &spec_of("trainer")).await.unwrap();
     assert_eq!(fake.launches()[0]["sshKeys"], json!([format!("{name} 2")]));
     assert!(id.starts_with("8b52a46b-"), "{id}");
+    fake.server.verify();
+}
+
+/// The shared node's calls hold the same rules as `prepare`: a key of our name with
+/// another value, and our value under a name another value shares, are never taken;
+/// the key registered under the next free name is ours (deleted), the user's is not.
+#[tokio::test]
+async fn the_shared_key_is_found_by_value_under_an_unambiguous_name_only() {
+    use gpuprov::provider::SharedObject;
+    let name = project_key_name(LINEAGE, PUBKEY).replace('-', " ");
+    let mut w = h100_world();
+    w.keys = vec![
+        json!({"id": "k1", "name": name, "public_key": "ssh-ed25519 AAAAC3NzaOtherValue x"}),
+        json!({"id": "k2", "name": "laptop", "public_key": format!("{} me@laptop", drive_key())}),
+        json!({"id": "k3", "name": "laptop", "public_key": "ssh-ed25519 AAAAC3NzaSomeoneElse y"}),
+    ];
+    let fake = Fake::start(w).await;
+    let p = fake.provider();
+    let obj = SharedObject {
+        cloud: "massedcompute".into(),
+        kind: "ssh_key".into(),
+        region: None,
+    };
+    assert_eq!(p.observe_shared(&obj, PUBKEY).await.unwrap(), None);
+    let made = p.create_shared(&obj, PUBKEY).await.unwrap();
+    assert_eq!(made.name, format!("{name} 2"));
+    assert!(made.ours);
+    let seen = p.observe_shared(&obj, PUBKEY).await.unwrap().unwrap();
+    assert_eq!((seen.name.as_str(), seen.ours), (made.name.as_str(), true));
+    assert_eq!(seen.id, made.id);
+    p.delete_shared(&obj, &seen).await.unwrap();
+    assert_eq!(p.observe_shared(&obj, PUBKEY).await.unwrap(), None);
+    assert_eq!(
+        fake.world.lock().unwrap().keys.len(),
+        3,
+        "the others untouched"
+    );
+    // Deleted already: success.
+    p.delete_shared(&obj, &seen).await.unwrap();
+    // The user's own key under an unambiguous name: used, not ours.
+    fake.world.lock().unwrap().keys.remove(2);
+    let users = p.observe_shared(&obj, PUBKEY).await.unwrap().unwrap();
+    assert_eq!((users.name.as_str(), users.ours), ("laptop", false));
     fake.server.verify();
 }
 

@@ -269,10 +269,21 @@ impl Fake {
         });
         route!("POST", "^/api/v1/ssh_keys/$", |w, r| {
             let b = r.body.clone().unwrap_or_default();
-            let k = json!({"id": format!("key-{}", w.keys.len() + 1), "userId": "u-1", "name": b["name"],
+            w.next += 1;
+            let k = json!({"id": format!("key-{}", w.next), "userId": "u-1", "name": b["name"],
                            "publicKey": b["publicKey"], "isPrimary": false, "isUserKey": true});
             w.keys.push(k.clone());
             Canned::ok(k)
+        });
+        route!("DELETE", "^/api/v1/ssh_keys/[^/]+$", |w, r| {
+            let id = r.path.rsplit('/').next().unwrap_or_default().to_string();
+            let before = w.keys.len();
+            w.keys.retain(|k| k["id"] != id.as_str());
+            if w.keys.len() == before {
+                Canned::status(404, detail("SSH key not found"))
+            } else {
+                Canned::ok(json!({}))
+            }
         });
         route!("GET", "^/api/v1/pods/$", |w, r| w.list(r));
         route!("POST", "^/api/v1/pods/$", |w, r| w

@@ -391,10 +391,21 @@ impl Fake {
         route!("GET", "^/v1/sshkeys$", |w, _r| Canned::ok(json!(w.keys)));
         route!("POST", "^/v1/sshkeys$", |w, r| {
             let b = r.body.clone().unwrap_or_default();
-            let id = format!("key-{}", w.keys.len() + 1);
+            w.next += 1;
+            let id = format!("key-{}", w.next);
             w.keys
                 .push(json!({"id": id, "name": b["name"], "key": b["key"]}));
             Canned::text(201, &id)
+        });
+        route!("DELETE", "^/v1/sshkeys/[^/]+$", |w, r| {
+            let id = r.path.rsplit('/').next().unwrap_or_default().to_string();
+            let before = w.keys.len();
+            w.keys.retain(|k| k["id"] != id.as_str());
+            if w.keys.len() == before {
+                Canned::status(404, err("not_found", "SSH key not found"))
+            } else {
+                Canned::empty(204)
+            }
         });
         route!("GET", "^/v1/scripts$", |w, _r| Canned::ok(json!(w.scripts)));
         route!("POST", "^/v1/scripts$", |w, r| {
