@@ -28,13 +28,16 @@ use crate::provider::{
     Offer, ProviderError, RateLimit, ResourceRequest, Result,
 };
 
-/// The least time the limiter adds to every declared window, for clock and network
-/// jitter between this process and the vendor's counter (a request admitted exactly one
-/// window after another may arrive a little earlier, relative to it, than it was sent).
-pub const MIN_MARGIN: Duration = Duration::from_millis(20);
+/// The least time the limiter adds to every declared window. The vendor counts requests
+/// when they arrive, not when gpuprov sends them: a request that had to open its
+/// connection first (DNS, TCP and TLS handshakes, 100–300 ms to a distant API) arrives
+/// that much later than one sent a window after it on a pooled connection, which would
+/// put both in one window at the vendor.
+pub const MIN_MARGIN: Duration = Duration::from_millis(250);
 
 /// The window the limiter keeps for a declared window `per`: `per` plus 1 % of it, at
-/// least [`MIN_MARGIN`] more.
+/// least [`MIN_MARGIN`] more (a declared 1 request/s is kept as one per 1.25 s; 250 a
+/// minute as 250 per 60.6 s).
 pub fn kept_window(per: Duration) -> Duration {
     per + (per / 100).max(MIN_MARGIN)
 }
@@ -353,7 +356,7 @@ mod tests {
         assert!((times[5] - kept).abs() < 1e-9, "{times:?}");
         assert!((times[22] - 4.0 * kept).abs() < 1e-9, "{times:?}");
         // Not slower than the declared rate needs (the margin aside).
-        assert!(times[22] <= 4.0 * 1.02 + 1e-9, "{times:?}");
+        assert!(times[22] <= 4.0 * secs(Duration::from_secs(1) + MIN_MARGIN) + 1e-9, "{times:?}");
     }
 
     #[tokio::test(start_paused = true)]
@@ -384,7 +387,7 @@ mod tests {
         assert!(launches[2] >= 24.0, "{launches:?}");
         // Reads wait only for their own limit, never for the queued launches.
         assert_eq!(violations(&read_times, &reads), 0, "{read_times:?}");
-        assert!(read_times[11] < 2.1, "{read_times:?}");
+        assert!(read_times[11] <= 2.0 * kept_window(Duration::from_secs(1)).as_secs_f64(), "{read_times:?}");
         // A class no limit covers is never held.
         assert!(other.iter().all(|t| *t == 0.0), "{other:?}");
 

@@ -1601,6 +1601,12 @@ async fn a_fleet_apply_never_exceeds_the_declared_rates_at_the_server() {
     );
     let (limited, took) = run(limits.clone()).await;
     let (over_all, over_launch, requests) = measure(&limited.server);
+    if over_all > 0 {
+        let timed = limited.server.requests_timed();
+        for (t, r) in &timed {
+            eprintln!("{:.3} {} {}", t.duration_since(timed[0].0).as_secs_f64(), r.method, r.path);
+        }
+    }
     assert_eq!((over_all, over_launch), (0, 0), "{requests} requests in {took:?}");
     // The limits bound: N launches at 2 a second take at least (N/2 − 1) s.
     assert!(took >= Duration::from_secs((N / 2 - 1) as u64), "{took:?}");
