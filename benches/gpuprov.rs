@@ -46,8 +46,7 @@ use gpuprov::machine::{CancelToken, Executor};
 use gpuprov::plan;
 use gpuprov::provider::fake::{FakeConnector, FakeProvider, Op};
 use gpuprov::provider::{
-    Capabilities, EndpointClass, ErrorKind, Location, Offer, ProviderError, RateLimit,
-    SshEndpoint,
+    Capabilities, EndpointClass, ErrorKind, Location, Offer, ProviderError, RateLimit, SshEndpoint,
 };
 use gpuprov::ssh::HostKey;
 use gpuprov::state::{JournalOp, MachineRecord, ResourceRecord, StateFile, StateStore};

@@ -24,8 +24,8 @@ use tokio::sync::{Mutex, Semaphore};
 use tokio::time::Instant;
 
 use crate::provider::{
-    Admission, Capabilities, CloudProvider, EndpointClass, InstanceSpec, Location, Observed,
-    Offer, ProviderError, RateLimit, ResourceRequest, Result,
+    Admission, Capabilities, CloudProvider, EndpointClass, InstanceSpec, Location, Observed, Offer,
+    ProviderError, RateLimit, ResourceRequest, Result,
 };
 
 /// The least time the limiter adds to every declared window. The vendor counts requests
@@ -51,23 +51,46 @@ pub fn kept_window(per: Duration) -> Duration {
 ///
 /// Waiters queue per endpoint class in arrival order (tokio's fair mutex), so a class
 /// whose own limit is exhausted (launches) never holds back another class (reads),
-/// and a request of one class waits only for the limits that cover it.
+/// and a request of one class waits only for the limits that cover it. On a limit that
+/// also covers launches, a queued launch keeps the slot it is due to take.
 pub struct RateLimiter {
     limits: Vec<RateLimit>,
     /// Per limit, the admission times still in its window (oldest first, at most
-    /// `requests`).
-    sent: std::sync::Mutex<Vec<VecDeque<Instant>>>,
+    /// `requests`), and the launches queued at the head of their class.
+    sent: std::sync::Mutex<Sent>,
     /// One waiter per class at a time, first come first served.
     turns: [Mutex<()>; 3],
 }
 
+struct Sent {
+    logs: Vec<VecDeque<Instant>>,
+    /// Launch waiters at the head of their queue (0 or 1; a counter so that a dropped
+    /// waiter's guard can leave it right).
+    launches_waiting: usize,
+}
+
+/// Counts a launch at the head of its queue while it lives.
+struct LaunchWaiting<'a>(&'a RateLimiter);
+
+impl Drop for LaunchWaiting<'_> {
+    fn drop(&mut self) {
+        self.0.lock().launches_waiting -= 1;
+    }
+}
+
+/// How long a request that gave way to a queued launch waits after the launch's turn.
+const AFTER_LAUNCH: Duration = Duration::from_millis(1);
+
 impl RateLimiter {
     /// A limiter of `limits` (a limit of 0 requests is taken as 1: it would block forever).
     pub fn new(limits: Vec<RateLimit>) -> RateLimiter {
-        let sent = limits.iter().map(|_| VecDeque::new()).collect();
+        let logs = limits.iter().map(|_| VecDeque::new()).collect();
         RateLimiter {
             limits,
-            sent: std::sync::Mutex::new(sent),
+            sent: std::sync::Mutex::new(Sent {
+                logs,
+                launches_waiting: 0,
+            }),
             turns: [Mutex::new(()), Mutex::new(()), Mutex::new(())],
         }
     }
@@ -77,22 +100,50 @@ impl RateLimiter {
         &self.limits
     }
 
-    /// Counts the request now if every limit covering `class` allows it; else the
-    /// earliest instant one may.
-    fn try_admit(&self, class: EndpointClass) -> Option<Instant> {
-        let mut sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
+    fn lock(&self) -> std::sync::MutexGuard<'_, Sent> {
+        self.sent.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The earliest instant, `now` or later, at which every limit covering `class`
+    /// allows one more request.
+    fn ready_at(&self, logs: &[VecDeque<Instant>], class: EndpointClass, now: Instant) -> Instant {
         let mut ready = now;
-        for (limit, log) in self.limits.iter().zip(sent.iter()) {
+        for (limit, log) in self.limits.iter().zip(logs) {
             let n = limit.requests.max(1) as usize;
             if limit.covers(class) && log.len() >= n {
                 ready = ready.max(log[log.len() - n] + kept_window(limit.per));
             }
         }
+        ready
+    }
+
+    /// Counts the request now if every limit covering `class` allows it and it takes no
+    /// slot a queued launch is due to take; else the earliest instant to try again.
+    /// Launches go first on the limits they share with other requests (Lambda's general
+    /// 1 request/s): a launch comes once per 12 s there, and a poll that took its slot
+    /// would delay it by a whole window, while the poll loses at most that.
+    fn try_admit(&self, class: EndpointClass) -> Option<Instant> {
+        let mut sent = self.lock();
+        let now = Instant::now();
+        let ready = self.ready_at(&sent.logs, class, now);
         if ready > now {
             return Some(ready);
         }
-        for (limit, log) in self.limits.iter().zip(sent.iter_mut()) {
+        if class != EndpointClass::Launch && sent.launches_waiting > 0 {
+            let due = self.ready_at(&sent.logs, EndpointClass::Launch, now);
+            let takes_its_slot = self.limits.iter().zip(&sent.logs).any(|(limit, log)| {
+                let kept = kept_window(limit.per);
+                let held = log.iter().filter(|e| **e + kept > due).count();
+                limit.covers(class)
+                    && limit.covers(EndpointClass::Launch)
+                    && now + kept > due
+                    && held + 1 >= limit.requests.max(1) as usize
+            });
+            if takes_its_slot {
+                return Some(due.max(now) + AFTER_LAUNCH);
+            }
+        }
+        for (limit, log) in self.limits.iter().zip(sent.logs.iter_mut()) {
             if limit.covers(class) {
                 log.push_back(now);
                 while log.len() > limit.requests.max(1) as usize {
@@ -115,6 +166,10 @@ impl Admission for RateLimiter {
             .position(|c| *c == class)
             .unwrap_or(0);
         let _turn = self.turns[i].lock().await;
+        let _head = (class == EndpointClass::Launch).then(|| {
+            self.lock().launches_waiting += 1;
+            LaunchWaiting(self)
+        });
         while let Some(at) = self.try_admit(class) {
             tokio::time::sleep_until(at).await;
         }
@@ -325,7 +380,12 @@ mod tests {
 
     /// `n` concurrent admissions of `class`; the seconds since `t0` at which each was
     /// admitted, sorted.
-    async fn admit_all(l: &Arc<RateLimiter>, class: EndpointClass, n: usize, t0: Instant) -> Vec<f64> {
+    async fn admit_all(
+        l: &Arc<RateLimiter>,
+        class: EndpointClass,
+        n: usize,
+        t0: Instant,
+    ) -> Vec<f64> {
         let tasks: Vec<_> = (0..n)
             .map(|_| {
                 let l = l.clone();
@@ -356,7 +416,10 @@ mod tests {
         assert!((times[5] - kept).abs() < 1e-9, "{times:?}");
         assert!((times[22] - 4.0 * kept).abs() < 1e-9, "{times:?}");
         // Not slower than the declared rate needs (the margin aside).
-        assert!(times[22] <= 4.0 * secs(Duration::from_secs(1) + MIN_MARGIN) + 1e-9, "{times:?}");
+        assert!(
+            times[22] <= 4.0 * secs(Duration::from_secs(1) + MIN_MARGIN) + 1e-9,
+            "{times:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -387,7 +450,10 @@ mod tests {
         assert!(launches[2] >= 24.0, "{launches:?}");
         // Reads wait only for their own limit, never for the queued launches.
         assert_eq!(violations(&read_times, &reads), 0, "{read_times:?}");
-        assert!(read_times[11] <= 2.0 * kept_window(Duration::from_secs(1)).as_secs_f64(), "{read_times:?}");
+        assert!(
+            read_times[11] <= 2.0 * kept_window(Duration::from_secs(1)).as_secs_f64(),
+            "{read_times:?}"
+        );
         // A class no limit covers is never held.
         assert!(other.iter().all(|t| *t == 0.0), "{other:?}");
 
@@ -411,20 +477,43 @@ mod tests {
         let t0 = Instant::now();
         l.admit(Read).await;
         // Admitted one kept window after the first, not two.
-        assert!(secs(t0.elapsed()) <= secs(kept_window(Duration::from_secs(1))), "{:?}", t0.elapsed());
+        assert!(
+            secs(t0.elapsed()) <= secs(kept_window(Duration::from_secs(1))),
+            "{:?}",
+            t0.elapsed()
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn governed_installs_the_declared_limits_on_every_call_path() {
         // Coalesced listings above the limits, plans, observes and shared-object calls:
         // the fake cloud measures its own requests against its declared limits.
-        let f = FakeProvider::new("aws")
-            .with_offer("east", "us-east-1", "p5.48xlarge", 98.0)
-            .with_shared_key(None);
-        let mut caps = f.capabilities_for_test();
-        caps.rate_limits = vec![RateLimit::all(3, Duration::from_secs(1), "test")];
-        let fake = Arc::new(f.with_capabilities(caps));
+        let limited = || {
+            let f = FakeProvider::new("aws")
+                .with_offer("east", "us-east-1", "p5.48xlarge", 98.0)
+                .with_shared_key(None);
+            let mut caps = f.capabilities_for_test();
+            caps.rate_limits = vec![RateLimit::all(3, Duration::from_secs(1), "test")];
+            Arc::new(f.with_capabilities(caps))
+        };
+        let fake = limited();
         let governed: Arc<dyn CloudProvider> = Arc::new(Governed::new(fake.clone()));
+        // The same calls straight to the adapter (nothing installed in its gate) break
+        // the limit, so the count at the fake cloud can fail.
+        let raw = limited();
+        for _ in 0..4 {
+            raw.observe(
+                &Location {
+                    cloud: "aws".into(),
+                    region: "us-east-1".into(),
+                    zone: None,
+                },
+                "a",
+            )
+            .await
+            .unwrap();
+        }
+        assert!(raw.rate_violations() > 0);
         let shared = crate::machine::coalesce::SharedReads::new(governed.clone());
         let at = Location {
             cloud: "aws".into(),
@@ -450,7 +539,10 @@ mod tests {
                 match i % 3 {
                     0 => governed.observe(&at, "a").await.map(|_| ()),
                     1 => governed.plan(&req).await.map(|_| ()),
-                    _ => governed.observe_shared(&obj, "ssh-ed25519 AAAA").await.map(|_| ()),
+                    _ => governed
+                        .observe_shared(&obj, "ssh-ed25519 AAAA")
+                        .await
+                        .map(|_| ()),
                 }
             }
         });
@@ -468,5 +560,43 @@ mod tests {
         assert!(requests >= 23, "{requests}");
         assert_eq!(fake.rate_violations(), 0);
         assert!(secs(t0.elapsed()) >= 6.0, "{:?}", t0.elapsed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queued_launch_keeps_its_slot_on_a_limit_it_shares_with_polls() {
+        // Lambda's shape: every request 1 per second, launches 1 per 12 s, polls all along.
+        let all = RateLimit::all(1, Duration::from_secs(1), "test");
+        let launch = RateLimit::of(Launch, 1, Duration::from_secs(12), "test");
+        let l = Arc::new(RateLimiter::new(vec![all.clone(), launch.clone()]));
+        let t0 = Instant::now();
+        let polls = {
+            let l = l.clone();
+            tokio::spawn(async move {
+                let mut at = Vec::new();
+                while t0.elapsed() < Duration::from_secs(40) {
+                    l.admit(Read).await;
+                    at.push(secs(t0.elapsed()));
+                }
+                at
+            })
+        };
+        let launches = admit_all(&l, Launch, 4, t0).await;
+        let polls = polls.await.unwrap();
+        let kept = secs(kept_window(launch.per));
+        // The first launch waits at most for the poll admitted with it; then none is
+        // delayed beyond its own window.
+        assert!(
+            launches[0] <= secs(kept_window(all.per)) + 0.01,
+            "{launches:?}"
+        );
+        for (k, t) in launches.iter().enumerate() {
+            let due = launches[0] + k as f64 * kept;
+            assert!((t - due).abs() < 1e-9, "launch {k} delayed: {launches:?}");
+        }
+        let mut every: Vec<f64> = polls.iter().chain(&launches).copied().collect();
+        every.sort_by(f64::total_cmp);
+        assert_eq!(violations(&every, &all), 0, "{every:?}");
+        // The polls lose only the slots next to each launch.
+        assert!(polls.len() >= 25, "{}", polls.len());
     }
 }

@@ -9,11 +9,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::kit::Adapter;
+use super::rate::{self, EndpointClass};
 use super::{
     Capabilities, CloudProvider, ErrorKind, InstanceSpec, InstanceStatus, Location, Observations,
     Observed, Offer, ProviderError, ResourceRequest, Result, SshEndpoint,
 };
-use super::rate::{self, EndpointClass};
 
 /// A provider primitive, for scripting faults and counting calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -126,7 +126,11 @@ impl Gate {
 impl std::fmt::Debug for Gate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("Gate")
-            .field(&if self.is_installed() { "installed" } else { "open" })
+            .field(&if self.is_installed() {
+                "installed"
+            } else {
+                "open"
+            })
             .finish()
     }
 }

@@ -65,11 +65,10 @@ pub use errors::{classify, ApiError, INSUFFICIENT_CAPACITY};
 use super::kit::keys::{self, Registered};
 use super::kit::{self, gpu, Adapter, Auth, Call, Credential, Lookup, RestClient};
 use super::{
-    EndpointClass, RateLimit,
-    object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, Imported,
-    InstanceSpec, InstanceStatus, Lineage, Listed, Location, Observations, Observed, Offer,
-    ProviderError, ResourceRequest, Result, SharedFound, SharedObject, IDENTITY_LABEL,
-    LINEAGE_LABEL,
+    object_name, project_key_name, Capabilities, CloudProvider, EndpointClass, ErrorKind, Feature,
+    Imported, InstanceSpec, InstanceStatus, Lineage, Listed, Location, Observations, Observed,
+    Offer, ProviderError, RateLimit, ResourceRequest, Result, SharedFound, SharedObject,
+    IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 // The kind of the project key, the one shared object this cloud declares

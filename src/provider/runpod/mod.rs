@@ -100,9 +100,9 @@ use super::kit::gpu::norm;
 use super::kit::keys::key_value;
 use super::kit::{self, Adapter, Auth, Credential, Lookup, RestClient, Source};
 use super::{
-    RateLimit,
     project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage,
-    Location, Observed, Offer, ProviderError, ResourceRequest, Result, SharedFound, SharedObject,
+    Location, Observed, Offer, ProviderError, RateLimit, ResourceRequest, Result, SharedFound,
+    SharedObject,
 };
 
 /// The cloud name.

@@ -1147,7 +1147,11 @@ impl SpecServer {
     /// Every request received, with when it arrived (the server's clock), in order.
     pub fn requests_timed(&self) -> Vec<(std::time::Instant, Seen)> {
         let log = self.log.lock().unwrap();
-        log.arrived.iter().copied().zip(log.requests.iter().cloned()).collect()
+        log.arrived
+            .iter()
+            .copied()
+            .zip(log.requests.iter().cloned())
+            .collect()
     }
 
     pub fn violations(&self) -> Vec<String> {

@@ -1551,7 +1551,11 @@ async fn a_fleet_apply_never_exceeds_the_declared_rates_at_the_server() {
     use gpuprov::provider::{EndpointClass, RateLimit};
     const N: usize = 8;
     let limits = vec![
-        RateLimit::all(25, Duration::from_secs(1), "test: DigitalOcean's shape, scaled"),
+        RateLimit::all(
+            25,
+            Duration::from_secs(1),
+            "test: DigitalOcean's shape, scaled",
+        ),
         RateLimit::of(EndpointClass::Launch, 2, Duration::from_secs(1), "test"),
     ];
     let measure = |server: &SpecServer| -> (usize, usize, usize) {
@@ -1589,7 +1593,11 @@ async fn a_fleet_apply_never_exceeds_the_declared_rates_at_the_server() {
         );
         let p = Project::new(provider, Some(LINEAGE));
         let started = Instant::now();
-        all_ready(&p.apply(&fleet("digitalocean", "tor1", Some("H100"), N)).await, N);
+        all_ready(
+            &p.apply(&fleet("digitalocean", "tor1", Some("H100"), N))
+                .await,
+            N,
+        );
         cloud.server.verify();
         (cloud, started.elapsed())
     };
@@ -1604,10 +1612,19 @@ async fn a_fleet_apply_never_exceeds_the_declared_rates_at_the_server() {
     if over_all > 0 {
         let timed = limited.server.requests_timed();
         for (t, r) in &timed {
-            eprintln!("{:.3} {} {}", t.duration_since(timed[0].0).as_secs_f64(), r.method, r.path);
+            eprintln!(
+                "{:.3} {} {}",
+                t.duration_since(timed[0].0).as_secs_f64(),
+                r.method,
+                r.path
+            );
         }
     }
-    assert_eq!((over_all, over_launch), (0, 0), "{requests} requests in {took:?}");
+    assert_eq!(
+        (over_all, over_launch),
+        (0, 0),
+        "{requests} requests in {took:?}"
+    );
     // The limits bound: N launches at 2 a second take at least (N/2 − 1) s.
     assert!(took >= Duration::from_secs((N / 2 - 1) as u64), "{took:?}");
 }

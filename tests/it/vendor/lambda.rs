@@ -1334,5 +1334,8 @@ fn the_documented_rate_limits_are_declared_with_their_source() {
     let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(text.contains("generally limited to one request per second"));
     assert!(text.contains("limited to one request per 12 seconds"));
-    assert!(caps.rate_limits.iter().all(|l| l.source.contains("openapi-1.8.3.json")));
+    assert!(caps
+        .rate_limits
+        .iter()
+        .all(|l| l.source.contains("openapi-1.8.3.json")));
 }
