@@ -47,7 +47,9 @@ use gpuprov::machine::Providers;
 use gpuprov::machine::{CancelToken, Executor};
 use gpuprov::plan;
 use gpuprov::provider::fake::{FakeConnector, FakeProvider, Op};
-use gpuprov::provider::{Capabilities, ErrorKind, Location, Offer, ProviderError, SshEndpoint};
+use gpuprov::provider::{
+    Capabilities, EndpointClass, ErrorKind, Location, Offer, ProviderError, RateLimit, SshEndpoint,
+};
 use gpuprov::ssh::HostKey;
 use gpuprov::state::{JournalOp, MachineRecord, ResourceRecord, StateFile, StateStore};
 use gpuprov::vm::{LaunchState, VmRecord};
@@ -987,6 +989,12 @@ struct VirtualFleet {
     observe_calls: usize,
     observe_bytes: u64,
     ready: usize,
+    /// Requests the cloud received during the apply, by class, and those that broke a
+    /// declared rate limit (measured at the fake cloud, not by the limiter).
+    requests: BTreeMap<String, usize>,
+    violations: usize,
+    /// When the last launch request reached the cloud, seconds after the apply began.
+    last_launch_s: f64,
 }
 
 /// `n` machines in one region of a fake cloud with `latency` per call, a boot of `boot`
@@ -1001,6 +1009,7 @@ fn virtual_fleet(
     boot: Duration,
     termination: Duration,
     poll: Duration,
+    rate_limits: Vec<RateLimit>,
 ) -> VirtualFleet {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -1012,6 +1021,7 @@ fn virtual_fleet(
             poll_interval: poll,
             max_concurrency: 100_000,
             keeps_offer_order: true,
+            rate_limits,
             ..Capabilities::default()
         };
         let cloud = Arc::new(
@@ -1058,6 +1068,17 @@ fn virtual_fleet(
         let apply_s = start.elapsed().as_secs_f64();
         let observe_calls = cloud.count(Op::Observe);
         let observe_bytes = cloud.answered_bytes();
+        let violations = cloud.rate_violations();
+        let times = cloud.request_times();
+        let mut requests = BTreeMap::new();
+        for (class, _) in &times {
+            *requests.entry(format!("{class:?}")).or_insert(0) += 1;
+        }
+        let last_launch_s = times
+            .iter()
+            .filter(|(c, _)| *c == EndpointClass::Launch)
+            .map(|(_, t)| t.duration_since(start).as_secs_f64())
+            .fold(0.0, f64::max);
         let ready = out
             .values()
             .filter(|o| matches!(o, Outcome::Ready(_)))
@@ -1073,8 +1094,92 @@ fn virtual_fleet(
             observe_calls,
             observe_bytes,
             ready,
+            requests,
+            violations,
+            last_launch_s,
         }
     })
+}
+
+/// Figure 7 (issue 20, item 3): a fleet of 500 machines applied under a vendor's declared
+/// rate limits (the fake cloud declares them; the core enforces them per request), on the
+/// paused clock: wall time, one machine's critical path under the same limits, the lower
+/// bound the limits impose, and the requests that broke a limit, counted at the fake
+/// cloud from the arrival times of its requests.
+///
+/// The lower bound: before its last launch, the fleet must send at least one catalog
+/// read, one `prepare` and one launch per machine; a limit of `n` requests per `w`
+/// covering `r` of those admits the last of them no earlier than `(⌈r / n⌉ − 1) · w`,
+/// and that machine then needs what one machine needs after its launch.
+fn fleet_under_rate_limits(
+    latency: Duration,
+    boot: Duration,
+    termination: Duration,
+    poll: Duration,
+) -> Value {
+    let n = 500;
+    let secs = Duration::from_secs;
+    let lambda = "shared/vendor-apis/lambda/openapi-1.8.3.json, info.description";
+    let digitalocean = "shared/vendor-apis/digitalocean/DigitalOcean-public.v2.gpuprov-subset.yaml, \"Rate Limit\"";
+    let cases = [
+        (
+            "lambda",
+            vec![
+                RateLimit::all(1, secs(1), lambda),
+                RateLimit::of(EndpointClass::Launch, 1, secs(12), lambda),
+            ],
+        ),
+        (
+            "digitalocean",
+            vec![
+                RateLimit::all(250, secs(60), digitalocean),
+                RateLimit::all(5000, secs(3600), digitalocean),
+            ],
+        ),
+    ];
+    let mut rows = Vec::new();
+    for (vendor, limits) in cases {
+        let one = virtual_fleet(1, true, latency, boot, termination, poll, limits.clone());
+        let fleet = virtual_fleet(n, true, latency, boot, termination, poll, limits.clone());
+        assert_eq!(fleet.ready, n);
+        let after_launch = one.apply_s - one.last_launch_s;
+        let needed = |class: Option<EndpointClass>| -> usize {
+            match class {
+                Some(EndpointClass::Launch) | Some(EndpointClass::Other) => n,
+                Some(EndpointClass::Read) => 1,
+                None => 2 * n + 1,
+            }
+        };
+        let last_launch_bound = limits
+            .iter()
+            .map(|l| {
+                let r = needed(l.class);
+                (r.div_ceil(l.requests as usize) - 1) as f64 * l.per.as_secs_f64()
+            })
+            .fold(0.0, f64::max);
+        let lower_bound = one.apply_s.max(last_launch_bound + after_launch);
+        rows.push(json!({
+            "vendor_limits": vendor,
+            "declared": limits.iter().map(|l| json!({
+                "class": l.class.map(|c| format!("{c:?}")),
+                "requests": l.requests,
+                "per_s": l.per.as_secs_f64(),
+                "requests_per_s": l.per_second(),
+                "source": l.source,
+            })).collect::<Vec<_>>(),
+            "vms": n,
+            "apply_s": fleet.apply_s,
+            "critical_path_s": one.apply_s,
+            "lower_bound_s": lower_bound,
+            "over_lower_bound": fleet.apply_s / lower_bound,
+            "over_critical_path": fleet.apply_s / one.apply_s,
+            "last_launch_s": fleet.last_launch_s,
+            "requests": fleet.requests,
+            "violations_at_provider": fleet.violations,
+            "violations_at_provider_one_machine": one.violations,
+        }));
+    }
+    json!(rows)
 }
 
 /// Figure 7 (issue 20): observe calls per poll interval and their bytes for 10 / 100 /
@@ -1089,7 +1194,7 @@ fn bench_scale(o: &Opts) -> Value {
     let mut calls = Vec::new();
     for n in [10, 100, 500] {
         for shared in [false, true] {
-            let r = virtual_fleet(n, shared, latency, boot, termination, poll);
+            let r = virtual_fleet(n, shared, latency, boot, termination, poll, vec![]);
             assert_eq!(r.ready, n);
             let intervals = r.apply_s / poll.as_secs_f64();
             calls.push(json!({
@@ -1108,7 +1213,7 @@ fn bench_scale(o: &Opts) -> Value {
     let mut overhead = serde_json::Map::new();
     for shared in [false, true] {
         let boot = Duration::from_secs(2);
-        let r = virtual_fleet(1, shared, Duration::ZERO, boot, termination, poll);
+        let r = virtual_fleet(1, shared, Duration::ZERO, boot, termination, poll, vec![]);
         overhead.insert(
             (if shared { "after" } else { "before" }).into(),
             json!({
@@ -1126,6 +1231,7 @@ fn bench_scale(o: &Opts) -> Value {
         "boot_s": boot.as_secs(),
         "observe_calls": calls,
         "one_machine": overhead,
+        "fleet_under_rate_limits": fleet_under_rate_limits(latency, boot, termination, poll),
         "plan": bench_plan_sizes(o, sizes),
     })
 }

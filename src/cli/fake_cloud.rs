@@ -36,6 +36,7 @@ pub fn providers(config: &Config) -> Providers {
             poll_interval: Duration::from_millis(200),
             max_concurrency: 1000,
             min_create_interval: Duration::ZERO,
+            rate_limits: Vec::new(),
             create_list_lag: Duration::from_millis(20),
             default_regions: Vec::new(),
             keeps_offer_order: true,

@@ -1,22 +1,180 @@
 //! The core's per-cloud API limits (brief: "Capabilities ... API rate and concurrency
-//! limits"): at most `max_concurrency` calls in flight to one cloud from this process, and
-//! `create` calls at least `min_create_interval` apart (for example Lambda's launch
-//! endpoint, about one call per 12 s). Every adapter registered in
-//! [`Providers`](super::Providers) is wrapped in a [`Governed`], so adapters
-//! never wait and no call path can bypass the limits. Being on every call path, it also
-//! carries the test-only crash points around each side effect (`provider.before:<op>` /
-//! `provider.after:<op>` for prepare, create, delete and cleanup; see [`crate::crash`]).
+//! limits"): at most `max_concurrency` calls in flight to one cloud from this process,
+//! `create` calls at least `min_create_interval` apart, and every HTTP request within the
+//! vendor's documented rates (`rate_limits`, see [`crate::provider::rate`]) by a
+//! [`RateLimiter`] installed in the adapter's gate, so the limits hold per request, not
+//! per contract call: one `prepare` or `plan` may send several requests, and coalesced
+//! listings ([`super::coalesce`], above [`Governed`]) and shared-object calls reach the
+//! cloud through the same gate. Every adapter registered in [`Providers`](super::Providers)
+//! is wrapped in a [`Governed`], so adapters never wait and no call path can bypass the
+//! limits. Being on every call path, it also carries the test-only crash points around
+//! each side effect (`provider.before:<op>` / `provider.after:<op>` for prepare, create,
+//! delete and cleanup; see [`crate::crash`]).
+//!
+//! A 429 with `Retry-After` is still a `Transient` error retried after the delay the
+//! server asked for (the executor's backoff); the limiter only keeps gpuprov from
+//! causing it.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::{Mutex, Semaphore};
 use tokio::time::Instant;
 
 use crate::provider::{
-    Capabilities, CloudProvider, InstanceSpec, Location, Observed, Offer, ProviderError,
-    ResourceRequest, Result,
+    Admission, Capabilities, CloudProvider, EndpointClass, InstanceSpec, Location, Observed, Offer,
+    ProviderError, RateLimit, ResourceRequest, Result,
 };
+
+/// The least time the limiter adds to every declared window. The vendor counts requests
+/// when they arrive, not when gpuprov sends them: a request that had to open its
+/// connection first (DNS, TCP and TLS handshakes, 100–300 ms to a distant API) arrives
+/// that much later than one sent a window after it on a pooled connection, which would
+/// put both in one window at the vendor.
+pub const MIN_MARGIN: Duration = Duration::from_millis(250);
+
+/// The window the limiter keeps for a declared window `per`: `per` plus 1 % of it, at
+/// least [`MIN_MARGIN`] more (a declared 1 request/s is kept as one per 1.25 s; 250 a
+/// minute as 250 per 60.6 s).
+pub fn kept_window(per: Duration) -> Duration {
+    per + (per / 100).max(MIN_MARGIN)
+}
+
+/// The core's limiter of one cloud's declared request rates ([`RateLimit`]). For each
+/// limit it keeps the admission times of the last `requests` requests it counted and
+/// admits a request once the oldest of them is one [`kept_window`] old: a sliding window,
+/// which never lets more than `requests` through in any window of `per` and allows the
+/// declared burst (`requests` at once). A token bucket of that size refilling at
+/// `requests / per` would let up to twice the limit through in one window.
+///
+/// Waiters queue per endpoint class in arrival order (tokio's fair mutex), so a class
+/// whose own limit is exhausted (launches) never holds back another class (reads),
+/// and a request of one class waits only for the limits that cover it. On a limit that
+/// also covers launches, a queued launch keeps the slot it is due to take.
+pub struct RateLimiter {
+    limits: Vec<RateLimit>,
+    /// Per limit, the admission times still in its window (oldest first, at most
+    /// `requests`), and the launches queued at the head of their class.
+    sent: std::sync::Mutex<Sent>,
+    /// One waiter per class at a time, first come first served.
+    turns: [Mutex<()>; 3],
+}
+
+struct Sent {
+    logs: Vec<VecDeque<Instant>>,
+    /// Launch waiters at the head of their queue (0 or 1; a counter so that a dropped
+    /// waiter's guard can leave it right).
+    launches_waiting: usize,
+}
+
+/// Counts a launch at the head of its queue while it lives.
+struct LaunchWaiting<'a>(&'a RateLimiter);
+
+impl Drop for LaunchWaiting<'_> {
+    fn drop(&mut self) {
+        self.0.lock().launches_waiting -= 1;
+    }
+}
+
+/// How long a request that gave way to a queued launch waits after the launch's turn.
+const AFTER_LAUNCH: Duration = Duration::from_millis(1);
+
+impl RateLimiter {
+    /// A limiter of `limits` (a limit of 0 requests is taken as 1: it would block forever).
+    pub fn new(limits: Vec<RateLimit>) -> RateLimiter {
+        let logs = limits.iter().map(|_| VecDeque::new()).collect();
+        RateLimiter {
+            limits,
+            sent: std::sync::Mutex::new(Sent {
+                logs,
+                launches_waiting: 0,
+            }),
+            turns: [Mutex::new(()), Mutex::new(()), Mutex::new(())],
+        }
+    }
+
+    /// The declared limits it enforces.
+    pub fn limits(&self) -> &[RateLimit] {
+        &self.limits
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Sent> {
+        self.sent.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The earliest instant, `now` or later, at which every limit covering `class`
+    /// allows one more request.
+    fn ready_at(&self, logs: &[VecDeque<Instant>], class: EndpointClass, now: Instant) -> Instant {
+        let mut ready = now;
+        for (limit, log) in self.limits.iter().zip(logs) {
+            let n = limit.requests.max(1) as usize;
+            if limit.covers(class) && log.len() >= n {
+                ready = ready.max(log[log.len() - n] + kept_window(limit.per));
+            }
+        }
+        ready
+    }
+
+    /// Counts the request now if every limit covering `class` allows it and it takes no
+    /// slot a queued launch is due to take; else the earliest instant to try again.
+    /// Launches go first on the limits they share with other requests (Lambda's general
+    /// 1 request/s): a launch comes once per 12 s there, and a poll that took its slot
+    /// would delay it by a whole window, while the poll loses at most that.
+    fn try_admit(&self, class: EndpointClass) -> Option<Instant> {
+        let mut sent = self.lock();
+        let now = Instant::now();
+        let ready = self.ready_at(&sent.logs, class, now);
+        if ready > now {
+            return Some(ready);
+        }
+        if class != EndpointClass::Launch && sent.launches_waiting > 0 {
+            let due = self.ready_at(&sent.logs, EndpointClass::Launch, now);
+            let takes_its_slot = self.limits.iter().zip(&sent.logs).any(|(limit, log)| {
+                let kept = kept_window(limit.per);
+                let held = log.iter().filter(|e| **e + kept > due).count();
+                limit.covers(class)
+                    && limit.covers(EndpointClass::Launch)
+                    && now + kept > due
+                    && held + 1 >= limit.requests.max(1) as usize
+            });
+            if takes_its_slot {
+                return Some(due.max(now) + AFTER_LAUNCH);
+            }
+        }
+        for (limit, log) in self.limits.iter().zip(sent.logs.iter_mut()) {
+            if limit.covers(class) {
+                log.push_back(now);
+                while log.len() > limit.requests.max(1) as usize {
+                    log.pop_front();
+                }
+            }
+        }
+        None
+    }
+}
+
+#[async_trait]
+impl Admission for RateLimiter {
+    async fn admit(&self, class: EndpointClass) {
+        if !self.limits.iter().any(|l| l.covers(class)) {
+            return;
+        }
+        let i = EndpointClass::ALL
+            .iter()
+            .position(|c| *c == class)
+            .unwrap_or(0);
+        let _turn = self.turns[i].lock().await;
+        let _head = (class == EndpointClass::Launch).then(|| {
+            self.lock().launches_waiting += 1;
+            LaunchWaiting(self)
+        });
+        while let Some(at) = self.try_admit(class) {
+            tokio::time::sleep_until(at).await;
+        }
+    }
+}
 
 /// An adapter behind its declared limits.
 pub struct Governed {
@@ -28,8 +186,15 @@ pub struct Governed {
 }
 
 impl Governed {
+    /// `inner` behind its declared capabilities; installs the limiter of its
+    /// `rate_limits` in the adapter's gate (an adapter governed before keeps its first
+    /// limiter, so its requests are counted in one place).
     pub fn new(inner: Arc<dyn CloudProvider>) -> Self {
         let caps = inner.capabilities();
+        inner
+            .adapter()
+            .gate()
+            .install(Arc::new(RateLimiter::new(caps.rate_limits.clone())));
         Governed {
             in_flight: Semaphore::new(caps.max_concurrency.max(1)),
             caps,
@@ -199,5 +364,239 @@ impl CloudProvider for Governed {
         };
         crate::crash::point("provider.after:cleanup").await;
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::fake::FakeProvider;
+    use crate::provider::rate::violations;
+    use EndpointClass::*;
+
+    fn secs(d: Duration) -> f64 {
+        d.as_secs_f64()
+    }
+
+    /// `n` concurrent admissions of `class`; the seconds since `t0` at which each was
+    /// admitted, sorted.
+    async fn admit_all(
+        l: &Arc<RateLimiter>,
+        class: EndpointClass,
+        n: usize,
+        t0: Instant,
+    ) -> Vec<f64> {
+        let tasks: Vec<_> = (0..n)
+            .map(|_| {
+                let l = l.clone();
+                tokio::spawn(async move {
+                    l.admit(class).await;
+                    secs(t0.elapsed())
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out.sort_by(f64::total_cmp);
+        out
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn never_more_than_the_declared_rate_in_any_window_and_the_burst_at_once() {
+        let limit = RateLimit::all(5, Duration::from_secs(1), "test");
+        let l = Arc::new(RateLimiter::new(vec![limit.clone()]));
+        let t0 = Instant::now();
+        let times = admit_all(&l, Read, 23, t0).await;
+        assert_eq!(violations(&times, &limit), 0, "{times:?}");
+        // The declared burst goes at once; each further five one kept window later.
+        assert!(times[..5].iter().all(|t| *t == 0.0), "{times:?}");
+        let kept = secs(kept_window(limit.per));
+        assert!((times[5] - kept).abs() < 1e-9, "{times:?}");
+        assert!((times[22] - 4.0 * kept).abs() < 1e-9, "{times:?}");
+        // Not slower than the declared rate needs (the margin aside).
+        assert!(
+            times[22] <= 4.0 * secs(Duration::from_secs(1) + MIN_MARGIN) + 1e-9,
+            "{times:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_limit_covering_a_request_holds_at_once() {
+        // DigitalOcean's shape, scaled: a burst window and a longer budget.
+        let minute = RateLimit::all(5, Duration::from_secs(1), "test");
+        let hour = RateLimit::all(12, Duration::from_secs(10), "test");
+        let l = Arc::new(RateLimiter::new(vec![minute.clone(), hour.clone()]));
+        let times = admit_all(&l, Other, 30, Instant::now()).await;
+        assert_eq!(violations(&times, &minute), 0, "{times:?}");
+        assert_eq!(violations(&times, &hour), 0, "{times:?}");
+        // The 13th waits for the long window, not the short one.
+        assert!(times[12] >= 10.0, "{times:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn classes_are_independent_and_a_launch_also_counts_as_a_request() {
+        let launch = RateLimit::of(Launch, 1, Duration::from_secs(12), "test");
+        let reads = RateLimit::of(Read, 4, Duration::from_secs(1), "test");
+        let l = Arc::new(RateLimiter::new(vec![launch.clone(), reads.clone()]));
+        let t0 = Instant::now();
+        let (launches, read_times, other) = tokio::join!(
+            admit_all(&l, Launch, 3, t0),
+            admit_all(&l, Read, 12, t0),
+            admit_all(&l, Other, 50, t0),
+        );
+        assert_eq!(violations(&launches, &launch), 0, "{launches:?}");
+        assert!(launches[2] >= 24.0, "{launches:?}");
+        // Reads wait only for their own limit, never for the queued launches.
+        assert_eq!(violations(&read_times, &reads), 0, "{read_times:?}");
+        assert!(
+            read_times[11] <= 2.0 * kept_window(Duration::from_secs(1)).as_secs_f64(),
+            "{read_times:?}"
+        );
+        // A class no limit covers is never held.
+        assert!(other.iter().all(|t| *t == 0.0), "{other:?}");
+
+        // A limit over every request counts launches too (Lambda: 1/s and a launch 1/12 s).
+        let all = RateLimit::all(2, Duration::from_secs(1), "test");
+        let l = Arc::new(RateLimiter::new(vec![all.clone(), launch.clone()]));
+        let t0 = Instant::now();
+        l.admit(Launch).await;
+        let reads = admit_all(&l, Read, 3, t0).await;
+        assert_eq!(reads[0], 0.0);
+        assert!(reads[1] >= 1.0, "the launch used one of the two: {reads:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_caller_that_gives_up_waiting_counts_nothing() {
+        let limit = RateLimit::all(1, Duration::from_secs(1), "test");
+        let l = RateLimiter::new(vec![limit]);
+        l.admit(Read).await;
+        let gave_up = tokio::time::timeout(Duration::from_millis(100), l.admit(Read)).await;
+        assert!(gave_up.is_err());
+        let t0 = Instant::now();
+        l.admit(Read).await;
+        // Admitted one kept window after the first, not two.
+        assert!(
+            secs(t0.elapsed()) <= secs(kept_window(Duration::from_secs(1))),
+            "{:?}",
+            t0.elapsed()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn governed_installs_the_declared_limits_on_every_call_path() {
+        // Coalesced listings above the limits, plans, observes and shared-object calls:
+        // the fake cloud measures its own requests against its declared limits.
+        let limited = || {
+            let f = FakeProvider::new("aws")
+                .with_offer("east", "us-east-1", "p5.48xlarge", 98.0)
+                .with_shared_key(None);
+            let mut caps = f.capabilities_for_test();
+            caps.rate_limits = vec![RateLimit::all(3, Duration::from_secs(1), "test")];
+            Arc::new(f.with_capabilities(caps))
+        };
+        let fake = limited();
+        let governed: Arc<dyn CloudProvider> = Arc::new(Governed::new(fake.clone()));
+        // The same calls straight to the adapter (nothing installed in its gate) break
+        // the limit, so the count at the fake cloud can fail.
+        let raw = limited();
+        for _ in 0..4 {
+            raw.observe(
+                &Location {
+                    cloud: "aws".into(),
+                    region: "us-east-1".into(),
+                    zone: None,
+                },
+                "a",
+            )
+            .await
+            .unwrap();
+        }
+        assert!(raw.rate_violations() > 0);
+        let shared = crate::machine::coalesce::SharedReads::new(governed.clone());
+        let at = Location {
+            cloud: "aws".into(),
+            region: "us-east-1".into(),
+            zone: None,
+        };
+        let req = ResourceRequest {
+            vm_name: "a".into(),
+            regions: vec![],
+            zones: vec![],
+            gpu: None,
+            gpu_count: 0,
+            spot: false,
+            max_price_per_hour: None,
+            gpu_count_at_least: false,
+        };
+        let t0 = Instant::now();
+        let offer = governed.plan(&req).await.unwrap().remove(0);
+        let obj = governed.shared_objects(&offer).remove(0);
+        let calls = (0..21).map(|i| {
+            let (governed, at, req, obj) = (governed.clone(), at.clone(), req.clone(), obj.clone());
+            async move {
+                match i % 3 {
+                    0 => governed.observe(&at, "a").await.map(|_| ()),
+                    1 => governed.plan(&req).await.map(|_| ()),
+                    _ => governed
+                        .observe_shared(&obj, "ssh-ed25519 AAAA")
+                        .await
+                        .map(|_| ()),
+                }
+            }
+        });
+        for r in futures_util::future::join_all(calls).await {
+            r.unwrap();
+        }
+        let listed = futures_util::future::join_all((0..10).map(|i| {
+            let shared = &shared;
+            let at = at.clone();
+            async move { shared.observe(&at, &format!("m{i}")).await }
+        }))
+        .await;
+        assert!(listed.iter().all(|r| r.is_ok()));
+        let requests = fake.request_times().len();
+        assert!(requests >= 23, "{requests}");
+        assert_eq!(fake.rate_violations(), 0);
+        assert!(secs(t0.elapsed()) >= 6.0, "{:?}", t0.elapsed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queued_launch_keeps_its_slot_on_a_limit_it_shares_with_polls() {
+        // Lambda's shape: every request 1 per second, launches 1 per 12 s, polls all along.
+        let all = RateLimit::all(1, Duration::from_secs(1), "test");
+        let launch = RateLimit::of(Launch, 1, Duration::from_secs(12), "test");
+        let l = Arc::new(RateLimiter::new(vec![all.clone(), launch.clone()]));
+        let t0 = Instant::now();
+        let polls = {
+            let l = l.clone();
+            tokio::spawn(async move {
+                let mut at = Vec::new();
+                while t0.elapsed() < Duration::from_secs(40) {
+                    l.admit(Read).await;
+                    at.push(secs(t0.elapsed()));
+                }
+                at
+            })
+        };
+        let launches = admit_all(&l, Launch, 4, t0).await;
+        let polls = polls.await.unwrap();
+        let kept = secs(kept_window(launch.per));
+        // The first launch waits at most for the poll admitted with it; then none is
+        // delayed beyond its own window.
+        assert!(
+            launches[0] <= secs(kept_window(all.per)) + 0.01,
+            "{launches:?}"
+        );
+        for (k, t) in launches.iter().enumerate() {
+            let due = launches[0] + k as f64 * kept;
+            assert!((t - due).abs() < 1e-9, "launch {k} delayed: {launches:?}");
+        }
+        let mut every: Vec<f64> = polls.iter().chain(&launches).copied().collect();
+        every.sort_by(f64::total_cmp);
+        assert_eq!(violations(&every, &all), 0, "{every:?}");
+        // The polls lose only the slots next to each launch.
+        assert!(polls.len() >= 25, "{}", polls.len());
     }
 }

@@ -1,6 +1,7 @@
 //! The adapters of one run, by cloud name. Every adapter is registered behind the core's
 //! limits ([`Governed`]), so the machines that call it through this registry cannot bypass
-//! `max_concurrency` or `min_create_interval`, and adapters never wait themselves. Above
+//! `max_concurrency`, `min_create_interval` or the declared `rate_limits`, and adapters
+//! never wait themselves. Above
 //! the limits, the machines' catalog reads and their `observe` calls at one location are
 //! shared ([`SharedReads`]) unless the registry was built per machine
 //! ([`Providers::per_machine_observe`], today's path kept for the benchmark's "before").
@@ -38,7 +39,7 @@ impl Providers {
     }
 
     /// Registers an adapter behind the core's limits for its declared capabilities
-    /// (`max_concurrency`, `min_create_interval`; see [`super::limits`]), its observe
+    /// (`max_concurrency`, `min_create_interval`, `rate_limits`; see [`super::limits`]), its observe
     /// calls shared per location ([`super::coalesce`]) unless built
     /// [`per_machine_observe`](Self::per_machine_observe). An adapter of the same cloud
     /// registered before is replaced.

@@ -9,6 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::kit::Adapter;
+use super::rate::{self, EndpointClass};
 use super::{
     Capabilities, CloudProvider, ErrorKind, InstanceSpec, InstanceStatus, Location, Observations,
     Observed, Offer, ProviderError, ResourceRequest, Result, SshEndpoint,
@@ -111,6 +112,8 @@ struct Inner {
     boot_time: Option<Duration>,
     /// How long a deleted instance terminates ([`FakeProvider::with_termination_time`]).
     termination_time: Option<Duration>,
+    /// When each request arrived, by class ([`FakeProvider::request_times`]).
+    request_times: Vec<(EndpointClass, tokio::time::Instant)>,
 }
 
 impl Inner {
@@ -157,6 +160,7 @@ impl FakeProvider {
             poll_interval: Duration::from_millis(1),
             max_concurrency: 64,
             min_create_interval: Duration::ZERO,
+            rate_limits: Vec::new(),
             create_list_lag: Duration::from_millis(20),
             default_regions: Vec::new(),
             keeps_offer_order: true,
@@ -225,9 +229,44 @@ impl FakeProvider {
             .collect()
     }
 
-    /// Simulates the API round trip and tracks concurrency; the guard ends the call.
-    async fn round_trip(&self) -> InFlight<'_> {
+    /// The tokio instants at which the fake cloud received each request, by endpoint
+    /// class (after the core's gate admitted it), in order.
+    pub fn request_times(&self) -> Vec<(EndpointClass, tokio::time::Instant)> {
+        self.lock().request_times.clone()
+    }
+
+    /// The requests the fake cloud received that broke one of its declared
+    /// `rate_limits` (each request counted once per limit it broke), measured from
+    /// [`Self::request_times`] with [`rate::violations`], independently of the core's
+    /// limiter.
+    pub fn rate_violations(&self) -> usize {
+        let times = self.request_times();
+        let Some(first) = times.first().map(|t| t.1) else {
+            return 0;
+        };
+        self.adapter
+            .capabilities
+            .rate_limits
+            .iter()
+            .map(|l| {
+                let seen: Vec<f64> = times
+                    .iter()
+                    .filter(|(c, _)| l.covers(*c))
+                    .map(|(_, t)| t.duration_since(first).as_secs_f64())
+                    .collect();
+                rate::violations(&seen, l)
+            })
+            .sum()
+    }
+
+    /// Simulates one API request of `class` (admitted by the core's gate, then the round
+    /// trip) and tracks concurrency; the guard ends the call.
+    async fn round_trip(&self, class: EndpointClass) -> InFlight<'_> {
         use std::sync::atomic::Ordering::SeqCst;
+        self.adapter.gate().admit(class).await;
+        self.lock()
+            .request_times
+            .push((class, tokio::time::Instant::now()));
         let now = self.in_flight.fetch_add(1, SeqCst) + 1;
         self.max_in_flight.fetch_max(now, SeqCst);
         if !self.latency.is_zero() {
@@ -613,7 +652,7 @@ impl CloudProvider for FakeProvider {
         _obj: &crate::provider::SharedObject,
         public_key: &str,
     ) -> Result<Option<crate::provider::SharedFound>> {
-        let _call = self.round_trip().await;
+        let _call = self.round_trip(EndpointClass::Read).await;
         let want = crate::provider::kit::keys::key_value(public_key);
         Ok(self.shared_keys().into_iter().find_map(|(id, name, v)| {
             (crate::provider::kit::keys::key_value(&v) == want).then(|| {
@@ -631,7 +670,7 @@ impl CloudProvider for FakeProvider {
         _obj: &crate::provider::SharedObject,
         public_key: &str,
     ) -> Result<crate::provider::SharedFound> {
-        let _call = self.round_trip().await;
+        let _call = self.round_trip(EndpointClass::Other).await;
         let mut g = self.lock();
         let want = crate::provider::kit::keys::key_value(public_key);
         let keys = g.shared_keys.get_or_insert_with(Vec::new);
@@ -659,7 +698,7 @@ impl CloudProvider for FakeProvider {
         _obj: &crate::provider::SharedObject,
         found: &crate::provider::SharedFound,
     ) -> Result<()> {
-        let _call = self.round_trip().await;
+        let _call = self.round_trip(EndpointClass::Other).await;
         let mut g = self.lock();
         let before = g.shared_keys.as_ref().map_or(0, Vec::len);
         if let Some(keys) = g.shared_keys.as_mut() {
@@ -672,7 +711,7 @@ impl CloudProvider for FakeProvider {
     }
 
     async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>> {
-        let _call = self.round_trip().await;
+        let _call = self.round_trip(EndpointClass::Read).await;
         let mut g = self.lock();
         self.check(&mut g, Op::Plan, "", req.vm_name.clone())?;
         Ok(g.offers
@@ -683,7 +722,7 @@ impl CloudProvider for FakeProvider {
     }
 
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<serde_json::Value> {
-        let _call = self.round_trip().await;
+        let _call = self.round_trip(EndpointClass::Other).await;
         let mut g = self.lock();
         let checked = self.check(
             &mut g,
@@ -708,7 +747,7 @@ impl CloudProvider for FakeProvider {
         _prepared: &serde_json::Value,
         spec: &InstanceSpec,
     ) -> Result<String> {
-        let _call = self.round_trip().await;
+        let _call = self.round_trip(EndpointClass::Launch).await;
         let mut g = self.lock();
         self.check(
             &mut g,
@@ -760,7 +799,7 @@ impl CloudProvider for FakeProvider {
     }
 
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
-        let _call = self.round_trip().await;
+        let _call = self.round_trip(EndpointClass::Read).await;
         let mut g = self.lock();
         self.check(&mut g, Op::Observe, &at.region, format!("{vm_name} {at}"))?;
         let out = observe_at(&mut g, at, Some(vm_name))
@@ -773,7 +812,7 @@ impl CloudProvider for FakeProvider {
     /// Every VM at `at` as `observe` would answer for each, from one call (recorded as one
     /// `Op::Observe` with detail `* <at>`); boots and list lags advance once per listing.
     async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
-        let _call = self.round_trip().await;
+        let _call = self.round_trip(EndpointClass::Read).await;
         let mut g = self.lock();
         self.check(&mut g, Op::Observe, &at.region, format!("* {at}"))?;
         let out = observe_at(&mut g, at, None);
@@ -784,7 +823,7 @@ impl CloudProvider for FakeProvider {
     /// The listed instances at `at` with a lineage, as they are now (a listing does not
     /// advance boots the way `observe` does).
     async fn list(&self, at: &Location) -> Result<Vec<crate::provider::Listed>> {
-        let _call = self.round_trip().await;
+        let _call = self.round_trip(EndpointClass::Read).await;
         let mut g = self.lock();
         self.check(&mut g, Op::Observe, &at.region, format!("list {at}"))?;
         let mut out: Vec<crate::provider::Listed> = g
@@ -821,7 +860,7 @@ impl CloudProvider for FakeProvider {
     }
 
     async fn delete(&self, at: &Location, vm_name: &str, instance_ids: &[String]) -> Result<()> {
-        let _call = self.round_trip().await;
+        let _call = self.round_trip(EndpointClass::Other).await;
         let mut g = self.lock();
         self.check(
             &mut g,
@@ -851,7 +890,7 @@ impl CloudProvider for FakeProvider {
     }
 
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<()> {
-        let _call = self.round_trip().await;
+        let _call = self.round_trip(EndpointClass::Other).await;
         let mut g = self.lock();
         self.check(&mut g, Op::Cleanup, &at.region, vm_name.to_string())?;
         if g.dependency_errors
@@ -869,7 +908,7 @@ impl CloudProvider for FakeProvider {
     }
 
     async fn start(&self, at: &Location, vm_name: &str, instance_id: &str) -> Result<()> {
-        let _call = self.round_trip().await;
+        let _call = self.round_trip(EndpointClass::Other).await;
         let mut g = self.lock();
         self.check(
             &mut g,

@@ -45,6 +45,7 @@ pub mod massedcompute;
 pub mod nebius;
 pub mod offers;
 pub mod primeintellect;
+pub mod rate;
 pub mod redact;
 pub mod registry;
 pub mod runpod;
@@ -63,6 +64,7 @@ pub use identity::{
     check_spec_lineage, object_name, project_key_name, vm_of_object_name, Lineage, IDENTITY_LABEL,
     LINEAGE_LABEL,
 };
+pub use rate::{Admission, EndpointClass, Gate, RateLimit};
 pub use redact::Secret;
 pub use shared::{SharedFound, SharedObject};
 
@@ -359,8 +361,13 @@ pub struct Capabilities {
     pub poll_interval: Duration,
     /// Maximum concurrent API calls to this cloud from one gpuprov process.
     pub max_concurrency: usize,
-    /// Minimum spacing between create calls (for example Lambda's launch endpoint).
+    /// Minimum spacing between `create` calls of the contract (the core's own spacing;
+    /// a vendor's documented launch rate is declared in `rate_limits` instead).
     pub min_create_interval: Duration,
+    /// The vendor's documented request rates, each with its source (empty: the vendor
+    /// documents none). The core enforces them on every HTTP request the adapter sends
+    /// ([`rate`]), whichever contract call sends it.
+    pub rate_limits: Vec<RateLimit>,
     /// How long a created instance may be missing from `observe` (cloud lists are
     /// eventually consistent). A create whose answer may have been lost (a crash or a
     /// retry after an error) is sent again only after the instance stayed unlisted this
@@ -392,6 +399,7 @@ impl Default for Capabilities {
             poll_interval: Duration::from_secs(5),
             max_concurrency: 8,
             min_create_interval: Duration::ZERO,
+            rate_limits: Vec::new(),
             create_list_lag: Duration::from_secs(20),
             default_regions: Vec::new(),
             keeps_offer_order: false,

@@ -25,7 +25,7 @@ use serde_json::json;
 const FLEET: usize = 20;
 
 /// `n` machines on `cloud` in `region`.
-fn fleet(cloud: &str, region: &str, gpu: Option<&str>, n: usize) -> String {
+pub(crate) fn fleet(cloud: &str, region: &str, gpu: Option<&str>, n: usize) -> String {
     let mut t = format!("[defaults]\nclouds = [\"{cloud}\"]\nregions = [\"{region}\"]\n");
     if let Some(g) = gpu {
         t.push_str(&format!("gpu = \"{g}\"\n"));
@@ -37,7 +37,7 @@ fn fleet(cloud: &str, region: &str, gpu: Option<&str>, n: usize) -> String {
 }
 
 /// One project: a state file in a temp dir and the adapter under test.
-struct Project {
+pub(crate) struct Project {
     dir: tempfile::TempDir,
     provider: Arc<dyn CloudProvider>,
     /// The state's lineage; the adapter must be built with it (DigitalOcean tags by it).
@@ -47,7 +47,7 @@ struct Project {
 }
 
 impl Project {
-    fn new(provider: Arc<dyn CloudProvider>, lineage: Option<&str>) -> Project {
+    pub(crate) fn new(provider: Arc<dyn CloudProvider>, lineage: Option<&str>) -> Project {
         let dir = tempfile::tempdir().unwrap();
         if let Some(l) = lineage {
             let (mut store, mut st) =
@@ -86,7 +86,7 @@ impl Project {
         (engine, journal)
     }
 
-    async fn apply(&self, toml: &str) -> BTreeMap<String, Outcome> {
+    pub(crate) async fn apply(&self, toml: &str) -> BTreeMap<String, Outcome> {
         let config = Config::parse(Path::new("gpuprov.toml"), toml.to_string()).unwrap();
         let (engine, journal) = self.engine();
         let plan = plan::compute(&config, &journal.snapshot(), None, &|_| Some(1.0)).unwrap();
@@ -114,7 +114,7 @@ impl Project {
     }
 }
 
-fn all_ready(out: &BTreeMap<String, Outcome>, n: usize) {
+pub(crate) fn all_ready(out: &BTreeMap<String, Outcome>, n: usize) {
     let ready = out
         .iter()
         .filter(|(a, o)| a.starts_with("vm.") && matches!(o, Outcome::Ready(_)))

@@ -189,7 +189,8 @@ impl AwsSettings {
     }
 
     /// GPU instances take minutes to boot and longer to terminate; EC2 throttles
-    /// mutating calls per account, so concurrency stays modest. k3s installs at boot
+    /// mutating calls per account (token buckets not in the sources this project holds,
+    /// so no `rate_limits` are declared), so concurrency stays modest. k3s installs at boot
     /// through cloud-init, and 6443 is opened in the VM's security group.
     pub fn default_capabilities() -> Capabilities {
         Capabilities {
@@ -208,6 +209,7 @@ impl AwsSettings {
             poll_interval: Duration::from_secs(10),
             max_concurrency: 8,
             min_create_interval: Duration::ZERO,
+            rate_limits: Vec::new(),
             create_list_lag: Duration::from_secs(20),
             default_regions: catalog::DEFAULT_REGIONS
                 .iter()

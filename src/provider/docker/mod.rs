@@ -156,6 +156,7 @@ impl DockerProvider {
             poll_interval: Duration::from_millis(500),
             max_concurrency: 4,
             min_create_interval: Duration::ZERO,
+            rate_limits: Vec::new(),
             create_list_lag: Duration::from_secs(2),
             default_regions: Vec::new(),
             keeps_offer_order: false,

@@ -229,6 +229,7 @@ impl GcpProvider {
         };
         let base = api_base(settings.endpoint.as_deref());
         let mut api = RestClient::new(&base, Auth::Bearer, report, missing.clone(), &CLASSIFIER)
+            .gated(adapter.gate())
             .with_error_decoder(errors::decode);
         if let Some(c) = &settings.credential {
             api = api.with_token_source(Arc::new(Tokens::new(c.clone())));
@@ -250,7 +251,8 @@ impl GcpProvider {
     /// What gpuprov declares for GCP: boot script (cloud-init `user-data`), firewall,
     /// spot, GPUs, k3s and start; the default regions of [`catalog::DEFAULT_REGIONS`]; 15
     /// minutes to delete (a GPU VM's shutdown can be slow). Compute Engine's API rate
-    /// limits are per project and generous; 8 concurrent calls keep gpuprov well within.
+    /// limits are per project quotas the discovery document does not state, so no
+    /// `rate_limits` are declared; 8 concurrent calls keep gpuprov well within.
     pub fn default_capabilities() -> Capabilities {
         use Feature::*;
         Capabilities {

@@ -166,6 +166,7 @@ impl HyperstackProvider {
         let base = endpoint.unwrap_or(DEFAULT_ENDPOINT);
         let auth = Auth::Header("api_key");
         let api = RestClient::new(base, auth, credential, missing, &CLASSIFIER)
+            .gated(adapter.gate())
             .with_error_decoder(errors::decode)
             .with_envelope(errors::envelope);
         HyperstackProvider {
@@ -183,8 +184,9 @@ impl HyperstackProvider {
 
     /// The capabilities gpuprov declares for Hyperstack: boot script (cloud-init
     /// `user_data`), firewall (security rules at create), GPUs, k3s and start; no spot.
-    /// The API documents no rate limits: `max_concurrency` 4 keeps gpuprov modest, and a
-    /// 429 is retried after its `Retry-After`.
+    /// No `rate_limits` are declared: the API description (`hyperstack/openapi.yaml`)
+    /// documents none. `max_concurrency` 4 keeps gpuprov modest, and a 429 is retried
+    /// after its `Retry-After`.
     pub fn default_capabilities() -> Capabilities {
         use Feature::*;
         Capabilities {

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use super::super::redact::redact_url;
-use super::super::{Capabilities, Feature};
+use super::super::{Capabilities, Feature, Gate};
 use super::credentials::{Credential, CredentialReport, Source};
 
 /// An adapter's self-description (see the module docs). Built once at construction; it
@@ -20,6 +20,8 @@ pub struct Adapter {
     /// The declared capabilities (`with_capabilities` replaces them in tests).
     pub capabilities: Capabilities,
     credentials: CredentialReport,
+    /// Where the core's rate limiter is installed; the adapter's clients share it.
+    gate: Gate,
 }
 
 impl Adapter {
@@ -31,6 +33,7 @@ impl Adapter {
             endpoint: endpoint.map(redact_url),
             capabilities,
             credentials: CredentialReport::NotNeeded("no credential needed".into()),
+            gate: Gate::default(),
         }
     }
 
@@ -60,6 +63,13 @@ impl Adapter {
             ),
         };
         self
+    }
+
+    /// The gate every request of this adapter passes (the core installs the limiter of
+    /// `capabilities.rate_limits` in it; see [`crate::provider::rate`]). Clones share it:
+    /// the adapter hands one to each client it makes.
+    pub fn gate(&self) -> Gate {
+        self.gate.clone()
     }
 
     /// The cloud's name as spelled in config.

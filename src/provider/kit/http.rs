@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::super::redact::{redact_url, Secret};
-use super::super::{cause, ErrorKind, ProviderError};
+use super::super::{cause, EndpointClass, ErrorKind, Gate, ProviderError};
 use super::credentials::Credential;
 use super::failure::{codes, Call, Classifier, Failure};
 
@@ -128,6 +128,11 @@ pub struct RestClient {
     /// Where the bearer token comes from when it is short-lived; `None`: the credential
     /// is sent as `auth` says.
     tokens: Option<Arc<dyn TokenSource>>,
+    /// The core's rate limiter, passed by every request ([`RestClient::gated`]).
+    gate: Gate,
+    /// The `(method, path)` of the vendor's launch request, whose rate limit differs
+    /// ([`EndpointClass::Launch`]).
+    launch: Option<(Method, &'static str)>,
 }
 
 impl std::fmt::Debug for RestClient {
@@ -164,6 +169,34 @@ impl RestClient {
             http: client(Duration::from_secs(DEFAULT_TIMEOUT_SECS)),
             timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECS),
             tokens: None,
+            gate: Gate::default(),
+            launch: None,
+        }
+    }
+
+    /// Every request passes `gate` first (the adapter's, from
+    /// [`Adapter::gate`](super::Adapter::gate)), so the core's limits for the vendor's
+    /// documented rates hold however many requests one contract call sends.
+    pub fn gated(mut self, gate: Gate) -> RestClient {
+        self.gate = gate;
+        self
+    }
+
+    /// `method path` (exact, without query) is the vendor's launch request, counted as
+    /// [`EndpointClass::Launch`]; other `GET`/`HEAD` requests are
+    /// [`EndpointClass::Read`], the rest [`EndpointClass::Other`].
+    pub fn with_launch(mut self, method: Method, path: &'static str) -> RestClient {
+        self.launch = Some((method, path));
+        self
+    }
+
+    /// The endpoint class of `method path` (see [`Self::with_launch`]).
+    pub fn class_of(&self, method: &Method, path: &str) -> EndpointClass {
+        let path = path.split('?').next().unwrap_or(path);
+        match &self.launch {
+            Some((m, p)) if m == method && *p == path => EndpointClass::Launch,
+            _ if *method == Method::GET || *method == Method::HEAD => EndpointClass::Read,
+            _ => EndpointClass::Other,
         }
     }
 
@@ -238,6 +271,7 @@ impl RestClient {
             return Err(Failure::no_credential(self.missing.clone()));
         };
         let url = format!("{}{path}", self.base);
+        let class = self.class_of(&method, path);
         let mut req = self.http.request(method, &url);
         let token = match &self.tokens {
             Some(tokens) => {
@@ -263,6 +297,9 @@ impl RestClient {
             req = req.json(b);
         }
         let transport = |e: reqwest::Error| transport_failure(e, &url, self.timeout);
+        // Admitted last, just before the request leaves, so the core counts it when the
+        // vendor does.
+        self.gate.admit(class).await;
         let resp = req.send().await.map_err(transport)?;
         let status = resp.status().as_u16();
         let header = |name: &str| {

@@ -333,6 +333,7 @@ impl MassedComputeProvider {
         );
         let base = endpoint.unwrap_or(DEFAULT_ENDPOINT);
         let api = RestClient::new(base, Auth::Bearer, credential, missing, &CLASSIFIER)
+            .gated(adapter.gate())
             .with_error_decoder(errors::decode);
         MassedComputeProvider {
             settings,
@@ -348,8 +349,8 @@ impl MassedComputeProvider {
     }
 
     /// GPUs and Kubernetes over SSH; no boot script, no firewall (so the cluster is reached
-    /// through the SSH tunnel), no spot, no start. Two concurrent calls (no documented
-    /// limit) and a 10 s poll (brevdev/cloud's `GetInstancePollTime`).
+    /// through the SSH tunnel), no spot, no start. Two concurrent calls; no `rate_limits`
+    /// declared (`massedcompute/openapi-v1.0.0.yaml` documents none) and a 10 s poll (brevdev/cloud's `GetInstancePollTime`).
     pub fn default_capabilities() -> Capabilities {
         Capabilities {
             max_concurrency: 2,

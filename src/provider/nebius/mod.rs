@@ -303,8 +303,9 @@ impl NebiusProvider {
 
     /// What gpuprov declares for Nebius: boot script (cloud-init), firewall (security
     /// groups), spot (preemptible), GPUs, k3s and start; the waits of
-    /// [`kit::adapter::vm_capabilities`]. Nebius publishes no request rate limits; 8
-    /// concurrent calls is the kit's default.
+    /// [`kit::adapter::vm_capabilities`]. Nebius publishes no request rate limits (its
+    /// protos name only the `too_many_requests` error), so no `rate_limits` are declared;
+    /// 8 concurrent calls is the kit's default.
     pub fn default_capabilities() -> Capabilities {
         use Feature::*;
         kit::adapter::vm_capabilities(&[BootScript, Firewall, Spot, Gpu, Kubernetes, Start])

@@ -483,6 +483,7 @@ impl PrimeIntellectProvider {
         );
         let base = endpoint.unwrap_or(DEFAULT_ENDPOINT);
         let api = RestClient::new(base, Auth::Bearer, credential, missing, &CLASSIFIER)
+            .gated(adapter.gate())
             .with_error_decoder(errors::decode);
         PrimeIntellectProvider {
             settings,
@@ -499,7 +500,8 @@ impl PrimeIntellectProvider {
 
     /// GPUs, spot and Kubernetes over SSH: no boot script and no firewall API, so the
     /// cluster's API is reached through the SSH tunnel. Marketplace pods can take long to
-    /// provision: 30 minutes to boot. Two concurrent calls (limits are not published).
+    /// provision: 30 minutes to boot. Two concurrent calls; no `rate_limits` declared
+    /// (the vendor publishes none: SOURCES.md, Prime Intellect).
     pub fn default_capabilities() -> Capabilities {
         use Feature::*;
         Capabilities {

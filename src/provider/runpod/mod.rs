@@ -70,11 +70,12 @@
 //! runpod-python CLI writes `[default] api_key = "..."`. Sent as `Authorization: Bearer`
 //! (spec `bearerAuth`), never written to state, logs, `Debug` output or error messages.
 //!
-//! Rate limits: 60 requests a minute, 3,000 an hour, 50,000 a day per user (spec
-//! `RateLimitPolicyHeader` example). The core has no request-rate limiter, so the adapter
-//! declares a low concurrency, creates at least 1 s apart and a 10 s poll interval, and
-//! relies on `429` + `Retry-After` (else the exhausted window of the `RateLimit` header)
-//! beyond that, classified `Transient` with the delay.
+//! Rate limits: 60 requests a minute, 3,000 an hour, 50,000 a day per user (API
+//! description `components.schemas.RateLimitPolicyHeader`, its example; the header is
+//! sent on every authenticated answer). All three are declared in
+//! [`RunpodProvider::default_capabilities`] and the core enforces them on every HTTP
+//! request; a `429` beyond that (a limit changed since) carries `Retry-After` (else the
+//! exhausted window of the `RateLimit` header), classified `Transient` with the delay.
 
 mod api;
 mod errors;
@@ -100,7 +101,7 @@ use super::kit::keys::key_value;
 use super::kit::{self, Adapter, Auth, Credential, Lookup, RestClient, Source};
 use super::{
     project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage,
-    Location, Observations, Observed, Offer, ProviderError, ResourceRequest, Result, SharedFound,
+    Location, Observations, Observed, Offer, ProviderError, RateLimit, ResourceRequest, Result, SharedFound,
     SharedObject,
 };
 
@@ -350,6 +351,7 @@ impl RunpodProvider {
         );
         let base = endpoint.unwrap_or(DEFAULT_ENDPOINT);
         let api = RestClient::new(base, Auth::Bearer, credential, missing, &CLASSIFIER)
+            .gated(adapter.gate())
             .with_error_decoder(errors::decode);
         RunpodProvider {
             settings,
@@ -367,13 +369,20 @@ impl RunpodProvider {
     /// The capabilities RunPod's documentation implies: GPUs and start only: no boot
     /// script (pods are containers started from an image), no firewall API (exposed ports
     /// are mapped to other public ports), no k3s, no spot. Pods pull their image while
-    /// booting, so the boot timeout is generous. `max_concurrency` and
-    /// `min_create_interval` keep one process well inside the documented 60 requests a
-    /// minute; a 429 beyond that carries `Retry-After`.
+    /// booting, so the boot timeout is generous. Rate limits over every request, from the
+    /// API description (`runpod/api-reference-v2/openapi.json`,
+    /// `components.schemas.RateLimitPolicyHeader`, example
+    /// `"minute";q=60;w=60, "hour";q=3000;w=3600, "day";q=50000;w=86400`): 60 per minute
+    /// (1 request/s), 3,000 per hour (0.83 requests/s), 50,000 per day (0.58 requests/s).
     pub fn default_capabilities() -> Capabilities {
+        const SOURCE: &str = "shared/vendor-apis/runpod/api-reference-v2/openapi.json, components.schemas.RateLimitPolicyHeader (example)";
         Capabilities {
             max_concurrency: 2,
-            min_create_interval: Duration::from_secs(1),
+            rate_limits: vec![
+                RateLimit::all(60, Duration::from_secs(60), SOURCE),
+                RateLimit::all(3000, Duration::from_secs(3600), SOURCE),
+                RateLimit::all(50_000, Duration::from_secs(86_400), SOURCE),
+            ],
             ..kit::adapter::vm_capabilities(&[Feature::Gpu, Feature::Start])
         }
     }

@@ -460,6 +460,7 @@ impl VerdaProvider {
         );
         let base = endpoint.unwrap_or(DEFAULT_ENDPOINT).trim_end_matches('/');
         let mut api = RestClient::new(base, Auth::Bearer, credential, missing, &CLASSIFIER)
+            .gated(adapter.gate())
             .with_error_decoder(errors::decode);
         if let Some((id, secret)) = &settings.client {
             let token_url = format!("{base}/oauth2/token");
@@ -483,8 +484,9 @@ impl VerdaProvider {
     }
 
     /// Boot script (a startup script), GPUs, spot and Kubernetes; no firewall API (the
-    /// cluster is reached through the SSH tunnel). Four concurrent calls (no documented
-    /// limit).
+    /// cluster is reached through the SSH tunnel). Four concurrent calls; no
+    /// `rate_limits` declared (neither the vendor SDKs nor the derived API description,
+    /// `verda/verda-from-sdk.openapi.yaml`, document one).
     pub fn default_capabilities() -> Capabilities {
         use Feature::*;
         Capabilities {

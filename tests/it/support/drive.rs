@@ -149,9 +149,12 @@ pub fn labels(journal: &MemoryJournal) -> Vec<String> {
 }
 
 /// The capabilities every adapter test runs with: polls every 5 ms, a 5 s boot and delete
-/// deadline and a 2 s SSH one, over the adapter's own defaults.
+/// deadline and a 2 s SSH one, and no declared request rates (a vendor's rates would
+/// hold a 5 ms poll to one request per second; the tests of the limits declare their
+/// own), over the adapter's own defaults.
 pub fn test_capabilities(defaults: Capabilities) -> Capabilities {
     Capabilities {
+        rate_limits: Vec::new(),
         poll_interval: Duration::from_millis(5),
         boot_timeout: Duration::from_secs(5),
         ssh_timeout: Duration::from_secs(2),

@@ -960,6 +960,8 @@ impl Seen {
 struct Log {
     requests: Vec<Seen>,
     violations: Vec<String>,
+    /// When each of `requests` arrived (the server's clock).
+    arrived: Vec<std::time::Instant>,
 }
 
 /// A function producing the response to a request (a stateful fake cloud).
@@ -1027,6 +1029,7 @@ impl Respond for Checked {
         let mut log = self.log.lock().unwrap();
         log.violations.extend(problems);
         log.requests.push(seen);
+        log.arrived.push(std::time::Instant::now());
         template
     }
 }
@@ -1141,6 +1144,16 @@ impl SpecServer {
     }
 
     /// The violations recorded so far.
+    /// Every request received, with when it arrived (the server's clock), in order.
+    pub fn requests_timed(&self) -> Vec<(std::time::Instant, Seen)> {
+        let log = self.log.lock().unwrap();
+        log.arrived
+            .iter()
+            .copied()
+            .zip(log.requests.iter().cloned())
+            .collect()
+    }
+
     pub fn violations(&self) -> Vec<String> {
         self.log.lock().unwrap().violations.clone()
     }

@@ -1638,4 +1638,116 @@ async fn a_fleets_observes_share_droplet_listings_whatever_its_size() {
         4 * large <= per_machine,
         "apply: {large} shared, {per_machine} per machine"
     );
+
+/// DigitalOcean declares its documented rates (API description, "Rate Limit"): 250
+/// requests a minute and 5,000 an hour over every request.
+#[test]
+fn the_documented_rate_limits_are_declared_with_their_source() {
+    use gpuprov::provider::RateLimit;
+    let caps = DigitalOceanProvider::default_capabilities();
+    let windows: Vec<(Option<gpuprov::provider::EndpointClass>, u32, u64)> = caps
+        .rate_limits
+        .iter()
+        .map(|l: &RateLimit| (l.class, l.requests, l.per.as_secs()))
+        .collect();
+    assert_eq!(windows, vec![(None, 250, 60), (None, 5000, 3600)]);
+    let spec = std::fs::read_to_string(
+        spec::vendor_apis_dir().join("digitalocean/DigitalOcean-public.v2.gpuprov-subset.yaml"),
+    )
+    .unwrap();
+    assert!(spec.contains("5,000 requests per hour") && spec.contains("250 requests per minute"));
+    for l in &caps.rate_limits {
+        assert!(l.source.contains("DigitalOcean-public.v2"), "{}", l.source);
+    }
+}
+
+/// Declared rates hold at the server for a whole fleet apply through the real adapter
+/// path (prepare's lookups, coalesced listings, launches, key listing): the server times
+/// each request's arrival and counts those beyond a declared limit in any window. The
+/// limits are scaled down from the documented ones (250 a minute would take minutes to
+/// bind) and add a launch limit, so both an all-request limit and a class limit bind.
+/// The same apply without declared limits breaks them, so the count can fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fleet_apply_never_exceeds_the_declared_rates_at_the_server() {
+    use crate::shared_objects::{all_ready, fleet, Project};
+    use gpuprov::provider::rate::violations;
+    use gpuprov::provider::{EndpointClass, RateLimit};
+    const N: usize = 8;
+    let limits = vec![
+        RateLimit::all(
+            25,
+            Duration::from_secs(1),
+            "test: DigitalOcean's shape, scaled",
+        ),
+        RateLimit::of(EndpointClass::Launch, 2, Duration::from_secs(1), "test"),
+    ];
+    let measure = |server: &SpecServer| -> (usize, usize, usize) {
+        let timed = server.requests_timed();
+        let t0 = timed[0].0;
+        let at = |launch: bool| -> Vec<f64> {
+            timed
+                .iter()
+                .filter(|(_, r)| !launch || (r.method == "POST" && r.path == DROPLETS))
+                .map(|(t, _)| t.duration_since(t0).as_secs_f64())
+                .collect()
+        };
+        (
+            violations(&at(false), &limits[0]),
+            violations(&at(true), &limits[1]),
+            timed.len(),
+        )
+    };
+    let run = |declared: Vec<RateLimit>| async move {
+        let cloud = Cloud2::start(h100_world()).await;
+        let caps = gpuprov::provider::Capabilities {
+            rate_limits: declared,
+            boot_timeout: Duration::from_secs(60),
+            delete_timeout: Duration::from_secs(60),
+            ..drive::test_capabilities(DigitalOceanProvider::default_capabilities())
+        };
+        let provider = Arc::new(
+            DigitalOceanProvider::new(DigitalOceanSettings {
+                endpoint: Some(cloud.server.uri()),
+                token: Some(Token::new(SENTINEL)),
+                token_source: "the DIGITALOCEAN_TOKEN environment variable".into(),
+                lineage: LINEAGE.parse().unwrap(),
+            })
+            .with_capabilities(caps),
+        );
+        let p = Project::new(provider, Some(LINEAGE));
+        let started = Instant::now();
+        all_ready(
+            &p.apply(&fleet("digitalocean", "tor1", Some("H100"), N))
+                .await,
+            N,
+        );
+        cloud.server.verify();
+        (cloud, started.elapsed())
+    };
+    let (unlimited, _) = run(vec![]).await;
+    let (over_all, over_launch, _) = measure(&unlimited.server);
+    assert!(
+        over_all > 0 && over_launch > 0,
+        "without declared limits the apply bursts past them: {over_all} / {over_launch}"
+    );
+    let (limited, took) = run(limits.clone()).await;
+    let (over_all, over_launch, requests) = measure(&limited.server);
+    if over_all > 0 {
+        let timed = limited.server.requests_timed();
+        for (t, r) in &timed {
+            eprintln!(
+                "{:.3} {} {}",
+                t.duration_since(timed[0].0).as_secs_f64(),
+                r.method,
+                r.path
+            );
+        }
+    }
+    assert_eq!(
+        (over_all, over_launch),
+        (0, 0),
+        "{requests} requests in {took:?}"
+    );
+    // The limits bound: N launches at 2 a second take at least (N/2 − 1) s.
+    assert!(took >= Duration::from_secs((N / 2 - 1) as u64), "{took:?}");
 }

@@ -1390,3 +1390,29 @@ async fn launch_and_destroy_overhead_on_the_spec_server() {
         }),
     );
 }
+
+/// Lambda declares its documented rates (API description `info.description`): every
+/// request one per second, launch requests one per 12 s.
+#[test]
+fn the_documented_rate_limits_are_declared_with_their_source() {
+    use gpuprov::provider::EndpointClass;
+    let caps = LambdaProvider::default_capabilities();
+    let windows: Vec<(Option<EndpointClass>, u32, u64)> = caps
+        .rate_limits
+        .iter()
+        .map(|l| (l.class, l.requests, l.per.as_secs()))
+        .collect();
+    assert_eq!(
+        windows,
+        vec![(None, 1, 1), (Some(EndpointClass::Launch), 1, 12)]
+    );
+    let doc = spec::lambda();
+    let text = doc.doc()["info"]["description"].as_str().unwrap();
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(text.contains("generally limited to one request per second"));
+    assert!(text.contains("limited to one request per 12 seconds"));
+    assert!(caps
+        .rate_limits
+        .iter()
+        .all(|l| l.source.contains("openapi-1.8.3.json")));
+}

@@ -1311,3 +1311,28 @@ async fn a_closed_port_is_unreachable_at_once() {
         "no retry inside the adapter"
     );
 }
+
+/// RunPod declares the rates of its `RateLimit-Policy` header as the API description
+/// documents them: 60 a minute, 3,000 an hour, 50,000 a day.
+#[test]
+fn the_documented_rate_limits_are_declared_with_their_source() {
+    let caps = RunpodProvider::default_capabilities();
+    let windows: Vec<(u32, u64)> = caps
+        .rate_limits
+        .iter()
+        .map(|l| {
+            assert_eq!(l.class, None);
+            (l.requests, l.per.as_secs())
+        })
+        .collect();
+    assert_eq!(windows, vec![(60, 60), (3000, 3600), (50_000, 86_400)]);
+    let doc = spec::runpod();
+    let example = doc.doc()["components"]["schemas"]["RateLimitPolicyHeader"]["examples"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        example,
+        "\"minute\";q=60;w=60, \"hour\";q=3000;w=3600, \"day\";q=50000;w=86400"
+    );
+}
