@@ -10,6 +10,11 @@
 //! runtime and with it the engine, the journal handle and every task; the fake cloud and
 //! the files on disk survive, as they would a `kill -9`.
 //!
+//! The same sweep also runs on the real Hyperstack and RunPod adapters over their
+//! spec-checked local servers (issue 21, at the end of this file): their shared objects
+//! (an environment and a key pair per region; the account's key set written by
+//! read-modify-write) must survive a crash at every point.
+//!
 //! Needs the `crash-points` feature, which the self dev-dependency in Cargo.toml turns on
 //! for every test build (this file does not compile without it).
 

@@ -412,9 +412,9 @@ impl HyperstackProvider {
             )
             .await?;
         let lineage = label(LINEAGE_LABEL, self.settings.lineage.as_str());
-        Ok(vms.iter().all(|v| {
-            v.status.eq_ignore_ascii_case("DELETED") || v.labels.iter().any(|l| *l == lineage)
-        }))
+        Ok(vms
+            .iter()
+            .all(|v| v.status.eq_ignore_ascii_case("DELETED") || v.labels.contains(&lineage)))
     }
 
     /// The region of a region-scoped shared object. Errors: none given → `InvalidRequest`.
