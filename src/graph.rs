@@ -5,7 +5,8 @@
 //! region) are nodes of their own, once each, with an edge to the `prepare` of every
 //! machine that may use them, and an edge from an earlier kind to a later one of the same
 //! region (a Hyperstack key pair lives in its environment); a region-scoped object of a
-//! machine with no `regions` is `[*]` (its region is chosen at launch). Pure: no I/O.
+//! machine with no `regions`, or with several clouds (the plan cannot tell which cloud
+//! has which of its regions), is `[*]`: its region is chosen at launch. Pure: no I/O.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -58,7 +59,7 @@ impl Resource {
 }
 
 /// The addresses of the shared objects `vm` may use, in the order they are prepared
-/// (`[*]` for a region-scoped object when the machine names no region).
+/// (`[*]` for a region-scoped object when the machine names no region or several clouds).
 pub fn shared_addresses(vm: &VmSpec) -> Vec<String> {
     use crate::provider::shared::{declared, SharedScope};
     let mut out = Vec::new();
@@ -66,7 +67,11 @@ pub fn shared_addresses(vm: &VmSpec) -> Vec<String> {
         for k in declared(cloud.as_str()) {
             let regions: Vec<Option<String>> = match k.scope {
                 SharedScope::Account => vec![None],
-                SharedScope::Region if vm.regions.is_empty() => vec![Some("*".into())],
+                // No regions, or regions shared by several clouds (which cloud has which
+                // region is known only from the offers): chosen at launch.
+                SharedScope::Region if vm.regions.is_empty() || vm.clouds.len() > 1 => {
+                    vec![Some("*".into())]
+                }
                 SharedScope::Region => vm.regions.iter().cloned().map(Some).collect(),
             };
             for region in regions {

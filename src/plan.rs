@@ -287,7 +287,8 @@ pub struct Plan {
 pub struct SharedChange {
     /// For example `shared.digitalocean.ssh_key` or `shared.hyperstack.environment[CANADA-1]`
     /// (a region-scoped object, one per region the machines name). `[*]` stands for the
-    /// regions of machines that name none: their region is chosen at launch (with
+    /// regions of machines that name none, or that name several clouds (the plan cannot
+    /// tell which cloud has which region): their region is chosen at launch (with
     /// failover), so the plan cannot name it; such a change is always listed as a create
     /// (apply finds or creates the object of the region each launch lands in, once per
     /// region) and counted once.
@@ -1468,6 +1469,18 @@ mod tests {
             "\"shared.hyperstack.environment[CANADA-1]\" -> \"shared.hyperstack.ssh_key[NORWAY-1]\""
         ));
         insta::assert_snapshot!("graph_with_regional_shared_objects", dot);
+        // Several clouds share the regions list: which is Hyperstack's is known at launch.
+        let multi = config(
+            "[defaults]\nclouds = [\"hyperstack\", \"runpod\"]\nregions = [\"CANADA-1\", \"EU-RO-1\"]\n\n[vm.m]\n",
+        );
+        assert_eq!(
+            crate::graph::shared_addresses(&multi.vms["m"]),
+            [
+                "shared.hyperstack.environment[*]",
+                "shared.hyperstack.ssh_key[*]",
+                "shared.runpod.ssh_key",
+            ]
+        );
 
         // Recorded, then every machine gone: released key pairs first.
         let mut st = recorded_all(&c);

@@ -934,15 +934,19 @@ async fn the_multi_cloud_example_plans_offers_from_every_cloud_with_stock() {
     assert!(stdout.contains("vm.inference will be created"), "{stdout}");
     assert!(stdout.contains("vm.notebook will be created"), "{stdout}");
     // Three machines and the project keys of DigitalOcean, Lambda and RunPod (its
-    // account key set), each planned once for all the machines that may land there.
+    // account key set), each planned once for all the machines that may land there, and
+    // Hyperstack's environment and key pair of the region the launch picks (`[*]`: the
+    // machines list several clouds, so the plan cannot tell which region is Hyperstack's).
     assert!(
-        stdout.contains("Plan: 6 to add, 0 to change, 0 to destroy."),
+        stdout.contains("Plan: 8 to add, 0 to change, 0 to destroy."),
         "{stdout}"
     );
     for key in [
         "+ shared.digitalocean.ssh_key",
         "+ shared.lambda.ssh_key",
         "+ shared.runpod.ssh_key",
+        "+ shared.hyperstack.environment[*]",
+        "+ shared.hyperstack.ssh_key[*]",
     ] {
         assert_eq!(stdout.matches(key).count(), 1, "{stdout}");
     }
