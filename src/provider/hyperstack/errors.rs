@@ -215,6 +215,19 @@ pub fn classify(f: &Failure, what: &str, secret: Option<&str>) -> ProviderError 
 mod tests {
     use super::*;
 
+    /// Shared objects: a name conflict on a create is `Exists` (adopted, never a failed
+    /// offer); a refused environment delete is `InUse`; elsewhere neither rule applies.
+    #[test]
+    fn shared_object_conflicts_and_refusals() {
+        let f = |s: u16| ApiError::from_response(s, &body("Conflict", "conflict"), None);
+        let on =
+            |f: Failure, call: &'static str| CLASSIFIER.classify(&f, Call::named(call, "x"), []);
+        assert_eq!(on(f(409), CREATE_SHARED).kind, ErrorKind::Exists);
+        assert_eq!(on(f(400), DELETE_ENVIRONMENT).kind, ErrorKind::InUse);
+        assert_ne!(on(f(409), "other").kind, ErrorKind::Exists);
+        assert_ne!(on(f(400), CREATE_SHARED).kind, ErrorKind::InUse);
+    }
+
     /// An error body in the spec's `ErrorResponseModel` shape.
     fn body(message: &str, reason: &str) -> String {
         serde_json::json!({"status": false, "message": message, "error_reason": reason}).to_string()
