@@ -674,9 +674,12 @@ impl Engine {
     /// graph's order: after the last machine depending on it is gone), except those of a
     /// cloud set to `keep_shared` ([`Providers::keeps_shared`]). A machine uses an
     /// object when what it owns is at the object's cloud (and region), or when its applied
-    /// settings may still launch it there. Only objects gpuprov made are deleted (the
-    /// user's own key is kept); the record leaves the state once the cloud confirms.
-    /// Returns an outcome per object released or not.
+    /// settings may still launch it there. A cloud's kinds go in reverse declaration
+    /// order ([`crate::provider::shared::declared`]: a key pair before the environment it
+    /// lives in), and an object something still lives in (a later kind this release did
+    /// not remove) is kept, `Leaked`, for the next run. Only objects gpuprov made are
+    /// deleted (the user's own key is kept); the record leaves the state once the cloud
+    /// confirms. Returns an outcome per object released or not.
     ///
     /// `candidates`: objects to release too when unrecorded (found by identity).
     pub async fn release_shared_with(
@@ -701,6 +704,19 @@ impl Engine {
                 todo.push((c.address(), Some(c)));
             }
         }
+        // The graph's order backwards: a cloud's later kinds first (a Hyperstack key pair
+        // before the environment it lives in). Unreadable records sort last.
+        todo.sort_by_key(|(address, o)| match o {
+            Some(o) => (
+                false,
+                o.cloud.clone(),
+                std::cmp::Reverse(o.position()),
+                address.clone(),
+            ),
+            None => (true, String::new(), std::cmp::Reverse(0), address.clone()),
+        });
+        // Objects this release tried and did not remove: what they live in stays too.
+        let mut kept: Vec<crate::provider::SharedObject> = Vec::new();
         for (address, object) in &todo {
             let Some(object) = object else {
                 // Never drop a record we cannot read.
@@ -739,6 +755,17 @@ impl Engine {
             if in_use {
                 continue;
             }
+            if let Some(inner) = kept.iter().find(|k| k.lives_in(object)) {
+                out.insert(
+                    address.clone(),
+                    Outcome::Leaked(format!(
+                        "kept: {} still lives in it; the next run releases both",
+                        inner.address()
+                    )),
+                );
+                kept.push(object.clone());
+                continue;
+            }
             let m = SharedTeardown {
                 providers: self.providers.clone(),
                 public_key: self.ssh_public_key.clone(),
@@ -761,6 +788,9 @@ impl Engine {
                 Err(ExecError::Interrupted { label, .. }) => Outcome::Interrupted(label),
                 Err(e) => Outcome::Failed(e.to_string()),
             };
+            if outcome != Outcome::Destroyed {
+                kept.push(object.clone());
+            }
             out.insert(address.clone(), outcome);
         }
         out

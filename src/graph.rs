@@ -3,8 +3,10 @@
 //! last node to the dependent's first. The shared objects of the machines' clouds
 //! ([`crate::provider::shared::declared`]: a project key per account, an environment per
 //! region) are nodes of their own, once each, with an edge to the `prepare` of every
-//! machine that may use them; a region-scoped object of a machine with no `regions` is
-//! `[*]` (its region is chosen at launch). Pure: no I/O.
+//! machine that may use them, and an edge from an earlier kind to a later one of the same
+//! region (a Hyperstack key pair lives in its environment); a region-scoped object of a
+//! machine with no `regions`, or with several clouds (the plan cannot tell which cloud
+//! has which of its regions), is `[*]`: its region is chosen at launch. Pure: no I/O.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -13,6 +15,7 @@ use petgraph::algo::toposort;
 use petgraph::graph::{DiGraph, NodeIndex};
 
 use crate::config::VmSpec;
+use crate::provider::SharedObject;
 
 /// The stage of a machine's provisioning a node stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -56,15 +59,19 @@ impl Resource {
 }
 
 /// The addresses of the shared objects `vm` may use, in the order they are prepared
-/// (`[*]` for a region-scoped object when the machine names no region).
+/// (`[*]` for a region-scoped object when the machine names no region or several clouds).
 pub fn shared_addresses(vm: &VmSpec) -> Vec<String> {
-    use crate::provider::shared::{declared, SharedObject, SharedScope};
+    use crate::provider::shared::{declared, SharedScope};
     let mut out = Vec::new();
     for cloud in &vm.clouds {
         for k in declared(cloud.as_str()) {
             let regions: Vec<Option<String>> = match k.scope {
                 SharedScope::Account => vec![None],
-                SharedScope::Region if vm.regions.is_empty() => vec![Some("*".into())],
+                // No regions, or regions shared by several clouds (which cloud has which
+                // region is known only from the offers): chosen at launch.
+                SharedScope::Region if vm.regions.is_empty() || vm.clouds.len() > 1 => {
+                    vec![Some("*".into())]
+                }
                 SharedScope::Region => vm.regions.iter().cloned().map(Some).collect(),
             };
             for region in regions {
@@ -109,11 +116,28 @@ impl ResourceGraph {
                     first.insert(name, n);
                 }
                 if stage == Stage::Prepare {
-                    for address in shared_addresses(vm) {
-                        let s = *shared
-                            .entry(address.clone())
-                            .or_insert_with(|| graph.add_node(Resource::Shared { address }));
+                    let addresses = shared_addresses(vm);
+                    for address in &addresses {
+                        let s = *shared.entry(address.clone()).or_insert_with(|| {
+                            graph.add_node(Resource::Shared {
+                                address: address.clone(),
+                            })
+                        });
                         graph.add_edge(s, n, ());
+                    }
+                    // A later kind lives in an earlier one of its region (a key pair in
+                    // its environment): prepared after it, released before it.
+                    for a in &addresses {
+                        for b in &addresses {
+                            let (Some(oa), Some(ob)) =
+                                (SharedObject::parse(a), SharedObject::parse(b))
+                            else {
+                                continue;
+                            };
+                            if ob.lives_in(&oa) {
+                                graph.update_edge(shared[a], shared[b], ());
+                            }
+                        }
                     }
                 }
                 prev = Some(n);

@@ -289,8 +289,13 @@ pub struct Plan {
 /// per region: [`crate::provider::shared`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SharedChange {
-    /// For example `shared.digitalocean.ssh_key`; `[*]` for a region-scoped object whose
-    /// region is chosen at launch.
+    /// For example `shared.digitalocean.ssh_key` or `shared.hyperstack.environment[CANADA-1]`
+    /// (a region-scoped object, one per region the machines name). `[*]` stands for the
+    /// regions of machines that name none, or that name several clouds (the plan cannot
+    /// tell which cloud has which region): their region is chosen at launch (with
+    /// failover), so the plan cannot name it; such a change is always listed as a create
+    /// (apply finds or creates the object of the region each launch lands in, once per
+    /// region) and counted once.
     pub address: String,
     /// `Create` (found or created once, before the first machine that needs it),
     /// `Destroy` (released after the last machine using it; one gpuprov did not make is
@@ -383,6 +388,25 @@ pub fn shared_changes(
             out.push(change);
         }
     }
+    // In the order apply acts: a cloud's kinds as declared when created (an environment
+    // before its key pair), the other way round when released.
+    let rank = |c: &SharedChange| {
+        let o = crate::provider::SharedObject::parse(&c.address);
+        let (cloud, position) = o
+            .map(|o| (o.cloud.clone(), o.position()))
+            .unwrap_or_default();
+        let position = match c.action {
+            Action::Destroy => usize::MAX - position,
+            _ => position,
+        };
+        (
+            c.action == Action::Destroy,
+            cloud,
+            position,
+            c.address.clone(),
+        )
+    };
+    out.sort_by_key(rank);
     out
 }
 
@@ -1230,9 +1254,19 @@ pub fn render(plan: &Plan) -> String {
     }
     for s in &plan.shared {
         let users = s.users_text();
+        let object = crate::provider::SharedObject::parse(&s.address);
+        // Keys are found by value, other kinds by the name gpuprov derives.
+        let found = match &object {
+            Some(o) if o.kind == crate::provider::shared::SSH_KEY => "by value",
+            _ => "by its name",
+        };
         let what = match s.action {
+            // A machine with no `regions` picks its region at launch: one per region used.
+            Action::Create if object.is_some_and(|o| o.region.as_deref() == Some("*")) => format!(
+                "will be created once in each region the machines launch in\n  # (found {found} if it exists; used by {users})"
+            ),
             Action::Create => format!(
-                "will be created once, before the first machine that needs it\n  # (found by value if it exists; used by {users})"
+                "will be created once, before the first machine that needs it\n  # (found {found} if it exists; used by {users})"
             ),
             Action::NoOp => {
                 let _ = writeln!(
@@ -1478,6 +1512,71 @@ mod tests {
 
         let p = compute(&keep("lambda"), &st, None, &|_| Some(1.0)).expect("plans");
         assert_eq!(p.shared[0].action, Action::Destroy);
+    }
+
+    /// Hyperstack's environment and key pair are per region: one of each per region the
+    /// machines name, the environment first, the key pair fed by it; a machine naming no
+    /// region shows `[*]` (its region is chosen at launch). Released key pair first.
+    #[test]
+    fn regional_shared_objects_are_planned_per_region() {
+        let c = config(
+            "[defaults]\nclouds = [\"hyperstack\"]\n\n[vm.a]\nregions = [\"CANADA-1\"]\n\n\
+             [vm.b]\nregions = [\"CANADA-1\", \"NORWAY-1\"]\n\n[vm.c]\n",
+        );
+        let mut p = compute(&c, &StateFile::new(), None, &|_| Some(1.0)).expect("plans");
+        p.gpuprov_version = "TEST".into();
+        let addresses: Vec<&str> = p.shared.iter().map(|s| s.address.as_str()).collect();
+        assert_eq!(
+            addresses,
+            [
+                "shared.hyperstack.environment[*]",
+                "shared.hyperstack.environment[CANADA-1]",
+                "shared.hyperstack.environment[NORWAY-1]",
+                "shared.hyperstack.ssh_key[*]",
+                "shared.hyperstack.ssh_key[CANADA-1]",
+                "shared.hyperstack.ssh_key[NORWAY-1]",
+            ]
+        );
+        insta::assert_snapshot!("plan_with_regional_shared_objects", render(&p));
+        let dot = crate::graph::ResourceGraph::build(&c.vms).to_dot();
+        assert!(dot.contains(
+            "\"shared.hyperstack.environment[CANADA-1]\" -> \"shared.hyperstack.ssh_key[CANADA-1]\""
+        ));
+        assert!(!dot.contains(
+            "\"shared.hyperstack.environment[CANADA-1]\" -> \"shared.hyperstack.ssh_key[NORWAY-1]\""
+        ));
+        insta::assert_snapshot!("graph_with_regional_shared_objects", dot);
+        // Several clouds share the regions list: which is Hyperstack's is known at launch.
+        let multi = config(
+            "[defaults]\nclouds = [\"hyperstack\", \"runpod\"]\nregions = [\"CANADA-1\", \"EU-RO-1\"]\n\n[vm.m]\n",
+        );
+        assert_eq!(
+            crate::graph::shared_addresses(&multi.vms["m"]),
+            [
+                "shared.hyperstack.environment[*]",
+                "shared.hyperstack.ssh_key[*]",
+                "shared.runpod.ssh_key",
+            ]
+        );
+
+        // Recorded, then every machine gone: released key pairs first.
+        let mut st = recorded_all(&c);
+        for a in [
+            "shared.hyperstack.environment[CANADA-1]",
+            "shared.hyperstack.ssh_key[CANADA-1]",
+        ] {
+            st.shared.insert(a.into(), record(&c.vms["a"]));
+        }
+        let elsewhere = config("[defaults]\nclouds = [\"docker\"]\n\n[vm.z]\n");
+        let p = compute(&elsewhere, &st, None, &|_| Some(1.0)).expect("plans");
+        let released: Vec<&str> = p.shared.iter().map(|s| s.address.as_str()).collect();
+        assert_eq!(
+            released,
+            [
+                "shared.hyperstack.ssh_key[CANADA-1]",
+                "shared.hyperstack.environment[CANADA-1]",
+            ]
+        );
     }
 
     fn list(s: BTreeSet<String>) -> Vec<String> {

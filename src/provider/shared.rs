@@ -35,6 +35,7 @@ pub struct SharedKind {
 /// may need an earlier one). Clouds not listed share nothing through the graph.
 const DECLARED: &[(&str, &[SharedKind])] = &[
     ("digitalocean", &[ACCOUNT_KEY]),
+    ("hyperstack", HYPERSTACK),
     ("lambda", &[ACCOUNT_KEY]),
     ("runpod", &[ACCOUNT_KEY]),
     ("verda", &[ACCOUNT_KEY]),
@@ -51,12 +52,39 @@ const ACCOUNT_KEY: SharedKind = SharedKind {
     scope: SharedScope::Account,
 };
 
+/// The kind of a per-region environment (`environment`).
+pub const ENVIRONMENT: &str = "environment";
+
+/// Hyperstack: key pairs live inside an environment and environments are per region
+/// (`Import_Keypair_Payload.environment_name`, `Create_Environment.region` of
+/// `../shared/vendor-apis/hyperstack/openapi.yaml`), so both are region-scoped and the
+/// environment comes first.
+const HYPERSTACK: &[SharedKind] = &[
+    SharedKind {
+        kind: ENVIRONMENT,
+        scope: SharedScope::Region,
+    },
+    SharedKind {
+        kind: SSH_KEY,
+        scope: SharedScope::Region,
+    },
+];
+
 /// The kinds of shared object `cloud` declares (none for a cloud not in the table).
 pub fn declared(cloud: &str) -> &'static [SharedKind] {
     DECLARED
         .iter()
         .find(|(c, _)| *c == cloud)
         .map_or(&[], |(_, k)| *k)
+}
+
+/// Where `kind` comes in `cloud`'s declaration (its preparation order; teardown runs
+/// the other way). A kind the cloud does not declare sorts last.
+pub fn position(cloud: &str, kind: &str) -> usize {
+    declared(cloud)
+        .iter()
+        .position(|k| k.kind == kind)
+        .unwrap_or(usize::MAX)
 }
 
 /// One shared object: a kind of `cloud`, per account or in one region.
@@ -92,6 +120,42 @@ impl SharedObject {
             None => format!("{PREFIX}{}.{}", self.cloud, self.kind),
             Some(r) => format!("{PREFIX}{}.{}[{r}]", self.cloud, self.kind),
         }
+    }
+
+    /// The object an [`address`](Self::address) names (`[*]` stays a region of `*`);
+    /// `None` for anything else.
+    pub fn parse(address: &str) -> Option<SharedObject> {
+        let rest = address.strip_prefix(PREFIX)?;
+        let (rest, region) = match rest.strip_suffix(']') {
+            Some(r) => {
+                let (head, region) = r.split_once('[')?;
+                (head, Some(region.to_string()))
+            }
+            None => (rest, None),
+        };
+        let (cloud, kind) = rest.split_once('.')?;
+        Some(SharedObject {
+            cloud: cloud.to_string(),
+            kind: kind.to_string(),
+            region,
+        })
+    }
+
+    /// Where this object's kind comes in its cloud's declaration ([`position`]).
+    pub fn position(&self) -> usize {
+        position(&self.cloud, &self.kind)
+    }
+
+    /// Whether `self` must go before `other` at teardown: `other` is an earlier kind of
+    /// the same cloud that `self` may live in (same region, or either is account-wide),
+    /// as a key pair lives in its environment.
+    pub fn lives_in(&self, other: &SharedObject) -> bool {
+        self.cloud == other.cloud
+            && other.position() < self.position()
+            && match (&self.region, &other.region) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            }
     }
 
     /// Whether a machine at (`cloud`, `region`) uses this object.
@@ -160,5 +224,36 @@ mod tests {
         assert!(!env.serves("digitalocean", Some("NORWAY-1")));
         assert_eq!(declared("digitalocean")[0].kind, "ssh_key");
         assert!(declared("docker").is_empty());
+    }
+
+    #[test]
+    fn hyperstack_declares_its_environment_before_its_key_per_region() {
+        let kinds: Vec<_> = declared("hyperstack").iter().map(|k| k.kind).collect();
+        assert_eq!(kinds, [ENVIRONMENT, SSH_KEY]);
+        assert!(declared("hyperstack")
+            .iter()
+            .all(|k| k.scope == SharedScope::Region));
+        let env = SharedObject {
+            cloud: "hyperstack".into(),
+            kind: ENVIRONMENT.into(),
+            region: Some("CANADA-1".into()),
+        };
+        let key = SharedObject {
+            kind: SSH_KEY.into(),
+            ..env.clone()
+        };
+        assert_eq!(env.address(), "shared.hyperstack.environment[CANADA-1]");
+        assert_eq!(SharedObject::parse(&key.address()), Some(key.clone()));
+        assert!(key.lives_in(&env));
+        assert!(!env.lives_in(&key));
+        let norway = SharedObject {
+            region: Some("NORWAY-1".into()),
+            ..env.clone()
+        };
+        assert!(!key.lives_in(&norway), "another region's environment");
+        let do_key = SharedObject::parse("shared.digitalocean.ssh_key").unwrap();
+        assert_eq!(do_key.region, None);
+        assert!(!do_key.lives_in(&env));
+        assert_eq!(SharedObject::parse("vm.a"), None);
     }
 }

@@ -935,9 +935,11 @@ async fn the_multi_cloud_example_plans_offers_from_every_cloud_with_stock() {
     assert!(stdout.contains("vm.notebook will be created"), "{stdout}");
     // Three machines and the project keys of DigitalOcean, Lambda, RunPod (its account
     // key set), Massed Compute, Verda and Prime Intellect, each planned once for all the
-    // machines that may land there.
+    // machines that may land there, and Hyperstack's environment and key pair of the
+    // region the launch picks (`[*]`: the machines list several clouds, so the plan
+    // cannot tell which region is Hyperstack's).
     assert!(
-        stdout.contains("Plan: 9 to add, 0 to change, 0 to destroy."),
+        stdout.contains("Plan: 11 to add, 0 to change, 0 to destroy."),
         "{stdout}"
     );
     for key in [
@@ -947,6 +949,8 @@ async fn the_multi_cloud_example_plans_offers_from_every_cloud_with_stock() {
         "+ shared.massedcompute.ssh_key",
         "+ shared.verda.ssh_key",
         "+ shared.primeintellect.ssh_key",
+        "+ shared.hyperstack.environment[*]",
+        "+ shared.hyperstack.ssh_key[*]",
     ] {
         assert_eq!(stdout.matches(key).count(), 1, "{stdout}");
     }

@@ -901,3 +901,135 @@ async fn verda_a_refused_key_registration_is_observed_again_not_a_failed_offer()
     assert!(cloud.world.lock().unwrap().keys.is_empty());
     cloud.server.verify();
 }
+
+// Hyperstack: an environment and a key pair per region (the key pair lives in the
+// environment), both shared objects prepared in that order and released the other way.
+
+/// 20 Hyperstack VMs (8 × H100) in CANADA-1.
+fn hyperstack_fleet() -> String {
+    fleet("hyperstack", "CANADA-1", Some("H100"), FLEET)
+        .replace("gpu = \"H100\"\n", "gpu = \"H100\"\ngpu_count = 8\n")
+}
+
+/// The paths of the `DELETE`s the server saw that were not VM deletes, in order.
+fn hyperstack_shared_deletes(server: &crate::support::spec::SpecServer) -> Vec<String> {
+    server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "DELETE" && !r.path.starts_with(crate::vendor::hyperstack::VMS))
+        .map(|r| r.path)
+        .collect()
+}
+
+/// Hyperstack: 20 VMs in one region with parallelism 20 create the project's environment
+/// and key pair exactly once each (counted at the spec-checked server), all come up in
+/// that environment with that key pair, and both go after the last VM, the key pair
+/// before its environment. Repeated 20 times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hyperstack_fleet_creates_environment_and_key_once_and_deletes_both_last() {
+    use crate::vendor::hyperstack as hs;
+    const ENV: &str = "shared.hyperstack.environment[CANADA-1]";
+    const KEY: &str = "shared.hyperstack.ssh_key[CANADA-1]";
+    for round in 0..20 {
+        let cloud = hs::Fake::start(hs::h100_world()).await;
+        let p = Project::new(cloud.provider(), Some(crate::support::drive::LINEAGE));
+        let out = p.apply(&hyperstack_fleet()).await;
+        all_ready(&out, FLEET);
+        let server = &cloud.server;
+        assert_eq!(
+            server.requests_to("POST", "/v1/core/environments").len(),
+            1,
+            "round {round}: one environment"
+        );
+        assert_eq!(
+            server.requests_to("POST", "/v1/core/keypairs").len(),
+            1,
+            "round {round}: one key pair"
+        );
+        assert_eq!(
+            p.state().shared.keys().collect::<Vec<_>>(),
+            [ENV, KEY],
+            "journalled as resources of their own"
+        );
+        let key = cloud.world.lock().unwrap().keypairs[0]["name"].clone();
+        let creates = cloud.creates();
+        assert_eq!(creates.len(), FLEET);
+        for c in creates {
+            assert_eq!(c["environment_name"], hs::ENV_CA);
+            assert_eq!(c["key_name"], key, "every VM gets the one key pair");
+        }
+        // Destroying one VM keeps both for the others.
+        let (engine, journal) = p.engine();
+        let out = engine.destroy(&["vm.m00".to_string()]).await;
+        journal.save_final().unwrap();
+        assert_eq!(out.len(), 1, "both stay while VMs use them: {out:?}");
+        assert!(hyperstack_shared_deletes(server).is_empty());
+        let out = p.destroy().await;
+        assert_eq!(out[KEY], Outcome::Destroyed, "{out:?}");
+        assert_eq!(out[ENV], Outcome::Destroyed, "{out:?}");
+        let deletes = hyperstack_shared_deletes(server);
+        assert_eq!(deletes.len(), 2, "{deletes:?}");
+        assert!(
+            deletes[0].starts_with("/v1/core/keypair/")
+                && deletes[1].starts_with("/v1/core/environments/"),
+            "the key pair before the environment it lives in: {deletes:?}"
+        );
+        {
+            let w = cloud.world.lock().unwrap();
+            assert!(w.environments.is_empty() && w.keypairs.is_empty());
+            assert!(w.vms.iter().all(|v| v["status"] == "DELETED"));
+        }
+        assert!(p.state().shared.is_empty());
+        server.verify();
+    }
+}
+
+/// Hyperstack with the project key already imported by the user into the project's
+/// environment, under their own name: the key pair is used by value, never imported,
+/// never deleted, and the environment that holds it is used and kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hyperstack_uses_the_users_key_pair_and_keeps_it_and_its_environment() {
+    use crate::vendor::hyperstack as hs;
+    let users_copy = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuprovTestKeyOnly me@laptop";
+    for round in 0..20 {
+        let mut world = hs::h100_world();
+        world.environments = vec![hs::env_json(2, hs::ENV_CA, "CANADA-1")];
+        world.keypairs = vec![hs::keypair(3, "my-laptop", users_copy, hs::ENV_CA)];
+        world.next = 10;
+        let cloud = hs::Fake::start(world).await;
+        let p = Project::new(cloud.provider(), Some(crate::support::drive::LINEAGE));
+        let out = p.apply(&hyperstack_fleet()).await;
+        all_ready(&out, FLEET);
+        let server = &cloud.server;
+        assert!(
+            server.requests_to("POST", "/v1/core/keypairs").is_empty(),
+            "round {round}: never imported"
+        );
+        assert!(server
+            .requests_to("POST", "/v1/core/environments")
+            .is_empty());
+        for c in cloud.creates() {
+            assert_eq!(c["key_name"], "my-laptop");
+            assert_eq!(c["environment_name"], hs::ENV_CA);
+        }
+        let out = p.destroy().await;
+        assert!(
+            out.iter()
+                .filter(|(a, _)| a.starts_with("shared."))
+                .all(|(_, o)| *o == Outcome::Destroyed),
+            "the records go: {out:?}"
+        );
+        assert!(
+            hyperstack_shared_deletes(server).is_empty(),
+            "neither deleted"
+        );
+        {
+            let w = cloud.world.lock().unwrap();
+            assert_eq!(w.keypairs.len(), 1);
+            assert_eq!(w.keypairs[0]["name"], "my-laptop");
+            assert_eq!(w.environments.len(), 1);
+        }
+        assert!(p.state().shared.is_empty(), "the records go, both stay");
+        server.verify();
+    }
+}

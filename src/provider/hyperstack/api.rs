@@ -81,6 +81,8 @@ pub(super) struct Price {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub(super) struct Environment {
+    /// `Environment_Fields.id` (what `DELETE /core/environments/{id}` takes).
+    pub(super) id: Option<i64>,
     pub(super) name: String,
     pub(super) region: String,
 }
@@ -93,6 +95,8 @@ pub(super) struct EnvironmentResponse {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub(super) struct Keypair {
+    /// `Keypair_Fields.id` (what `DELETE /core/keypair/{id}` takes).
+    pub(super) id: Option<i64>,
     pub(super) name: String,
     pub(super) public_key: String,
     pub(super) environment: Option<Environment>,

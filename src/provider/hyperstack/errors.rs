@@ -29,6 +29,13 @@ use crate::provider::{cause, ErrorKind, ProviderError};
 /// `Transient`).
 pub const DELETE: &str = "delete";
 
+/// The call name of a shared object's create (`POST /core/environments`, `POST
+/// /core/keypairs`): a `409` means the name is taken, so the object exists (`Exists`).
+pub const CREATE_SHARED: &str = "create_shared";
+/// The call name of an environment's delete: a `400` is a refusal of an environment that
+/// still holds something (`InUse`).
+pub const DELETE_ENVIRONMENT: &str = "delete_environment";
+
 /// Phrases that mean the request hit a rate limit: transient, same offer.
 const RATE_LIMIT: &[&str] = &["rate limit", "too many requests", "throttl"];
 /// Phrases that mean an account or environment quota is exhausted. Checked before
@@ -109,6 +116,18 @@ const RULES: &[Rule] = &[
         .phrases(BUSY)
         .on(DELETE)
         .help(NOT_DELETABLE),
+    // `Create_environment` and `Import_key_pair` declare `409 Conflict` (no text is
+    // documented): the name is taken, by a concurrent create of the same object or by an
+    // older one. The core observes again and adopts it (never a failed offer).
+    Rule::status(409, ErrorKind::Exists)
+        .on(CREATE_SHARED)
+        .help("it exists already; gpuprov looks for it again"),
+    // `Delete_environment` declares only 400/401/404/500: a well-formed delete by id
+    // refused with 400 is an environment that still holds VMs, volumes or key pairs.
+    // Retried (they may be going), then the record stays for the next run.
+    Rule::status(400, ErrorKind::InUse)
+        .on(DELETE_ENVIRONMENT)
+        .help("the environment still holds resources; it is kept until they are gone"),
     // The envelope's free text (SOURCES.md): rate limit, then quota, then stock.
     Rule::code("*", ErrorKind::Transient).phrases(RATE_LIMIT),
     Rule::code("*", ErrorKind::Quota).phrases(QUOTA),
@@ -195,6 +214,19 @@ pub fn classify(f: &Failure, what: &str, secret: Option<&str>) -> ProviderError 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Shared objects: a name conflict on a create is `Exists` (adopted, never a failed
+    /// offer); a refused environment delete is `InUse`; elsewhere neither rule applies.
+    #[test]
+    fn shared_object_conflicts_and_refusals() {
+        let f = |s: u16| ApiError::from_response(s, &body("Conflict", "conflict"), None);
+        let on =
+            |f: Failure, call: &'static str| CLASSIFIER.classify(&f, Call::named(call, "x"), []);
+        assert_eq!(on(f(409), CREATE_SHARED).kind, ErrorKind::Exists);
+        assert_eq!(on(f(400), DELETE_ENVIRONMENT).kind, ErrorKind::InUse);
+        assert_ne!(on(f(409), "other").kind, ErrorKind::Exists);
+        assert_ne!(on(f(400), CREATE_SHARED).kind, ErrorKind::InUse);
+    }
 
     /// An error body in the spec's `ErrorResponseModel` shape.
     fn body(message: &str, reason: &str) -> String {

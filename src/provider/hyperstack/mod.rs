@@ -10,13 +10,31 @@
 //!   false *and* the region's stock entry for the GPU model has a positive count for the
 //!   flavor's `<N>x` configuration) and has a price. Id `hyperstack/<region>/<flavor>`.
 //!   Hyperstack has no spot market in this API.
+//! - Shared objects ([`super::shared`], declared in that order, both per region because
+//!   key pairs live inside an environment and environments are per region:
+//!   `Import_Keypair_Payload.environment_name`, `Create_Environment.region`):
+//!   `environment` (`shared.hyperstack.environment[<region>]`) is the project's
+//!   environment `gpuprov-<lineage8>-<region>` ([`HyperstackProvider::environment_name`]),
+//!   found by that name; `ssh_key` (`shared.hyperstack.ssh_key[<region>]`) is the key pair
+//!   in that environment whose public key *value* is the project's, whatever its name,
+//!   else imported under [`super::project_key_name`] (`gpuprov-<lineage8>-<fp12>`; a key
+//!   pair holding that name with another value is never used: the import moves to `-2`,
+//!   `-3`). The region is the machine's launch region (the offer's). Since the
+//!   environment's name is derived, the key pair's calls find their environment by name
+//!   alone. A create answered `409` (the name is taken: made meanwhile) is `Exists`, so
+//!   the core observes again and adopts it. Teardown (by the core, after the last VM of
+//!   the region, key pair first): only what gpuprov made is deleted, the key pair by
+//!   `DELETE /core/keypair/{id}` when it has the derived name, the environment by
+//!   `DELETE /core/environments/{id}` only while it holds nothing but gpuprov's (a key
+//!   pair of the user's, even of the same value, or a VM without the lineage label makes
+//!   it the user's: used and kept). A refusal of the environment's delete (`400`, the only
+//!   refusal the description declares) is `InUse`: retried, then the record stays for
+//!   the next run.
 //! - `prepare`: refuses a flavor whose root disk is smaller than the VM's `disk_gb`
-//!   (`Unavailable`: the next offer may be bigger), re-checks stock, finds or creates the
-//!   project's environment in the region (`gpuprov-<lineage8>-<region>`), finds the project
-//!   key pair in that environment by its public key *value*, else imports it under
-//!   [`super::project_key_name`] (`gpuprov-<lineage8>-<fp12>`; a key pair holding that name
-//!   with another value is never used: the import moves to `-2`, `-3`), and picks the image
-//!   (the config's, else the newest Ubuntu CUDA image of the region).
+//!   (`Unavailable`: the next offer may be bigger), re-checks stock, takes the
+//!   environment and key pair the core prepared (called without them, finds or creates
+//!   both as above), and picks the image (the config's, else the newest Ubuntu CUDA image
+//!   of the region).
 //! - `create`: `POST /core/virtual-machines` (count 1) named `gpuprov-<vm>-<lineage8>`,
 //!   labelled `gpuprov-vm-name=<vm>` and `gpuprov-lineage=<lineage>`, with a public IP
 //!   (`assign_floating_ip`), port randomisation off (so SSH is on port 22: the API does not
@@ -27,12 +45,7 @@
 //! - `delete`: `DELETE /core/virtual-machines/{id}`; 404 is success; a refusal because the
 //!   VM is still being created is `Transient` (retry later), never success.
 //! - `cleanup`: nothing. Security rules belong to the VM and go with it; the environment
-//!   and the key pair are shared by the project's VMs in the region and are left in place
-//!   (an empty environment costs nothing; proving it is empty *and* ours before deleting it
-//!   would race with a concurrent create). Nothing else is created per VM, so no delete
-//!   of a side resource can be refused as in use (`InUse`); the description documents no
-//!   such answer for environments or key pairs either (their `DELETE`s declare only
-//!   400/401/404/500).
+//!   and the key pair are shared objects (above), released by the core, not per VM.
 //! - `start` ([`Feature::Start`]): `GET /core/virtual-machines/{id}/start`. A stopped VM is
 //!   `SHUTOFF` (vendor docs, "VM states and statuses": stop `STOPPING → SHUTOFF`), observed
 //!   as `Stopped`.
@@ -89,9 +102,11 @@ pub use errors::{classify, ApiError, CAPACITY_PHRASES, CLASSIFIER, DELETE};
 use super::kit::keys::{self, Registered};
 use super::kit::paginate::{self, Cursor, Next};
 use super::kit::{self, Adapter, Auth, Call, Credential, Lookup, RestClient, Source};
+use super::shared::{ENVIRONMENT, SSH_KEY};
 use super::{
     Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage, Location, Observations,
-    Observed, Offer, ProviderError, ResourceRequest, Result, IDENTITY_LABEL, LINEAGE_LABEL,
+    Observed, Offer, ProviderError, ResourceRequest, Result, SharedFound, SharedObject,
+    IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 /// The cloud name.
@@ -337,8 +352,10 @@ impl HyperstackProvider {
             .await
     }
 
-    /// The project's environment in `region`, created when missing. Returns its name.
-    async fn ensure_environment(&self, region: &str) -> Result<String> {
+    /// The project's environment in `region` ([`Self::environment_name`]), `None` when
+    /// missing. Errors: an environment of that name in another region →
+    /// `InvalidRequest` (names are unique per account, so it cannot be made here).
+    async fn find_environment(&self, region: &str) -> Result<Option<Environment>> {
         let name = Self::environment_name(&self.settings.lineage, region);
         let envs: Vec<Environment> = self
             .list_all(
@@ -348,8 +365,8 @@ impl HyperstackProvider {
                 "list environments",
             )
             .await?;
-        if envs.iter().any(|e| e.name == name && e.region == region) {
-            return Ok(name);
+        if let Some(e) = envs.iter().find(|e| e.name == name && e.region == region) {
+            return Ok(Some(e.clone()));
         }
         if let Some(other) = envs.iter().find(|e| e.name == name) {
             return Err(invalid(format!(
@@ -357,20 +374,99 @@ impl HyperstackProvider {
                 other.region
             )));
         }
+        Ok(None)
+    }
+
+    /// `POST /core/environments` of the project's environment in `region`. A `409` is
+    /// `Exists` (errors.rs): made meanwhile.
+    async fn create_environment(&self, region: &str) -> Result<Environment> {
+        let name = Self::environment_name(&self.settings.lineage, region);
         let body = json!({ "name": name, "region": region });
         let what = format!("create environment {name} in {region}");
-        let sent = self
+        let call = || Call::named(errors::CREATE_SHARED, &what);
+        let v = self
             .api
-            .send(Method::POST, "/core/environments", &[], Some(&body));
-        match sent.await {
-            Ok(v) => {
-                let created: EnvironmentResponse = self.api.parse(v, Call::other(&what))?;
-                Ok(created.environment.name)
-            }
-            // Created concurrently by another gpuprov run of the project: use it.
-            Err(f) if f.http_status() == Some(409) => Ok(name),
-            Err(f) => Err(self.api.fail(&f, Call::other(&what))),
+            .send(Method::POST, "/core/environments", &[], Some(&body))
+            .await
+            .map_err(|f| self.api.fail(&f, call()))?;
+        let created: EnvironmentResponse = self.api.parse(v, call())?;
+        Ok(created.environment)
+    }
+
+    /// The project's environment in `region`, created when missing (a `prepare` called
+    /// without the core's shared objects). Returns its name.
+    async fn ensure_environment(&self, region: &str) -> Result<String> {
+        if let Some(e) = self.find_environment(region).await? {
+            return Ok(e.name);
         }
+        match self.create_environment(region).await {
+            Ok(e) => Ok(e.name),
+            // Created concurrently by another gpuprov run of the project: use it.
+            Err(e) if e.kind == ErrorKind::Exists => {
+                Ok(Self::environment_name(&self.settings.lineage, region))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The key pairs of environment `env` (`GET /core/keypairs`, every page, filtered on
+    /// `environment.name`: the list takes no environment filter).
+    async fn keypairs_in(&self, env: &str) -> Result<Vec<Keypair>> {
+        let all: Vec<Keypair> = self
+            .list_all("/core/keypairs", &[], "keypairs", "list key pairs")
+            .await?;
+        Ok(all
+            .into_iter()
+            .filter(|k| k.environment.as_ref().is_some_and(|e| e.name == env))
+            .collect())
+    }
+
+    /// Whether `name` is a key pair name gpuprov gives `public_key` in this lineage:
+    /// [`super::project_key_name`] or its `-2`, `-3`, … ([`keys::free_name`]).
+    fn is_project_key_name(&self, name: &str, public_key: &str) -> bool {
+        let base = super::project_key_name(self.settings.lineage.as_str(), public_key);
+        name == base
+            || name
+                .strip_prefix(&base)
+                .and_then(|rest| rest.strip_prefix('-'))
+                .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+    }
+
+    /// Whether environment `env` holds only what gpuprov put there for this lineage:
+    /// key pairs named as [`Self::is_project_key_name`] says and VMs labelled with the
+    /// lineage. One holding anything else (the user's own key pair, a VM made by hand)
+    /// is not gpuprov's to delete.
+    async fn holds_only_ours(&self, env: &str, public_key: &str) -> Result<bool> {
+        let keys = self.keypairs_in(env).await?;
+        if keys
+            .iter()
+            .any(|k| !self.is_project_key_name(&k.name, public_key))
+        {
+            return Ok(false);
+        }
+        let vms: Vec<Vm> = self
+            .list_all(
+                "/core/virtual-machines",
+                &[
+                    ("environment", env.to_string()),
+                    ("exact_environment_match", "true".to_string()),
+                ],
+                "instances",
+                "list VMs",
+            )
+            .await?;
+        let lineage = label(LINEAGE_LABEL, self.settings.lineage.as_str());
+        Ok(vms
+            .iter()
+            .all(|v| v.status.eq_ignore_ascii_case("DELETED") || v.labels.contains(&lineage)))
+    }
+
+    /// The region of a region-scoped shared object. Errors: none given → `InvalidRequest`.
+    fn region_of(obj: &SharedObject) -> Result<&str> {
+        obj.region
+            .as_deref()
+            .filter(|r| !r.is_empty() && *r != "*")
+            .ok_or_else(|| invalid(format!("{} has no region", obj.address())))
     }
 
     /// The name of the key pair in environment `env` whose value is `public_key` (whatever
@@ -379,20 +475,13 @@ impl HyperstackProvider {
     /// old `gpuprov-<lineage8>`) is never used: the import moves to `<name>-2`, `<name>-3`
     /// ([`keys::free_name`]). A `409` on the import (Hyperstack refuses a name already
     /// taken; the description says only "Conflict") lists again: a concurrent run may
-    /// have imported the same key, else the next name is tried.
-    async fn ensure_key(&self, env: &str, public_key: &str) -> Result<String> {
+    /// have imported the same key, else the next name is tried; when the attempts run
+    /// out, the error is `Exists` (errors.rs).
+    async fn ensure_key(&self, env: &str, public_key: &str) -> Result<Keypair> {
         let base = super::project_key_name(self.settings.lineage.as_str(), public_key);
         // Names an import was refused for, though no listing showed them.
         let refused = std::sync::Mutex::new(Vec::<String>::new());
-        let list = || async {
-            let all: Vec<Keypair> = self
-                .list_all("/core/keypairs", &[], "keypairs", "list key pairs")
-                .await?;
-            Ok(all
-                .into_iter()
-                .filter(|k| k.environment.as_ref().is_some_and(|e| e.name == env))
-                .collect())
-        };
+        let list = || self.keypairs_in(env);
         let register = |listed: Vec<Keypair>| {
             let name = keys::free_name(&base, |n| {
                 listed.iter().any(|k| k.name == n)
@@ -417,15 +506,14 @@ impl HyperstackProvider {
                     }
                     Err(f) if f.http_status() == Some(409) => {
                         refused.lock().expect("not poisoned").push(name);
-                        Ok(Registered::Conflict(self.api.fail(&f, Call::other(&what))))
+                        let call = Call::named(errors::CREATE_SHARED, &what);
+                        Ok(Registered::Conflict(self.api.fail(&f, call)))
                     }
                     Err(f) => Err(self.api.fail(&f, Call::other(&what))),
                 }
             }
         };
-        let k =
-            keys::find_or_register(public_key, list, |k: &Keypair| &k.public_key, register).await?;
-        Ok(k.name)
+        keys::find_or_register(public_key, list, |k: &Keypair| &k.public_key, register).await
     }
 
     /// `spec_image` when set, else the region's default image (see [`default_image`]).
@@ -491,9 +579,9 @@ impl CloudProvider for HyperstackProvider {
     }
 
     /// Checks the flavor's root disk against `spec.disk_gb` and re-checks stock (either
-    /// short → `Unavailable`), then finds or creates the environment, finds or imports the
-    /// key pair, and picks the image. Returns `{"environment_name", "key_name",
-    /// "image_name"}`.
+    /// short → `Unavailable`), takes the environment and the key pair the core prepared
+    /// (`spec.shared`; called without them, finds or creates both itself), and picks the
+    /// image. Returns `{"environment_name", "key_name", "image_name"}`.
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
         let region = offer.location.region.as_str();
         let flavors = self.flavors(&[region.to_string()]).await?;
@@ -527,8 +615,16 @@ impl CloudProvider for HyperstackProvider {
                 ),
             ));
         }
-        let env = self.ensure_environment(region).await?;
-        let key = self.ensure_key(&env, &spec.ssh_public_key).await?;
+        // The core prepared both (shared objects, in DECLARED order); called alone,
+        // prepare finds or makes them itself.
+        let env = match spec.shared.get(ENVIRONMENT) {
+            Some(e) => e.name.clone(),
+            None => self.ensure_environment(region).await?,
+        };
+        let key = match spec.shared.get(SSH_KEY) {
+            Some(k) => k.name.clone(),
+            None => self.ensure_key(&env, &spec.ssh_public_key).await?.name,
+        };
         let image = self.pick_image(spec.image.as_deref(), region).await?;
         Ok(json!({
             "environment_name": env,
@@ -604,7 +700,7 @@ impl CloudProvider for HyperstackProvider {
     }
 
     /// Nothing to do: the security rules go with the VM; the environment and the key pair
-    /// are shared by the project's VMs in the region and stay (see the module docs).
+    /// are shared objects, released by the core after the last VM using them.
     async fn cleanup(&self, _: &Location, _: &str) -> Result<()> {
         Ok(())
     }
@@ -629,6 +725,93 @@ impl CloudProvider for HyperstackProvider {
                 .await?;
         }
         Ok(())
+    }
+
+    /// Environment: the project's environment of `obj.region` found by its derived name,
+    /// ours while it holds only what gpuprov put there ([`Self::holds_only_ours`]; an
+    /// environment holding the user's key pair or VM is used and kept). Key pair: the one
+    /// in that environment whose value is `public_key` (compared without the comment),
+    /// whatever its name; ours when it has the name gpuprov derives, else the user's own
+    /// (used, never deleted). `None` when missing (a key pair too when its environment
+    /// is). Errors: another kind, or no region → `InvalidRequest`; the calls' own.
+    async fn observe_shared(
+        &self,
+        obj: &SharedObject,
+        public_key: &str,
+    ) -> Result<Option<SharedFound>> {
+        let region = Self::region_of(obj)?;
+        if obj.expect(CLOUD, ENVIRONMENT).is_ok() {
+            let Some(e) = self.find_environment(region).await? else {
+                return Ok(None);
+            };
+            return Ok(Some(SharedFound {
+                id: e.id.map(|i| i.to_string()).unwrap_or_default(),
+                ours: self.holds_only_ours(&e.name, public_key).await?,
+                name: e.name,
+            }));
+        }
+        obj.expect(CLOUD, SSH_KEY)?;
+        let env = Self::environment_name(&self.settings.lineage, region);
+        let listed = self.keypairs_in(&env).await?;
+        Ok(
+            keys::find_by_value(&listed, public_key, |k| &k.public_key).map(|k| SharedFound {
+                id: k.id.map(|i| i.to_string()).unwrap_or_default(),
+                name: k.name.clone(),
+                ours: self.is_project_key_name(&k.name, public_key),
+            }),
+        )
+    }
+
+    /// Environment: `POST /core/environments` named [`Self::environment_name`] in
+    /// `obj.region`. Key pair: imported into that environment as
+    /// [`super::project_key_name`] (the next free `-2`, `-3` when a key pair of another
+    /// value holds the name; see `ensure_key`). A `409` on either is `Exists`: the core
+    /// observes again and adopts it.
+    async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
+        let region = Self::region_of(obj)?;
+        if obj.expect(CLOUD, ENVIRONMENT).is_ok() {
+            let e = self.create_environment(region).await?;
+            return Ok(SharedFound {
+                id: e.id.map(|i| i.to_string()).unwrap_or_default(),
+                name: e.name,
+                ours: true,
+            });
+        }
+        obj.expect(CLOUD, SSH_KEY)?;
+        let env = Self::environment_name(&self.settings.lineage, region);
+        let k = self.ensure_key(&env, public_key).await?;
+        Ok(SharedFound {
+            id: k.id.map(|i| i.to_string()).unwrap_or_default(),
+            ours: self.is_project_key_name(&k.name, public_key),
+            name: k.name,
+        })
+    }
+
+    /// Key pair: `DELETE /core/keypair/{id}`. Environment: `DELETE
+    /// /core/environments/{id}`; a `400` (it still holds something) is `InUse`, so the
+    /// record stays for the next run. Not found (404), an id that is not an integer, or
+    /// one not ours is success without a call.
+    async fn delete_shared(&self, obj: &SharedObject, found: &SharedFound) -> Result<()> {
+        let (path, call) = if obj.expect(CLOUD, ENVIRONMENT).is_ok() {
+            ("/core/environments", errors::DELETE_ENVIRONMENT)
+        } else {
+            obj.expect(CLOUD, SSH_KEY)?;
+            ("/core/keypair", "delete_shared")
+        };
+        let Ok(id) = found.id.trim().parse::<i64>() else {
+            return Ok(());
+        };
+        if !found.ours {
+            return Ok(());
+        }
+        let what = format!("delete {} {}", obj.kind, found.name);
+        self.api
+            .delete(
+                &format!("{path}/{id}"),
+                super::kit::Failure::is_not_found,
+                Call::named(call, &what),
+            )
+            .await
     }
 
     /// `GET /core/virtual-machines/{id}/start` (`Start_VM`: "Initiates the startup of a

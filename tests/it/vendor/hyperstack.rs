@@ -227,10 +227,68 @@ impl World {
         Canned::ok(json!({"status": true, "message": "Keypair imported", "keypair": k}))
     }
 
+    /// `DELETE /core/environments/{id}`. An environment that still holds key pairs or VMs
+    /// is refused with `400` (the description declares no other refusal; the text is made
+    /// up); a missing one is `404`.
+    fn delete_env(&mut self, path: &str) -> Canned {
+        let id: i64 = path
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .parse()
+            .unwrap_or(-1);
+        let Some(e) = self.environments.iter().find(|e| e["id"] == id).cloned() else {
+            return Canned::status(404, err("Environment not found", "not_found"));
+        };
+        let holds_key = self
+            .keypairs
+            .iter()
+            .any(|k| k["environment"]["name"] == e["name"]);
+        let holds_vm = self
+            .vms
+            .iter()
+            .any(|v| v["environment"]["name"] == e["name"] && v["status"] != "DELETED");
+        if holds_key || holds_vm {
+            return Canned::status(
+                400,
+                err(
+                    "Environment cannot be deleted while it has resources",
+                    "bad_request",
+                ),
+            );
+        }
+        self.environments.retain(|x| x["id"] != id);
+        Canned::ok(json!({"status": true, "message": "Environment deleted"}))
+    }
+
+    /// `DELETE /core/keypair/{id}` (singular, as the description spells it).
+    fn delete_key(&mut self, path: &str) -> Canned {
+        let id: i64 = path
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .parse()
+            .unwrap_or(-1);
+        let before = self.keypairs.len();
+        self.keypairs.retain(|k| k["id"] != id);
+        if self.keypairs.len() == before {
+            return Canned::status(404, err("Keypair not found", "not_found"));
+        }
+        Canned::ok(json!({"status": true, "message": "Keypair deleted"}))
+    }
+
     fn create_vm(&mut self, body: &Value) -> Canned {
         let Some(env) = self.env(body["environment_name"].as_str().unwrap_or_default()) else {
             return Canned::status(404, err("Environment not found", "not_found"));
         };
+        // The key pair must be one of the environment's.
+        let has_key = self
+            .keypairs
+            .iter()
+            .any(|k| k["name"] == body["key_name"] && k["environment"]["name"] == env["name"]);
+        if !has_key {
+            return Canned::status(404, err("Keypair not found in environment", "not_found"));
+        }
         let region = env["region"].as_str().unwrap_or_default().to_string();
         let flavor = body["flavor_name"].as_str().unwrap_or_default();
         let Some((_, _, gpu, n, disk, _)) = self
@@ -472,6 +530,10 @@ impl Fake {
             let b = r.body.clone().unwrap_or_default();
             w.create_env(&b)
         });
+        route!("DELETE", "^/v1/core/environments/[0-9]+$", |w, r| w
+            .delete_env(&r.path));
+        route!("DELETE", "^/v1/core/keypair/[0-9]+$", |w, r| w
+            .delete_key(&r.path));
         route!("GET", "^/v1/core/keypairs$", |w, _r| {
             let n = w.keypairs.len();
             Canned::ok(json!({"status": true, "message": "Success",
@@ -558,7 +620,7 @@ async fn run(world: World) -> Run {
 }
 
 /// H100 x8 in CANADA-1 and NORWAY-1 (same price), an A100 x1 in CANADA-1.
-fn h100_world() -> World {
+pub(crate) fn h100_world() -> World {
     World::default()
         .with_flavor("CANADA-1", "n3-H100x8", H100, 8, 2)
         .with_flavor("NORWAY-1", "n3-H100x8", H100, 8, 1)
@@ -1284,7 +1346,7 @@ fn boot_script_of(user_data: &str) -> String {
 }
 
 /// A key pair in `env` (CANADA-1) named `name` holding `public_key`.
-fn keypair(id: i64, name: &str, public_key: &str, env: &str) -> Value {
+pub(crate) fn keypair(id: i64, name: &str, public_key: &str, env: &str) -> Value {
     json!({"id": id, "name": name, "public_key": public_key, "fingerprint": "zz",
            "environment": env_json(2, env, "CANADA-1"), "created_at": "2026-11-30T20:00:00Z"})
 }
