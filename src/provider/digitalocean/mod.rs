@@ -99,8 +99,9 @@ use super::kit::paginate::{all_pages, page_of_link, Cursor, Next};
 use super::kit::{self, gpu, Adapter, Auth, Call, Credential, RestClient, Source};
 use super::{
     object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
-    InstanceStatus, Lineage, Listed, Location, Observations, Observed, Offer, ProviderError, RateLimit,
-    ResourceRequest, Result, SharedFound, SharedObject, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
+    InstanceStatus, Lineage, Listed, Location, Observations, Observed, Offer, ProviderError,
+    RateLimit, ResourceRequest, Result, SharedFound, SharedObject, SshEndpoint, IDENTITY_LABEL,
+    LINEAGE_LABEL,
 };
 
 /// The cloud name.

@@ -101,8 +101,8 @@ use super::kit::keys::key_value;
 use super::kit::{self, Adapter, Auth, Credential, Lookup, RestClient, Source};
 use super::{
     project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage,
-    Location, Observations, Observed, Offer, ProviderError, RateLimit, ResourceRequest, Result, SharedFound,
-    SharedObject,
+    Location, Observations, Observed, Offer, ProviderError, RateLimit, ResourceRequest, Result,
+    SharedFound, SharedObject,
 };
 
 /// The cloud name.

@@ -1638,6 +1638,7 @@ async fn a_fleets_observes_share_droplet_listings_whatever_its_size() {
         4 * large <= per_machine,
         "apply: {large} shared, {per_machine} per machine"
     );
+}
 
 /// DigitalOcean declares its documented rates (API description, "Rate Limit"): 250
 /// requests a minute and 5,000 an hour over every request.
