@@ -59,7 +59,8 @@ impl Resource {
 }
 
 /// The addresses of the shared objects `vm` may use, in the order they are prepared
-/// (`[*]` for a region-scoped object when the machine names no region or several clouds).
+/// (`[*]` for a region-scoped object unless the machine names exactly one region and one
+/// cloud: the region is then chosen at launch).
 pub fn shared_addresses(vm: &VmSpec) -> Vec<String> {
     use crate::provider::shared::{declared, SharedScope};
     let mut out = Vec::new();
@@ -67,9 +68,10 @@ pub fn shared_addresses(vm: &VmSpec) -> Vec<String> {
         for k in declared(cloud.as_str()) {
             let regions: Vec<Option<String>> = match k.scope {
                 SharedScope::Account => vec![None],
-                // No regions, or regions shared by several clouds (which cloud has which
+                // No region, several (the launch uses one of them, so planning each would
+                // overcount), or regions shared by several clouds (which cloud has which
                 // region is known only from the offers): chosen at launch.
-                SharedScope::Region if vm.regions.is_empty() || vm.clouds.len() > 1 => {
+                SharedScope::Region if vm.regions.len() != 1 || vm.clouds.len() > 1 => {
                     vec![Some("*".into())]
                 }
                 SharedScope::Region => vm.regions.iter().cloned().map(Some).collect(),

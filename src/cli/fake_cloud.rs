@@ -48,9 +48,6 @@ pub fn providers(config: &Config) -> Providers {
                 .with_boot_observes(2)
                 .with_offer("fake-h100", "us-east-1", "gpu_1x_h100", 2.49),
         ));
-        if config.cloud_settings(cloud).keep_shared == Some(true) {
-            p.keep_shared(cloud.as_str());
-        }
     }
     p
 }

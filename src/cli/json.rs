@@ -82,7 +82,8 @@ pub struct ResourceChange {
     pub previous_address: Option<String>,
     /// Always "managed".
     pub mode: String,
-    /// "vm" for a machine, "shared" for a shared object (an SSH key per cloud account).
+    /// "vm" for a machine, "shared" for a shared object (an SSH key per cloud account, an
+    /// environment per region).
     #[serde(rename = "type")]
     pub kind: String,
     /// The machine's name, as in `[vm.NAME]`; `<cloud>.<kind>` for a shared object.
@@ -291,9 +292,14 @@ fn shared_change(s: &crate::plan::SharedChange) -> ResourceChange {
         gpuprov: ChangeExtras {
             action: s.action,
             reason: Some(match s.action {
-                Action::Create => {
-                    "created once, before the first machine that needs it (found by value if it exists)".into()
-                }
+                Action::Create => format!(
+                    "created once, before the first machine that needs it (found {} if it exists)",
+                    if kind == crate::provider::shared::SSH_KEY {
+                        "by value"
+                    } else {
+                        "by the name gpuprov derives"
+                    }
+                ),
                 Action::NoOp => "no machine uses it any more; kept (keep_shared)".into(),
                 _ => "released after the last machine using it; deleted only if gpuprov created it"
                     .into(),

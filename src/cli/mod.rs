@@ -397,19 +397,29 @@ fn lineage_of(state: &crate::state::StateFile) -> Result<Lineage, Report> {
 fn build_providers(config: &Config, lineage: &Lineage) -> Providers {
     #[cfg(feature = "test-doubles")]
     if fake_cloud::enabled() {
-        return fake_cloud::providers(config);
+        let mut p = fake_cloud::providers(config);
+        keep_shared_of(config, &mut p);
+        return p;
     }
     let mut p = Providers::new();
     for cloud in config.clouds_in_use() {
-        let settings = config.cloud_settings(cloud);
-        if let Some(adapter) = cloud.build(&settings, lineage.clone()) {
+        if let Some(adapter) = cloud.build(&config.cloud_settings(cloud), lineage.clone()) {
             p.insert(adapter);
         }
+    }
+    keep_shared_of(config, &mut p);
+    p
+}
+
+/// Marks the clouds set to `keep_shared` in any `[cloud.NAME]` section, also one no
+/// machine uses any more (its objects are then exactly what destroy would release), as
+/// the plan reads it.
+fn keep_shared_of(config: &Config, p: &mut Providers) {
+    for (cloud, settings) in &config.clouds {
         if settings.keep_shared == Some(true) {
             p.keep_shared(cloud.as_str());
         }
     }
-    p
 }
 
 /// The "available clouds" hint for diagnostics.

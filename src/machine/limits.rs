@@ -117,6 +117,15 @@ impl RateLimiter {
         ready
     }
 
+    /// The earliest instant, now or later, at which a launch would be admitted, counting
+    /// nothing: `Governed::create` waits for it before taking a concurrency permit, so a
+    /// launch queued behind a 12 s launch window does not hold a permit the cloud's polls,
+    /// prepares and deletes need meanwhile.
+    pub fn launch_ready_at(&self) -> Instant {
+        let sent = self.lock();
+        self.ready_at(&sent.logs, EndpointClass::Launch, Instant::now())
+    }
+
     /// Counts the request now if every limit covering `class` allows it and it takes no
     /// slot a queued launch is due to take; else the earliest instant to try again.
     /// Launches go first on the limits they share with other requests (Lambda's general
@@ -183,6 +192,10 @@ pub struct Governed {
     in_flight: Semaphore,
     /// Earliest time the next `create` may start.
     next_create: Mutex<Option<Instant>>,
+    /// The limiter installed in the adapter's gate (if the adapter was governed before,
+    /// the gate keeps the first one and this one counts nothing: its launch wait is then
+    /// none).
+    limiter: Arc<RateLimiter>,
 }
 
 impl Governed {
@@ -191,15 +204,14 @@ impl Governed {
     /// limiter, so its requests are counted in one place).
     pub fn new(inner: Arc<dyn CloudProvider>) -> Self {
         let caps = inner.capabilities();
-        inner
-            .adapter()
-            .gate()
-            .install(Arc::new(RateLimiter::new(caps.rate_limits.clone())));
+        let limiter = Arc::new(RateLimiter::new(caps.rate_limits.clone()));
+        inner.adapter().gate().install(limiter.clone());
         Governed {
             in_flight: Semaphore::new(caps.max_concurrency.max(1)),
             caps,
             inner,
             next_create: Mutex::new(None),
+            limiter,
         }
     }
 
@@ -256,6 +268,15 @@ impl CloudProvider for Governed {
             // creates spaced here could bunch up behind a full semaphore.
             let mut next = self.next_create.lock().await;
             if let Some(at) = *next {
+                tokio::time::sleep_until(at).await;
+            }
+            // Wait out a declared launch window before taking a permit, so the wait does
+            // not hold one (the gate still counts the launch when it is sent).
+            loop {
+                let at = self.limiter.launch_ready_at();
+                if at <= Instant::now() {
+                    break;
+                }
                 tokio::time::sleep_until(at).await;
             }
             let p = self.permit().await?;
@@ -482,6 +503,67 @@ mod tests {
             "{:?}",
             t0.elapsed()
         );
+    }
+
+    /// Lambda's shape: one permit, launches 1 per 12 s. A second launch waits out the
+    /// window without holding the permit, so an observe sent meanwhile is answered at
+    /// once, not after the launch (found in review: the wait used to hold the permit).
+    #[tokio::test(start_paused = true)]
+    async fn a_launch_waiting_for_its_window_holds_no_permit() {
+        let f = FakeProvider::new("aws").with_offer("east", "us-east-1", "p5.48xlarge", 98.0);
+        let mut caps = f.capabilities_for_test();
+        caps.max_concurrency = 1;
+        caps.rate_limits = vec![RateLimit::of(Launch, 1, Duration::from_secs(12), "test")];
+        let fake = Arc::new(f.with_capabilities(caps));
+        let governed = Arc::new(Governed::new(fake.clone()));
+        let req = ResourceRequest {
+            vm_name: "a".into(),
+            regions: vec![],
+            zones: vec![],
+            gpu: None,
+            gpu_count: 0,
+            spot: false,
+            max_price_per_hour: None,
+            gpu_count_at_least: false,
+        };
+        let offer = governed.plan(&req).await.unwrap().remove(0);
+        let spec = |vm: &str| InstanceSpec {
+            vm_name: vm.into(),
+            lineage: "0f0e0d0c-1111-4222-8333-444455556666".into(),
+            client_token: format!("{vm}-1"),
+            image: None,
+            disk_gb: None,
+            ports: vec![],
+            ssh_public_key: "ssh-ed25519 AAAAtest".into(),
+            boot_script: None,
+            shared: Default::default(),
+        };
+        let t0 = Instant::now();
+        governed
+            .create(&offer, &serde_json::Value::Null, &spec("a"))
+            .await
+            .unwrap();
+        let second = {
+            let (g, o, sp) = (governed.clone(), offer.clone(), spec("b"));
+            tokio::spawn(async move {
+                g.create(&o, &serde_json::Value::Null, &sp).await.unwrap();
+                t0.elapsed()
+            })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let at = Location {
+            cloud: "aws".into(),
+            region: "us-east-1".into(),
+            zone: None,
+        };
+        governed.observe(&at, "a").await.unwrap();
+        let observed = t0.elapsed();
+        let launched = second.await.unwrap();
+        assert!(
+            observed < Duration::from_secs(2),
+            "observe waited for the launch window: {observed:?}"
+        );
+        assert!(launched >= Duration::from_secs(12), "{launched:?}");
     }
 
     #[tokio::test(start_paused = true)]
