@@ -658,7 +658,12 @@ async fn a_resumed_create_on_a_cloud_without_idempotency_waits_for_the_listing()
 /// another, even on a cloud without an idempotency token.
 #[tokio::test]
 async fn a_hard_cancel_during_create_then_resume_adopts_the_instance() {
-    let r = Arc::new(Run::new(two_regions().with_list_lag(3)));
+    // The listing lags 3 calls; the cloud's declared consistency window must cover them
+    // even on a loaded machine (20 ms did not, in one CI run): 1 s.
+    let fake = two_regions().with_list_lag(3);
+    let mut caps = fake.capabilities_for_test();
+    caps.create_list_lag = Duration::from_secs(1);
+    let r = Arc::new(Run::new(fake.with_capabilities(caps)));
     let gate = Gate::default();
     let cloud = Arc::new(TestCloud {
         inner: r.cloud.clone(),
