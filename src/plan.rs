@@ -487,14 +487,15 @@ impl Plan {
 }
 
 /// The offer of the machine `rec` records as up (ready, or kept by an aborted apply).
-fn current_offer(address: &str, rec: &ResourceRecord) -> Result<Option<OfferLine>, String> {
-    Ok(match recorded(address, rec)? {
+/// Takes the record already decoded: decoding records is most of a plan's cost.
+fn offer_of(recorded: &Recorded) -> Option<OfferLine> {
+    match recorded {
         Recorded::Launch(LaunchState::Ready { vm }) => Some(OfferLine::from(&vm.offer)),
         Recorded::Launch(LaunchState::Aborted { owned: Some(o), .. }) => {
             o.vm.as_ref().map(|vm| OfferLine::from(&vm.offer))
         }
         _ => None,
-    })
+    }
 }
 
 /// What refresh observed of a machine that the state says is up.
@@ -606,8 +607,8 @@ pub fn compute(
         let had: Option<VmSpec> = state
             .resources
             .get(&address)
-            .and_then(|r| r.desired.clone())
-            .and_then(|d| serde_json::from_value(d).ok());
+            .and_then(|r| r.desired.as_ref())
+            .and_then(|d| VmSpec::deserialize(d).ok());
         let change = |action, reason: Option<String>, attributes, price| Change {
             address: address.clone(),
             vm: name.clone(),
@@ -634,8 +635,9 @@ pub fn compute(
             ));
             continue;
         };
-        let current = current_offer(&address, rec)?;
-        let mut c = match recorded(&address, rec)? {
+        let was = recorded(&address, rec)?;
+        let current = offer_of(&was);
+        let mut c = match was {
             Recorded::Launch(LaunchState::Ready { vm }) => {
                 let price = Some(vm.offer.price_per_hour);
                 match observed.and_then(|o| o.get(&address)) {
@@ -800,9 +802,11 @@ pub fn compute(
         }
         let had: Option<VmSpec> = rec
             .desired
-            .clone()
-            .and_then(|d| serde_json::from_value(d).ok());
-        let reason = match recorded(address, rec)? {
+            .as_ref()
+            .and_then(|d| VmSpec::deserialize(d).ok());
+        let was = recorded(address, rec)?;
+        let current = offer_of(&was);
+        let reason = match was {
             Recorded::Launch(LaunchState::Ready { .. }) => None,
             Recorded::Launch(s) => Some(format!("recorded as: {}", label_of(&s))),
             Recorded::K3sPending { why } => Some(format!("recorded as: {why}")),
@@ -819,7 +823,7 @@ pub fn compute(
             price_per_hour: None,
             offers: Vec::new(),
             no_offers: Vec::new(),
-            current: current_offer(address, rec)?,
+            current,
             found: None,
             preempted: Vec::new(),
             preempted_now: false,
@@ -972,8 +976,8 @@ fn recorded_depends_on(state: &StateFile, address: &str) -> Vec<String> {
     state
         .resources
         .get(address)
-        .and_then(|r| r.desired.clone())
-        .and_then(|d| serde_json::from_value::<VmSpec>(d).ok())
+        .and_then(|r| r.desired.as_ref())
+        .and_then(|d| VmSpec::deserialize(d).ok())
         .map(|v| v.depends_on.iter().map(|n| format!("vm.{n}")).collect())
         .unwrap_or_default()
 }

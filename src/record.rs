@@ -64,8 +64,8 @@ impl Record {
             kind: &'static str,
             state: &serde_json::Value,
         ) -> Result<T, DecodeError> {
-            serde_json::from_value(state.clone())
-                .map_err(|source| DecodeError::Invalid { kind, source })
+            // From the borrowed tree: no copy of the whole record per decode.
+            T::deserialize(state).map_err(|source| DecodeError::Invalid { kind, source })
         }
         match kind {
             LAUNCH => parse(LAUNCH, state).map(Record::Launch),

@@ -37,19 +37,47 @@ pub(super) async fn next_interrupt() {
 /// [`take_over`] prints why and exits 130. Nothing is written at that point (a lock held
 /// on the local backend is released with the process; its stale record is taken over by
 /// the next run), so exiting is what the signal would have done, with the documented code.
+///
+/// The signal handlers are registered here, before this returns, not when the spawned
+/// task first runs: on a loaded machine the command could otherwise announce its lock
+/// wait and be killed by the signal's default action before the task was polled.
 pub(super) fn install_default() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => {}
+                    }
+                    exit_unless_taken_over();
+                }
+            });
+            return;
+        }
+    }
     tokio::spawn(async {
         loop {
             next_interrupt().await;
-            if !TAKEN_OVER.load(Ordering::SeqCst) {
-                let e = CommandError::new(
-                    Kind::Interrupted,
-                    miette::miette!(code = "gpuprov::interrupted", "interrupted"),
-                );
-                errln!();
-                e.print();
-                std::process::exit(e.exit().code().into());
-            }
+            exit_unless_taken_over();
         }
     });
+}
+
+/// Exits 130 with the `interrupted` diagnostic, unless a command handles interrupts now.
+fn exit_unless_taken_over() {
+    if !TAKEN_OVER.load(Ordering::SeqCst) {
+        let e = CommandError::new(
+            Kind::Interrupted,
+            miette::miette!(code = "gpuprov::interrupted", "interrupted"),
+        );
+        errln!();
+        e.print();
+        std::process::exit(e.exit().code().into());
+    }
 }
