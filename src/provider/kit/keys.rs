@@ -4,7 +4,7 @@
 
 use std::future::Future;
 
-use super::super::{ErrorKind, ProviderError};
+use super::super::{project_key_name, ErrorKind, ProviderError, SharedFound};
 
 /// Registration attempts of the project key; each lists the keys first, so a key another
 /// machine registered meanwhile is found instead of registered twice.
@@ -48,6 +48,27 @@ pub fn is_derived_name(name: &str, base: &str, sep: char) -> bool {
             .strip_prefix(base)
             .and_then(|r| r.strip_prefix(sep))
             .is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n >= 2))
+}
+
+/// The name to register the project key under on a cloud whose key names are unique:
+/// [`project_key_name`] of `lineage` and `public_key`, or its first free `-<n>`
+/// ([`free_name`]) when `taken` refuses it.
+pub fn free_project_key_name(
+    lineage: &str,
+    public_key: &str,
+    taken: impl Fn(&str) -> bool,
+) -> String {
+    free_name(&project_key_name(lineage, public_key), taken)
+}
+
+/// A listed key (`id`, `name`) as the shared object `ssh_key`: ours when `name` is one
+/// [`free_project_key_name`] gives ([`is_derived_name`] with `-`), else the user's.
+pub fn shared_found(id: String, name: &str, lineage: &str, public_key: &str) -> SharedFound {
+    SharedFound {
+        id,
+        name: name.to_string(),
+        ours: is_derived_name(name, &project_key_name(lineage, public_key), '-'),
+    }
 }
 
 /// What a registration attempt came to.

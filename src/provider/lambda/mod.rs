@@ -304,16 +304,12 @@ impl LambdaProvider {
     /// A listed key as a shared object: ours when it carries the name gpuprov derives
     /// ([`project_key_name`], or that name with the `-<n>` suffix of a taken name).
     fn shared_key(&self, k: &SshKey, public_key: &str) -> SharedFound {
-        let base = project_key_name(self.settings.lineage.as_str(), public_key);
-        let suffixed = k
-            .name
-            .strip_prefix(&format!("{base}-"))
-            .is_some_and(|n| n.parse::<u32>().is_ok());
-        SharedFound {
-            id: k.id.clone(),
-            name: k.name.clone(),
-            ours: k.name == base || suffixed,
-        }
+        keys::shared_found(
+            k.id.clone(),
+            &k.name,
+            self.settings.lineage.as_str(),
+            public_key,
+        )
     }
 
     /// The id of the VM's ruleset in `region`, created with TCP 22 and `ports` when missing.
@@ -734,8 +730,9 @@ impl CloudProvider for LambdaProvider {
             .api
             .get("/api/v1/ssh-keys", &[], Call::other("list SSH keys"))
             .await?;
-        let base = project_key_name(self.settings.lineage.as_str(), public_key);
-        let name = keys::free_name(&base, |n| listed.iter().any(|k| k.name == n));
+        let name = keys::free_project_key_name(self.settings.lineage.as_str(), public_key, |n| {
+            listed.iter().any(|k| k.name == n)
+        });
         let what = format!("register SSH key {name}");
         let body = json!({ "name": name, "public_key": public_key.trim() });
         let v = self

@@ -617,12 +617,12 @@ impl PrimeIntellectProvider {
     /// ([`project_key_name`], or that name with the `-<n>` of a taken name), else the
     /// user's own (used, never deleted).
     fn shared_key(&self, k: &SshKey, public_key: &str) -> SharedFound {
-        let base = project_key_name(self.settings.lineage.as_str(), public_key);
-        SharedFound {
-            id: k.id.clone(),
-            name: k.name.clone(),
-            ours: keys::is_derived_name(&k.name, &base, '-'),
-        }
+        keys::shared_found(
+            k.id.clone(),
+            &k.name,
+            self.settings.lineage.as_str(),
+            public_key,
+        )
     }
 
     /// The pod name of `vm_name` in data centre `region`.
@@ -813,8 +813,9 @@ impl CloudProvider for PrimeIntellectProvider {
     async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
         obj.expect(CLOUD, SSH_KEY_KIND)?;
         let listed = self.ssh_keys().await?;
-        let base = project_key_name(self.settings.lineage.as_str(), public_key);
-        let name = keys::free_name(&base, |n| listed.iter().any(|k| k.name == n));
+        let name = keys::free_project_key_name(self.settings.lineage.as_str(), public_key, |n| {
+            listed.iter().any(|k| k.name == n)
+        });
         let what = format!("upload SSH key {name}");
         let body = json!({ "name": name, "publicKey": public_key.trim() });
         let call = Call::named(errors::REGISTER_KEY, &what);
