@@ -315,6 +315,44 @@ impl VmSpec {
         ]
     }
 
+    /// Whether `other` has the same value for every attribute of
+    /// [`VmSpec::replace_attributes`] and [`VmSpec::in_place_attributes`] (the name and
+    /// whether `kubernetes` was written explicitly are not attributes). Costs no
+    /// formatting, unlike comparing the rendered attributes.
+    pub fn same_attributes(&self, other: &VmSpec) -> bool {
+        // Destructured in full so that a new field cannot be forgotten here.
+        let VmSpec {
+            name: _,
+            clouds,
+            regions,
+            zones,
+            gpu,
+            gpu_count,
+            spot,
+            max_price_per_hour,
+            image,
+            disk_gb,
+            ports,
+            kubernetes,
+            retry_until_up,
+            depends_on,
+            kubernetes_explicit: _,
+        } = self;
+        *clouds == other.clouds
+            && *regions == other.regions
+            && *zones == other.zones
+            && *gpu == other.gpu
+            && *gpu_count == other.gpu_count
+            && *spot == other.spot
+            && *max_price_per_hour == other.max_price_per_hour
+            && *image == other.image
+            && *disk_gb == other.disk_gb
+            && *ports == other.ports
+            && *kubernetes == other.kubernetes
+            && *retry_until_up == other.retry_until_up
+            && *depends_on == other.depends_on
+    }
+
     /// The attributes that can change without touching the machine.
     pub fn in_place_attributes(&self) -> Vec<(&'static str, String)> {
         vec![
@@ -969,9 +1007,10 @@ impl VmSpec {
 /// Finds a `depends_on` cycle, returned as the machine names along it (`a` depends on
 /// `b` ... depends on `a`), starting from the alphabetically first; `None` when acyclic.
 fn find_cycle(vms: &BTreeMap<String, VmSpec>) -> Option<Vec<String>> {
+    // Only machines with dependencies can be on a cycle: a fleet without any builds no
+    // graph.
     let mut g: DiGraphMap<&str, ()> = DiGraphMap::new();
-    for (name, vm) in vms {
-        g.add_node(name.as_str());
+    for (name, vm) in vms.iter().filter(|(_, vm)| !vm.depends_on.is_empty()) {
         for d in &vm.depends_on {
             g.add_edge(name.as_str(), d.as_str(), ());
         }

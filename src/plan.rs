@@ -637,6 +637,11 @@ pub fn compute(
         };
         let was = recorded(&address, rec)?;
         let current = offer_of(&was);
+        // Earlier preemptions still order the offers of a machine created again.
+        let earlier_preemptions = match &was {
+            Recorded::Launch(LaunchState::Ready { vm }) => vm.preemptions.clone(),
+            _ => Vec::new(),
+        };
         let mut c = match was {
             Recorded::Launch(LaunchState::Ready { vm }) => {
                 let price = Some(vm.offer.price_per_hour);
@@ -785,13 +790,8 @@ pub fn compute(
             ),
         };
         c.current = current;
-        if c.preempted.is_empty() {
-            // Earlier preemptions still order the offers of a machine created again.
-            if let Recorded::Launch(LaunchState::Ready { vm }) = recorded(&address, rec)? {
-                if c.needs_offer() {
-                    c.preempted = vm.preemptions.clone();
-                }
-            }
+        if c.preempted.is_empty() && c.needs_offer() {
+            c.preempted = earlier_preemptions;
         }
         changes.push(c);
     }
@@ -1133,6 +1133,10 @@ fn diff_attrs(had: Option<&VmSpec>, want: &VmSpec) -> Vec<AttrChange> {
         // An old record without a snapshot: nothing to compare, assume unchanged.
         return vec![];
     };
+    // The common case of a plan: nothing differs, and nothing needs rendering.
+    if had.same_attributes(want) {
+        return vec![];
+    }
     let render = |v: &VmSpec| {
         attr_lines(v)
             .into_iter()

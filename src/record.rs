@@ -7,7 +7,7 @@
 //! Layering: above `vm/` and `cluster/` (whose state types it names), below `plan`,
 //! `engine` and `cli`.
 
-use crate::cluster::k3s::{K3sMachine, K3sState};
+use crate::cluster::k3s::{ClusterRecord, K3sMachine, K3sState};
 use crate::machine::Machine;
 use crate::vm::{LaunchMachine, LaunchState, Owned, TeardownMachine, TeardownState, VmRecord};
 
@@ -68,9 +68,16 @@ impl Record {
             T::deserialize(state).map_err(|source| DecodeError::Invalid { kind, source })
         }
         match kind {
-            LAUNCH => parse(LAUNCH, state).map(Record::Launch),
+            LAUNCH => match ready::<LaunchReady>(state, "state") {
+                // Built field by field: a field added to the variant fails to compile here.
+                Some(LaunchReady { vm }) => Ok(Record::Launch(LaunchState::Ready { vm })),
+                None => parse(LAUNCH, state).map(Record::Launch),
+            },
             TEARDOWN => parse(TEARDOWN, state).map(Record::Teardown),
-            K3S => parse(K3S, state).map(Record::K3s),
+            K3S => match ready::<K3sReady>(state, "k3s") {
+                Some(K3sReady { vm, cluster }) => Ok(Record::K3s(K3sState::Ready { vm, cluster })),
+                None => parse(K3S, state).map(Record::K3s),
+            },
             other => Err(DecodeError::UnknownKind(other.to_string())),
         }
     }
@@ -116,6 +123,31 @@ impl Record {
     }
 }
 
+/// The fields of `LaunchState::Ready`, read as a plain struct (the tag is an ignored field).
+#[derive(serde::Deserialize)]
+struct LaunchReady {
+    vm: Box<VmRecord>,
+}
+
+/// The fields of `K3sState::Ready`, as [`LaunchReady`].
+#[derive(serde::Deserialize)]
+struct K3sReady {
+    vm: Box<VmRecord>,
+    cluster: Option<ClusterRecord>,
+}
+
+/// A `ready` state (tag `tag_key` = `"ready"`) decoded as the plain struct `T`. serde's
+/// derive for internally tagged enums first copies the whole tree into a buffer, which was
+/// most of a plan's decoding (issue 20), and a state at rest is all `ready`. `None` for
+/// any other state and for one `T` does not fit, so that the derived decoder runs and
+/// gives its own error.
+fn ready<T: serde::de::DeserializeOwned>(state: &serde_json::Value, tag_key: &str) -> Option<T> {
+    if state.get(tag_key)?.as_str()? != "ready" {
+        return None;
+    }
+    T::deserialize(state).ok()
+}
+
 /// The machine a record of `kind` with `state` says is up (see [`Record::vm`]). `None`
 /// for anything else, including a record that does not decode.
 pub fn vm_of(kind: &str, state: &serde_json::Value) -> Option<VmRecord> {
@@ -156,6 +188,56 @@ mod tests {
             assert!(r.tag().is_some(), "{kind}");
             assert_eq!(vm_of(kind, &json), None);
         }
+    }
+
+    #[test]
+    fn a_ready_state_decodes_as_the_derived_decoder_decodes_it() {
+        let vm = || -> Box<VmRecord> {
+            serde_json::from_value(serde_json::json!({
+                "instance_id": "i-1",
+                "location": {"cloud": "aws", "region": "us-east-1", "zone": "us-east-1a"},
+                "offer": {"id": "aws/us-east-1a/p5.48xlarge", "instance_type": "p5.48xlarge",
+                          "location": {"cloud": "aws", "region": "us-east-1"},
+                          "gpu": "H100", "gpu_count": 8, "spot": true, "price_per_hour": 12.5,
+                          "detail": {"ami": "ami-1"}},
+                "ssh": {"host": "127.0.0.1", "port": 22, "user": "ubuntu"},
+                "user": "ubuntu",
+                "host_key": {"algorithm": "ssh-ed25519", "key_base64": "AAAA", "fingerprint": "SHA256:x"},
+                "ready_at": "2026-12-01T10:00:00Z",
+                "preemptions": [{"instance_id": "i-0", "offer_id": "o", "instance_type": "p5.48xlarge",
+                                 "location": {"cloud": "aws", "region": "us-east-1"},
+                                 "at": "2026-12-01T09:00:00Z", "signal": "spot-interruption"}]
+            }))
+            .unwrap()
+        };
+        let launch = serde_json::to_value(LaunchState::Ready { vm: vm() }).unwrap();
+        let derived: LaunchState = serde_json::from_value(launch.clone()).unwrap();
+        assert_eq!(
+            Record::decode(LAUNCH, &launch).unwrap(),
+            Record::Launch(derived)
+        );
+        let mut cluster = serde_json::to_value(K3sState::Ready {
+            vm: vm(),
+            cluster: None,
+        })
+        .unwrap();
+        for with_cluster in [false, true] {
+            if with_cluster {
+                cluster["cluster"] = serde_json::json!({
+                    "kubeconfig": "/p/k", "kubelet_version": "v1.31.4+k3s1",
+                    "allocatable_gpus": 8, "access": {"mode": "direct", "host": "127.0.0.1"}
+                });
+            }
+            let derived: K3sState = serde_json::from_value(cluster.clone()).unwrap();
+            assert_eq!(
+                Record::decode(K3S, &cluster).unwrap(),
+                Record::K3s(derived),
+                "with cluster: {with_cluster}"
+            );
+        }
+        // A ready state that does not fit keeps the derived decoder's error.
+        let e = Record::decode(LAUNCH, &serde_json::json!({"state": "ready"})).unwrap_err();
+        assert!(e.to_string().contains("missing field `vm`"), "{e}");
     }
 
     #[test]
