@@ -35,14 +35,20 @@
 //!   the instance id (`Operation.resource_id`) at once; an operation that already failed
 //!   is that failure, and `ALREADY_EXISTS` for its own name is success (the instance is
 //!   read by name).
-//! - `observe`: `InstanceService/List` of the region's project, filtered by both
-//!   identity labels; statuses mapped by [`status_of`]; the SSH endpoint is the public
-//!   address (prefix length stripped), port 22, user [`SSH_USER`]. The create operations
-//!   this process started are followed with `OperationService/Get` (on the compute
-//!   endpoint) until they end: one still running whose instance is not listed is
+//! - `observe_location`: one `InstanceService/List` of the region's project (all pages;
+//!   `ListInstancesRequest` has no filter, `instance_service.proto`), each instance
+//!   grouped under the VM its identity label names when its lineage label is this
+//!   state's; statuses mapped by [`status_of`]; the SSH endpoint is the public address
+//!   (prefix length stripped), port 22, user [`SSH_USER`]. The create operations this
+//!   process started in the region are followed with `OperationService/Get` (on the
+//!   compute endpoint) until they end: one still running whose instance is not listed is
 //!   `Pending`, one that failed (`not_enough_resources` after an accepted create) is
-//!   [`InstanceStatus::Refused`] with its classified error. After a restart the
-//!   operation is known again by resending the create (same idempotency key).
+//!   [`InstanceStatus::Refused`] with its classified error (remembered: not read again).
+//!   So a location costs one listing plus one `Get` per create of this process still in
+//!   flight, however many VMs wait there. After a restart the operation is known again
+//!   by resending the create (same idempotency key).
+//! - `observe`: the one-VM case of the same code (the same listing and rules, only this
+//!   VM's creates followed), so the two cannot diverge.
 //! - `delete`: `InstanceService/Delete` per id (`NOT_FOUND` is success); the managed boot
 //!   disk is deleted with the instance ("Also deletes all the managed disks",
 //!   `instance_service.proto`).
@@ -74,8 +80,8 @@ use super::kit::paginate::{self, Cursor, Next};
 use super::kit::{self, Adapter, Call, Failure};
 use super::{
     Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Lineage,
-    Location, Observed, Offer, ProviderError, ResourceRequest, Result, Secret, IDENTITY_LABEL,
-    LINEAGE_LABEL,
+    Location, Observations, Observed, Offer, ProviderError, ResourceRequest, Result, Secret,
+    IDENTITY_LABEL, LINEAGE_LABEL,
 };
 use auth::{Credential, Tokens};
 use errors::{is_already_there, is_not_found, CLASSIFIER, CLEANUP, CREATE, DELETE, PREPARE};
@@ -259,6 +265,28 @@ fn is_ours(m: Option<&common::ResourceMetadata>, vm: &str, lineage: &Lineage) ->
         m.labels.get(IDENTITY_LABEL).map(String::as_str) == Some(vm)
             && m.labels.get(LINEAGE_LABEL).is_some_and(|l| lineage == l)
     })
+}
+
+/// The VM `i` belongs to: the one its [`IDENTITY_LABEL`] names, when [`is_ours`] holds
+/// for that VM (the [`LINEAGE_LABEL`] is `lineage`); `None` for anyone else's instance.
+fn vm_of(i: &compute::Instance, lineage: &Lineage) -> Option<String> {
+    let m = i.metadata.as_ref();
+    let vm = m?.labels.get(IDENTITY_LABEL)?;
+    is_ours(m, vm, lineage).then(|| vm.clone())
+}
+
+/// `i` as `observe` reports it: its id and [`status_of`].
+fn observed(i: &compute::Instance) -> Observed {
+    let (status, ssh) = status_of(i);
+    Observed {
+        instance_id: i
+            .metadata
+            .as_ref()
+            .map(|m| m.id.clone())
+            .unwrap_or_default(),
+        status,
+        ssh,
+    }
 }
 
 impl NebiusProvider {
@@ -888,25 +916,28 @@ impl NebiusProvider {
         }
     }
 
-    /// Follows the create operations this process started for `vm` in `region` (module
-    /// docs): each one's id and, while it runs or once it failed, its status.
+    /// Follows the create operations this process started in `region` (for VM `only`,
+    /// else for every VM; module docs): `(vm, instance id, status)` of each one still
+    /// running or failed. One `OperationService/Get` per create still running, none for
+    /// one known to have failed; a create that succeeded or that the cloud forgot is
+    /// dropped.
     async fn follow_creates(
         &self,
-        vm: &str,
         region: &str,
-    ) -> Result<Vec<(String, InstanceStatus)>> {
+        only: Option<&str>,
+    ) -> Result<Vec<(String, String, InstanceStatus)>> {
         let mine: Vec<(String, Started)> = self
             .started
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .filter(|(_, s)| s.vm == vm && s.region == region)
+            .filter(|(_, s)| s.region == region && only.is_none_or(|vm| s.vm == vm))
             .map(|(id, s)| (id.clone(), s.clone()))
             .collect();
         let mut out = Vec::new();
         for (id, s) in mine {
             if let Some(e) = s.failed {
-                out.push((id, InstanceStatus::Refused(Box::new(e))));
+                out.push((s.vm, id, InstanceStatus::Refused(Box::new(e))));
                 continue;
             }
             let what = format!("read operation {} of instance {id}", s.operation);
@@ -930,7 +961,7 @@ impl NebiusProvider {
                 Err(f) => return Err(self.fail(&f, Call::other(&what))),
             };
             match op.status.as_ref() {
-                None => out.push((id, InstanceStatus::Pending)),
+                None => out.push((s.vm, id, InstanceStatus::Pending)),
                 Some(st) if st.code == 0 => self.forget(&id),
                 Some(st) => {
                     let what = format!("create instance {id} in {region}");
@@ -944,8 +975,40 @@ impl NebiusProvider {
                     {
                         s.failed = Some(e.clone());
                     }
-                    out.push((id, InstanceStatus::Refused(Box::new(e))));
+                    out.push((s.vm, id, InstanceStatus::Refused(Box::new(e))));
                 }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The instances of this lineage at `at` and the creates this process follows there,
+    /// per VM (module docs), each VM's sorted by id; with `only`, just that VM's. The
+    /// body of both `observe` (`only`: its VM) and `observe_location` (`None`), so the
+    /// two cannot diverge: one `InstanceService/List` of the region's project (all
+    /// pages), then [`Self::follow_creates`]. A followed create whose instance is listed
+    /// counts once, as listed.
+    async fn observations(&self, at: &Location, only: Option<&str>) -> Result<Observations> {
+        if at.cloud != CLOUD {
+            return Ok(Observations::new());
+        }
+        let project = self.project(&at.region)?;
+        let lineage = &self.settings.lineage;
+        let mut out = kit::listing::observations_of(
+            &self.instances(project).await?,
+            |i| vm_of(i, lineage).filter(|vm| only.is_none_or(|o| o == vm)),
+            |i, vm| is_ours(i.metadata.as_ref(), vm, lineage),
+            |i| Some(observed(i)),
+        );
+        for (vm, id, status) in self.follow_creates(&at.region, only).await? {
+            let seen = out.entry(vm).or_default();
+            if !seen.iter().any(|o| o.instance_id == id) {
+                seen.push(Observed {
+                    instance_id: id,
+                    status,
+                    ssh: None,
+                });
+                seen.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
             }
         }
         Ok(out)
@@ -1160,42 +1223,24 @@ impl CloudProvider for NebiusProvider {
     }
 
     /// The VM's instances and unfinished or failed creates at `at` (module docs), sorted
-    /// by id.
+    /// by id: [`observe_location`](CloudProvider::observe_location)'s entry for the VM,
+    /// from the same listing and rules. Calls: one `InstanceService/List` (all pages)
+    /// plus one `OperationService/Get` per create of this VM still running.
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
-        if at.cloud != CLOUD {
-            return Ok(vec![]);
-        }
-        let project = self.project(&at.region)?;
-        let lineage = &self.settings.lineage;
-        let mut out: Vec<Observed> = self
-            .instances(project)
-            .await?
-            .iter()
-            .filter(|i| is_ours(i.metadata.as_ref(), vm_name, lineage))
-            .map(|i| {
-                let (status, ssh) = status_of(i);
-                Observed {
-                    instance_id: i
-                        .metadata
-                        .as_ref()
-                        .map(|m| m.id.clone())
-                        .unwrap_or_default(),
-                    status,
-                    ssh,
-                }
-            })
-            .collect();
-        for (id, status) in self.follow_creates(vm_name, &at.region).await? {
-            if !out.iter().any(|o| o.instance_id == id) {
-                out.push(Observed {
-                    instance_id: id,
-                    status,
-                    ssh: None,
-                });
-            }
-        }
-        out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-        Ok(out)
+        let mut all = self.observations(at, Some(vm_name)).await?;
+        Ok(all.remove(vm_name).unwrap_or_default())
+    }
+
+    /// Every VM of this lineage at `at.region` from one `InstanceService/List` of the
+    /// region's project (all pages; `ListInstancesRequest` has no filter, so every
+    /// instance of the project is read and each is grouped under the VM its [`IDENTITY_LABEL`] names,
+    /// kept when [`is_ours`] holds), plus one `OperationService/Get` per create this
+    /// process started in the region that is still running: those calls are bounded by
+    /// this process's own creates in flight, not by the fleet (a listed instance and a
+    /// finished create need none). Errors: as `observe` (no project for the region is
+    /// `InvalidRequest`, no credential `Credentials`).
+    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
+        self.observations(at, None).await.map(Some)
     }
 
     /// `InstanceService/Delete` per id; `NOT_FOUND` is success.

@@ -62,7 +62,8 @@ pub enum Scenario {
     ListFindsAndAdoptsByIdentity,
     /// `observe_location` answers for a whole location what `observe` answers per VM
     /// (issue 20): for every VM name, launched, imported, never launched, or launched in
-    /// the other region, the map's entry (none = empty) equals `observe`.
+    /// the other region, the map's entry (none = empty) equals `observe`. Every adapter
+    /// answers for the whole location (none answers `None`).
     ObserveLocationMatchesObserve,
 }
 
@@ -189,13 +190,6 @@ pub trait Driver: Sync {
     /// implement `CloudProvider::list` yet); `None` where it does.
     fn cannot_list(&self) -> Option<&'static str> {
         Some("the adapter does not implement CloudProvider::list yet")
-    }
-    /// Why the adapter still answers `observe_location` with `None` (the core then
-    /// observes per VM); `None` where it answers for the whole location, which
-    /// [`Scenario::ObserveLocationMatchesObserve`] then holds to `observe`. A declared
-    /// exception is checked too: it must really answer `None`.
-    fn observes_per_vm(&self) -> Option<&'static str> {
-        None
     }
     async fn start(&self, world: World) -> Box<dyn Cloud>;
 }
@@ -686,15 +680,6 @@ async fn observe_location_scenario(d: &dyn Driver, s: Scenario) {
         })
         .await;
     let p = cloud.provider();
-    if let Some(why) = d.observes_per_vm() {
-        assert!(!why.is_empty(), "{name} must say why it observes per VM");
-        let got = p.observe_location(&cloud.at(r0)).await.unwrap();
-        assert!(
-            got.is_none(),
-            "{name} answers observe_location now: remove its observes_per_vm exception"
-        );
-        return;
-    }
     let mut launched = vec![];
     for (vm_name, region) in [("trainer", r0), ("worker", r0), ("elsewhere", r1)] {
         if region == r1 && r1 == r0 {
@@ -805,9 +790,6 @@ fn the_matrix() {
             if let Some(why) = unsupported(d.as_ref(), *s) {
                 println!("{} / {s:?}: {why}", d.name());
             }
-        }
-        if let Some(why) = d.observes_per_vm() {
-            println!("{}: observe_location answers None ({why})", d.name());
         }
     }
 }

@@ -27,14 +27,6 @@ struct NebiusCloud {
 
 #[async_trait::async_trait]
 impl Driver for NebiusDriver {
-    fn observes_per_vm(&self) -> Option<&'static str> {
-        Some(
-            "not implemented: a create still running is followed per operation \
-             (OperationService/Get for each create this process started), so one listing \
-             cannot answer for the whole location",
-        )
-    }
-
     fn name(&self) -> &'static str {
         "nebius"
     }

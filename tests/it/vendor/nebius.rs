@@ -1540,6 +1540,165 @@ async fn a_stopped_preemptible_reads_as_preempted_and_can_be_started() {
     assert_eq!(seen[0].status, InstanceStatus::Running);
 }
 
+/// Ends the create operation of instance `id` now, with its scripted outcome.
+fn end_create(fake: &Fake, id: &str) {
+    let mut w = fake.world.lock().unwrap();
+    for o in w.ops.values_mut() {
+        if matches!(&o.on_done, OnDone::Created(x) if x == id) {
+            o.done_at = Instant::now();
+        }
+    }
+    w.tick();
+}
+
+/// The calls made since the last count, `(InstanceService/List, OperationService/Get)`.
+fn lists_and_gets(fake: &Fake) -> (usize, usize) {
+    let mut w = fake.world.lock().unwrap();
+    let n = |m: &str| w.calls.iter().filter(|c| **c == m).count();
+    let counted = (n("InstanceService/List"), n("OperationService/Get"));
+    w.calls.clear();
+    counted
+}
+
+/// For each VM (and one never launched), `observe` answers `all`'s entry, from one
+/// listing and one `OperationService/Get` when the VM's create is `in_flight`.
+async fn same_as_observe(
+    p: &NebiusProvider,
+    fake: &Fake,
+    at: &Location,
+    all: &gpuprov::provider::Observations,
+    in_flight: &[&str],
+) {
+    for vm in ["trainer", "worker", "refused", "absent"] {
+        lists_and_gets(fake);
+        let one = p.observe(at, vm).await.unwrap();
+        let gets = usize::from(in_flight.contains(&vm));
+        assert_eq!(lists_and_gets(fake), (1, gets), "observe({vm})");
+        assert_eq!(all.get(vm).cloned().unwrap_or_default(), one, "{vm}");
+    }
+}
+
+/// Issue 20: `observe_location` answers every VM of a location from one
+/// `InstanceService/List`, plus one `OperationService/Get` per create of this process
+/// still running there (none for one known to have failed or finished, none for the
+/// creates of another region), and each VM's entry is exactly `observe`'s, which follows
+/// only its own VM's creates. Another lineage's instance and an unlabelled one are no VM's.
+#[tokio::test]
+async fn one_listing_observes_every_vm_of_a_location() {
+    let mut w = two_regions();
+    // Operations end only when the test ends them, and no instance runs meanwhile, so
+    // one answer can be compared with the next.
+    w.op_time = Duration::from_secs(3600);
+    w.boot_time = Duration::from_secs(3600);
+    let mut theirs = meta("computeinstance-e00other", "project-e00north", "theirs");
+    theirs.labels = [
+        ("gpuprov-vm-name".to_string(), "trainer".to_string()),
+        (
+            "gpuprov-lineage".to_string(),
+            "00000000-0000-4000-8000-000000000000".to_string(),
+        ),
+    ]
+    .into();
+    for m in [
+        theirs,
+        meta("computeinstance-e00plain", "project-e00north", "plain"),
+    ] {
+        w.instances.insert(
+            m.id.clone(),
+            compute::Instance {
+                metadata: Some(m),
+                ..Default::default()
+            },
+        );
+    }
+    let fake = Fake::start(w);
+    let p = fake.provider();
+    let eu = at("eu-north1");
+    let offers = p.plan(&vm(&["eu-north1"]).request()).await.unwrap();
+    let o = offers.iter().find(|o| o.gpu_count == 8).unwrap();
+    let spec = |vm: &str| gpuprov::provider::InstanceSpec {
+        vm_name: vm.into(),
+        lineage: LINEAGE.into(),
+        client_token: format!("attempt-{vm}"),
+        image: None,
+        disk_gb: None,
+        ports: vec![],
+        ssh_public_key: drive::PUBKEY.into(),
+        boot_script: None,
+        shared: Default::default(),
+    };
+    let prep = p.prepare(o, &spec("trainer")).await.unwrap();
+    let mut ids = BTreeMap::new();
+    for vm in ["trainer", "worker", "refused"] {
+        if vm == "refused" {
+            fake.world.lock().unwrap().late.push_back(no_capacity());
+        }
+        ids.insert(vm, p.create(o, &prep, &spec(vm)).await.unwrap());
+    }
+    lists_and_gets(&fake);
+    let all = p.observe_location(&eu).await.unwrap().unwrap();
+    assert_eq!(lists_and_gets(&fake), (1, 3), "three creates in flight");
+    let vms: Vec<&str> = all.keys().map(String::as_str).collect();
+    assert_eq!(vms, ["refused", "trainer", "worker"], "{all:?}");
+    for (vm, id) in &ids {
+        let seen = &all[*vm];
+        assert_eq!(seen.len(), 1, "{vm}: {seen:?}");
+        assert_eq!(&seen[0].instance_id, id);
+        assert_eq!(seen[0].status, InstanceStatus::Pending, "{vm}");
+    }
+    same_as_observe(&p, &fake, &eu, &all, &["trainer", "worker", "refused"]).await;
+
+    // The refused create's operation fails late: its instance goes, the failure stays.
+    end_create(&fake, &ids["refused"]);
+    lists_and_gets(&fake);
+    let all = p.observe_location(&eu).await.unwrap().unwrap();
+    assert_eq!(lists_and_gets(&fake), (1, 3));
+    assert!(
+        matches!(&all["refused"][..], [o] if matches!(&o.status, InstanceStatus::Refused(e)
+            if e.kind == ErrorKind::Capacity)),
+        "{all:?}"
+    );
+    let all = p.observe_location(&eu).await.unwrap().unwrap();
+    assert_eq!(
+        lists_and_gets(&fake),
+        (1, 2),
+        "a known failure is not read again"
+    );
+    same_as_observe(&p, &fake, &eu, &all, &["trainer", "worker"]).await;
+
+    // The other creates end: the listing alone answers for them.
+    end_create(&fake, &ids["trainer"]);
+    end_create(&fake, &ids["worker"]);
+    lists_and_gets(&fake);
+    p.observe_location(&eu).await.unwrap().unwrap();
+    assert_eq!(
+        lists_and_gets(&fake),
+        (1, 2),
+        "each read once more, then forgotten"
+    );
+    let all = p.observe_location(&eu).await.unwrap().unwrap();
+    assert_eq!(lists_and_gets(&fake), (1, 0));
+    assert_eq!(all.len(), 3, "{all:?}");
+    for vm in ["trainer", "worker"] {
+        let listed: Vec<&str> = all[vm].iter().map(|o| o.instance_id.as_str()).collect();
+        assert_eq!(listed, [ids[vm].as_str()], "{vm}");
+    }
+    assert!(matches!(
+        all["refused"][0].status,
+        InstanceStatus::Refused(_)
+    ));
+    same_as_observe(&p, &fake, &eu, &all, &[]).await;
+
+    // Another region: its own listing, and none of eu-north1's creates.
+    let us = p
+        .observe_location(&at("us-central1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(us.is_empty(), "{us:?}");
+    assert_eq!(lists_and_gets(&fake), (1, 0));
+}
+
 /// Runs the real binary in `dir` with no ambient credentials and `env`.
 fn gpuprov(dir: &std::path::Path, env: &[(&str, String)], args: &[&str]) -> std::process::Output {
     let mut cmd = assert_cmd::Command::cargo_bin("gpuprov").unwrap();
