@@ -1147,6 +1147,8 @@ fn fleet_under_rate_limits(
             match class {
                 Some(EndpointClass::Launch) | Some(EndpointClass::Other) => n,
                 Some(EndpointClass::Read) => 1,
+                // The fake cloud here shares no SSH key: nothing lists keys.
+                Some(EndpointClass::KeyListing) => 0,
                 None => 2 * n + 1,
             }
         };
@@ -1154,7 +1156,7 @@ fn fleet_under_rate_limits(
             .iter()
             .map(|l| {
                 let r = needed(l.class);
-                (r.div_ceil(l.requests as usize) - 1) as f64 * l.per.as_secs_f64()
+                r.div_ceil(l.requests as usize).saturating_sub(1) as f64 * l.per.as_secs_f64()
             })
             .fold(0.0, f64::max);
         let lower_bound = one.apply_s.max(last_launch_bound + after_launch);

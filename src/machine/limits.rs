@@ -50,16 +50,19 @@ pub fn kept_window(per: Duration) -> Duration {
 /// `requests / per` would let up to twice the limit through in one window.
 ///
 /// Waiters queue per endpoint class in arrival order (tokio's fair mutex), so a class
-/// whose own limit is exhausted (launches) never holds back another class (reads),
-/// and a request of one class waits only for the limits that cover it. On a limit that
-/// also covers launches, a queued launch keeps the slot it is due to take.
+/// whose own limit is exhausted (launches, DigitalOcean's key listings) never holds
+/// back another class (reads), and a request of one class waits only for the limits
+/// that cover it. On a limit that also covers launches, a queued launch keeps the slot
+/// it is due to take; no other class gets that priority (a key listing gives way to a
+/// queued launch like any read).
 pub struct RateLimiter {
     limits: Vec<RateLimit>,
     /// Per limit, the admission times still in its window (oldest first, at most
     /// `requests`), and the launches queued at the head of their class.
     sent: std::sync::Mutex<Sent>,
-    /// One waiter per class at a time, first come first served.
-    turns: [Mutex<()>; 3],
+    /// One waiter per class at a time, first come first served (indexed as
+    /// [`EndpointClass::ALL`]).
+    turns: [Mutex<()>; EndpointClass::ALL.len()],
 }
 
 struct Sent {
@@ -91,7 +94,7 @@ impl RateLimiter {
                 logs,
                 launches_waiting: 0,
             }),
-            turns: [Mutex::new(()), Mutex::new(()), Mutex::new(())],
+            turns: std::array::from_fn(|_| Mutex::new(())),
         }
     }
 
@@ -486,6 +489,49 @@ mod tests {
         let reads = admit_all(&l, Read, 3, t0).await;
         assert_eq!(reads[0], 0.0);
         assert!(reads[1] >= 1.0, "the launch used one of the two: {reads:?}");
+    }
+
+    /// DigitalOcean's shape: 250 a minute and 5,000 an hour over every request, key
+    /// listings 10 per 60 s. The 11th listing waits out the key window; reads sent
+    /// meanwhile go at once, and launches are not held by the listings.
+    #[tokio::test(start_paused = true)]
+    async fn key_listings_wait_for_their_own_window_and_hold_back_no_read() {
+        let minute = RateLimit::all(250, Duration::from_secs(60), "test");
+        let hour = RateLimit::all(5000, Duration::from_secs(3600), "test");
+        let keys = RateLimit::of(KeyListing, 10, Duration::from_secs(60), "test");
+        let launch = RateLimit::of(Launch, 1, Duration::from_secs(12), "test");
+        let l = Arc::new(RateLimiter::new(vec![
+            minute.clone(),
+            hour,
+            keys.clone(),
+            launch,
+        ]));
+        let t0 = Instant::now();
+        let (listings, reads) = tokio::join!(
+            admit_all(&l, KeyListing, 11, t0),
+            admit_all(&l, Read, 40, t0),
+        );
+        assert_eq!(violations(&listings, &keys), 0, "{listings:?}");
+        assert!(listings[..10].iter().all(|t| *t == 0.0), "{listings:?}");
+        let kept = secs(kept_window(keys.per));
+        assert!((listings[10] - kept).abs() < 1e-9, "{listings:?}");
+        assert!(reads.iter().all(|t| *t == 0.0), "{reads:?}");
+        // A key listing is no launch: the launch window is untouched by the listings.
+        assert!(l.launch_ready_at() <= Instant::now());
+        let t1 = Instant::now();
+        l.admit(Launch).await;
+        assert_eq!(secs(t1.elapsed()), 0.0);
+
+        // Each listing also counts against the limit over every request.
+        let l = Arc::new(RateLimiter::new(vec![
+            RateLimit::all(12, Duration::from_secs(60), "test"),
+            keys.clone(),
+        ]));
+        let t0 = Instant::now();
+        admit_all(&l, KeyListing, 10, t0).await;
+        let reads = admit_all(&l, Read, 3, t0).await;
+        assert_eq!(reads[..2], [0.0, 0.0], "{reads:?}");
+        assert!((reads[2] - kept).abs() < 1e-9, "{reads:?}");
     }
 
     #[tokio::test(start_paused = true)]

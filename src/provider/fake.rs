@@ -652,7 +652,8 @@ impl CloudProvider for FakeProvider {
         _obj: &crate::provider::SharedObject,
         public_key: &str,
     ) -> Result<Option<crate::provider::SharedFound>> {
-        let _call = self.round_trip(EndpointClass::Read).await;
+        // Listing the account's keys, the request DigitalOcean limits apart.
+        let _call = self.round_trip(EndpointClass::KeyListing).await;
         let want = crate::provider::kit::keys::key_value(public_key);
         Ok(self.shared_keys().into_iter().find_map(|(id, name, v)| {
             (crate::provider::kit::keys::key_value(&v) == want).then(|| {

@@ -7,19 +7,33 @@
 //!
 //! Counting HTTP requests rather than contract calls is what makes the limit hold: one
 //! `prepare` or `plan` may send several requests (pagination, lookups).
+//!
+//! A limit on one endpoint (Lambda's launch, DigitalOcean's SSH key listing) is declared
+//! on that endpoint's [`EndpointClass`], and the adapter names the endpoint's exact
+//! `method path` to its client
+//! ([`RestClient::with_endpoint_class`](super::kit::RestClient::with_endpoint_class)).
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-/// The endpoint class of one request, for limits that differ by endpoint.
+/// The endpoint class of one request, for limits that differ by endpoint. The classes
+/// are disjoint: a request is in exactly one (a key listing is not also a
+/// [`Read`](EndpointClass::Read)), and a limit of one class counts only its requests.
+/// The kit's REST client puts a request in [`Launch`](EndpointClass::Launch) or
+/// [`KeyListing`](EndpointClass::KeyListing) only when the adapter names that exact
+/// `method path`; otherwise by method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum EndpointClass {
     /// The request that launches an instance (Lambda's
     /// `POST /api/v1/instance-operations/launch`, DigitalOcean's `POST /v2/droplets`).
     Launch,
-    /// A read (`GET`/`HEAD`, gRPC `Get`/`List`).
+    /// Listing the account's SSH keys (DigitalOcean's `GET /v2/account/keys`, which its
+    /// API description limits to 10 per 60 s apart from the other requests). A read, but
+    /// counted apart from [`Read`](EndpointClass::Read).
+    KeyListing,
+    /// Any other read (`GET`/`HEAD`, gRPC `Get`/`List`).
     Read,
     /// Any other request (other creates, deletes, updates).
     Other,
@@ -27,8 +41,9 @@ pub enum EndpointClass {
 
 impl EndpointClass {
     /// Every class, in order.
-    pub const ALL: [EndpointClass; 3] = [
+    pub const ALL: [EndpointClass; 4] = [
         EndpointClass::Launch,
+        EndpointClass::KeyListing,
         EndpointClass::Read,
         EndpointClass::Other,
     ];
@@ -37,7 +52,8 @@ impl EndpointClass {
 /// One documented limit: at most `requests` requests in any window of `per`, counted
 /// over the requests of `class` (`None`: every request to the cloud). A request counts
 /// against every limit whose class covers it (a Lambda launch against the general
-/// limit and the launch limit). The burst allowed is `requests` at once, as the vendors
+/// limit and the launch limit; a DigitalOcean key listing against its 10 per 60 s and
+/// the 250 a minute and 5,000 an hour over every request). The burst allowed is `requests` at once, as the vendors
 /// document windows, not buckets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateLimit {
@@ -176,6 +192,12 @@ mod tests {
         assert!(l.covers(EndpointClass::Launch));
         let launch = RateLimit::of(EndpointClass::Launch, 1, Duration::from_secs(12), "t");
         assert!(!launch.covers(EndpointClass::Read));
+        // Classes are disjoint: a key listing counts against its own limit and the
+        // limits over every request, not a limit of reads.
+        let keys = RateLimit::of(EndpointClass::KeyListing, 10, Duration::from_secs(60), "t");
+        let reads = RateLimit::of(EndpointClass::Read, 10, Duration::from_secs(60), "t");
+        assert!(keys.covers(EndpointClass::KeyListing) && l.covers(EndpointClass::KeyListing));
+        assert!(!keys.covers(EndpointClass::Read) && !reads.covers(EndpointClass::KeyListing));
         assert!((launch.per_second() - 1.0 / 12.0).abs() < 1e-12);
     }
 }

@@ -68,10 +68,11 @@
 //! per hour and 250 per minute per token, each request counted for its own window
 //! ("each request instead has its own timer"). Both are declared in
 //! [`DigitalOceanProvider::default_capabilities`] and the core enforces them on every
-//! HTTP request; the per-endpoint limit of `GET /v2/account/keys` (10 per 60 s) is not
-//! declared (the limits are per endpoint class, and gpuprov lists keys once per run). A
-//! 429 is `Transient` with `retry-after`, else the wait until `ratelimit-reset`. The
-//! adapter itself never sleeps.
+//! HTTP request. So is the limit the same section sets on one endpoint, 10 key listings
+//! (`GET /v2/account/keys`) per 60 s: the client counts each page of the listing as an
+//! [`EndpointClass::KeyListing`] request, against that limit and the two over every
+//! request. A 429 is `Transient` with `retry-after`, else the wait until
+//! `ratelimit-reset`. The adapter itself never sleeps.
 
 mod api;
 mod doctl;
@@ -98,10 +99,10 @@ use super::kit::keys::{self, Registered};
 use super::kit::paginate::{all_pages, page_of_link, Cursor, Next};
 use super::kit::{self, gpu, Adapter, Auth, Call, Credential, RestClient, Source};
 use super::{
-    object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
-    InstanceStatus, Lineage, Listed, Location, Observations, Observed, Offer, ProviderError,
-    RateLimit, ResourceRequest, Result, SharedFound, SharedObject, SshEndpoint, IDENTITY_LABEL,
-    LINEAGE_LABEL,
+    object_name, project_key_name, Capabilities, CloudProvider, EndpointClass, ErrorKind, Feature,
+    InstanceSpec, InstanceStatus, Lineage, Listed, Location, Observations, Observed, Offer,
+    ProviderError, RateLimit, ResourceRequest, Result, SharedFound, SharedObject, SshEndpoint,
+    IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 /// The cloud name.
@@ -209,6 +210,11 @@ fn field<'v, T>(
 /// `GET` lists.
 const DROPLETS: &str = "/v2/droplets";
 
+/// The account's SSH keys: `GET` lists them (the
+/// [`EndpointClass::KeyListing`](crate::provider::EndpointClass::KeyListing) request,
+/// limited to 10 per 60 s apart from the other requests), `POST` registers one.
+const KEYS: &str = "/v2/account/keys";
+
 impl DigitalOceanProvider {
     /// An adapter for `settings`. Never fails and does no I/O.
     pub fn new(settings: DigitalOceanSettings) -> DigitalOceanProvider {
@@ -227,7 +233,8 @@ impl DigitalOceanProvider {
         let base = endpoint.unwrap_or(DEFAULT_ENDPOINT);
         let api = RestClient::new(base, Auth::Bearer, credential, missing, &errors::CLASSIFIER)
             .gated(adapter.gate())
-            .with_launch(Method::POST, DROPLETS)
+            .with_endpoint_class(Method::POST, DROPLETS, EndpointClass::Launch)
+            .with_endpoint_class(Method::GET, KEYS, EndpointClass::KeyListing)
             .with_error_decoder(errors::decode_error);
         DigitalOceanProvider {
             settings,
@@ -246,7 +253,10 @@ impl DigitalOceanProvider {
     /// firewall, GPUs, k3s and start; no spot. Rate limits from the API description
     /// (`digitalocean/DigitalOcean-public.v2.gpuprov-subset.yaml`, `info.description`,
     /// "Rate Limit"): 250 requests per minute (4.17 requests/s, the burst) and 5,000 per
-    /// hour (1.39 requests/s) over every request.
+    /// hour (1.39 requests/s) over every request, and SSH key listings
+    /// (`GET /v2/account/keys`, each page) 10 per 60 s (0.17 requests/s; "Only 10 `GET`
+    /// requests to the `/v2/account/keys` endpoint to list SSH keys can be made per 60
+    /// seconds").
     pub fn default_capabilities() -> Capabilities {
         use Feature::*;
         const SOURCE: &str = "shared/vendor-apis/digitalocean/DigitalOcean-public.v2.gpuprov-subset.yaml, info.description \"Rate Limit\"";
@@ -255,6 +265,12 @@ impl DigitalOceanProvider {
             rate_limits: vec![
                 RateLimit::all(250, std::time::Duration::from_secs(60), SOURCE),
                 RateLimit::all(5000, std::time::Duration::from_secs(3600), SOURCE),
+                RateLimit::of(
+                    EndpointClass::KeyListing,
+                    10,
+                    std::time::Duration::from_secs(60),
+                    SOURCE,
+                ),
             ],
             ..kit::adapter::vm_capabilities(&[BootScript, Firewall, Gpu, Kubernetes, Start])
         }
@@ -355,16 +371,12 @@ impl DigitalOceanProvider {
         let name = project_key_name(self.settings.lineage.as_str(), public_key);
         let what = format!("register SSH key {name}");
         let (name, what) = (&name, &what);
-        let list = || self.list_all("/v2/account/keys", "ssh_keys", &[], "list SSH keys");
+        let list = || self.list_all(KEYS, "ssh_keys", &[], "list SSH keys");
         // Names may repeat on DigitalOcean, so the listing is not needed to pick one.
         let register = move |_listed: Vec<SshKey>| async move {
             let body = json!({ "name": name, "public_key": public_key.trim() });
             let call = Call::other(what);
-            match self
-                .api
-                .send(Method::POST, "/v2/account/keys", &[], Some(&body))
-                .await
-            {
+            match self.api.send(Method::POST, KEYS, &[], Some(&body)).await {
                 Ok(v) => Ok(Registered::Key(SshKey {
                     id: field(&v, "/ssh_key/id", Value::as_i64, what, "id")?,
                     public_key: public_key.to_string(),
@@ -675,7 +687,7 @@ impl CloudProvider for DigitalOceanProvider {
     ) -> Result<Option<SharedFound>> {
         obj.expect(CLOUD, SSH_KEY_KIND)?;
         let listed: Vec<SshKey> = self
-            .list_all("/v2/account/keys", "ssh_keys", &[], "list SSH keys")
+            .list_all(KEYS, "ssh_keys", &[], "list SSH keys")
             .await?;
         Ok(keys::find_by_value(&listed, public_key, |k| &k.public_key)
             .map(|k| self.shared_key(k, public_key)))
@@ -691,7 +703,7 @@ impl CloudProvider for DigitalOceanProvider {
         let body = json!({ "name": name, "public_key": public_key.trim() });
         let v = self
             .api
-            .send(Method::POST, "/v2/account/keys", &[], Some(&body))
+            .send(Method::POST, KEYS, &[], Some(&body))
             .await
             .map_err(|f| self.api.fail(&f, Call::other(&what)))?;
         Ok(SharedFound {
@@ -711,7 +723,7 @@ impl CloudProvider for DigitalOceanProvider {
         let what = format!("delete SSH key {}", found.name);
         self.api
             .delete(
-                &format!("/v2/account/keys/{id}"),
+                &format!("{KEYS}/{id}"),
                 errors::is_not_found,
                 Call::other(&what),
             )

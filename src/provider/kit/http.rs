@@ -130,9 +130,9 @@ pub struct RestClient {
     tokens: Option<Arc<dyn TokenSource>>,
     /// The core's rate limiter, passed by every request ([`RestClient::gated`]).
     gate: Gate,
-    /// The `(method, path)` of the vendor's launch request, whose rate limit differs
-    /// ([`EndpointClass::Launch`]).
-    launch: Option<(Method, &'static str)>,
+    /// The `(method, path, class)` of each request the vendor limits apart from the
+    /// others ([`RestClient::with_endpoint_class`]).
+    endpoints: Vec<(Method, &'static str, EndpointClass)>,
 }
 
 impl std::fmt::Debug for RestClient {
@@ -170,7 +170,7 @@ impl RestClient {
             timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECS),
             tokens: None,
             gate: Gate::default(),
-            launch: None,
+            endpoints: Vec::new(),
         }
     }
 
@@ -182,21 +182,36 @@ impl RestClient {
         self
     }
 
-    /// `method path` (exact, without query) is the vendor's launch request, counted as
-    /// [`EndpointClass::Launch`]; other `GET`/`HEAD` requests are
-    /// [`EndpointClass::Read`], the rest [`EndpointClass::Other`].
-    pub fn with_launch(mut self, method: Method, path: &'static str) -> RestClient {
-        self.launch = Some((method, path));
+    /// Requests to `method path` (the path exact, as sent after the base URL, without
+    /// query) are counted as `class`, for a vendor limit on that endpoint: its launch
+    /// request ([`EndpointClass::Launch`]), its SSH key listing
+    /// ([`EndpointClass::KeyListing`]). Other `GET`/`HEAD` requests are
+    /// [`EndpointClass::Read`], the rest [`EndpointClass::Other`]. A later declaration
+    /// of the same `method path` replaces the earlier.
+    pub fn with_endpoint_class(
+        mut self,
+        method: Method,
+        path: &'static str,
+        class: EndpointClass,
+    ) -> RestClient {
+        self.endpoints
+            .retain(|(m, p, _)| !(*m == method && *p == path));
+        self.endpoints.push((method, path, class));
         self
     }
 
-    /// The endpoint class of `method path` (see [`Self::with_launch`]).
+    /// The endpoint class of `method path` (a query after `?` ignored; see
+    /// [`Self::with_endpoint_class`]).
     pub fn class_of(&self, method: &Method, path: &str) -> EndpointClass {
         let path = path.split('?').next().unwrap_or(path);
-        match &self.launch {
-            Some((m, p)) if m == method && *p == path => EndpointClass::Launch,
-            _ if *method == Method::GET || *method == Method::HEAD => EndpointClass::Read,
-            _ => EndpointClass::Other,
+        let named = self
+            .endpoints
+            .iter()
+            .find(|(m, p, _)| m == method && *p == path);
+        match named {
+            Some((_, _, class)) => *class,
+            None if *method == Method::GET || *method == Method::HEAD => EndpointClass::Read,
+            None => EndpointClass::Other,
         }
     }
 
@@ -680,6 +695,47 @@ mod tests {
         assert!(e.msg.contains("refused the connection"), "{}", e.msg);
         assert!(!e.msg.contains("sk_test_sentinel"), "{}", e.msg);
         assert!(!format!("{c:?}").contains("sk_test_sentinel"));
+    }
+
+    #[test]
+    fn a_named_endpoint_is_classed_by_method_and_exact_path() {
+        let c = RestClient::new("http://127.0.0.1:9", Auth::Bearer, None, "", &C)
+            .with_endpoint_class(Method::POST, "/v2/droplets", EndpointClass::Launch)
+            .with_endpoint_class(Method::GET, "/v2/account/keys", EndpointClass::KeyListing);
+        let class = |m: Method, p: &str| c.class_of(&m, p);
+        assert_eq!(
+            class(Method::GET, "/v2/account/keys"),
+            EndpointClass::KeyListing
+        );
+        assert_eq!(
+            class(Method::GET, "/v2/account/keys?page=2&per_page=200"),
+            EndpointClass::KeyListing
+        );
+        // The same path by another method, and a longer path, are not the listing.
+        assert_eq!(
+            class(Method::POST, "/v2/account/keys"),
+            EndpointClass::Other
+        );
+        assert_eq!(
+            class(Method::GET, "/v2/account/keys/42"),
+            EndpointClass::Read
+        );
+        assert_eq!(
+            class(Method::DELETE, "/v2/account/keys/42"),
+            EndpointClass::Other
+        );
+        assert_eq!(class(Method::POST, "/v2/droplets"), EndpointClass::Launch);
+        assert_eq!(
+            class(Method::GET, "/v2/droplets?tag_name=x"),
+            EndpointClass::Read
+        );
+        assert_eq!(class(Method::HEAD, "/v2/account/keys"), EndpointClass::Read);
+        // A later declaration of the same endpoint replaces the earlier.
+        let c = c.with_endpoint_class(Method::GET, "/v2/account/keys", EndpointClass::Read);
+        assert_eq!(
+            c.class_of(&Method::GET, "/v2/account/keys"),
+            EndpointClass::Read
+        );
     }
 
     #[test]

@@ -202,7 +202,7 @@ impl LambdaProvider {
         let base = endpoint.unwrap_or(DEFAULT_ENDPOINT);
         let api = RestClient::new(base, Auth::Bearer, credential, missing, &errors::CLASSIFIER)
             .gated(adapter.gate())
-            .with_launch(Method::POST, LAUNCH_PATH)
+            .with_endpoint_class(Method::POST, LAUNCH_PATH, EndpointClass::Launch)
             .with_error_decoder(errors::decode_error)
             .with_envelope(errors::data);
         LambdaProvider {

@@ -1641,22 +1641,33 @@ async fn a_fleets_observes_share_droplet_listings_whatever_its_size() {
 }
 
 /// DigitalOcean declares its documented rates (API description, "Rate Limit"): 250
-/// requests a minute and 5,000 an hour over every request.
+/// requests a minute and 5,000 an hour over every request, and 10 SSH key listings per
+/// 60 s.
 #[test]
 fn the_documented_rate_limits_are_declared_with_their_source() {
-    use gpuprov::provider::RateLimit;
+    use gpuprov::provider::{EndpointClass, RateLimit};
     let caps = DigitalOceanProvider::default_capabilities();
-    let windows: Vec<(Option<gpuprov::provider::EndpointClass>, u32, u64)> = caps
+    let windows: Vec<(Option<EndpointClass>, u32, u64)> = caps
         .rate_limits
         .iter()
         .map(|l: &RateLimit| (l.class, l.requests, l.per.as_secs()))
         .collect();
-    assert_eq!(windows, vec![(None, 250, 60), (None, 5000, 3600)]);
+    assert_eq!(
+        windows,
+        vec![
+            (None, 250, 60),
+            (None, 5000, 3600),
+            (Some(EndpointClass::KeyListing), 10, 60)
+        ]
+    );
     let spec = std::fs::read_to_string(
         spec::vendor_apis_dir().join("digitalocean/DigitalOcean-public.v2.gpuprov-subset.yaml"),
     )
     .unwrap();
     assert!(spec.contains("5,000 requests per hour") && spec.contains("250 requests per minute"));
+    assert!(spec.contains(
+        "Only 10 `GET` requests to the `/v2/account/keys` endpoint to list SSH keys can be made per 60 seconds."
+    ));
     for l in &caps.rate_limits {
         assert!(l.source.contains("DigitalOcean-public.v2"), "{}", l.source);
     }
@@ -1666,8 +1677,9 @@ fn the_documented_rate_limits_are_declared_with_their_source() {
 /// path (prepare's lookups, coalesced listings, launches, key listing): the server times
 /// each request's arrival and counts those beyond a declared limit in any window. The
 /// limits are scaled down from the documented ones (250 a minute would take minutes to
-/// bind) and add a launch limit, so both an all-request limit and a class limit bind.
-/// The same apply without declared limits breaks them, so the count can fail.
+/// bind; the apply lists the keys twice, not 11 times) and add a launch limit, so an
+/// all-request limit and both class limits bind. The same apply without declared limits
+/// breaks them, so the count can fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fleet_apply_never_exceeds_the_declared_rates_at_the_server() {
     use crate::shared_objects::{all_ready, fleet, Project};
@@ -1681,20 +1693,22 @@ async fn a_fleet_apply_never_exceeds_the_declared_rates_at_the_server() {
             "test: DigitalOcean's shape, scaled",
         ),
         RateLimit::of(EndpointClass::Launch, 2, Duration::from_secs(1), "test"),
+        RateLimit::of(EndpointClass::KeyListing, 1, Duration::from_secs(2), "test"),
     ];
-    let measure = |server: &SpecServer| -> (usize, usize, usize) {
+    let measure = |server: &SpecServer| -> (usize, usize, usize, usize) {
         let timed = server.requests_timed();
         let t0 = timed[0].0;
-        let at = |launch: bool| -> Vec<f64> {
+        let at = |of: Option<(&str, &str)>| -> Vec<f64> {
             timed
                 .iter()
-                .filter(|(_, r)| !launch || (r.method == "POST" && r.path == DROPLETS))
+                .filter(|(_, r)| of.is_none_or(|(m, p)| r.method == m && r.path == p))
                 .map(|(t, _)| t.duration_since(t0).as_secs_f64())
                 .collect()
         };
         (
-            violations(&at(false), &limits[0]),
-            violations(&at(true), &limits[1]),
+            violations(&at(None), &limits[0]),
+            violations(&at(Some(("POST", DROPLETS))), &limits[1]),
+            violations(&at(Some(("GET", "/v2/account/keys"))), &limits[2]),
             timed.len(),
         )
     };
@@ -1726,13 +1740,14 @@ async fn a_fleet_apply_never_exceeds_the_declared_rates_at_the_server() {
         (cloud, started.elapsed())
     };
     let (unlimited, _) = run(vec![]).await;
-    let (over_all, over_launch, _) = measure(&unlimited.server);
+    let (over_all, over_launch, over_keys, _) = measure(&unlimited.server);
     assert!(
-        over_all > 0 && over_launch > 0,
-        "without declared limits the apply bursts past them: {over_all} / {over_launch}"
+        over_all > 0 && over_launch > 0 && over_keys > 0,
+        "without declared limits the apply bursts past them: \
+         {over_all} / {over_launch} / {over_keys}"
     );
     let (limited, took) = run(limits.clone()).await;
-    let (over_all, over_launch, requests) = measure(&limited.server);
+    let (over_all, over_launch, over_keys, requests) = measure(&limited.server);
     if over_all > 0 {
         let timed = limited.server.requests_timed();
         for (t, r) in &timed {
@@ -1745,8 +1760,8 @@ async fn a_fleet_apply_never_exceeds_the_declared_rates_at_the_server() {
         }
     }
     assert_eq!(
-        (over_all, over_launch),
-        (0, 0),
+        (over_all, over_launch, over_keys),
+        (0, 0, 0),
         "{requests} requests in {took:?}"
     );
     // The limits bound: N launches at 2 a second take at least (N/2 − 1) s.
