@@ -410,11 +410,14 @@ fn read_all(file: &mut File, lock_path: &Path) -> Result<Vec<u8>, LockError> {
     Ok(bytes)
 }
 
+/// Replaces the lock file's record. Not fsynced: the lock is the OS lock, which dies with
+/// its holder, and the record only says who holds it while the holder runs (other
+/// processes read it from the page cache); after a crash a lost or torn record is a
+/// stale one, which a new holder overwrites.
 fn overwrite(file: &mut File, lock_path: &Path, bytes: &[u8]) -> Result<(), LockError> {
     file.set_len(0)
         .and_then(|()| file.seek(SeekFrom::Start(0)))
         .and_then(|_| file.write_all(bytes))
-        .and_then(|()| file.sync_all())
         .map_err(lock_io("write lock file", lock_path))
 }
 
