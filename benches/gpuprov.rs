@@ -703,11 +703,19 @@ fn bench_cold_start(o: &Opts) -> Value {
                 .collect(),
         )
     };
+    // The machine's own floor: spawning a process that does nothing (`/bin/true`), so a
+    // figure can be read as that floor plus gpuprov's work on a slower or busier host.
+    let floor = median(
+        (0..reps)
+            .map(|_| run_measured(Command::new("true").current_dir(big.path())).0)
+            .collect(),
+    );
     let version = time(big.path(), &["--version"]);
     let status = time(big.path(), &["status", "--refresh=false"]);
     let plan = time(small.path(), &["plan", "--refresh=false"]);
     let mut v = json!({
         "runs": reps,
+        "spawn_floor_ms": floor,
         "version_ms": version,
         "status_100_vms_ms": status,
         "plan_1_vm_ms": plan,
@@ -922,6 +930,10 @@ fn print_table(r: &Value) {
     );
     let c = &r["cold_start"];
     println!("\n5. CLI cold start (goal ≤ 10 ms for the first two)");
+    println!(
+        "   /bin/true (this machine's floor)   {:>8} ms",
+        f(&c["spawn_floor_ms"])
+    );
     println!(
         "   gpuprov --version                  {:>8} ms",
         f(&c["version_ms"])
