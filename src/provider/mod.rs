@@ -614,7 +614,7 @@ pub trait CloudProvider: Send + Sync {
     async fn plan(&self, req: &ResourceRequest) -> Result<Vec<Offer>>;
     /// The part of `plan` that depends on the machine itself, not on the catalog (a VM
     /// name too long for the cloud's names), answered without any call. The core shares
-    /// one `plan` answer between machines with the same ask (`machine::shared`) and runs
+    /// one `plan` answer between machines with the same ask (`machine::coalesce`) and runs
     /// this check for every machine. Errors: `InvalidRequest`; the default accepts.
     fn check_request(&self, req: &ResourceRequest) -> Result<()> {
         let _ = req;
@@ -640,7 +640,7 @@ pub trait CloudProvider: Send + Sync {
     /// rules (identity labels, or the identity name of an imported instance), statuses
     /// and order. A VM with nothing at `at` may be absent from the map. The core serves
     /// the `observe` calls of many machines waiting at one location from one such listing
-    /// (`machine::shared`), so the calls a fleet makes grow with its locations, not its
+    /// (`machine::coalesce`), so the calls a fleet makes grow with its locations, not its
     /// machines.
     ///
     /// Errors: as `observe`. The default is `Ok(None)`: this adapter cannot answer for a
