@@ -411,7 +411,10 @@ pub struct ConfigError {
 #[derive(Debug, thiserror::Error, Diagnostic)]
 pub enum LoadError {
     #[error("cannot read config file {path}")]
-    #[diagnostic(code(gpuprov::config::read), help("pass the config with -c PATH"))]
+    #[diagnostic(
+        code(gpuprov::config::read),
+        help("check the path: -c PATH (or GPUPROV_CONFIG) names the config; without either it is gpuprov.toml in the current directory")
+    )]
     Read {
         path: String,
         #[source]

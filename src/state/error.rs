@@ -265,6 +265,19 @@ pub struct CorruptState {
     pub help: String,
 }
 
+/// The lineage written in a damaged state's text: the string after the first
+/// `"lineage":`, when it is a UUID (anything else is not offered as a command argument).
+fn lineage_in(text: &str) -> Option<String> {
+    let rest = &text[text.find("\"lineage\"")? + "\"lineage\"".len()..];
+    let rest = rest
+        .trim_start()
+        .strip_prefix(':')?
+        .trim_start()
+        .strip_prefix('"')?;
+    let value = &rest[..rest.find('"')?];
+    uuid::Uuid::parse_str(value).ok().map(|u| u.to_string())
+}
+
 impl CorruptState {
     /// Builds the diagnostic for `bytes` read from `path`, from serde_json's error.
     pub(crate) fn new(path: &Path, bytes: &[u8], err: &serde_json::Error) -> Self {
@@ -281,11 +294,18 @@ impl CorruptState {
         };
         let span = span_at(&text, line, column);
         let backup = super::backup_path(path);
+        // The lineage is near the top of a file gpuprov wrote (keys are sorted), so even
+        // a truncated file usually still names it.
+        let recover = match lineage_in(&text) {
+            Some(l) => format!("`gpuprov state recover --lineage {l}`"),
+            None => "`gpuprov state recover --lineage LINEAGE`".to_string(),
+        };
         let help = format!(
             "the state file was NOT modified. To recover, restore the previous state with \
              `cp {backup} {path}` if `{backup}` exists and is valid, or move the damaged \
              file away (`mv {path} {path}.corrupt`); the machines it recorded keep running \
-             and carry the labels gpuprov-vm-name and gpuprov-lineage",
+             and carry the labels gpuprov-vm-name and gpuprov-lineage, from which \
+             {recover} rebuilds the state",
             backup = backup.display(),
             path = path.display(),
         );
@@ -340,5 +360,18 @@ mod tests {
         assert_eq!((span.offset(), span.len()), (0, 0));
         let span = span_at("{\n", 2, 0);
         assert_eq!((span.offset(), span.len()), (2, 0));
+    }
+
+    #[test]
+    fn a_damaged_state_still_names_its_lineage_for_recovery() {
+        let truncated = "{\n  \"gpuprov_version\": \"0.1.0\",\n  \"lineage\": \"0f0e0d0c-1111-4222-8333-444455556666\",\n  \"resources\": {\n    \"vm.a\": {\"mach";
+        assert_eq!(
+            lineage_in(truncated).as_deref(),
+            Some("0f0e0d0c-1111-4222-8333-444455556666")
+        );
+        // Not a UUID, cut inside the value, or absent: no lineage is offered.
+        assert_eq!(lineage_in("{\"lineage\": \"../../etc\"}"), None);
+        assert_eq!(lineage_in("{\"lineage\": \"0f0e0d0c-11"), None);
+        assert_eq!(lineage_in("{\"serial\": 3"), None);
     }
 }
