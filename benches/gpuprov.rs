@@ -206,12 +206,13 @@ fn matching_state(config: &Config) -> StateFile {
         };
         let machine = MachineRecord {
             kind: "launch".into(),
-            state: serde_json::to_value(LaunchState::Ready { vm: Box::new(rec) }).unwrap(),
+            state: gpuprov::state::JsonText::encode(&LaunchState::Ready { vm: Box::new(rec) })
+                .unwrap(),
             label: "ready".into(),
             updated_at: chrono::Utc::now(),
         };
         let mut r = ResourceRecord::new(machine);
-        r.desired = Some(serde_json::to_value(vm).unwrap());
+        r.desired = Some(gpuprov::state::JsonText::encode(vm).unwrap());
         r.push_event("ready");
         state.resources.insert(format!("vm.{}", vm.name), r);
     }

@@ -19,7 +19,8 @@ use crate::plan::{Action, Change, Plan};
 use crate::record::{self, Record};
 use crate::ssh::Connector;
 use crate::state::{
-    JournalOp, JournalStats, JournalWriter, MachineRecord, StateError, StateFile, StateStore,
+    JournalOp, JournalStats, JournalWriter, JsonText, MachineRecord, StateError, StateFile,
+    StateStore,
 };
 use crate::vm::shared::{SharedObjects, SharedTeardown, SharedTeardownState};
 use crate::vm::{
@@ -40,7 +41,7 @@ struct JournalInner {
     store: StateStore,
     state: StateFile,
     /// Desired snapshots to attach with the next record of each key.
-    desired: HashMap<String, serde_json::Value>,
+    desired: HashMap<String, JsonText>,
 }
 
 impl StateJournal {
@@ -89,7 +90,7 @@ impl StateJournal {
 
     /// Records `desired` as the applied settings of `key` with its next transition.
     pub fn stage_desired(&self, key: &str, desired: &VmSpec) {
-        if let Ok(v) = serde_json::to_value(desired) {
+        if let Ok(v) = JsonText::encode(desired) {
             self.lock().desired.insert(key.to_string(), v);
         }
     }
@@ -108,7 +109,7 @@ impl StateJournal {
 
     /// Replaces the applied settings of an existing record now (in-place update).
     pub async fn update_desired(&self, key: &str, desired: &VmSpec) -> Result<(), StateError> {
-        let desired = serde_json::to_value(desired).map_err(|source| StateError::Serialize {
+        let desired = JsonText::encode(desired).map_err(|source| StateError::Serialize {
             path: self.writer.path().to_path_buf(),
             source,
         })?;
@@ -152,7 +153,7 @@ impl Journal for StateJournal {
             .get(key)
             .map(|r| PrevRecord {
                 kind: r.machine.kind.clone(),
-                state: r.machine.state.clone(),
+                state: r.machine.state.to_value(),
             }))
     }
 
@@ -166,7 +167,7 @@ impl Journal for StateJournal {
         let desired = self.lock().desired.remove(key);
         let machine = MachineRecord {
             kind: kind.to_string(),
-            state: state.clone(),
+            state: JsonText::from_value(state),
             label: label.to_string(),
             updated_at: chrono::Utc::now(),
         };
@@ -240,7 +241,7 @@ pub use crate::record::vm_of;
 /// Errors: a message when the record is of an unknown kind or does not parse; callers
 /// must then refuse to act rather than treat the record as owning nothing.
 pub fn owned_of(prev: &PrevRecord) -> Result<Option<Owned>, String> {
-    Record::decode(&prev.kind, &prev.state)
+    Record::decode(&prev.kind, &prev.state.to_string())
         .map(|r| r.owned())
         .map_err(|e| e.to_string())
 }
@@ -248,7 +249,7 @@ pub fn owned_of(prev: &PrevRecord) -> Result<Option<Owned>, String> {
 /// Whether `prev` is a teardown that has not finished (neither done nor leaked).
 fn unfinished_teardown(prev: &PrevRecord) -> bool {
     matches!(
-        Record::decode(&prev.kind, &prev.state),
+        Record::decode(&prev.kind, &prev.state.to_string()),
         Ok(Record::Teardown(s)) if !matches!(s, TeardownState::Done | TeardownState::Leaked { .. })
     )
 }
@@ -634,11 +635,7 @@ impl Engine {
             let Some(r) = snapshot.resources.get(a) else {
                 continue;
             };
-            let prev = PrevRecord {
-                kind: r.machine.kind.clone(),
-                state: r.machine.state.clone(),
-            };
-            let Some(o) = owned_of(&prev).ok().flatten() else {
+            let Some(o) = r.machine.owned().ok().flatten() else {
                 continue;
             };
             let Some(p) = self.providers.get(&o.location.cloud) else {
@@ -694,7 +691,7 @@ impl Engine {
             .map(|(address, rec)| {
                 let prev = PrevRecord {
                     kind: rec.machine.kind.clone(),
-                    state: rec.machine.state.clone(),
+                    state: rec.machine.state.to_value(),
                 };
                 (address.clone(), crate::vm::shared::object_of(&prev))
             })
@@ -731,18 +728,14 @@ impl Engine {
                 continue;
             }
             let in_use = snapshot.resources.values().any(|r| {
-                let prev = PrevRecord {
-                    kind: r.machine.kind.clone(),
-                    state: r.machine.state.clone(),
-                };
-                let at = owned_of(&prev).ok().flatten().map(|o| o.location);
+                let at = r.machine.owned().ok().flatten().map(|o| o.location);
                 let owned_here = at
                     .as_ref()
                     .is_some_and(|l| object.serves(&l.cloud, Some(&l.region)));
                 let may_launch_here = r
                     .desired
-                    .clone()
-                    .and_then(|d| serde_json::from_value::<VmSpec>(d).ok())
+                    .as_ref()
+                    .and_then(|d| d.decode::<VmSpec>().ok())
                     .is_some_and(|v| {
                         v.clouds.iter().any(|c| c.as_str() == object.cloud)
                             && (v.regions.is_empty()
@@ -803,8 +796,8 @@ impl Engine {
             snapshot
                 .resources
                 .get(address)
-                .and_then(|r| r.desired.clone())
-                .and_then(|d| serde_json::from_value::<VmSpec>(d).ok())
+                .and_then(|r| r.desired.as_ref())
+                .and_then(|d| d.decode::<VmSpec>().ok())
                 .map(|v| {
                     v.depends_on
                         .into_iter()

@@ -524,7 +524,7 @@ pub enum Recorded {
 /// Errors: a message naming the address when the record is of an unknown kind or does not
 /// parse (a hand-edited or inconsistent state file).
 pub fn recorded(address: &str, r: &ResourceRecord) -> Result<Recorded, String> {
-    let record = Record::decode(&r.machine.kind, &r.machine.state).map_err(|e| match e {
+    let record = r.machine.decode().map_err(|e| match e {
         DecodeError::UnknownKind(_) => format!("state record {address} has {e}"),
         DecodeError::Invalid { .. } => format!("state record {address} is {e}"),
     })?;
@@ -568,7 +568,7 @@ pub async fn refresh(
 ) -> Result<BTreeMap<String, Observation>, String> {
     let mut out = BTreeMap::new();
     for (address, r) in &state.resources {
-        let Some(vm) = crate::record::vm_of(&r.machine.kind, &r.machine.state) else {
+        let Some(vm) = r.machine.vm() else {
             continue;
         };
         let Some(p) = providers.get(&vm.location.cloud) else {
@@ -608,7 +608,7 @@ pub fn compute(
             .resources
             .get(&address)
             .and_then(|r| r.desired.as_ref())
-            .and_then(|d| VmSpec::deserialize(d).ok());
+            .and_then(|d| d.decode::<VmSpec>().ok());
         let change = |action, reason: Option<String>, attributes, price| Change {
             address: address.clone(),
             vm: name.clone(),
@@ -800,10 +800,7 @@ pub fn compute(
         if config.vms.contains_key(name) {
             continue;
         }
-        let had: Option<VmSpec> = rec
-            .desired
-            .as_ref()
-            .and_then(|d| VmSpec::deserialize(d).ok());
+        let had: Option<VmSpec> = rec.desired.as_ref().and_then(|d| d.decode::<VmSpec>().ok());
         let was = recorded(address, rec)?;
         let current = offer_of(&was);
         let reason = match was {
@@ -977,7 +974,7 @@ fn recorded_depends_on(state: &StateFile, address: &str) -> Vec<String> {
         .resources
         .get(address)
         .and_then(|r| r.desired.as_ref())
-        .and_then(|d| VmSpec::deserialize(d).ok())
+        .and_then(|d| d.decode::<VmSpec>().ok())
         .map(|v| v.depends_on.iter().map(|n| format!("vm.{n}")).collect())
         .unwrap_or_default()
 }
@@ -1438,11 +1435,11 @@ mod tests {
     fn record(desired: &VmSpec) -> ResourceRecord {
         let mut r = ResourceRecord::new(crate::state::MachineRecord {
             kind: crate::record::LAUNCH.into(),
-            state: serde_json::to_value(LaunchState::start(None)).expect("serializes"),
+            state: crate::state::JsonText::encode(&LaunchState::start(None)).expect("serializes"),
             label: "planning".into(),
             updated_at: chrono::Utc::now(),
         });
-        r.desired = Some(serde_json::to_value(desired).expect("serializes"));
+        r.desired = Some(crate::state::JsonText::encode(desired).expect("serializes"));
         r
     }
 

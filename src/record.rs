@@ -53,30 +53,34 @@ impl DecodeError {
 }
 
 impl Record {
-    /// Decodes the state JSON of a record of machine `kind`.
+    /// Decodes the state JSON text of a record of machine `kind` (the state file's
+    /// `machine.state`).
     ///
     /// # Errors
     ///
     /// [`DecodeError::UnknownKind`] for a kind no machine of this build writes,
     /// [`DecodeError::Invalid`] (naming the kind) when the state does not parse.
-    pub fn decode(kind: &str, state: &serde_json::Value) -> Result<Record, DecodeError> {
+    pub fn decode(kind: &str, state: &str) -> Result<Record, DecodeError> {
         fn parse<T: serde::de::DeserializeOwned>(
             kind: &'static str,
-            state: &serde_json::Value,
+            state: &str,
         ) -> Result<T, DecodeError> {
-            // From the borrowed tree: no copy of the whole record per decode.
-            T::deserialize(state).map_err(|source| DecodeError::Invalid { kind, source })
+            serde_json::from_str(state).map_err(|source| DecodeError::Invalid { kind, source })
         }
         match kind {
-            LAUNCH => match ready::<LaunchReady>(state, "state") {
+            LAUNCH => match serde_json::from_str::<LaunchReady>(state) {
                 // Built field by field: a field added to the variant fails to compile here.
-                Some(LaunchReady { vm }) => Ok(Record::Launch(LaunchState::Ready { vm })),
-                None => parse(LAUNCH, state).map(Record::Launch),
+                Ok(LaunchReady { vm, state: _ }) => Ok(Record::Launch(LaunchState::Ready { vm })),
+                Err(_) => parse(LAUNCH, state).map(Record::Launch),
             },
             TEARDOWN => parse(TEARDOWN, state).map(Record::Teardown),
-            K3S => match ready::<K3sReady>(state, "k3s") {
-                Some(K3sReady { vm, cluster }) => Ok(Record::K3s(K3sState::Ready { vm, cluster })),
-                None => parse(K3S, state).map(Record::K3s),
+            K3S => match serde_json::from_str::<K3sReady>(state) {
+                Ok(K3sReady {
+                    vm,
+                    cluster,
+                    k3s: _,
+                }) => Ok(Record::K3s(K3sState::Ready { vm, cluster })),
+                Err(_) => parse(K3S, state).map(Record::K3s),
             },
             other => Err(DecodeError::UnknownKind(other.to_string())),
         }
@@ -123,34 +127,38 @@ impl Record {
     }
 }
 
-/// The fields of `LaunchState::Ready`, read as a plain struct (the tag is an ignored field).
+// A state at rest is all `ready`, and serde's derive for internally tagged enums first
+// copies the whole value into a buffer (most of a plan's decoding, issue 20): a `ready`
+// state is read as a plain struct whose tag must be `ready`. Any other state, or a ready
+// one that does not fit, fails here and takes the derived decoder, which gives its error.
+
+/// The tag value of a `ready` state; any other tag does not deserialize.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum ReadyTag {
+    Ready,
+}
+
+/// The fields of `LaunchState::Ready` (tagged `state`), read as a plain struct.
 #[derive(serde::Deserialize)]
 struct LaunchReady {
+    #[allow(dead_code)] // read to check the tag
+    state: ReadyTag,
     vm: Box<VmRecord>,
 }
 
-/// The fields of `K3sState::Ready`, as [`LaunchReady`].
+/// The fields of `K3sState::Ready` (tagged `k3s`), as [`LaunchReady`].
 #[derive(serde::Deserialize)]
 struct K3sReady {
+    #[allow(dead_code)] // read to check the tag
+    k3s: ReadyTag,
     vm: Box<VmRecord>,
     cluster: Option<ClusterRecord>,
 }
 
-/// A `ready` state (tag `tag_key` = `"ready"`) decoded as the plain struct `T`. serde's
-/// derive for internally tagged enums first copies the whole tree into a buffer, which was
-/// most of a plan's decoding (issue 20), and a state at rest is all `ready`. `None` for
-/// any other state and for one `T` does not fit, so that the derived decoder runs and
-/// gives its own error.
-fn ready<T: serde::de::DeserializeOwned>(state: &serde_json::Value, tag_key: &str) -> Option<T> {
-    if state.get(tag_key)?.as_str()? != "ready" {
-        return None;
-    }
-    T::deserialize(state).ok()
-}
-
 /// The machine a record of `kind` with `state` says is up (see [`Record::vm`]). `None`
 /// for anything else, including a record that does not decode.
-pub fn vm_of(kind: &str, state: &serde_json::Value) -> Option<VmRecord> {
+pub fn vm_of(kind: &str, state: &str) -> Option<VmRecord> {
     Record::decode(kind, state).ok()?.vm().cloned()
 }
 
@@ -175,7 +183,7 @@ mod tests {
             (K3S, serde_json::to_value(K3sState::start(None)).unwrap()),
         ];
         for (kind, json) in cases {
-            let r = Record::decode(kind, &json).unwrap();
+            let r = Record::decode(kind, &json.to_string()).unwrap();
             assert_eq!(r.kind(), kind);
             let back = match &r {
                 Record::Launch(s) => serde_json::to_value(s),
@@ -186,7 +194,7 @@ mod tests {
             assert_eq!(back, json, "{kind}: decoding must not change the format");
             assert!(r.vm().is_none() && r.owned().is_none(), "{kind}");
             assert!(r.tag().is_some(), "{kind}");
-            assert_eq!(vm_of(kind, &json), None);
+            assert_eq!(vm_of(kind, &json.to_string()), None);
         }
     }
 
@@ -213,7 +221,7 @@ mod tests {
         let launch = serde_json::to_value(LaunchState::Ready { vm: vm() }).unwrap();
         let derived: LaunchState = serde_json::from_value(launch.clone()).unwrap();
         assert_eq!(
-            Record::decode(LAUNCH, &launch).unwrap(),
+            Record::decode(LAUNCH, &launch.to_string()).unwrap(),
             Record::Launch(derived)
         );
         let mut cluster = serde_json::to_value(K3sState::Ready {
@@ -230,27 +238,27 @@ mod tests {
             }
             let derived: K3sState = serde_json::from_value(cluster.clone()).unwrap();
             assert_eq!(
-                Record::decode(K3S, &cluster).unwrap(),
+                Record::decode(K3S, &cluster.to_string()).unwrap(),
                 Record::K3s(derived),
                 "with cluster: {with_cluster}"
             );
         }
         // A ready state that does not fit keeps the derived decoder's error.
-        let e = Record::decode(LAUNCH, &serde_json::json!({"state": "ready"})).unwrap_err();
+        let e = Record::decode(LAUNCH, r#"{"state": "ready"}"#).unwrap_err();
         assert!(e.to_string().contains("missing field `vm`"), "{e}");
     }
 
     #[test]
     fn errors_name_the_kind() {
-        let e = Record::decode("launch", &serde_json::json!({"state": "nope"})).unwrap_err();
+        let e = Record::decode("launch", r#"{"state": "nope"}"#).unwrap_err();
         assert_eq!(e.invalid_kind(), Some("launch"));
         assert!(
             e.to_string().starts_with("not a valid launch state: "),
             "{e}"
         );
-        let e = Record::decode("spaceship", &serde_json::json!({})).unwrap_err();
+        let e = Record::decode("spaceship", "{}").unwrap_err();
         assert_eq!(e.invalid_kind(), None);
         assert_eq!(e.to_string(), "unknown machine kind \"spaceship\"");
-        assert_eq!(vm_of("spaceship", &serde_json::json!({})), None);
+        assert_eq!(vm_of("spaceship", "{}"), None);
     }
 }

@@ -83,9 +83,7 @@ pub(super) async fn run(project: &Project, a: &HealthArgs) -> CmdResult {
     } else {
         let lineage = lineage_of(&state)?;
         let config = project.load_config().ok();
-        let needs_key = selected
-            .iter()
-            .any(|(_, r)| crate::record::vm_of(&r.machine.kind, &r.machine.state).is_some());
+        let needs_key = selected.iter().any(|(_, r)| r.machine.vm().is_some());
         let key = if needs_key {
             project_key(project, &state, KeyUse::Connect).map_err(|e| one_line(&e))
         } else {
@@ -174,7 +172,7 @@ fn providers_for(
 ) -> Providers {
     let clouds: BTreeSet<String> = selected
         .iter()
-        .filter_map(|(_, r)| crate::record::vm_of(&r.machine.kind, &r.machine.state))
+        .filter_map(|(_, r)| r.machine.vm())
         .map(|vm| vm.location.cloud)
         .collect();
     let mut p = Providers::new();
@@ -219,7 +217,7 @@ async fn check_machine(ctx: &Ctx, address: &str, r: &ResourceRecord) -> MachineH
         ssh: check(CheckStatus::Skipped, ""),
         kubernetes: check(CheckStatus::Skipped, ""),
     };
-    let record = match Record::decode(&r.machine.kind, &r.machine.state) {
+    let record = match r.machine.decode() {
         Ok(rec) => rec,
         Err(e) => {
             m.cloud = check(

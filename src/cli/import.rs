@@ -116,7 +116,7 @@ pub(super) async fn run(cli: &Cli, project: &Project, a: &ImportArgs) -> CmdResu
     };
     let mut record = ResourceRecord::new(MachineRecord {
         kind: crate::record::LAUNCH.to_string(),
-        state: serde_json::to_value(&found).map_err(|e| miette!("{e}"))?,
+        state: crate::state::JsonText::encode(&found).map_err(|e| miette!("{e}"))?,
         label: "unowned: imported".into(),
         updated_at: chrono::Utc::now(),
     });

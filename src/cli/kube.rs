@@ -26,7 +26,7 @@ fn cluster_of(project: &Project, name: &str) -> Result<(VmRecord, ClusterRecord)
             project.location()
         )
     })?;
-    let s = match Record::decode(&rec.machine.kind, &rec.machine.state) {
+    let s = match rec.machine.decode() {
         Ok(Record::K3s(s)) => s,
         Err(e) if e.invalid_kind() == Some(record::K3S) => {
             return Err(miette!(
@@ -122,7 +122,7 @@ fn same_cluster(theirs: &Kubeconfig, ours: &Kubeconfig, name: &str) -> Option<bo
 
 /// The line `apply` prints under a machine whose cluster is ready: how to use it.
 pub(super) fn ready_hint(name: &str, r: &crate::state::ResourceRecord) -> Option<String> {
-    let Ok(Record::K3s(s)) = Record::decode(&r.machine.kind, &r.machine.state) else {
+    let Ok(Record::K3s(s)) = r.machine.decode() else {
         return None;
     };
     match s {
@@ -151,7 +151,7 @@ pub(super) fn clusters_of(state: &StateFile) -> BTreeMap<String, (String, Kubeco
         .resources
         .iter()
         .filter_map(|(address, r)| {
-            let Ok(Record::K3s(s)) = Record::decode(&r.machine.kind, &r.machine.state) else {
+            let Ok(Record::K3s(s)) = r.machine.decode() else {
                 return None;
             };
             let text = std::fs::read_to_string(s.kubeconfig()?).ok()?;

@@ -1232,11 +1232,7 @@ async fn cmd_destroy(cli: &Cli, project: &Project, a: &DestroyArgs, color: bool)
     // A record that cannot be read stops everything: it may be the only trace of a
     // machine, so it is neither skipped nor dropped.
     for (address, r) in &state.resources {
-        let owned = crate::engine::owned_of(&crate::machine::PrevRecord {
-            kind: r.machine.kind.clone(),
-            state: r.machine.state.clone(),
-        })
-        .map_err(|e| {
+        let owned = r.machine.owned().map_err(|e| {
             miette!(
                 help = "the state file was edited by hand or written by an incompatible gpuprov; restore its .backup, or fix the record (see `gpuprov state show ADDRESS`). Nothing was destroyed and the file was not modified",
                 "state record {address} is {e}"

@@ -48,10 +48,7 @@ fn taken_aliases(ours: &str) -> Vec<(String, PathBuf)> {
 /// short alias another project has taken.
 pub(super) fn write_ssh_config(state: &StateFile, key: &ProjectKey) -> Result<Vec<String>, String> {
     let dir = project_dir(&state.lineage);
-    let has_entries = state
-        .resources
-        .values()
-        .any(|r| crate::record::vm_of(&r.machine.kind, &r.machine.state).is_some());
+    let has_entries = state.resources.values().any(|r| r.machine.vm().is_some());
     if !has_entries && !dir.exists() {
         return Ok(Vec::new());
     }
@@ -64,7 +61,7 @@ pub(super) fn write_ssh_config(state: &StateFile, key: &ProjectKey) -> Result<Ve
         .resources
         .iter()
         .filter_map(|(address, r)| {
-            let vm = crate::record::vm_of(&r.machine.kind, &r.machine.state)?;
+            let vm = r.machine.vm()?;
             let name = address.trim_start_matches("vm.");
             let long = unique_alias(&state.lineage, name);
             let short = format!("gpuprov-{name}");
@@ -127,7 +124,7 @@ pub(super) async fn run(project: &Project, a: &SshArgs) -> CmdResult {
             project.location()
         )
     })?;
-    let vm = crate::record::vm_of(&rec.machine.kind, &rec.machine.state).ok_or_else(|| {
+    let vm = rec.machine.vm().ok_or_else(|| {
         miette!(
             help = "run `gpuprov apply` first",
             "{address} is not up: {}",

@@ -48,7 +48,7 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StateMvArgs) -> CmdResult {
         .to_string();
     let keeps = before
         .as_ref()
-        .and_then(|r| crate::record::vm_of(&r.machine.kind, &r.machine.state))
+        .and_then(|r| r.machine.vm())
         .map(|vm| format!(" (instance {} at {})", vm.instance_id, vm.location))
         .unwrap_or_default();
     if a.dry_run {

@@ -63,10 +63,7 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StateRmArgs) -> CmdResult {
 
 /// Warns that what `r` records as owned (instances, side resources) is not destroyed.
 fn warn_still_running(address: &str, r: &ResourceRecord, dry_run: bool) {
-    let owned = crate::engine::owned_of(&crate::machine::PrevRecord {
-        kind: r.machine.kind.clone(),
-        state: r.machine.state.clone(),
-    });
+    let owned = r.machine.owned();
     let verb = if dry_run { "would be" } else { "is" };
     let what = match owned {
         Ok(Some(o)) => {

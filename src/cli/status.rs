@@ -124,7 +124,7 @@ fn uptime(secs: u64) -> String {
 /// that asked for k3s, whether its cloud can host it (the adapter's capabilities; building
 /// one does no I/O).
 fn kubernetes(r: &ResourceRecord, cloud: Option<&str>) -> Option<String> {
-    let desired: crate::config::VmSpec = serde_json::from_value(r.desired.clone()?).ok()?;
+    let desired: crate::config::VmSpec = r.desired.as_ref()?.decode().ok()?;
     if !desired.kubernetes {
         return Some("off".into());
     }
@@ -182,12 +182,14 @@ fn machine(address: &str, r: &ResourceRecord, observed: Option<String>) -> Machi
             m.up_since = vm.as_ref().map(|v| v.ready_at);
         }
         Ok(plan::Recorded::K3sPending { .. }) => {
-            m.state = crate::record::Record::decode(&r.machine.kind, &r.machine.state)
+            m.state = r
+                .machine
+                .decode()
                 .ok()
                 .and_then(|rec| rec.tag())
                 .map(|s| format!("k3s:{s}"))
                 .unwrap_or_default();
-            if let Some(v) = crate::record::vm_of(&r.machine.kind, &r.machine.state) {
+            if let Some(v) = r.machine.vm() {
                 m.location = Some(v.location.to_string());
                 m.instance_ids = vec![v.instance_id.clone()];
                 m.ssh = Some(format!("{}@{}:{}", v.user, v.ssh.host, v.ssh.port));

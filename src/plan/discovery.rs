@@ -17,7 +17,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::machine::Providers;
 use crate::provider::{InstanceStatus, Listed, Location};
-use crate::record::Record;
 use crate::state::StateFile;
 
 use super::{Action, Plan};
@@ -174,7 +173,7 @@ pub fn known_ids(state: &StateFile) -> BTreeSet<String> {
     state
         .resources
         .values()
-        .filter_map(|r| Record::decode(&r.machine.kind, &r.machine.state).ok())
+        .filter_map(|r| r.machine.decode().ok())
         .filter_map(|r| r.owned())
         .flat_map(|o| o.instance_ids)
         .collect()
@@ -184,7 +183,8 @@ pub fn known_ids(state: &StateFile) -> BTreeSet<String> {
 /// records', region-wide, once each.
 pub fn locations(offers: impl IntoIterator<Item = Location>, state: &StateFile) -> Vec<Location> {
     let recorded = state.resources.values().filter_map(|r| {
-        Record::decode(&r.machine.kind, &r.machine.state)
+        r.machine
+            .decode()
             .ok()
             .and_then(|r| r.owned())
             .map(|o| o.location)
@@ -347,7 +347,7 @@ mod tests {
             "vm.a".into(),
             crate::state::ResourceRecord::new(crate::state::MachineRecord {
                 kind: "launch".into(),
-                state: serde_json::json!({"state": "planning", "round": 0}),
+                state: serde_json::json!({"state": "planning", "round": 0}).into(),
                 label: "planning".into(),
                 updated_at: chrono::Utc::now(),
             }),

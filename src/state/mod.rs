@@ -6,7 +6,8 @@
 //!
 //! - [`StateFile`] and friends are the on-disk format: serde types that tolerate *and
 //!   preserve* unknown fields, because the file is read back by both older and newer
-//!   gpuprov releases.
+//!   gpuprov releases. A machine's journalled state and its applied settings are kept as
+//!   their JSON text ([`JsonText`]) and decoded only where they are read.
 //! - [`StateStore`] reads the file once per run and writes it atomically (temp file,
 //!   fsync, rename, fsync of the directory), keeping a `.backup` of the bytes first read.
 //! - [`lock::StateLock`] is the exclusive advisory lock that every writing command holds.
@@ -16,6 +17,7 @@
 pub mod backend;
 mod error;
 mod file;
+mod json_text;
 pub mod lock;
 pub mod wal;
 
@@ -27,9 +29,13 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::record::{DecodeError, Record};
+use crate::vm::{Owned, VmRecord};
+
 pub use backend::{open as open_backend, Backend, BackendError};
 pub use error::{CorruptState, StateError};
 pub use file::{write_atomic, StateStore};
+pub use json_text::JsonText;
 pub use lock::{ForceUnlockOutcome, LockError, LockInfo, StateLock};
 pub use wal::{journal_path, JournalOp, JournalStats, JournalWriter};
 
@@ -144,9 +150,10 @@ impl Default for StateFile {
 pub struct ResourceRecord {
     /// The journalled machine state, exactly as the executor persists it.
     pub machine: MachineRecord,
-    /// A snapshot of the resource's config as last applied, used by `plan` to diff.
+    /// A snapshot of the resource's config as last applied (the serde form of
+    /// `VmSpec`, kept as its text), used by `plan` to diff.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub desired: Option<Value>,
+    pub desired: Option<JsonText>,
     /// The most recent transitions, oldest first, at most [`MAX_EVENTS`].
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
     pub events: VecDeque<Event>,
@@ -311,13 +318,40 @@ impl ResourceRecord {
 pub struct MachineRecord {
     /// The machine kind, `"launch"` or `"teardown"`; it says how to read `state`.
     pub kind: String,
-    /// The machine's state enum as serde JSON. Kept generic here so the state module
-    /// does not depend on the machines' types (and tolerates variants it does not know).
-    pub state: Value,
+    /// The machine's state enum as serde JSON, kept as its text: variants and fields
+    /// this build does not know are preserved. Read it with `MachineRecord::decode`.
+    pub state: JsonText,
     /// A one-line human label of `state`, shown by `status` without decoding it.
     pub label: String,
     /// When `state` was last written (UTC).
     pub updated_at: DateTime<Utc>,
+}
+
+impl MachineRecord {
+    /// The record decoded by its kind ([`Record::decode`]).
+    ///
+    /// # Errors
+    ///
+    /// [`DecodeError`]: an unknown kind, or a state that is not that kind's.
+    pub fn decode(&self) -> Result<Record, DecodeError> {
+        Record::decode(&self.kind, self.state.as_str())
+    }
+
+    /// The cloud resources the record may own, whichever machine wrote it
+    /// ([`Record::owned`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`MachineRecord::decode`]; callers must then refuse to act rather than treat
+    /// the record as owning nothing.
+    pub fn owned(&self) -> Result<Option<Owned>, DecodeError> {
+        self.decode().map(|r| r.owned())
+    }
+
+    /// The machine the record says is up ([`crate::record::vm_of`]).
+    pub fn vm(&self) -> Option<VmRecord> {
+        crate::record::vm_of(&self.kind, self.state.as_str())
+    }
 }
 
 /// One entry of a resource's event log.
@@ -383,7 +417,7 @@ mod tests {
     fn record() -> ResourceRecord {
         ResourceRecord::new(MachineRecord {
             kind: "launch".into(),
-            state: serde_json::json!({"Searching": {"cursor": 0}}),
+            state: serde_json::json!({"Searching": {"cursor": 0}}).into(),
             label: "searching".into(),
             updated_at: Utc::now(),
         })

@@ -36,11 +36,10 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::backend::{Backend, JournalBytes, JournalSink};
 use super::error::StateError;
-use super::{MachineRecord, ResourceRecord, StateFile};
+use super::{JsonText, MachineRecord, ResourceRecord, StateFile};
 
 /// The journal format version written in the header.
 pub const JOURNAL_FORMAT_VERSION: u32 = 1;
@@ -63,7 +62,9 @@ struct Header {
 }
 
 /// One journalled change to the state, applied identically live and on replay.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+// `Deserialize` by hand (`by_hand` below): serde's derive for internally tagged enums
+// buffers the line, and a buffered value cannot be read as [`JsonText`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum JournalOp {
     /// A machine entered a new state; its label becomes an event stamped
@@ -72,12 +73,12 @@ pub enum JournalOp {
         key: String,
         machine: MachineRecord,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        desired: Option<Value>,
+        desired: Option<JsonText>,
     },
     /// The applied settings of an existing record were replaced in place.
     Desired {
         key: String,
-        desired: Value,
+        desired: JsonText,
         at: DateTime<Utc>,
     },
     /// The cloud confirmed the resource gone; its record leaves the state.
@@ -114,6 +115,74 @@ impl JournalOp {
             JournalOp::Remove { key } => {
                 state.records_of_mut(key).remove(key);
             }
+        }
+    }
+}
+
+/// Reads a journal line's fields in any order, then builds the op its `op` names (what
+/// the derive does, without buffering). A field given twice is refused, as with the derive.
+mod by_hand {
+    use std::fmt;
+
+    use chrono::{DateTime, Utc};
+    use serde::de::{Deserialize, Deserializer, Error, IgnoredAny, MapAccess, Visitor};
+
+    use super::{JournalOp, JsonText, MachineRecord};
+
+    fn once<T, E: Error>(slot: &mut Option<T>, value: T, name: &'static str) -> Result<(), E> {
+        if slot.replace(value).is_some() {
+            return Err(E::duplicate_field(name));
+        }
+        Ok(())
+    }
+
+    const OPS: &[&str] = &["transition", "desired", "remove"];
+
+    impl<'de> Deserialize<'de> for JournalOp {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = JournalOp;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a journal entry (a JSON object with `op`)")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<JournalOp, A::Error> {
+                    let (mut op, mut key) = (None::<String>, None::<String>);
+                    let mut machine = None::<MachineRecord>;
+                    let mut desired = None::<JsonText>;
+                    let mut at = None::<DateTime<Utc>>;
+                    while let Some(field) = m.next_key::<String>()? {
+                        match field.as_str() {
+                            "op" => once(&mut op, m.next_value()?, "op")?,
+                            "key" => once(&mut key, m.next_value()?, "key")?,
+                            "machine" => once(&mut machine, m.next_value()?, "machine")?,
+                            "desired" => once(&mut desired, m.next_value()?, "desired")?,
+                            "at" => once(&mut at, m.next_value()?, "at")?,
+                            _ => {
+                                m.next_value::<IgnoredAny>()?;
+                            }
+                        }
+                    }
+                    let op = op.ok_or_else(|| A::Error::missing_field("op"))?;
+                    let key = key.ok_or_else(|| A::Error::missing_field("key"))?;
+                    Ok(match op.as_str() {
+                        "transition" => JournalOp::Transition {
+                            key,
+                            machine: machine.ok_or_else(|| A::Error::missing_field("machine"))?,
+                            // `null` reads as absent, as `Option`'s derive read it.
+                            desired: desired.filter(|d| !d.is_null()),
+                        },
+                        "desired" => JournalOp::Desired {
+                            key,
+                            desired: desired.ok_or_else(|| A::Error::missing_field("desired"))?,
+                            at: at.ok_or_else(|| A::Error::missing_field("at"))?,
+                        },
+                        "remove" => JournalOp::Remove { key },
+                        other => return Err(A::Error::unknown_variant(other, OPS)),
+                    })
+                }
+            }
+            d.deserialize_map(V)
         }
     }
 }

@@ -132,13 +132,13 @@ impl Project {
         let s = LaunchState::Ready { vm: Box::new(vm) };
         let mut rec = ResourceRecord::new(MachineRecord {
             kind: "launch".into(),
-            state: serde_json::to_value(&s).unwrap(),
+            state: gpuprov::state::JsonText::encode(&s).unwrap(),
             label: "ready c0ffee".into(),
             updated_at: chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
                 .unwrap()
                 .into(),
         });
-        rec.desired = Some(serde_json::to_value(desired).unwrap());
+        rec.desired = Some(gpuprov::state::JsonText::encode(&desired).unwrap());
         state.resources.insert(format!("vm.{}", desired.name), rec);
         store.save(&mut state).unwrap();
     }

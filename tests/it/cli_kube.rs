@@ -63,7 +63,7 @@ impl Project {
         st.lineage = "00000000-0000-4000-8000-000000000000".into();
         let rec = ResourceRecord::new(MachineRecord {
             kind: kind.into(),
-            state,
+            state: state.into(),
             label: label.into(),
             updated_at: chrono::Utc::now(),
         });

@@ -65,7 +65,7 @@ fn committed_state_schema_is_current_and_accepts_a_real_state() {
     let mut state = gpuprov::state::StateFile::new();
     let mut rec = gpuprov::state::ResourceRecord::new(gpuprov::state::MachineRecord {
         kind: "launch".into(),
-        state: serde_json::json!({"state": "planning", "round": 0}),
+        state: serde_json::json!({"state": "planning", "round": 0}).into(),
         label: "planning".into(),
         updated_at: chrono::Utc::now(),
     });

@@ -419,7 +419,8 @@ fn docker_lock_holder_stale_lock_force_unlock_and_torn_journal_secrets() {
     let (_, st) = gpuprov::state::StateStore::open(p.state_path())
         .expect("the refused apply left the state readable");
     assert_eq!(
-        st.resources["vm.dev"].machine.state["state"], "booting",
+        st.resources["vm.dev"].machine.state.to_value()["state"],
+        "booting",
         "and unchanged: the holder's last transition"
     );
 

@@ -574,7 +574,7 @@ fn crash_and_recover_in(s: Scenario, w: World, point: &str, nth: u32) -> Vec<Str
         let ready = StateStore::open(w.state_path())
             .ok()
             .and_then(|(_, st)| st.resources.get("vm.dev").cloned())
-            .and_then(|r| serde_json::from_value::<K3sState>(r.machine.state).ok())
+            .and_then(|r| r.machine.state.decode::<K3sState>().ok())
             .is_some_and(|k| {
                 matches!(
                     k,

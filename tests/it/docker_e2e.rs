@@ -106,10 +106,11 @@ impl Project {
     /// with the run's write-ahead journal replayed (what `gpuprov status` shows).
     fn live_state_label(&self, address: &str) -> Option<String> {
         let (_, state) = gpuprov::state::StateStore::open(self.state_path()).ok()?;
-        state
-            .resources
-            .get(address)
-            .and_then(|r| r.machine.state["state"].as_str().map(str::to_string))
+        state.resources.get(address).and_then(|r| {
+            r.machine.state.to_value()["state"]
+                .as_str()
+                .map(str::to_string)
+        })
     }
     pub(crate) fn lineage(&self) -> String {
         self.state()["lineage"].as_str().unwrap().to_string()

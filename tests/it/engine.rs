@@ -103,9 +103,9 @@ async fn apply_creates_dependencies_first_and_records_everything() {
     assert_eq!(state.resources.len(), 2);
     let web = &state.resources["vm.web"];
     assert_eq!(web.machine.kind, "launch");
-    assert_eq!(web.machine.state["state"], "ready");
+    assert_eq!(web.machine.state.to_value()["state"], "ready");
     assert_eq!(
-        web.desired.as_ref().unwrap()["depends_on"],
+        web.desired.as_ref().unwrap().to_value()["depends_on"],
         serde_json::json!(["db"])
     );
     let labels: Vec<&str> = web.events.iter().map(|e| e.label.as_str()).collect();
@@ -189,7 +189,7 @@ async fn a_leaked_teardown_stays_in_the_state_until_a_later_destroy_succeeds() {
     assert_eq!(
         (
             rec.machine.kind.as_str(),
-            rec.machine.state["state"].as_str()
+            rec.machine.state.to_value()["state"].as_str()
         ),
         ("teardown", Some("leaked"))
     );
@@ -453,7 +453,7 @@ mod preemption {
         assert_eq!(second.preemptions.len(), 1);
         assert_eq!(second.preemptions[0].instance_id, first.instance_id);
         assert_eq!(second.preemptions[0].offer_id, "east");
-        let recorded = &s.on_disk().resources["vm.trainer"].machine.state;
+        let recorded = &s.on_disk().resources["vm.trainer"].machine.state.to_value();
         assert_eq!(recorded["vm"]["preemptions"][0]["offer_id"], "east");
         assert_eq!(
             recorded["vm"]["preemptions"][0]["instance_type"],

@@ -270,7 +270,10 @@ async fn calls_slower_than_the_boot_deadline_end_exhausted_and_clean() {
         "both attempts were torn down"
     );
     let st = s.on_disk();
-    assert_eq!(st.resources["vm.m00"].machine.state["state"], "exhausted");
+    assert_eq!(
+        st.resources["vm.m00"].machine.state.to_value()["state"],
+        "exhausted"
+    );
     let mut outcomes = BTreeMap::new();
     tally(&mut outcomes, &out);
     destroy_until_empty(&s, 1, &mut outcomes).await;
@@ -310,7 +313,7 @@ async fn a_delete_that_keeps_failing_is_leaked_shown_and_resolved_next_run() {
     let st = s.on_disk();
     let rec = &st.resources["vm.m00"].machine;
     assert_eq!(
-        (rec.kind.as_str(), &rec.state["state"]),
+        (rec.kind.as_str(), &rec.state.to_value()["state"]),
         ("teardown", &"leaked".into())
     );
 

@@ -65,7 +65,7 @@ impl Project {
         file.lineage = "00000000-0000-4000-8000-000000000000".into();
         let rec = ResourceRecord::new(MachineRecord {
             kind: "launch".into(),
-            state: serde_json::to_value(state).unwrap(),
+            state: gpuprov::state::JsonText::encode(&state).unwrap(),
             label: label.into(),
             updated_at: chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
                 .unwrap()

@@ -763,9 +763,10 @@ async fn apply_plans_and_destroys_a_cluster_through_the_state_file() {
     assert!(
         gpuprov::engine::vm_of(
             "k3s",
-            &e.engine().1.snapshot().resources["vm.trainer"]
+            e.engine().1.snapshot().resources["vm.trainer"]
                 .machine
                 .state
+                .as_str()
         )
         .is_some(),
         "ssh and status find the VM in a k3s record"
@@ -779,8 +780,7 @@ async fn apply_plans_and_destroys_a_cluster_through_the_state_file() {
     {
         let (_, journal) = e.engine();
         let snap = journal.snapshot();
-        let mut s: K3sState =
-            serde_json::from_value(snap.resources["vm.trainer"].machine.state.clone()).unwrap();
+        let mut s: K3sState = snap.resources["vm.trainer"].machine.state.decode().unwrap();
         s = K3sState::Failed {
             stage: "validating".into(),
             reason: "test".into(),
@@ -790,7 +790,7 @@ async fn apply_plans_and_destroys_a_cluster_through_the_state_file() {
         let config = Config::parse(Path::new("gpuprov.toml"), toml.to_string()).unwrap();
         let mut st = snap.clone();
         st.resources.get_mut("vm.trainer").unwrap().machine.state =
-            serde_json::to_value(&s).unwrap();
+            gpuprov::state::JsonText::encode(&s).unwrap();
         let plan = plan::compute(&config, &st, None, &|_| Some(1.0)).unwrap();
         assert_eq!(plan.changes[0].action, Action::Resume);
         assert!(plan.changes[0]

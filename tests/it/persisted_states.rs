@@ -416,11 +416,12 @@ fn k3s_extra_samples() -> Vec<(&'static str, K3sState)> {
 fn record<S: Serialize>(kind: &str, state: &S, label: &str) -> ResourceRecord {
     let mut r = ResourceRecord::new(MachineRecord {
         kind: kind.into(),
-        state: serde_json::to_value(state).unwrap(),
+        state: gpuprov::state::JsonText::encode(&state).unwrap(),
         label: label.into(),
         updated_at: at("2026-12-01T10:00:05Z"),
     });
-    r.desired = Some(json!({"name": "trainer", "clouds": ["aws"], "gpu": "H100", "gpu_count": 8}));
+    r.desired =
+        Some(json!({"name": "trainer", "clouds": ["aws"], "gpu": "H100", "gpu_count": 8}).into());
     r.events = VecDeque::from([
         Event {
             at: at("2026-12-01T09:59:00Z"),
@@ -710,7 +711,7 @@ fn the_state_file_fixture_loads_and_round_trips() {
         assert!(kinds.contains(&kind), "a {kind} record: {kinds:?}");
     }
     for (addr, r) in &file.resources {
-        let state = &r.machine.state;
+        let state = &r.machine.state.to_value();
         let again = match r.machine.kind.as_str() {
             "launch" => round_trip::<LaunchState>(&path, state),
             "teardown" => round_trip::<TeardownState>(&path, state),

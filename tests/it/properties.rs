@@ -936,7 +936,7 @@ const LINEAGE: &str = "0f0e0d0c-1111-4222-8333-444455556666";
 fn machine(label: &str, secs: i64) -> MachineRecord {
     MachineRecord {
         kind: "launch".into(),
-        state: json!({"state": label, "search": {"offers": [], "cursor": 0, "round": 1}}),
+        state: json!({"state": label, "search": {"offers": [], "cursor": 0, "round": 1}}).into(),
         label: label.into(),
         updated_at: Utc.timestamp_opt(1_700_000_000 + secs, 0).unwrap(),
     }
@@ -950,7 +950,7 @@ fn valid_state(n: usize) -> StateFile {
     for i in 0..n {
         let name = format!("m{i}");
         let mut rec = ResourceRecord::new(machine("running", i as i64));
-        rec.desired = Some(serde_json::to_value(VmSpec::new(&name, vec![])).unwrap());
+        rec.desired = Some(gpuprov::state::JsonText::encode(&VmSpec::new(&name, vec![])).unwrap());
         rec.push_event_at(Utc.timestamp_opt(1_700_000_000, 0).unwrap(), "planning");
         rec.push_event_at(Utc.timestamp_opt(1_700_000_100, 0).unwrap(), "running");
         rec.extra
@@ -1125,13 +1125,13 @@ fn journal_op() -> impl Strategy<Value = JournalOp> {
             |(key, label, secs, desired)| JournalOp::Transition {
                 key,
                 machine: machine(&label, secs),
-                desired,
+                desired: desired.map(Into::into),
             }
         ),
         1 => (key.clone(), json_value(), 0..10_000i64).prop_map(|(key, desired, secs)| {
             JournalOp::Desired {
                 key,
-                desired,
+                desired: desired.into(),
                 at: Utc.timestamp_opt(1_700_000_000 + secs, 0).unwrap(),
             }
         }),
@@ -1631,7 +1631,7 @@ fn hand_edited_states_through_the_cli() {
                 st.resources.values().any(|r| {
                     gpuprov::engine::owned_of(&gpuprov::machine::PrevRecord {
                         kind: r.machine.kind.clone(),
-                        state: r.machine.state.clone(),
+                        state: r.machine.state.to_value(),
                     })
                     .is_err()
                 }),

@@ -640,7 +640,7 @@ fn project_with_api_at(work: &Path, lineage: &str, port: u16, host_key: HostKey)
     let s = LaunchState::Ready { vm: Box::new(vm) };
     let rec = ResourceRecord::new(MachineRecord {
         kind: "launch".into(),
-        state: serde_json::to_value(&s).unwrap(),
+        state: gpuprov::state::JsonText::encode(&s).unwrap(),
         label: "ready".into(),
         updated_at: chrono::Utc::now(),
     });

@@ -20,7 +20,7 @@ fn state_path(dir: &TempDir) -> PathBuf {
 fn record(label: &str) -> ResourceRecord {
     ResourceRecord::new(MachineRecord {
         kind: "launch".into(),
-        state: json!({"Booting": {"instance_id": "i-123", "offer": 2}}),
+        state: json!({"Booting": {"instance_id": "i-123", "offer": 2}}).into(),
         label: label.into(),
         updated_at: Utc::now(),
     })
@@ -64,7 +64,7 @@ fn round_trip_preserves_records() {
     let path = state_path(&dir);
     let (mut store, mut state) = StateStore::open(&path).unwrap();
     let mut rec = record("booting");
-    rec.desired = Some(json!({"gpu": "H100", "count": 1}));
+    rec.desired = Some(json!({"gpu": "H100", "count": 1}).into());
     rec.push_event("searching");
     rec.push_event("booting");
     state.resources.insert("vm.dev".into(), rec);

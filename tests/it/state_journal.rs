@@ -19,7 +19,7 @@ pub(crate) fn transition(key: &str, label: &str) -> JournalOp {
         key: key.into(),
         machine: MachineRecord {
             kind: "launch".into(),
-            state: json!({"state": label}),
+            state: json!({"state": label}).into(),
             label: label.into(),
             updated_at: Utc::now(),
         },
@@ -220,7 +220,7 @@ async fn a_journal_already_folded_is_ignored_then_replaced() {
         "vm.a".into(),
         gpuprov::state::ResourceRecord::new(MachineRecord {
             kind: "launch".into(),
-            state: json!({"state": "ready"}),
+            state: json!({"state": "ready"}).into(),
             label: "ready".into(),
             updated_at: Utc::now(),
         }),
