@@ -536,3 +536,80 @@ impl JournalWriter {
         sink.remove()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(line: &str) -> Result<JournalOp, String> {
+        serde_json::from_str(line).map_err(|e| e.to_string())
+    }
+
+    /// The hand-written reader reads what the writer writes, in any field order, and
+    /// refuses what the derive refused.
+    #[test]
+    fn journal_lines_read_back_and_bad_ones_are_refused() {
+        let machine = MachineRecord {
+            kind: "launch".into(),
+            state: serde_json::json!({"state": "ready", "vm": {"port": 22}}).into(),
+            label: "ready".into(),
+            updated_at: "2026-12-01T10:00:00Z".parse().unwrap(),
+        };
+        let ops = [
+            JournalOp::Transition {
+                key: "vm.a".into(),
+                machine: machine.clone(),
+                desired: Some(serde_json::json!({"name": "a"}).into()),
+            },
+            JournalOp::Transition {
+                key: "vm.a".into(),
+                machine,
+                desired: None,
+            },
+            JournalOp::Desired {
+                key: "vm.a".into(),
+                desired: serde_json::json!({"name": "a", "gpu": "H100"}).into(),
+                at: "2026-12-01T10:00:01Z".parse().unwrap(),
+            },
+            JournalOp::Remove { key: "vm.a".into() },
+        ];
+        for want in ops {
+            let line = serde_json::to_string(&want).unwrap();
+            assert!(line.starts_with(r#"{"op":"#), "{line}");
+            assert_eq!(op(&line).unwrap(), want, "{line}");
+        }
+        // Field order does not matter; `null` settings read as none, unknown fields
+        // (from a newer release) are skipped.
+        let line = r#"{"key":"vm.b","desired":null,"new":1,"op":"remove"}"#;
+        assert_eq!(op(line).unwrap(), JournalOp::Remove { key: "vm.b".into() });
+        let line = r#"{"desired":null,"key":"vm.b","op":"transition","machine":{"kind":"launch","state":{},"label":"x","updated_at":"2026-12-01T10:00:00Z"}}"#;
+        assert!(matches!(
+            op(line).unwrap(),
+            JournalOp::Transition { desired: None, .. }
+        ));
+        for (line, why) in [
+            (r#"{"op":"remove"}"#, "missing field `key`"),
+            (r#"{"key":"vm.a"}"#, "missing field `op`"),
+            (
+                r#"{"op":"transition","key":"vm.a"}"#,
+                "missing field `machine`",
+            ),
+            (
+                r#"{"op":"desired","key":"vm.a","desired":{}}"#,
+                "missing field `at`",
+            ),
+            (
+                r#"{"op":"explode","key":"vm.a"}"#,
+                "unknown variant `explode`",
+            ),
+            (
+                r#"{"op":"remove","key":"vm.a","key":"vm.b"}"#,
+                "duplicate field `key`",
+            ),
+            (r#"["remove"]"#, "a journal entry"),
+        ] {
+            let e = op(line).unwrap_err();
+            assert!(e.contains(why), "{line}: {e}");
+        }
+    }
+}
