@@ -65,7 +65,10 @@ impl Record {
             kind: &'static str,
             state: &str,
         ) -> Result<T, DecodeError> {
-            serde_json::from_str(state).map_err(|source| DecodeError::Invalid { kind, source })
+            serde_json::from_str(state).map_err(|e| DecodeError::Invalid {
+                kind,
+                source: without_position(e),
+            })
         }
         match kind {
             LAUNCH => match serde_json::from_str::<LaunchReady>(state) {
@@ -154,6 +157,17 @@ struct K3sReady {
     k3s: ReadyTag,
     vm: Box<VmRecord>,
     cluster: Option<ClusterRecord>,
+}
+
+/// `e` without its line and column: they count within one record's text, not the state
+/// file a reader would look them up in.
+fn without_position(e: serde_json::Error) -> serde_json::Error {
+    let text = e.to_string();
+    let at = format!(" at line {} column {}", e.line(), e.column());
+    match text.strip_suffix(&at) {
+        Some(message) => serde::de::Error::custom(message),
+        None => e,
+    }
 }
 
 /// The machine a record of `kind` with `state` says is up (see [`Record::vm`]). `None`
@@ -252,6 +266,8 @@ mod tests {
     fn errors_name_the_kind() {
         let e = Record::decode("launch", r#"{"state": "nope"}"#).unwrap_err();
         assert_eq!(e.invalid_kind(), Some("launch"));
+        // No line and column: they would count within the record, not the file.
+        assert!(!e.to_string().contains(" at line "), "{e}");
         assert!(
             e.to_string().starts_with("not a valid launch state: "),
             "{e}"
