@@ -251,9 +251,19 @@ fn bench_plan(o: &Opts) -> Vec<Value> {
 fn bench_plan_sizes(o: &Opts, sizes: &[usize]) -> Vec<Value> {
     let reps = if o.quick { 3 } else { 7 };
     let mut rows = Vec::new();
+    // `GPUPROV_BENCH_KEEP=DIR` keeps each project in `DIR/<n>` (for callgrind, or for
+    // timing another build on the same files).
+    let keep = std::env::var_os("GPUPROV_BENCH_KEEP").map(PathBuf::from);
     for &n in sizes {
         let dir = tempfile::tempdir().unwrap();
         write_project(dir.path(), n);
+        if let Some(keep) = &keep {
+            let to = keep.join(n.to_string());
+            std::fs::create_dir_all(&to).unwrap();
+            for f in ["gpuprov.toml", "gpuprov.state.json"] {
+                std::fs::copy(dir.path().join(f), to.join(f)).unwrap();
+            }
+        }
         // Check once that it really is a no-change plan.
         let out = gpuprov(
             dir.path(),
