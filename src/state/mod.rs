@@ -181,8 +181,12 @@ mod by_hand {
 
     use super::{ResourceRecord, StateFile};
 
-    /// Stores `value` in `slot`, refusing a second one.
-    fn once<T, E: Error>(slot: &mut Option<T>, value: T, name: &'static str) -> Result<(), E> {
+    /// Stores `value` in `slot`, refusing a second one (also the journal reader's).
+    pub(super) fn once<T, E: Error>(
+        slot: &mut Option<T>,
+        value: T,
+        name: &'static str,
+    ) -> Result<(), E> {
         if slot.replace(value).is_some() {
             return Err(E::duplicate_field(name));
         }

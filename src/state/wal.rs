@@ -127,14 +127,8 @@ mod by_hand {
     use chrono::{DateTime, Utc};
     use serde::de::{Deserialize, Deserializer, Error, IgnoredAny, MapAccess, Visitor};
 
+    use super::super::by_hand::once;
     use super::{JournalOp, JsonText, MachineRecord};
-
-    fn once<T, E: Error>(slot: &mut Option<T>, value: T, name: &'static str) -> Result<(), E> {
-        if slot.replace(value).is_some() {
-            return Err(E::duplicate_field(name));
-        }
-        Ok(())
-    }
 
     const OPS: &[&str] = &["transition", "desired", "remove"];
 
