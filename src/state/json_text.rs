@@ -57,9 +57,9 @@ impl JsonText {
         serde_json::from_str(self.0.get())
     }
 
-    /// The value as a `serde_json::Value` tree.
+    /// The value as a `serde_json::Value` tree; `Value::Null` for text a tree cannot
+    /// hold (a number beyond `f64`, a lone surrogate escape: see [`Serialize`]).
     pub fn to_value(&self) -> Value {
-        // The text was checked to be JSON when it was made, so this cannot fail.
         self.decode().unwrap_or(Value::Null)
     }
 
@@ -99,9 +99,24 @@ impl PartialEq for JsonText {
 impl Serialize for JsonText {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         // Re-emitted token by token, so the serializer's own format (pretty or compact)
-        // applies; the text is valid JSON, so the only errors are the serializer's.
+        // applies. Text that is JSON by its grammar yet holds what serde_json cannot
+        // re-emit (a hand-edited `1e400`, a lone surrogate escape) is written as read
+        // instead: refusing it would leave a state that can never be saved again.
+        if self.transcodes() {
+            let mut text = serde_json::Deserializer::from_str(self.0.get());
+            serde_transcode::Transcoder::new(&mut text).serialize(serializer)
+        } else {
+            self.0.serialize(serializer)
+        }
+    }
+}
+
+impl JsonText {
+    /// Whether the text re-emits token by token (checked into a sink; saves only).
+    fn transcodes(&self) -> bool {
         let mut text = serde_json::Deserializer::from_str(self.0.get());
-        serde_transcode::Transcoder::new(&mut text).serialize(serializer)
+        let mut sink = serde_json::Serializer::new(std::io::sink());
+        serde_transcode::transcode(&mut text, &mut sink).is_ok()
     }
 }
 
@@ -153,6 +168,27 @@ mod tests {
         let from_tree: Holder = serde_json::from_value(serde_json::json!({"machine": v})).unwrap();
         assert_eq!(from_tree.machine.to_value(), v);
         assert_ne!(from_tree.machine, JsonText::from_value(&Value::Null));
+    }
+
+    /// A hand-edited value serde_json cannot re-emit is written back as read, in both
+    /// formats, so the state that holds it can still be saved.
+    #[test]
+    fn a_value_beyond_f64_is_written_as_read() {
+        #[derive(Deserialize, Serialize)]
+        struct Holder {
+            machine: JsonText,
+        }
+        let line = r#"{"machine":{"big":1e400,"ok":[1,2]}}"#;
+        let read: Holder = serde_json::from_str(line).unwrap();
+        assert!(read.machine.decode::<Value>().is_err(), "not a tree");
+        assert_eq!(serde_json::to_string(&read).unwrap(), line);
+        let pretty = serde_json::to_string_pretty(&read).unwrap();
+        assert!(
+            pretty.contains(r#""machine": {"big":1e400,"ok":[1,2]}"#),
+            "{pretty}"
+        );
+        let again: Holder = serde_json::from_str(&pretty).unwrap();
+        assert_eq!(again.machine.as_str(), read.machine.as_str());
     }
 
     #[test]

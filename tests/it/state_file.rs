@@ -128,6 +128,25 @@ fn unknown_fields_survive_a_save() {
     );
 }
 
+/// A value serde_json reads by its grammar but cannot hold (a hand-edited `1e400`) does
+/// not stop the state from being saved: it is written back as read.
+#[test]
+fn a_number_beyond_f64_in_a_record_survives_saves() {
+    let dir = TempDir::new().unwrap();
+    let path = state_path(&dir);
+    let text = NEWER_FIELDS.replace(r#""ip": "10.0.0.1""#, r#""ip": "10.0.0.1", "big": 1e400"#);
+    assert_ne!(text, NEWER_FIELDS);
+    fs::write(&path, &text).unwrap();
+    for _ in 0..2 {
+        let (mut store, mut state) = StateStore::open(&path).unwrap();
+        store.save(&mut state).unwrap();
+    }
+    let saved = fs::read_to_string(&path).unwrap();
+    assert!(saved.contains(r#""big": 1e400"#), "{saved}");
+    let (_, state) = StateStore::open(&path).unwrap();
+    assert_eq!(state.serial, 9);
+}
+
 #[test]
 fn missing_file_gives_a_new_state_and_serial_counts_saves() {
     let dir = TempDir::new().unwrap();
