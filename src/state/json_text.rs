@@ -7,6 +7,7 @@
 //! costs one scan and one copy, and is decoded straight into the type that reads it.
 
 use std::fmt;
+use std::sync::OnceLock;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -28,7 +29,7 @@ use serde_json::Value;
 /// read their fields by hand where they would buffer (`StateFile`, `ResourceRecord`,
 /// `JournalOp`).
 #[derive(Clone)]
-pub struct JsonText(Box<RawValue>);
+pub struct JsonText(Box<RawValue>, OnceLock<bool>);
 
 impl JsonText {
     /// The compact JSON of `value`.
@@ -37,14 +38,19 @@ impl JsonText {
     ///
     /// Whatever `value`'s `Serialize` refuses (a map with non-string keys, say).
     pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<JsonText, serde_json::Error> {
-        serde_json::value::to_raw_value(value).map(JsonText)
+        serde_json::value::to_raw_value(value).map(JsonText::made)
+    }
+
+    /// Text serde_json wrote itself, which re-emits by construction.
+    fn made(text: Box<RawValue>) -> JsonText {
+        JsonText(text, OnceLock::from(true))
     }
 
     /// The compact JSON of a `Value` (which always serializes).
     pub fn from_value(value: &Value) -> JsonText {
         let text = value.to_string();
         // `Value`'s text is valid JSON; `null` is only the unreachable fallback.
-        JsonText(RawValue::from_string(text).unwrap_or_else(|_| null()))
+        JsonText::made(RawValue::from_string(text).unwrap_or_else(|_| null()))
     }
 
     /// Decodes the text as a `T`.
@@ -112,17 +118,20 @@ impl Serialize for JsonText {
 }
 
 impl JsonText {
-    /// Whether the text re-emits token by token (checked into a sink; saves only).
+    /// Whether the text re-emits token by token: known for text we made, checked once
+    /// (into a sink, at its first save) for text read from a file.
     fn transcodes(&self) -> bool {
-        let mut text = serde_json::Deserializer::from_str(self.0.get());
-        let mut sink = serde_json::Serializer::new(std::io::sink());
-        serde_transcode::transcode(&mut text, &mut sink).is_ok()
+        *self.1.get_or_init(|| {
+            let mut text = serde_json::Deserializer::from_str(self.0.get());
+            let mut sink = serde_json::Serializer::new(std::io::sink());
+            serde_transcode::transcode(&mut text, &mut sink).is_ok()
+        })
     }
 }
 
 impl<'de> Deserialize<'de> for JsonText {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<JsonText, D::Error> {
-        Box::<RawValue>::deserialize(deserializer).map(JsonText)
+        Box::<RawValue>::deserialize(deserializer).map(|text| JsonText(text, OnceLock::new()))
     }
 }
 
