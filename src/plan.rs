@@ -18,7 +18,9 @@ use crate::state::{ResourceRecord, StateFile};
 
 pub mod discovery;
 pub mod markdown;
+pub mod read_ahead;
 use crate::vm::{LaunchState, Preemption, TeardownState};
+pub use read_ahead::ReadAhead;
 
 /// Version of the saved plan file format (`plan -out FILE`).
 pub const PLAN_FORMAT_VERSION: u32 = 1;
@@ -595,20 +597,40 @@ pub async fn refresh(
 
 /// Computes the plan. `observed` is `None` without refresh. `offer_price` gives the
 /// cheapest offer price (USD per hour) a new machine would get, when known.
+///
+/// Errors: a message naming the address of the first record that does not decode (the
+/// config's machines first, then those it no longer has).
 pub fn compute(
     config: &Config,
     state: &StateFile,
     observed: Option<&BTreeMap<String, Observation>>,
     offer_price: &dyn Fn(&VmSpec) -> Option<f64>,
 ) -> Result<Plan, String> {
+    compute_with(
+        config,
+        state,
+        ReadAhead::of(state, 1),
+        observed,
+        offer_price,
+    )
+}
+
+/// [`compute`] on records already decoded: `ahead` must be [`ReadAhead::of`] `state`.
+pub fn compute_with(
+    config: &Config,
+    state: &StateFile,
+    mut ahead: ReadAhead<'_>,
+    observed: Option<&BTreeMap<String, Observation>>,
+    offer_price: &dyn Fn(&VmSpec) -> Option<f64>,
+) -> Result<Plan, String> {
     let mut changes = Vec::new();
     for (name, want) in &config.vms {
         let address = format!("vm.{name}");
-        let had: Option<VmSpec> = state
-            .resources
-            .get(&address)
-            .and_then(|r| r.desired.as_ref())
-            .and_then(|d| d.decode::<VmSpec>().ok());
+        let decoded = ahead.take(&address);
+        let (had, was) = match decoded {
+            Some(d) => (d.had, Some(d.was)),
+            None => (None, None),
+        };
         let change = |action, reason: Option<String>, attributes, price| Change {
             address: address.clone(),
             vm: name.clone(),
@@ -626,7 +648,7 @@ pub fn compute(
             preempted_now: false,
             effective: BTreeMap::new(),
         };
-        let Some(rec) = state.resources.get(&address) else {
+        let Some(was) = was else {
             changes.push(change(
                 Action::Create,
                 None,
@@ -635,7 +657,7 @@ pub fn compute(
             ));
             continue;
         };
-        let was = recorded(&address, rec)?;
+        let was = was?;
         let current = offer_of(&was);
         // Earlier preemptions still order the offers of a machine created again.
         let earlier_preemptions = match &was {
@@ -795,13 +817,13 @@ pub fn compute(
         }
         changes.push(c);
     }
-    for (address, rec) in &state.resources {
+    // What is left ahead are the records of machines the config no longer has.
+    for (address, d) in std::mem::take(&mut ahead.by_address) {
         let name = address.strip_prefix("vm.").unwrap_or(address);
         if config.vms.contains_key(name) {
             continue;
         }
-        let had: Option<VmSpec> = rec.desired.as_ref().and_then(|d| d.decode::<VmSpec>().ok());
-        let was = recorded(address, rec)?;
+        let (had, was) = (d.had, d.was?);
         let current = offer_of(&was);
         let reason = match was {
             Recorded::Launch(LaunchState::Ready { .. }) => None,
@@ -810,7 +832,7 @@ pub fn compute(
             Recorded::Teardown(_) => Some("an earlier destroy did not finish".into()),
         };
         changes.push(Change {
-            address: address.clone(),
+            address: address.to_string(),
             vm: name.to_string(),
             action: Action::Destroy,
             reason,

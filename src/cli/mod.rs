@@ -511,6 +511,7 @@ async fn run(cli: Cli, color: bool) -> CmdResult {
 async fn make_plan(
     config: &Config,
     state: &StateFile,
+    ahead: plan::ReadAhead<'_>,
     providers: &Providers,
     refresh: bool,
     pre: &Preflight,
@@ -533,7 +534,7 @@ async fn make_plan(
             .and_then(|o| o.first())
             .map(|o| o.price_per_hour)
     };
-    let mut plan = plan::compute(config, state, observed.as_ref(), &first_price)
+    let mut plan = plan::compute_with(config, state, ahead, observed.as_ref(), &first_price)
         .map_err(|e| miette!(help = "inspect it with `gpuprov state show ADDRESS`; restore the .backup if it was edited by hand", "{e}"))?;
     apply_targeting(&mut plan, state, targeting, &first_price)?;
     plan::check_identity_clash(&plan, state).map_err(|e| {
@@ -566,6 +567,40 @@ async fn make_plan(
         }
     }
     Ok(plan)
+}
+
+/// Runs the catalog lookups ([`preflight`]) and decodes the state's records
+/// ([`plan::ReadAhead`]) side by side: the two are independent and, at 10,000 machines,
+/// most of a plan's time (issue 20). The lookups run on a thread of their own (driven by
+/// the multi-threaded runtime that `run_cli` starts), the decode on every core; a small
+/// state, or a runtime with one thread, runs them one after the other.
+///
+/// Errors: [`preflight`]'s.
+async fn preflight_reading_ahead<'s>(
+    config: &Config,
+    state: &'s StateFile,
+    providers: &Providers,
+) -> Result<(Preflight, plan::ReadAhead<'s>), Report> {
+    let rt = tokio::runtime::Handle::current();
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    if state.resources.len() < plan::read_ahead::PARALLEL_FROM
+        || rt.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread
+        || cores < 2
+    {
+        let pre = preflight(config, providers).await?;
+        return Ok((pre, plan::ReadAhead::of(state, cores)));
+    }
+    // The calling task blocks while both run: its worker hands its other tasks on.
+    tokio::task::block_in_place(|| {
+        std::thread::scope(|s| {
+            let pre = s.spawn(|| rt.block_on(preflight(config, providers)));
+            let ahead = plan::ReadAhead::of(state, cores);
+            let pre = pre
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))?;
+            Ok((pre, ahead))
+        })
+    })
 }
 
 /// Applies `-replace` and then `-target` to a computed plan (before offers are attached,
@@ -660,10 +695,11 @@ async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> CmdResult {
     drop(store);
     let moved = apply_moved(&config, &mut state)?;
     let providers = build_providers(&config, &lineage_of(&state)?);
-    let pre = preflight(&config, &providers).await?;
+    let (pre, ahead) = preflight_reading_ahead(&config, &state, &providers).await?;
     let mut plan = make_plan(
         &config,
         &state,
+        ahead,
         &providers,
         a.refresh.refresh,
         &pre,
@@ -1081,12 +1117,18 @@ async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> 
         }
     }
     let providers = build_providers(&config, &lineage_of(&state)?);
-    let pre = preflight(&config, &providers).await?;
+    // A saved plan's records need no decoding here.
+    let (pre, ahead) = if saved.is_some() {
+        (preflight(&config, &providers).await?, None)
+    } else {
+        let (pre, ahead) = preflight_reading_ahead(&config, &state, &providers).await?;
+        (pre, Some(ahead))
+    };
     for n in &pre.notes {
         errln!("note: {n}");
     }
-    let plan = match (&a.plan_file, saved) {
-        (Some(path), Some(plan)) => {
+    let plan = match (&a.plan_file, saved, ahead) {
+        (Some(path), Some(plan), _) => {
             if plan.lineage != state.lineage || plan.serial != state.serial {
                 return Err(miette!(
                     help = "run `gpuprov plan -out FILE` again and apply the new plan",
@@ -1105,10 +1147,11 @@ async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> 
             }
             plan
         }
-        _ => {
+        (_, _, ahead) => {
             let mut plan = make_plan(
                 &config,
                 &state,
+                ahead.unwrap_or_else(|| plan::ReadAhead::of(&state, 1)),
                 &providers,
                 a.refresh.refresh,
                 &pre,

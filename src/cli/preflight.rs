@@ -10,7 +10,7 @@ use super::clouds_in_this_build;
 use crate::config::Config;
 use crate::machine::Providers;
 use crate::plan::{Effective, NoOffer, NoOfferReason, Plan};
-use crate::provider::{ErrorKind, Feature, Offer};
+use crate::provider::{Capabilities, ErrorKind, Feature, Offer};
 
 /// What the catalog lookups found.
 pub(super) struct Preflight {
@@ -100,6 +100,12 @@ pub(super) async fn preflight(config: &Config, providers: &Providers) -> Result<
     let mut offers: BTreeMap<String, Vec<Offer>> = BTreeMap::new();
     let mut no_offers: BTreeMap<String, Vec<NoOffer>> = BTreeMap::new();
     let mut effective: BTreeMap<String, BTreeMap<String, Effective>> = BTreeMap::new();
+    // Asked once per cloud, not per machine: each answer is a fresh copy.
+    let caps: BTreeMap<&str, Capabilities> = providers
+        .names()
+        .filter_map(|c| Some((c, providers.get(c)?.capabilities())))
+        .collect();
+    let supports = |cloud: &str, f: Feature| caps.get(cloud).is_some_and(|c| c.supports(f));
     for vm in config.vms.values() {
         let usable: Vec<_> = vm
             .clouds
@@ -120,11 +126,10 @@ pub(super) async fn preflight(config: &Config, providers: &Providers) -> Result<
                 )),
             )));
         }
-        let zoned = vm.clouds.iter().any(|c| {
-            providers
-                .get(c.as_str())
-                .is_some_and(|p| p.capabilities().supports(Feature::Zones))
-        });
+        let zoned = vm
+            .clouds
+            .iter()
+            .any(|c| supports(c.as_str(), Feature::Zones));
         if !vm.zones.is_empty() && !zoned {
             return Err(Report::new(config.key_error(
                 &vm.name,
@@ -175,7 +180,9 @@ pub(super) async fn preflight(config: &Config, providers: &Providers) -> Result<
                 }
                 // The same filter and order as the launch machine's Planning step.
                 Ok(mut found) => {
-                    crate::provider::offers::order(&mut found, &vm.request(), &p.capabilities());
+                    if let Some(caps) = caps.get(c.as_str()) {
+                        crate::provider::offers::order(&mut found, &unpriced, caps);
+                    }
                     let total = found.len();
                     let cheapest = found
                         .iter()
@@ -224,11 +231,7 @@ pub(super) async fn preflight(config: &Config, providers: &Providers) -> Result<
         }
         let no_k3s: Vec<&str> = usable
             .iter()
-            .filter(|c| {
-                !providers
-                    .get(c.as_str())
-                    .is_some_and(|p| p.capabilities().supports(Feature::Kubernetes))
-            })
+            .filter(|c| !supports(c.as_str(), Feature::Kubernetes))
             .map(|c| c.as_str())
             .collect();
         let k3s_capable = no_k3s.len() < usable.len();

@@ -92,56 +92,70 @@ impl Project {
 
     /// Writes a state where `vm.NAME` is up, applied with `desired`.
     fn with_ready(&self, desired: &VmSpec) {
+        self.with_ready_all(std::slice::from_ref(desired));
+    }
+
+    /// Writes a state where each machine of `all` is up, applied with its settings.
+    fn with_ready_all(&self, all: &[VmSpec]) {
         let (mut store, mut state) = StateStore::open(self.path("gpuprov.state.json")).unwrap();
         state.lineage = "00000000-0000-4000-8000-000000000000".into();
-        let offer = Offer {
-            id: "docker/local/container".into(),
-            location: Location {
-                cloud: "docker".into(),
-                region: "local".into(),
-                zone: None,
-            },
-            instance_type: "container".into(),
-            gpu: None,
-            gpu_count: 0,
-            spot: false,
-            price_per_hour: 0.0,
-            detail: serde_json::Value::Null,
-            facts: Default::default(),
-        };
-        let vm = VmRecord {
-            instance_id: "c0ffee".into(),
-            location: offer.location.clone(),
-            offer,
-            ssh: SshEndpoint {
-                host: "127.0.0.1".into(),
-                port: 32768,
-                user: Some("root".into()),
-            },
-            user: "root".into(),
-            host_key: HostKey {
-                algorithm: "ssh-ed25519".into(),
-                key_base64: "AAAA".into(),
-                fingerprint: "SHA256:x".into(),
-            },
-            ready_at: chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
-                .unwrap()
-                .into(),
-            preemptions: vec![],
-        };
-        let s = LaunchState::Ready { vm: Box::new(vm) };
-        let mut rec = ResourceRecord::new(MachineRecord {
-            kind: "launch".into(),
-            state: gpuprov::state::JsonText::encode(&s).unwrap(),
-            label: "ready c0ffee".into(),
-            updated_at: chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
-                .unwrap()
-                .into(),
-        });
-        rec.desired = Some(gpuprov::state::JsonText::encode(&desired).unwrap());
-        state.resources.insert(format!("vm.{}", desired.name), rec);
+        for desired in all {
+            state
+                .resources
+                .insert(format!("vm.{}", desired.name), ready_record(desired));
+        }
         store.save(&mut state).unwrap();
     }
+}
+
+/// The record of a machine up on the Docker cloud, applied with `desired`.
+fn ready_record(desired: &VmSpec) -> ResourceRecord {
+    let offer = Offer {
+        id: "docker/local/container".into(),
+        location: Location {
+            cloud: "docker".into(),
+            region: "local".into(),
+            zone: None,
+        },
+        instance_type: "container".into(),
+        gpu: None,
+        gpu_count: 0,
+        spot: false,
+        price_per_hour: 0.0,
+        detail: serde_json::Value::Null,
+        facts: Default::default(),
+    };
+    let vm = VmRecord {
+        instance_id: "c0ffee".into(),
+        location: offer.location.clone(),
+        offer,
+        ssh: SshEndpoint {
+            host: "127.0.0.1".into(),
+            port: 32768,
+            user: Some("root".into()),
+        },
+        user: "root".into(),
+        host_key: HostKey {
+            algorithm: "ssh-ed25519".into(),
+            key_base64: "AAAA".into(),
+            fingerprint: "SHA256:x".into(),
+        },
+        ready_at: chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+            .unwrap()
+            .into(),
+        preemptions: vec![],
+    };
+    let s = LaunchState::Ready { vm: Box::new(vm) };
+    let mut rec = ResourceRecord::new(MachineRecord {
+        kind: "launch".into(),
+        state: gpuprov::state::JsonText::encode(&s).unwrap(),
+        label: "ready c0ffee".into(),
+        updated_at: chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+            .unwrap()
+            .into(),
+    });
+    rec.desired = Some(gpuprov::state::JsonText::encode(&desired).unwrap());
+    rec
 }
 
 fn dev() -> VmSpec {
@@ -534,6 +548,69 @@ fn destroy_refuses_a_record_it_cannot_read_and_changes_nothing() {
                 "{args:?} changed the state"
             );
         }
+    }
+}
+
+/// A plan of more machines than `plan::read_ahead::PARALLEL_FROM` decodes their records
+/// on several threads, beside the catalog lookups: it still finds each change, in address
+/// order, and a bad record in the middle is still named and the state left as it was.
+#[test]
+fn a_plan_of_hundreds_of_machines_finds_each_change_and_names_a_bad_record() {
+    let n = 300;
+    let mut toml = String::from("[defaults]\nclouds = [\"docker\"]\nregions = [\"local\"]\n");
+    for i in 0..n {
+        toml.push_str(&format!("\n[vm.m{i:03}]\n"));
+        match i {
+            7 => toml.push_str("retry_until_up = true\n"),
+            150 => toml.push_str("image = \"debian:12\"\n"),
+            _ => {}
+        }
+    }
+    let p = Project::new(&toml);
+    // m000 is only in the config (created), m300 only in the state (destroyed).
+    let recorded: Vec<VmSpec> = (1..=n)
+        .map(|i| {
+            let mut v = VmSpec::new(&format!("m{i:03}"), vec![Cloud::Docker]);
+            v.regions = vec!["local".into()];
+            v
+        })
+        .collect();
+    p.with_ready_all(&recorded);
+    let (code, out, err) = p.run(&["plan", "--refresh=false", "--detailed-exitcode"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        out.contains("Plan: 2 to add, 1 to change, 2 to destroy."),
+        "{out}"
+    );
+    let headers: Vec<&str> = out.lines().filter(|l| l.starts_with("  # vm.")).collect();
+    assert_eq!(
+        headers,
+        [
+            "  # vm.m000 will be created",
+            "  # vm.m007 will be updated in-place",
+            "  # vm.m150 must be replaced",
+            "  # vm.m300 will be destroyed",
+        ],
+        "{out}"
+    );
+
+    let path = p.path("gpuprov.state.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    v["resources"]["vm.m222"]["machine"]["state"]["state"] = "exploded".into();
+    std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    for args in [
+        &["plan", "--refresh=false"][..],
+        &["apply", "--auto-approve", "--refresh=false"],
+    ] {
+        let (code, _, err) = p.run(args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(
+            err.contains("state record vm.m222 is not a valid launch state"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), before, "{args:?}");
     }
 }
 
