@@ -609,28 +609,26 @@ pub fn compute(
     compute_with(
         config,
         state,
-        ReadAhead::of(state, 1),
+        &ReadAhead::of(state, 1),
         observed,
         offer_price,
     )
 }
 
 /// [`compute`] on records already decoded: `ahead` must be [`ReadAhead::of`] `state`.
+/// The decoded records are only read, so a caller about to exit need not free them.
 pub fn compute_with(
     config: &Config,
     state: &StateFile,
-    mut ahead: ReadAhead<'_>,
+    ahead: &ReadAhead<'_>,
     observed: Option<&BTreeMap<String, Observation>>,
     offer_price: &dyn Fn(&VmSpec) -> Option<f64>,
 ) -> Result<Plan, String> {
     let mut changes = Vec::new();
     for (name, want) in &config.vms {
         let address = format!("vm.{name}");
-        let decoded = ahead.take(&address);
-        let (had, was) = match decoded {
-            Some(d) => (d.had, Some(d.was)),
-            None => (None, None),
-        };
+        let decoded = ahead.get(&address);
+        let had = decoded.and_then(|d| d.had.as_ref());
         let change = |action, reason: Option<String>, attributes, price| Change {
             address: address.clone(),
             vm: name.clone(),
@@ -638,7 +636,7 @@ pub fn compute_with(
             reason,
             attributes,
             desired: Some(want.clone()),
-            recorded: had.clone(),
+            recorded: had.cloned(),
             price_per_hour: price,
             offers: Vec::new(),
             no_offers: Vec::new(),
@@ -648,7 +646,7 @@ pub fn compute_with(
             preempted_now: false,
             effective: BTreeMap::new(),
         };
-        let Some(was) = was else {
+        let Some(decoded) = decoded else {
             changes.push(change(
                 Action::Create,
                 None,
@@ -657,10 +655,10 @@ pub fn compute_with(
             ));
             continue;
         };
-        let was = was?;
-        let current = offer_of(&was);
+        let was = decoded.was.as_ref().map_err(String::clone)?;
+        let current = offer_of(was);
         // Earlier preemptions still order the offers of a machine created again.
-        let earlier_preemptions = match &was {
+        let earlier_preemptions = match was {
             Recorded::Launch(LaunchState::Ready { vm }) => vm.preemptions.clone(),
             _ => Vec::new(),
         };
@@ -737,7 +735,7 @@ pub fn compute_with(
                         offer_price(want),
                     ),
                     _ => {
-                        let attrs = diff_attrs(had.as_ref(), want);
+                        let attrs = diff_attrs(had, want);
                         if attrs.iter().any(|a| a.forces_replacement) {
                             change(Action::Replace, None, attrs, offer_price(want))
                         } else if !attrs.is_empty() {
@@ -749,9 +747,12 @@ pub fn compute_with(
                 }
             }
             // An instance exists that apply takes over or starts again: nothing is added.
-            Recorded::Launch(LaunchState::Unowned { reason, .. }) => {
-                change(Action::Resume, Some(reason), vec![], offer_price(want))
-            }
+            Recorded::Launch(LaunchState::Unowned { reason, .. }) => change(
+                Action::Resume,
+                Some(reason.clone()),
+                vec![],
+                offer_price(want),
+            ),
             Recorded::Launch(LaunchState::Aborted {
                 reason,
                 owned: Some(o),
@@ -799,7 +800,7 @@ pub fn compute_with(
                 offer_price(want),
             ),
             Recorded::K3sPending { why } => {
-                change(Action::Resume, Some(why), vec![], offer_price(want))
+                change(Action::Resume, Some(why.clone()), vec![], offer_price(want))
             }
             Recorded::Teardown(TeardownState::Done) => {
                 change(Action::Create, None, create_attrs(want), offer_price(want))
@@ -817,14 +818,13 @@ pub fn compute_with(
         }
         changes.push(c);
     }
-    // What is left ahead are the records of machines the config no longer has.
-    for (address, d) in std::mem::take(&mut ahead.by_address) {
+    for (address, d) in &ahead.by_address {
         let name = address.strip_prefix("vm.").unwrap_or(address);
         if config.vms.contains_key(name) {
             continue;
         }
-        let (had, was) = (d.had, d.was?);
-        let current = offer_of(&was);
+        let (had, was) = (d.had.as_ref(), d.was.as_ref().map_err(String::clone)?);
+        let current = offer_of(was);
         let reason = match was {
             Recorded::Launch(LaunchState::Ready { .. }) => None,
             Recorded::Launch(s) => Some(format!("recorded as: {}", label_of(&s))),
@@ -836,9 +836,9 @@ pub fn compute_with(
             vm: name.to_string(),
             action: Action::Destroy,
             reason,
-            attributes: had.as_ref().map(destroy_attrs).unwrap_or_default(),
+            attributes: had.map(destroy_attrs).unwrap_or_default(),
             desired: None,
-            recorded: had,
+            recorded: had.cloned(),
             price_per_hour: None,
             offers: Vec::new(),
             no_offers: Vec::new(),

@@ -511,7 +511,7 @@ async fn run(cli: Cli, color: bool) -> CmdResult {
 async fn make_plan(
     config: &Config,
     state: &StateFile,
-    ahead: plan::ReadAhead<'_>,
+    ahead: &plan::ReadAhead<'_>,
     providers: &Providers,
     refresh: bool,
     pre: &Preflight,
@@ -699,7 +699,7 @@ async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> CmdResult {
     let mut plan = make_plan(
         &config,
         &state,
-        ahead,
+        &ahead,
         &providers,
         a.refresh.refresh,
         &pre,
@@ -745,6 +745,7 @@ async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> CmdResult {
     } else {
         Exit::Success
     };
+    forget_at_exit(ahead);
     forget_at_exit((config, state, plan, pre));
     Ok(exit)
 }
@@ -1148,10 +1149,11 @@ async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> 
             plan
         }
         (_, _, ahead) => {
+            let ahead = ahead.unwrap_or_else(|| plan::ReadAhead::of(&state, 1));
             let mut plan = make_plan(
                 &config,
                 &state,
-                ahead.unwrap_or_else(|| plan::ReadAhead::of(&state, 1)),
+                &ahead,
                 &providers,
                 a.refresh.refresh,
                 &pre,

@@ -22,8 +22,8 @@ pub(super) struct Decoded {
     pub was: Result<Recorded, String>,
 }
 
-/// Every record of one state, decoded, by address. Built by [`ReadAhead::of`]; read once
-/// by [`compute_with`](super::compute_with), which takes each record out.
+/// Every record of one state, decoded, by address. Built by [`ReadAhead::of`]; read by
+/// [`compute_with`](super::compute_with).
 pub struct ReadAhead<'s> {
     pub(super) by_address: BTreeMap<&'s str, Decoded>,
 }
@@ -70,9 +70,9 @@ impl<'s> ReadAhead<'s> {
         }
     }
 
-    /// The decoded record of `address`, taken out (`None` when the state has none).
-    pub(super) fn take(&mut self, address: &str) -> Option<Decoded> {
-        self.by_address.remove(address)
+    /// The decoded record of `address` (`None` when the state has none).
+    pub(super) fn get(&self, address: &str) -> Option<&Decoded> {
+        self.by_address.get(address)
     }
 }
 
@@ -114,11 +114,11 @@ mod tests {
     fn every_record_is_decoded_under_its_address_on_any_number_of_threads() {
         let s = state(PARALLEL_FROM + 7, Some(100));
         for threads in [1, 2, 3] {
-            let mut ahead = ReadAhead::of(&s, threads);
+            let ahead = ReadAhead::of(&s, threads);
             assert_eq!(ahead.by_address.len(), s.resources.len());
             for (i, address) in s.resources.keys().enumerate() {
-                let d = ahead.take(address).expect("decoded");
-                match (i, d.was) {
+                let d = ahead.get(address).expect("decoded");
+                match (i, &d.was) {
                     (100, Err(e)) => assert!(e.contains("vm.m0100"), "{e}"),
                     (100, Ok(_)) => panic!("the bad record decoded"),
                     (_, Ok(Recorded::Teardown(_))) => {}
@@ -127,7 +127,7 @@ mod tests {
                 }
                 assert!(d.had.is_none());
             }
-            assert!(ahead.take("vm.m0000").is_none(), "taken once");
+            assert!(ahead.get("vm.absent").is_none());
         }
     }
 }

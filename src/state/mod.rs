@@ -174,12 +174,43 @@ pub struct ResourceRecord {
 /// kept as they are in an `extra` map (what `#[serde(flatten)]` did, without first
 /// buffering every value). A known field given twice is an error, as with the derive.
 mod by_hand {
+    use std::collections::BTreeMap;
     use std::fmt;
+    use std::marker::PhantomData;
 
     use serde::de::{Deserialize, Deserializer, Error, MapAccess, Visitor};
     use serde_json::{Map, Value};
 
     use super::{ResourceRecord, StateFile};
+
+    /// A JSON object of records read into a map built in one pass from its entries in
+    /// order: gpuprov writes the object sorted by key, so the build is linear, where
+    /// inserting entry by entry searches the tree for each (a tenth of a 1,000-machine
+    /// plan's state read, issue 20). A key given twice keeps its last value, as
+    /// `BTreeMap`'s own reader does.
+    struct Sorted<V>(BTreeMap<String, V>);
+
+    impl<'de, V: Deserialize<'de>> Deserialize<'de> for Sorted<V> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Entries<V>(PhantomData<V>);
+            impl<'de, V: Deserialize<'de>> Visitor<'de> for Entries<V> {
+                type Value = Sorted<V>;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a map of records by address")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Sorted<V>, A::Error> {
+                    let mut entries = Vec::with_capacity(m.size_hint().unwrap_or(0));
+                    while let Some(entry) = m.next_entry::<String, V>()? {
+                        entries.push(entry);
+                    }
+                    // A stable sort that finds the run already sorted, then a bulk build
+                    // that keeps the last of equal keys.
+                    Ok(Sorted(entries.into_iter().collect()))
+                }
+            }
+            d.deserialize_map(Entries(PhantomData))
+        }
+    }
 
     /// Stores `value` in `slot`, refusing a second one (also the journal reader's).
     pub(super) fn once<T, E: Error>(
@@ -215,8 +246,16 @@ mod by_hand {
                                 once(&mut gpuprov_version, m.next_value()?, "gpuprov_version")?
                             }
                             "ssh" => once(&mut ssh, m.next_value()?, "ssh")?,
-                            "resources" => once(&mut resources, m.next_value()?, "resources")?,
-                            "shared" => once(&mut shared, m.next_value()?, "shared")?,
+                            "resources" => once(
+                                &mut resources,
+                                m.next_value::<Sorted<ResourceRecord>>()?.0,
+                                "resources",
+                            )?,
+                            "shared" => once(
+                                &mut shared,
+                                m.next_value::<Sorted<ResourceRecord>>()?.0,
+                                "shared",
+                            )?,
                             _ => {
                                 extra.insert(key, m.next_value::<Value>()?);
                             }
@@ -447,6 +486,53 @@ mod tests {
         assert!(err.to_string().contains("missing field `machine`"), "{err}");
         let err = serde_json::from_str::<StateFile>("[1]").unwrap_err();
         assert!(err.to_string().contains("a gpuprov state"), "{err}");
+    }
+
+    /// Records read in one pass from the object's entries: a hand-edited file with its
+    /// records out of order reads back sorted, and an address given twice keeps its last
+    /// record (what reading them one by one into the map did).
+    #[test]
+    fn records_out_of_order_read_sorted_and_a_repeated_address_keeps_the_last() {
+        let rec = |label: &str| {
+            let mut r = record();
+            r.machine.label = label.into();
+            serde_json::to_string(&r).unwrap()
+        };
+        let text = format!(
+            r#"{{"version":1,"serial":2,"lineage":"l","gpuprov_version":"0",
+                "resources":{{"vm.c":{},"vm.a":{},"vm.c":{}}},
+                "shared":{{"shared.z":{},"shared.y":{}}}}}"#,
+            rec("first c"),
+            rec("a"),
+            rec("last c"),
+            rec("z"),
+            rec("y")
+        );
+        let st: StateFile = serde_json::from_str(&text).unwrap();
+        let labels = |m: &BTreeMap<String, ResourceRecord>| -> Vec<(String, String)> {
+            m.iter()
+                .map(|(k, r)| (k.clone(), r.machine.label.clone()))
+                .collect()
+        };
+        assert_eq!(
+            labels(&st.resources),
+            [
+                ("vm.a".into(), "a".into()),
+                ("vm.c".into(), "last c".into())
+            ]
+        );
+        assert_eq!(
+            labels(&st.shared),
+            [
+                ("shared.y".into(), "y".into()),
+                ("shared.z".into(), "z".into())
+            ]
+        );
+        let err = serde_json::from_str::<StateFile>(
+            r#"{"version":1,"serial":2,"lineage":"l","gpuprov_version":"0","resources":null}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("a map of records"), "{err}");
     }
 
     #[test]
