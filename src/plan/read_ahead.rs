@@ -46,7 +46,7 @@ impl<'s> ReadAhead<'s> {
         let decoded: Vec<(&'s str, Decoded)> = if threads == 1 {
             records.iter().map(|&(a, r)| (a, decode(a, r))).collect()
         } else {
-            let chunk = records.len().div_ceil(threads);
+            let chunk = records.len().div_ceil(threads).max(1);
             std::thread::scope(|s| {
                 let parts: Vec<_> = records
                     .chunks(chunk)
