@@ -794,7 +794,7 @@ pub fn compute_with(
                 Action::Resume,
                 Some(format!(
                     "an earlier apply was interrupted while {}; apply resumes it",
-                    label_of(&s)
+                    label_of(s)
                 )),
                 vec![],
                 offer_price(want),
@@ -827,7 +827,7 @@ pub fn compute_with(
         let current = offer_of(was);
         let reason = match was {
             Recorded::Launch(LaunchState::Ready { .. }) => None,
-            Recorded::Launch(s) => Some(format!("recorded as: {}", label_of(&s))),
+            Recorded::Launch(s) => Some(format!("recorded as: {}", label_of(s))),
             Recorded::K3sPending { why } => Some(format!("recorded as: {why}")),
             Recorded::Teardown(_) => Some("an earlier destroy did not finish".into()),
         };
