@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use assert_cmd::Command;
 use gpuprov::config::{Cloud, VmSpec};
-use gpuprov::provider::{Location, Offer, SshEndpoint};
+use gpuprov::provider::SshEndpoint;
 use gpuprov::ssh::HostKey;
 use gpuprov::state::{MachineRecord, ResourceRecord, StateStore};
 use gpuprov::vm::{LaunchState, VmRecord};
@@ -110,21 +110,7 @@ impl Project {
 
 /// The record of a machine up on the Docker cloud, applied with `desired`.
 fn ready_record(desired: &VmSpec) -> ResourceRecord {
-    let offer = Offer {
-        id: "docker/local/container".into(),
-        location: Location {
-            cloud: "docker".into(),
-            region: "local".into(),
-            zone: None,
-        },
-        instance_type: "container".into(),
-        gpu: None,
-        gpu_count: 0,
-        spot: false,
-        price_per_hour: 0.0,
-        detail: serde_json::Value::Null,
-        facts: Default::default(),
-    };
+    let offer = crate::support::docker_offer();
     let vm = VmRecord {
         instance_id: "c0ffee".into(),
         location: offer.location.clone(),

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 use gpuprov::cluster::k3s::{AccessRecord, ClusterRecord, K3sState};
 use gpuprov::cluster::kubeconfig::Kubeconfig;
-use gpuprov::provider::{Location, Offer, SshEndpoint};
+use gpuprov::provider::SshEndpoint;
 use gpuprov::ssh::HostKey;
 use gpuprov::state::{MachineRecord, ResourceRecord, StateStore};
 use gpuprov::vm::{LaunchState, VmRecord};
@@ -96,21 +96,7 @@ impl Project {
 }
 
 fn vm() -> VmRecord {
-    let offer = Offer {
-        id: "docker/local/container".into(),
-        location: Location {
-            cloud: "docker".into(),
-            region: "local".into(),
-            zone: None,
-        },
-        instance_type: "container".into(),
-        gpu: None,
-        gpu_count: 0,
-        spot: false,
-        price_per_hour: 0.0,
-        detail: serde_json::Value::Null,
-        facts: Default::default(),
-    };
+    let offer = crate::support::docker_offer();
     VmRecord {
         instance_id: "c0ffee".into(),
         location: offer.location.clone(),
