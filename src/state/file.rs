@@ -7,6 +7,7 @@ use crate::atomic_file;
 
 use super::backend::{local::LocalBackend, Backend, Version};
 use super::error::{CorruptState, StateError};
+use super::split;
 use super::wal::{self, JournalWriter, Replayed};
 use super::{backup_path, StateFile, GPUPROV_VERSION, STATE_FORMAT_VERSION};
 
@@ -281,8 +282,13 @@ pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<StateFile, StateError> 
     // be migrated here; version 1 is the first.
     // UTF-8 checked once for the whole file, not string by string (a tenth of the parse);
     // bytes that are not UTF-8 take the slice parser, whose error says where.
+    // A large file's records are read on every core (`super::split`), falling back to
+    // this one-piece parse, which names any error.
     let parsed = match std::str::from_utf8(bytes) {
-        Ok(text) => serde_json::from_str(text),
+        Ok(text) => match split_parts(text.len()).and_then(|parts| split::parse(text, parts)) {
+            Some(state) => Ok(state),
+            None => serde_json::from_str(text),
+        },
         Err(_) => serde_json::from_slice(bytes),
     };
     let state: StateFile = match parsed {
@@ -302,6 +308,13 @@ pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<StateFile, StateError> 
         });
     }
     Ok(state)
+}
+
+/// Into how many runs a state file of `len` bytes is cut: one per core, `None` (one
+/// piece) for a small file or a single core.
+fn split_parts(len: usize) -> Option<usize> {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    (len >= split::SPLIT_FROM && cores > 1).then_some(cores)
 }
 
 /// The `version` of a state file's bytes alone, when they are a JSON object with a

@@ -19,6 +19,7 @@ mod error;
 mod file;
 mod json_text;
 pub mod lock;
+mod split;
 pub mod wal;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -192,23 +193,33 @@ mod by_hand {
 
     impl<'de, V: Deserialize<'de>> Deserialize<'de> for Sorted<V> {
         fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct Entries<V>(PhantomData<V>);
-            impl<'de, V: Deserialize<'de>> Visitor<'de> for Entries<V> {
-                type Value = Sorted<V>;
+            // A stable sort that finds the run already sorted, then a bulk build that
+            // keeps the last of equal keys.
+            Ok(Sorted(Entries::deserialize(d)?.0.into_iter().collect()))
+        }
+    }
+
+    /// A JSON object's entries in the order written, repeated keys included (the state
+    /// reader splits `resources` into such runs: `super::split`).
+    pub(super) struct Entries<V>(pub(super) Vec<(String, V)>);
+
+    impl<'de, V: Deserialize<'de>> Deserialize<'de> for Entries<V> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct InOrder<V>(PhantomData<V>);
+            impl<'de, V: Deserialize<'de>> Visitor<'de> for InOrder<V> {
+                type Value = Entries<V>;
                 fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                     f.write_str("a map of records by address")
                 }
-                fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Sorted<V>, A::Error> {
+                fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Entries<V>, A::Error> {
                     let mut entries = Vec::with_capacity(m.size_hint().unwrap_or(0));
                     while let Some(entry) = m.next_entry::<String, V>()? {
                         entries.push(entry);
                     }
-                    // A stable sort that finds the run already sorted, then a bulk build
-                    // that keeps the last of equal keys.
-                    Ok(Sorted(entries.into_iter().collect()))
+                    Ok(Entries(entries))
                 }
             }
-            d.deserialize_map(Entries(PhantomData))
+            d.deserialize_map(InOrder(PhantomData))
         }
     }
 

@@ -1,0 +1,303 @@
+//! Reading a large state's `resources` on several threads (issue 20: the parse is half
+//! of a 1,000-machine plan's work on the main thread, and nothing else can start before
+//! it ends).
+//!
+//! The `resources` object is cut between two of its records, and each run of records is
+//! parsed on a thread of its own while the calling thread parses the rest of the file
+//! with the last run. Where to cut is only guessed (a comma followed by the indentation
+//! the first record has, then a quote); the guess is then proven by the parse itself:
+//! a run that does not end exactly between two records of `resources` does not parse as
+//! a whole JSON object. Whatever does not go to plan gives `None`, and the caller parses
+//! the file in one piece as before, which also names any error by line and column. The
+//! result is therefore exactly the one-piece parse's, repeated addresses included.
+
+use super::by_hand::Entries;
+use super::{ResourceRecord, StateFile};
+
+/// Below this many bytes the file is parsed in one piece (a 100-machine state is about
+/// 160 kB; starting a thread costs tens of microseconds).
+pub(super) const SPLIT_FROM: usize = 256 * 1024;
+
+/// Parses `text` with its `resources` cut into up to `parts` runs, `parts - 1` of them
+/// on threads of their own. `None` when the file cannot be cut (no `resources` object
+/// at the top level, no pretty-printed records, too few records) or any run fails to
+/// parse: the caller then parses it in one piece.
+pub(super) fn parse(text: &str, parts: usize) -> Option<StateFile> {
+    let open = resources_open(text)?;
+    let cuts = cuts(text, open, parts);
+    let (&last, _) = cuts.split_last()?;
+    // The calling thread's part: the file with the runs before the last cut left out.
+    let mut rest = String::with_capacity(open + 1 + text.len() - last);
+    rest.push_str(&text[..=open]);
+    rest.push_str(&text[last + 1..]);
+    let starts = std::iter::once(open + 1).chain(cuts.iter().map(|c| c + 1));
+    let runs: Vec<&str> = starts.zip(cuts.iter()).map(|(s, &e)| &text[s..e]).collect();
+    let (head, state) = std::thread::scope(|s| {
+        let threads: Vec<_> = runs
+            .iter()
+            .map(|run| s.spawn(move || parse_run(run)))
+            .collect();
+        let state = serde_json::from_str::<StateFile>(&rest).ok();
+        let head: Option<Vec<_>> = threads
+            .into_iter()
+            .map(|t| t.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect();
+        (head, state)
+    });
+    let (head, mut state) = (head?, state?);
+    let last_run = std::mem::take(&mut state.resources);
+    // In file order, so a repeated address keeps its last record, as in one piece.
+    state.resources = head.into_iter().flatten().chain(last_run).collect();
+    Some(state)
+}
+
+/// Parses one run of records. It is wrapped as `[{run}]` so that its records sit as
+/// deep as they do in the file (`{"resources": {run}}`): serde_json's nesting limit then
+/// refuses exactly what it refuses in one piece.
+fn parse_run(run: &str) -> Option<Vec<(String, ResourceRecord)>> {
+    let mut wrapped = String::with_capacity(run.len() + 4);
+    wrapped.push_str("[{");
+    wrapped.push_str(run);
+    wrapped.push_str("}]");
+    let (Entries(entries),) = serde_json::from_str::<(Entries<ResourceRecord>,)>(&wrapped).ok()?;
+    Some(entries)
+}
+
+/// The index of the `{` that opens the top-level `resources` object, found by reading
+/// the top-level object's keys (strings and nesting followed exactly, so a `resources`
+/// inside a string or a nested object is not taken). `None` when the file is not an
+/// object, has no such key spelled plainly, or its value is not an object.
+fn resources_open(text: &str) -> Option<usize> {
+    let b = text.as_bytes();
+    let mut i = skip_ws(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    i += 1;
+    let mut depth = 1usize;
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                let end = string_end(b, i)?;
+                if depth == 1 {
+                    let colon = skip_ws(b, end + 1);
+                    if b.get(colon) == Some(&b':') && &b[i + 1..end] == b"resources" {
+                        let value = skip_ws(b, colon + 1);
+                        return (b.get(value) == Some(&b'{')).then_some(value);
+                    }
+                }
+                i = end + 1;
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                i += 1;
+            }
+            b'}' | b']' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return None;
+                }
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// The index of the quote closing the string that opens at `start`.
+fn string_end(b: &[u8], start: usize) -> Option<usize> {
+    let mut i = start + 1;
+    while i < b.len() {
+        match b[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(i),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while matches!(b.get(i), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+        i += 1;
+    }
+    i
+}
+
+/// Up to `parts - 1` places to cut `resources` (the index of a comma between two of
+/// its records), spread evenly over the file and increasing. A place is a comma
+/// followed by the whitespace that precedes the first record (which must hold a line
+/// break: a file written on one line is not cut) and a quote.
+fn cuts(text: &str, open: usize, parts: usize) -> Vec<usize> {
+    let b = text.as_bytes();
+    let first = skip_ws(b, open + 1);
+    let indent = &text[open + 1..first];
+    if b.get(first) != Some(&b'"') || !indent.contains('\n') {
+        return Vec::new();
+    }
+    let mut pattern = String::with_capacity(indent.len() + 2);
+    pattern.push(',');
+    pattern.push_str(indent);
+    pattern.push('"');
+    let span = text.len() - open;
+    let mut cuts = Vec::with_capacity(parts.saturating_sub(1));
+    let mut from = first;
+    for k in 1..parts.max(1) {
+        let target = (open + span * k / parts).max(from);
+        match text[target..].find(&pattern) {
+            Some(at) => {
+                cuts.push(target + at);
+                from = target + at + pattern.len();
+            }
+            None => break,
+        }
+    }
+    cuts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{JsonText, MachineRecord};
+
+    fn record(i: usize) -> ResourceRecord {
+        let mut r = ResourceRecord::new(MachineRecord {
+            kind: "launch".into(),
+            // A string holding what a cut looks for, escaped as JSON must.
+            state: JsonText::encode(&serde_json::json!({
+                "state": "ready", "note": format!(",\n    \"x{i}\": {{"), "n": [i, i + 1],
+            }))
+            .unwrap(),
+            label: "ready".into(),
+            updated_at: "2026-12-01T10:00:00Z".parse().unwrap(),
+        });
+        r.push_event_at("2026-12-01T10:00:01Z".parse().unwrap(), "created");
+        r.extra.insert("future".into(), serde_json::json!({"k": i}));
+        r
+    }
+
+    fn state(n: usize) -> StateFile {
+        let mut s = StateFile::new();
+        for i in 0..n {
+            s.resources.insert(format!("vm.m{i:04}"), record(i));
+        }
+        s.shared.insert("shared.docker.ssh_key".into(), record(n));
+        s.extra.insert(
+            "later".into(),
+            serde_json::json!({"resources": {"vm.x": 1}}),
+        );
+        s
+    }
+
+    fn text(s: &StateFile) -> String {
+        String::from_utf8(crate::state::to_json_bytes(s).unwrap()).unwrap()
+    }
+
+    /// Cut into any number of runs, the state reads as it does in one piece.
+    #[test]
+    fn a_state_cut_into_runs_reads_as_in_one_piece() {
+        let t = text(&state(300));
+        let one: StateFile = serde_json::from_str(&t).unwrap();
+        assert_eq!(one.resources.len(), 300);
+        for parts in [2, 3, 4, 7, 64] {
+            let cut = parse(&t, parts).expect("cut");
+            assert_eq!(cut, one, "{parts} parts");
+        }
+        assert_eq!(cuts(&t, resources_open(&t).unwrap(), 4).len(), 3);
+    }
+
+    /// A repeated address keeps its last record when its two records fall in different
+    /// runs, as in one piece.
+    #[test]
+    fn a_repeated_address_in_two_runs_keeps_the_last() {
+        let t = text(&state(200));
+        let at = t.rfind("\"vm.m0190\": {").unwrap();
+        let t = format!("{}\"vm.m0003\": {{\"machine\": {{\"kind\": \"teardown\", \"state\": {{}}, \"label\": \"again\", \"updated_at\": \"2026-12-01T10:00:00Z\"}}}},\n    {}", &t[..at], &t[at..]);
+        let one: StateFile = serde_json::from_str(&t).unwrap();
+        assert_eq!(one.resources["vm.m0003"].machine.label, "again");
+        let cut = parse(&t, 2).expect("cut");
+        assert!(
+            cuts(&t, resources_open(&t).unwrap(), 2)[0] < at,
+            "the two fall apart"
+        );
+        assert_eq!(cut, one);
+    }
+
+    /// A file that cannot be cut, or whose runs do not all parse, gives `None` (the
+    /// caller then reads it in one piece and names any error).
+    #[test]
+    fn what_cannot_be_cut_or_parsed_gives_none() {
+        let s = state(50);
+        let t = text(&s);
+        // Written on one line: nothing to cut at.
+        assert!(parse(&serde_json::to_string(&s).unwrap(), 2).is_none());
+        assert!(parse(&t, 2).is_some());
+        // A broken record in the first run, in the last one, and in `shared`.
+        let bad = t.replacen("\"label\": \"ready\"", "\"label\": ready", 1);
+        assert!(parse(&bad, 2).is_none());
+        let last = t.find("\"vm.m0049\": {").unwrap();
+        let at = last + t[last..].find("\"label\": \"ready\"").unwrap();
+        let bad = format!("{}\"label\": 7{}", &t[..at], &t[at + 16..]);
+        assert!(parse(&bad, 2).is_none());
+        let at = t.rfind("\"label\": \"ready\"").unwrap();
+        assert!(at > t.find("\"shared\"").unwrap());
+        let bad = format!("{}\"label\": 7{}", &t[..at], &t[at + 16..]);
+        assert!(parse(&bad, 2).is_none());
+        // `resources` given twice (once spelled with an escape): refused, as in one piece.
+        let twice = t.replacen("\"lineage\"", "\"resour\\u0063es\": {}, \"lineage\"", 1);
+        assert!(serde_json::from_str::<StateFile>(&twice).is_err());
+        assert!(parse(&twice, 2).is_none());
+        // Not an object, or no `resources`.
+        assert!(parse("[]", 2).is_none());
+        assert!(parse("{\"version\": 1, \"x\": \"resources\"}", 2).is_none());
+        // Cuts that land in `shared` (the same indentation) fail their run: never a
+        // different state.
+        let mut few = state(3);
+        for i in 0..3 {
+            few.shared.insert(format!("shared.c{i}.ssh_key"), record(i));
+        }
+        let few = text(&few);
+        let shared = few.find("\n  \"shared\"").unwrap();
+        let at = cuts(&few, resources_open(&few).unwrap(), 64);
+        assert!(at.iter().any(|&c| c > shared), "{at:?}");
+        assert!(parse(&few, 64).is_none());
+    }
+
+    /// A record nested as deep as serde_json allows in one piece is refused or read
+    /// alike when cut.
+    #[test]
+    fn the_nesting_limit_is_the_same_in_runs() {
+        // Once in the first run, once in the last.
+        for address in ["vm.m0001", "vm.m0039"] {
+            let mut s = state(40);
+            let r = s.resources.get_mut(address).unwrap();
+            r.extra.insert("deep".into(), "DEEP".into());
+            let t = text(&s);
+            let (mut read, mut refused) = (0, 0);
+            for depth in [100, 123, 124, 125, 126, 127, 130] {
+                let deep = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+                let nested = t.replacen("\"DEEP\"", &deep, 1);
+                let one = serde_json::from_str::<StateFile>(&nested).ok();
+                match &one {
+                    Some(_) => read += 1,
+                    None => refused += 1,
+                }
+                assert_eq!(parse(&nested, 2), one, "{address} at depth {depth}");
+            }
+            assert!(
+                read > 0 && refused > 0,
+                "the limit falls within the depths tried"
+            );
+        }
+    }
+
+    /// The top-level `resources` is found by reading keys, not by searching text.
+    #[test]
+    fn resources_is_found_only_as_a_top_level_key() {
+        let t = r#"{"a": "\"resources\": {", "b": {"resources": {}}, "resources" : {"vm.a": 1}}"#;
+        assert_eq!(resources_open(t), t.rfind('{'));
+        assert!(resources_open(r#"{"resources": []}"#).is_none());
+        assert!(resources_open(r#"{"x": {"#).is_none());
+    }
+}
