@@ -35,12 +35,17 @@ pub(super) fn parse(text: &str, parts: usize) -> Option<StateFile> {
     let (head, state) = std::thread::scope(|s| {
         let threads: Vec<_> = runs
             .iter()
-            .map(|run| s.spawn(move || parse_run(run)))
+            .map(|run| std::thread::Builder::new().spawn_scoped(s, move || parse_run(run)))
             .collect();
         let state = serde_json::from_str::<StateFile>(&rest).ok();
+        // A thread that could not be started leaves its run unread: one piece then.
         let head: Option<Vec<_>> = threads
             .into_iter()
-            .map(|t| t.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .map(|t| {
+                t.ok()?
+                    .join()
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e))
+            })
             .collect();
         (head, state)
     });
@@ -136,19 +141,20 @@ fn cuts(text: &str, open: usize, parts: usize) -> Vec<usize> {
     if b.get(first) != Some(&b'"') || !indent.contains('\n') {
         return Vec::new();
     }
-    let mut pattern = String::with_capacity(indent.len() + 2);
-    pattern.push(',');
-    pattern.push_str(indent);
-    pattern.push('"');
+    let after = |comma: usize| {
+        let rest = &b[comma + 1..];
+        rest.starts_with(indent.as_bytes()) && rest.get(indent.len()) == Some(&b'"')
+    };
     let span = text.len() - open;
     let mut cuts = Vec::with_capacity(parts.saturating_sub(1));
     let mut from = first;
     for k in 1..parts.max(1) {
+        // Bytes, not `str`: the even spot may fall inside a character; a comma cannot.
         let target = (open + span * k / parts).max(from);
-        match text[target..].find(&pattern) {
-            Some(at) => {
-                cuts.push(target + at);
-                from = target + at + pattern.len();
+        match (target..b.len()).find(|&i| b[i] == b',' && after(i)) {
+            Some(comma) => {
+                cuts.push(comma);
+                from = comma + 1 + indent.len();
             }
             None => break,
         }
@@ -166,7 +172,7 @@ mod tests {
             kind: "launch".into(),
             // A string holding what a cut looks for, escaped as JSON must.
             state: JsonText::encode(&serde_json::json!({
-                "state": "ready", "note": format!(",\n    \"x{i}\": {{"), "n": [i, i + 1],
+                "state": "ready", "note": format!(",\n    \"x{i}\": {{ é ✓ 東京"), "n": [i, i + 1],
             }))
             .unwrap(),
             label: "ready".into(),
@@ -200,7 +206,8 @@ mod tests {
         let t = text(&state(300));
         let one: StateFile = serde_json::from_str(&t).unwrap();
         assert_eq!(one.resources.len(), 300);
-        for parts in [2, 3, 4, 7, 64] {
+        // Many counts, so that some even spots fall inside a character of the notes.
+        for parts in (2..=40).chain([64, 301]) {
             let cut = parse(&t, parts).expect("cut");
             assert_eq!(cut, one, "{parts} parts");
         }
