@@ -299,6 +299,34 @@ mod tests {
         }
     }
 
+    /// Through the state reader: a file large enough to be cut reads as in one piece, and
+    /// a syntax error in its middle is named at the same line and column.
+    #[test]
+    fn the_state_reader_cuts_a_large_file_and_names_an_error_where_one_piece_does() {
+        let t = text(&state(600));
+        assert!(t.len() >= SPLIT_FROM, "{} bytes", t.len());
+        let path = std::path::Path::new("gpuprov.state.json");
+        let one: StateFile = serde_json::from_str(&t).unwrap();
+        assert_eq!(super::super::file::parse(path, t.as_bytes()).unwrap(), one);
+        for address in ["vm.m0150", "vm.m0450"] {
+            let at = t.find(&format!("\"{address}\": {{")).unwrap();
+            let at = at + t[at..].find("\"label\": \"ready\"").unwrap();
+            let bad = format!("{}\"label\": ready{}", &t[..at], &t[at + 16..]);
+            let want = serde_json::from_str::<StateFile>(&bad).unwrap_err();
+            match super::super::file::parse(path, bad.as_bytes()) {
+                Err(crate::state::StateError::Corrupt(c)) => {
+                    assert_eq!(
+                        (c.line, c.column),
+                        (want.line(), want.column()),
+                        "{address}"
+                    );
+                    assert!(c.reason.starts_with("expected value"), "{}", c.reason);
+                }
+                other => panic!("{address}: {other:?}"),
+            }
+        }
+    }
+
     /// The top-level `resources` is found by reading keys, not by searching text.
     #[test]
     fn resources_is_found_only_as_a_top_level_key() {
