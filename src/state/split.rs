@@ -146,7 +146,8 @@ fn cuts(text: &str, open: usize, parts: usize) -> Vec<usize> {
         rest.starts_with(indent.as_bytes()) && rest.get(indent.len()) == Some(&b'"')
     };
     let span = text.len() - open;
-    let mut cuts = Vec::with_capacity(parts.saturating_sub(1));
+    // Not sized by `parts`: a huge count must not reserve memory it will never fill.
+    let mut cuts = Vec::new();
     let mut from = first;
     for k in 1..parts.max(1) {
         // Bytes, not `str`: the even spot may fall inside a character; a comma cannot.
@@ -324,6 +325,242 @@ mod tests {
                 }
                 other => panic!("{address}: {other:?}"),
             }
+        }
+    }
+
+    /// Hand-written files (line endings, indentation, key order and spelling, repeated
+    /// keys, records that do not read, nesting at the limit, bytes around the object)
+    /// read as in one piece, or not at all, for any number of parts.
+    #[test]
+    fn hand_written_files_read_as_in_one_piece_or_not_at_all() {
+        const REC: &str = r#"{"machine": {"kind": "launch", "state": {}, "label": "l", "updated_at": "2026-12-01T10:00:00Z"}}"#;
+        type Recs = Vec<(String, String)>;
+        // `head` goes before `resources` (ending in a comma), `tail` after it.
+        fn doc(head: &str, recs: &Recs, tail: &str, nl: &str, ind: &str) -> String {
+            let mut t = format!("{{{nl}{ind}\"version\": 1,{nl}{ind}\"serial\": 1,{nl}{ind}\"lineage\": \"l\",{nl}{ind}\"gpuprov_version\": \"0\",{head}{nl}{ind}\"resources\": {{");
+            for (i, (a, r)) in recs.iter().enumerate() {
+                t.push_str(if i > 0 { "," } else { "" });
+                t.push_str(&format!("{nl}{ind}{ind}\"{a}\": {r}"));
+            }
+            t + &format!("{nl}{ind}}}{tail}{nl}}}{nl}")
+        }
+        let r: Recs = (0..8)
+            .map(|i| (format!("vm.{i}"), REC.to_string()))
+            .collect();
+        let set = |i: usize, a: &str, rec: &str| {
+            let mut r = r.clone();
+            r[i] = (a.to_string(), rec.to_string());
+            r
+        };
+        let plain = |r: &Recs| doc("", r, "", "\n", "  ");
+        let p = plain(&r);
+        // A count of parts far above the records' never reserves memory for it.
+        for parts in [usize::MAX, 1 << 40] {
+            assert_eq!(parse(&p, parts), serde_json::from_str(&p).ok());
+        }
+        let shared = r#"{"machine": {"kind": "k", "state": 1, "label": "l", "updated_at": "2026-12-01T10:00:00Z"}}"#;
+        let numbers = r#"{"machine": {"kind": "launch", "state": {"n": 1e400}, "label": "l", "updated_at": "2026-12-01T10:00:00Z"}, "x": [1.7976931348623157e308, -0, 0.1, 18446744073709551616, 1E-400, 123456789012345678901234567890]}"#;
+        let in_string = r#"{"machine": {"kind": "launch", "state": ",\n    \"x\": 1", "label": "l", "updated_at": "2026-12-01T10:00:00Z"}}"#;
+        let inner_indent = "{\"machine\": {\"kind\": \"launch\", \"state\": {\n    \"a\": 1,\n    \"b\": 2}, \"label\": \"l\",\n    \"updated_at\": \"2026-12-01T10:00:00Z\"}}";
+        let first_key = {
+            let s = p.find("\n  \"resources\"").unwrap();
+            let e = p.rfind("\n  }").unwrap() + 4;
+            format!("{{{},{}\n}}\n", &p[s..e], &p[1..s - 1])
+        };
+        // (what, text, whether some count of parts cuts it)
+        let mut cases: Vec<(&str, String, bool)> = vec![
+            ("CRLF", doc("", &r, "", "\r\n", "  "), true),
+            ("tabs", doc("", &r, "", "\n", "\t"), true),
+            ("CRLF and tabs", doc("", &r, "", "\r\n", "\t"), true),
+            ("no indentation", doc("", &r, "", "\n", ""), true),
+            ("CR only", doc("", &r, "", "\r", " "), false),
+            ("no final newline", p.trim_end().to_string(), true),
+            ("leading whitespace", format!(" \r\n\t{p}"), true),
+            ("BOM", format!("\u{feff}{p}"), false),
+            ("trailing garbage", format!("{p}x"), false),
+            ("a second object", format!("{p}{{}}"), false),
+            ("one record", plain(&r[..1].to_vec()), false),
+            ("two records", plain(&r[..2].to_vec()), true),
+            ("no records", plain(&Vec::new()), false),
+            ("resources first", first_key, true),
+            (
+                "space before the colon",
+                p.replacen("\"resources\": {", "\"resources\" \r\n:\t{", 1),
+                true,
+            ),
+            (
+                "escaped resources",
+                p.replacen("\"resources\"", "\"\\u0072esources\"", 1),
+                false,
+            ),
+            (
+                "shared after",
+                doc(
+                    "",
+                    &r,
+                    &format!(",\n  \"shared\": {{\n    \"s.a\": {shared}\n  }}"),
+                    "\n",
+                    "  ",
+                ),
+                true,
+            ),
+            (
+                "shared before",
+                doc(
+                    &format!("\n  \"shared\": {{\n    \"s.a\": {shared}\n  }},"),
+                    &r,
+                    "",
+                    "\n",
+                    "  ",
+                ),
+                true,
+            ),
+            (
+                "resources nested after",
+                doc(
+                    "",
+                    &r,
+                    ",\n  \"z\": {\n    \"resources\": {\n    \"a\": 1,\n    \"b\": 2}}",
+                    "\n",
+                    "  ",
+                ),
+                true,
+            ),
+            (
+                "resources nested before",
+                doc(
+                    "\n  \"z\": [\"resources\", {\"resources\": {\n    \"a\": 1,\n    \"b\": 2}}],",
+                    &r,
+                    "",
+                    "\n",
+                    "  ",
+                ),
+                true,
+            ),
+            (
+                "escaped quote before",
+                doc("\n  \"z\\\"\": \"resources\\\\\",", &r, "", "\n", "  "),
+                true,
+            ),
+            (
+                "resources twice, escaped first",
+                doc("\n  \"resour\\u0063es\": {},", &r, "", "\n", "  "),
+                false,
+            ),
+            (
+                "resources twice, escaped last",
+                doc("", &r, ",\n  \"resour\\u0063es\": {}", "\n", "  "),
+                false,
+            ),
+            (
+                "resources twice, plain first",
+                doc("\n  \"resources\": {},", &r, "", "\n", "  "),
+                false,
+            ),
+            (
+                "resources twice, plain last",
+                doc("", &r, ",\n  \"resources\": {}", "\n", "  "),
+                false,
+            ),
+            (
+                "resources null first",
+                doc("\n  \"resources\": null,", &r, "", "\n", "  "),
+                false,
+            ),
+            (
+                "version twice",
+                doc("", &r, ",\n  \"version\": 1", "\n", "  "),
+                false,
+            ),
+            (
+                "null record, first run",
+                plain(&set(1, "vm.1", "null")),
+                false,
+            ),
+            (
+                "null record, last run",
+                plain(&set(7, "vm.7", "null")),
+                false,
+            ),
+            ("repeated address", plain(&set(3, "vm.0", REC)), true),
+            (
+                "repeated address, escaped",
+                plain(&set(3, "vm.\\u0030", REC)),
+                true,
+            ),
+            (
+                "lone surrogate address",
+                plain(&set(5, "vm.\\ud800", REC)),
+                false,
+            ),
+            ("multi-byte address", plain(&set(2, "é東😀", REC)), true),
+            ("numbers", plain(&set(1, "vm.1", numbers)), true),
+            (
+                "1e400 in an unknown field",
+                plain(&set(1, "vm.1", &numbers.replace("-0", "1e400"))),
+                false,
+            ),
+            ("a cut in a string", plain(&set(2, "vm.2", in_string)), true),
+            (
+                "a raw line break in a string",
+                plain(&set(2, "vm.2", &in_string.replace("\\n", "\n"))),
+                false,
+            ),
+            (
+                "records indented as their fields",
+                plain(
+                    &r.iter()
+                        .map(|(a, _)| (a.clone(), inner_indent.to_string()))
+                        .collect(),
+                ),
+                false,
+            ),
+            (
+                "two commas",
+                p.replacen("},\n    \"vm.4\"", "},,\n    \"vm.4\"", 1),
+                false,
+            ),
+            ("trailing comma", p.replacen("}\n  }", "},\n  }", 1), false),
+            (
+                "missing comma",
+                p.replacen("},\n    \"vm.4\"", "}\n    \"vm.4\"", 1),
+                false,
+            ),
+            (
+                "space after the comma",
+                p.replacen("},\n    \"vm.4\"", "}, \n    \"vm.4\"", 1),
+                true,
+            ),
+        ];
+        // At serde_json's nesting limit, in the first run and the last, in an unknown
+        // field (limited) and in `state` (kept as text: not limited).
+        for at in [0, 7] {
+            for depth in [124, 125] {
+                for (o, c) in [("[", "]"), ("{\"k\":", "}")] {
+                    let deep = |n: usize| format!("{}1{}", o.repeat(n), c.repeat(n));
+                    let extra = REC.replacen("}}", &format!("}}, \"deep\": {}}}", deep(depth)), 1);
+                    cases.push((
+                        "deep unknown field",
+                        plain(&set(at, &r[at].0, &extra)),
+                        depth == 124,
+                    ));
+                    let state = REC.replacen("{}", &deep(depth * 4), 1);
+                    cases.push(("deep state", plain(&set(at, &r[at].0, &state)), true));
+                }
+            }
+        }
+        for (what, t, cut) in &cases {
+            let one = serde_json::from_str::<StateFile>(t).ok();
+            let mut some = false;
+            for parts in [0, 1, 2, 3, 4, 5, 8, 1000] {
+                let got = parse(t, parts);
+                some |= got.is_some();
+                if got.is_some() {
+                    assert_eq!(got, one, "{what}, {parts} parts: {t:?}");
+                    assert_eq!(format!("{got:?}"), format!("{one:?}"), "{what}: {t:?}");
+                }
+            }
+            assert_eq!(some, *cut, "{what}: {t:?}");
         }
     }
 
