@@ -162,21 +162,7 @@ fn config_text(n: usize) -> String {
 }
 
 fn docker_offer() -> Offer {
-    Offer {
-        id: "docker/local/container".into(),
-        location: Location {
-            cloud: "docker".into(),
-            region: "local".into(),
-            zone: None,
-        },
-        instance_type: "container".into(),
-        gpu: None,
-        gpu_count: 0,
-        spot: false,
-        price_per_hour: 0.0,
-        detail: Value::Null,
-        facts: Default::default(),
-    }
+    gpuprov::provider::docker::offer()
 }
 
 /// A state in which every machine of `config` is up with the settings it asks for, so

@@ -56,6 +56,27 @@ pub const REGION: &str = "local";
 pub const INSTANCE_TYPE: &str = "container";
 /// The id of the single offer.
 pub const OFFER_ID: &str = "docker/local/container";
+/// The Docker test cloud's single offer: [`OFFER_ID`] at [`CLOUD`]/[`REGION`], free
+/// (0.0 USD per hour), no GPU. What `offers` answers and what a record of a machine up
+/// there carries.
+pub fn offer() -> Offer {
+    Offer {
+        id: OFFER_ID.to_string(),
+        location: Location {
+            cloud: CLOUD.to_string(),
+            region: REGION.to_string(),
+            zone: None,
+        },
+        instance_type: INSTANCE_TYPE.to_string(),
+        gpu: None,
+        gpu_count: 0,
+        spot: false,
+        price_per_hour: 0.0,
+        detail: serde_json::Value::Null,
+        facts: Default::default(),
+    }
+}
+
 /// Label carrying `InstanceSpec::client_token` on each container (informational: Docker has
 /// no idempotency token; the deterministic container name gives idempotency instead).
 pub const CLIENT_TOKEN_LABEL: &str = "gpuprov-client-token";
@@ -523,21 +544,7 @@ impl CloudProvider for DockerProvider {
                     .join(", ")
             ));
         }
-        Ok(vec![Offer {
-            id: OFFER_ID.to_string(),
-            location: Location {
-                cloud: CLOUD.to_string(),
-                region: REGION.to_string(),
-                zone: None,
-            },
-            instance_type: INSTANCE_TYPE.to_string(),
-            gpu: None,
-            gpu_count: 0,
-            spot: false,
-            price_per_hour: 0.0,
-            detail: serde_json::Value::Null,
-            facts: Default::default(),
-        }])
+        Ok(vec![offer()])
     }
 
     /// Ensures the sshd image [`sshd_image_tag`]`(base)` exists, building it through the

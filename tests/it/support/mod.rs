@@ -18,22 +18,7 @@ pub mod openssh;
 pub mod spec;
 pub mod stores;
 
-/// The one offer of the Docker test cloud (`docker/local/container`, free), as a record of
-/// a machine up there carries it.
+/// The one offer of the Docker test cloud, as a record of a machine up there carries it.
 pub fn docker_offer() -> gpuprov::provider::Offer {
-    gpuprov::provider::Offer {
-        id: "docker/local/container".into(),
-        location: gpuprov::provider::Location {
-            cloud: "docker".into(),
-            region: "local".into(),
-            zone: None,
-        },
-        instance_type: "container".into(),
-        gpu: None,
-        gpu_count: 0,
-        spot: false,
-        price_per_hour: 0.0,
-        detail: serde_json::Value::Null,
-        facts: Default::default(),
-    }
+    gpuprov::provider::docker::offer()
 }
