@@ -145,6 +145,98 @@ pub fn project_key_name(lineage: &str, public_key: &str) -> String {
     format!("gpuprov-{short}-{hex}")
 }
 
+/// How an instance's name carries its identity on a cloud, for instances without
+/// identity labels: [`object_name`] (`gpuprov-<vm>-<lineage8>`), or [`located_name`]
+/// (`gpuprov-<vm>-<lineage8>-<region>`) on clouds whose listing does not say where an
+/// instance runs (Massed Compute, Prime Intellect).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Naming {
+    #[default]
+    Object,
+    Located,
+}
+
+/// The identity fields of one listed instance exactly as its cloud shows them (labels,
+/// tags, environment variables or description words, and its name), not yet judged:
+/// whose it is is [`owner`]'s decision, made here once for every cloud.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Shown {
+    /// The [`IDENTITY_LABEL`] value, where the instance carries one.
+    pub vm: Option<String>,
+    /// The [`LINEAGE_LABEL`] value, where the instance carries one.
+    pub lineage: Option<String>,
+    /// The instance's name (or hostname), where the cloud shows one.
+    pub name: Option<String>,
+    /// How that name carries the identity.
+    pub naming: Naming,
+}
+
+impl Shown {
+    /// Identity carried by labels (or what stands in for them): `vm` and `lineage` as the
+    /// cloud shows them, `None` where a label is missing.
+    pub fn labels(vm: Option<&str>, lineage: Option<&str>) -> Shown {
+        Shown {
+            vm: vm.map(str::to_string),
+            lineage: lineage.map(str::to_string),
+            ..Shown::default()
+        }
+    }
+
+    /// The instance's name, formed as `naming` says.
+    pub fn named(mut self, name: Option<&str>, naming: Naming) -> Shown {
+        self.name = name.map(str::to_string);
+        self.naming = naming;
+        self
+    }
+}
+
+/// The VM of `lineage` an instance at `region` belongs to, from the identity it shows;
+/// `None` when it is no VM's of this lineage. The one rule every cloud follows:
+///
+/// 1. An instance with an identity label is the VM's it names when its lineage label is
+///    `lineage` (compared ignoring ASCII case: GCP label values are lowercase); with
+///    another lineage or none, it is no one's of this lineage. Its name is not read.
+/// 2. An instance with a lineage label but no identity label is no one's: a half
+///    labelled object is never adopted.
+/// 3. An instance with no label at all (imported on a cloud whose labels cannot change,
+///    or a cloud without labels) is the VM's its name names under `lineage`:
+///    [`object_name`], or [`located_name`] at `region` where the cloud's names carry it.
+pub fn owner(shown: &Shown, lineage: &Lineage, region: &str) -> Option<String> {
+    match (&shown.vm, &shown.lineage) {
+        (Some(vm), Some(l)) => {
+            (l.eq_ignore_ascii_case(lineage.as_str()) && !vm.is_empty()).then(|| vm.clone())
+        }
+        (Some(_), None) | (None, Some(_)) => None,
+        (None, None) => {
+            let name = shown.name.as_deref()?;
+            match shown.naming {
+                Naming::Object => vm_of_object_name(name, lineage),
+                Naming::Located => vm_of_located_name(name, lineage, region),
+            }
+            .map(str::to_string)
+        }
+    }
+}
+
+/// The identity an instance shows, whatever its lineage, for discovery, `state recover`
+/// and `sweep`: `(vm, lineage)` from both labels; or, without labels, from a name of
+/// `mine` ([`owner`]'s rule 3), with `mine`'s full lineage. A name of another lineage
+/// holds only 8 characters of it, which is no lineage: such an instance is not listed.
+pub fn listed_identity(shown: &Shown, mine: &Lineage, region: &str) -> Option<(String, String)> {
+    match (&shown.vm, &shown.lineage) {
+        (Some(vm), Some(l)) if !vm.is_empty() && !l.is_empty() => {
+            let lineage = if l.eq_ignore_ascii_case(mine.as_str()) {
+                mine.to_string()
+            } else {
+                l.clone()
+            };
+            Some((vm.clone(), lineage))
+        }
+        (None, None) => owner(shown, mine, region).map(|vm| (vm, mine.to_string())),
+        _ => None,
+    }
+}
+
 /// Refuses a create whose spec belongs to another lineage than the adapter's: `observe`
 /// filters on the adapter's lineage, so such an instance would be invisible and leak.
 /// Answers the adapter's lineage, which the create then labels its objects with.
@@ -210,5 +302,79 @@ mod tests {
         assert_eq!(a.len(), "gpuprov-01234567-".len() + 12);
         assert_ne!(a, b, "another key value gets another name");
         assert_eq!(a, a2, "the comment does not change the name");
+    }
+
+    #[test]
+    fn one_rule_decides_whose_an_instance_is() {
+        let l = Lineage::parse("0f0e0d0c-1111-4222-8333-444455556666").unwrap();
+        let other = "9f0e0d0c-1111-4222-8333-444455556666";
+        let mine = l.as_str();
+        let named = |n: &str, naming| Shown::default().named(Some(n), naming);
+        // (shown, region, owner)
+        let cases: Vec<(Shown, &str, Option<&str>)> = vec![
+            (Shown::labels(Some("api"), Some(mine)), "r", Some("api")),
+            (
+                Shown::labels(Some("api"), Some(&mine.to_uppercase())),
+                "r",
+                Some("api"),
+            ),
+            (Shown::labels(Some("api"), Some(other)), "r", None),
+            (Shown::labels(Some("api"), None), "r", None),
+            (Shown::labels(None, Some(mine)), "r", None),
+            (Shown::labels(Some(""), Some(mine)), "r", None),
+            // Labels decide; the name is not read then.
+            (
+                Shown::labels(Some("api"), Some(other))
+                    .named(Some("gpuprov-api-0f0e0d0c"), Naming::Object),
+                "r",
+                None,
+            ),
+            (
+                named("gpuprov-api-0f0e0d0c", Naming::Object),
+                "r",
+                Some("api"),
+            ),
+            (
+                named("gpuprov-a-b-0f0e0d0c", Naming::Object),
+                "r",
+                Some("a-b"),
+            ),
+            (named("gpuprov-api-9f0e0d0c", Naming::Object), "r", None),
+            (named("my own box", Naming::Object), "r", None),
+            (
+                named("gpuprov-api-0f0e0d0c-us-ks-2", Naming::Located),
+                "US-KS-2",
+                Some("api"),
+            ),
+            (
+                named("gpuprov-api-0f0e0d0c-us-ks-2", Naming::Located),
+                "US-KS-22",
+                None,
+            ),
+            (
+                named("gpuprov-api-0f0e0d0c-us-ks-2", Naming::Object),
+                "US-KS-2",
+                None,
+            ),
+            (Shown::default(), "r", None),
+        ];
+        for (shown, region, want) in cases {
+            assert_eq!(
+                owner(&shown, &l, region).as_deref(),
+                want,
+                "{shown:?} at {region}"
+            );
+        }
+        let listed = |s: &Shown| listed_identity(s, &l, "r");
+        assert_eq!(
+            listed(&Shown::labels(Some("api"), Some(other))),
+            Some(("api".into(), other.into()))
+        );
+        assert_eq!(
+            listed(&named("gpuprov-api-0f0e0d0c", Naming::Object)),
+            Some(("api".into(), mine.into()))
+        );
+        assert_eq!(listed(&named("gpuprov-api-9f0e0d0c", Naming::Object)), None);
+        assert_eq!(listed(&Shown::labels(Some("api"), None)), None);
     }
 }

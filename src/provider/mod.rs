@@ -61,8 +61,8 @@ use serde_json::Value;
 
 pub use boot::{cloud_init_user_data, BootScript};
 pub use identity::{
-    check_spec_lineage, object_name, project_key_name, vm_of_object_name, Lineage, IDENTITY_LABEL,
-    LINEAGE_LABEL,
+    check_spec_lineage, object_name, project_key_name, vm_of_object_name, Lineage, Naming, Shown,
+    IDENTITY_LABEL, LINEAGE_LABEL,
 };
 pub use rate::{Admission, EndpointClass, Gate, RateLimit};
 pub use redact::Secret;
@@ -290,6 +290,52 @@ pub fn existing(seen: Vec<Observed>) -> Vec<Observed> {
     seen.into_iter().filter(Observed::exists).collect()
 }
 
+/// One instance as a cloud's listing shows it at a location, whoever's it is: what
+/// [`CloudProvider::instances`] answers. The adapter maps the vendor's fields; which VM
+/// (if any) the instance belongs to is decided by the core's one identity rule
+/// ([`identity::owner`]), never by the adapter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    pub instance_id: String,
+    /// The normalised status (design 4.1), including [`InstanceStatus::Refused`] for a
+    /// create the cloud refused late and [`InstanceStatus::Preempted`].
+    pub status: InstanceStatus,
+    /// Where to log in, once the cloud says.
+    pub ssh: Option<SshEndpoint>,
+    /// The identity fields as the cloud shows them (labels or tags, name).
+    pub identity: Shown,
+    /// The cloud's instance type name, when the listing gives it.
+    pub instance_type: Option<String>,
+    /// The price the cloud bills for it, USD per hour, when the listing gives it.
+    pub price_per_hour: Option<f64>,
+    /// When the cloud created it, when the listing gives it.
+    pub created_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl Seen {
+    /// An entry with `id`, `status` and `identity`; nothing else known yet.
+    pub fn new(id: impl Into<String>, status: InstanceStatus, identity: Shown) -> Seen {
+        Seen {
+            instance_id: id.into(),
+            status,
+            ssh: None,
+            identity,
+            instance_type: None,
+            price_per_hour: None,
+            created_at: None,
+        }
+    }
+
+    /// The entry as `observe` reports it.
+    pub fn observed(self) -> Observed {
+        Observed {
+            instance_id: self.instance_id,
+            status: self.status,
+            ssh: self.ssh,
+        }
+    }
+}
+
 /// What [`CloudProvider::observe_location`] answers: per VM name, the entries `observe`
 /// would give for it.
 pub type Observations = std::collections::BTreeMap<String, Vec<Observed>>;
@@ -345,6 +391,13 @@ pub enum Feature {
     /// offers (AWS availability zones, GCP zones). On a cloud without it `zones` means
     /// nothing, and a machine whose clouds all lack it is rejected up front.
     Zones,
+    /// Takes an instance created outside gpuprov into a VM ([`CloudProvider::import`]).
+    Import,
+    /// Reports vendor-native findings about an instance ([`CloudProvider::diagnose`]).
+    Diagnose,
+    /// Has objects machines share, such as a registered SSH key
+    /// ([`CloudProvider::observe_shared`], `create_shared`, `delete_shared`).
+    SharedObjects,
 }
 
 /// What the core must respect about a cloud (brief: "Capabilities").
@@ -628,26 +681,49 @@ pub trait CloudProvider: Send + Sync {
     /// `observe` can follow; see the module docs). Never waits for the instance to run or
     /// for an operation to finish.
     async fn create(&self, offer: &Offer, prep: &Value, spec: &InstanceSpec) -> Result<String>;
-    /// All non-terminated instances carrying the VM identity at `at`. An instance whose
-    /// create operation is still running is `Pending`; a create operation that failed
-    /// late is listed as [`InstanceStatus::Refused`] (the module docs); a spot instance
-    /// the cloud reclaimed is [`InstanceStatus::Preempted`], also when the cloud
+    /// The adapter's one read: every non-terminated instance at `at` (region-wide when
+    /// `at.zone` is `None`) that may carry gpuprov's identity, with the identity fields,
+    /// status and endpoint as the cloud shows them ([`Seen`]). `only_vm` is a hint: an
+    /// adapter whose API filters by label may ask only for that VM's instances, and may
+    /// always answer more (the identity rule drops what is not the VM's). An instance
+    /// whose create operation is still running is `Pending`; a create operation that
+    /// failed late is listed as [`InstanceStatus::Refused`] (the module docs); a spot
+    /// instance the cloud reclaimed is [`InstanceStatus::Preempted`], also when the cloud
     /// terminated it (as long as the cloud still lists it), so refresh can tell a
-    /// preemption from a deletion. Callers that want instances only use [`existing`].
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>>;
-    /// Every VM of this adapter's lineage at `at`, from one listing: for each VM name, the
-    /// entries `observe(at, vm)` would answer at that moment, matched by exactly the same
-    /// rules (identity labels, or the identity name of an imported instance), statuses
-    /// and order. A VM with nothing at `at` may be absent from the map. The core serves
-    /// the `observe` calls of many machines waiting at one location from one such listing
-    /// (`machine::coalesce`), so the calls a fleet makes grow with its locations, not its
-    /// machines.
+    /// preemption from a deletion. One listing: pagination is the only loop. Read-only.
     ///
-    /// Errors: as `observe`. The default is `Ok(None)`: this adapter cannot answer for a
-    /// whole location in one listing, and the core calls `observe` per VM.
+    /// Errors: classified by the adapter's table, as every call.
+    async fn instances(&self, at: &Location, only_vm: Option<&str>) -> Result<Vec<Seen>> {
+        // Transitional default while the adapters move onto the listing read (issue 34);
+        // removed once every adapter implements it.
+        let _ = (at, only_vm);
+        Err(ProviderError::new(
+            ErrorKind::Unavailable,
+            format!("{} cannot list its instances by identity yet", self.name()),
+        ))
+    }
+    /// All non-terminated instances of VM `vm_name` at `at`: the [`instances`] entries
+    /// the identity rule ([`identity::owner`]) gives to it, sorted by instance id.
+    /// Callers that want instances only use [`existing`]. Adapters do not override it.
+    ///
+    /// [`instances`]: CloudProvider::instances
+    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
+        let lineage = self.adapter().lineage()?;
+        let seen = self.instances(at, Some(vm_name)).await?;
+        Ok(kit::listing::observed_for(seen, lineage, at, vm_name))
+    }
+    /// Every VM of this adapter's lineage at `at`, from one listing: for each VM name, the
+    /// entries `observe(at, vm)` would answer at that moment (the same rule, order and
+    /// statuses). A VM with nothing at `at` is absent from the map. The core serves the
+    /// `observe` calls of many machines waiting at one location from one such listing
+    /// (`machine::coalesce`), so the calls a fleet makes grow with its locations, not its
+    /// machines. Always `Some`; adapters do not override it.
+    ///
+    /// Errors: as [`instances`](CloudProvider::instances).
     async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
-        let _ = at;
-        Ok(None)
+        let lineage = self.adapter().lineage()?;
+        let seen = self.instances(at, None).await?;
+        Ok(Some(kit::listing::observations(seen, lineage, at)))
     }
     /// Requests deletion of instances `ids` of VM `vm`; an unknown or already deleted
     /// instance is success. Does not wait.
@@ -656,18 +732,17 @@ pub trait CloudProvider: Send + Sync {
     /// Errors: `InUse` when a side resource is still attached to something (the core
     /// observes again before retrying).
     async fn cleanup(&self, at: &Location, vm_name: &str) -> Result<()>;
-    /// Every instance at `at` (region-wide when `at.zone` is `None`) that carries both
-    /// identity labels, whatever its VM name and lineage, excluding terminated ones.
-    /// Read-only. Used by discovery (a machine of this lineage the state does not know),
-    /// `state recover` (a lost state's machines) and `sweep` (objects no state knows).
+    /// Every instance at `at` (region-wide when `at.zone` is `None`) that shows a whole
+    /// identity, whatever its VM name and lineage ([`identity::listed_identity`]),
+    /// excluding terminated ones, sorted by instance id. Read-only. Used by discovery (a
+    /// machine of this lineage the state does not know), `state recover` (a lost state's
+    /// machines) and `sweep` (objects no state knows). Adapters do not override it.
     ///
-    /// Errors: as `observe`; the default is `Unavailable` (this adapter cannot list).
+    /// Errors: as [`instances`](CloudProvider::instances).
     async fn list(&self, at: &Location) -> Result<Vec<Listed>> {
-        let _ = at;
-        Err(ProviderError::new(
-            ErrorKind::Unavailable,
-            format!("{} cannot list its instances by identity yet", self.name()),
-        ))
+        let lineage = self.adapter().lineage()?;
+        let seen = self.instances(at, None).await?;
+        Ok(kit::listing::listed(seen, lineage, at))
     }
     /// Takes instance `id` at `at`, created outside gpuprov, into VM `vm` (`gpuprov
     /// import`): checks it exists there and gives it this VM's identity where the cloud

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use super::super::redact::redact_url;
-use super::super::{Capabilities, Feature, Gate};
+use super::super::{Capabilities, ErrorKind, Feature, Gate, Lineage, ProviderError};
 use super::credentials::{Credential, CredentialReport, Source};
 
 /// An adapter's self-description (see the module docs). Built once at construction; it
@@ -22,6 +22,9 @@ pub struct Adapter {
     credentials: CredentialReport,
     /// Where the core's rate limiter is installed; the adapter's clients share it.
     gate: Gate,
+    /// The state's lineage the adapter works for: the identity rule
+    /// ([`owner`](super::super::identity::owner)) reads listings against it.
+    lineage: Option<Lineage>,
 }
 
 impl Adapter {
@@ -34,7 +37,25 @@ impl Adapter {
             capabilities,
             credentials: CredentialReport::NotNeeded("no credential needed".into()),
             gate: Gate::default(),
+            lineage: None,
         }
+    }
+
+    /// The adapter working for the state of `lineage`.
+    pub fn with_lineage(mut self, lineage: &Lineage) -> Self {
+        self.lineage = Some(lineage.clone());
+        self
+    }
+
+    /// The lineage the adapter works for. Errors: `InvalidRequest` when it was built
+    /// without one (a defect of its constructor: listings cannot be judged).
+    pub fn lineage(&self) -> Result<&Lineage, ProviderError> {
+        self.lineage.as_ref().ok_or_else(|| {
+            ProviderError::new(
+                ErrorKind::InvalidRequest,
+                format!("{}: adapter built without a lineage", self.name),
+            )
+        })
     }
 
     /// The report of a credential found (`Some`) or not, having looked in `looked_in`.

@@ -1,7 +1,57 @@
 //! What `observe` and `delete` make of one listing of the account's instances, for clouds
 //! whose API has no filter by identity (the listing is filtered here).
 
-use super::super::{Observations, Observed};
+use super::super::identity::{listed_identity, owner};
+use super::super::{Lineage, Listed, Location, Observations, Observed, Seen};
+
+/// What `observe(at, vm)` answers from a listing `seen` at `at`: the entries
+/// [`owner`] gives to `vm` under `lineage`, sorted by instance id.
+pub fn observed_for(seen: Vec<Seen>, lineage: &Lineage, at: &Location, vm: &str) -> Vec<Observed> {
+    let mut out: Vec<Observed> = seen
+        .into_iter()
+        .filter(|s| owner(&s.identity, lineage, &at.region).as_deref() == Some(vm))
+        .map(Seen::observed)
+        .collect();
+    out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+    out
+}
+
+/// What `observe_location(at)` answers from a listing `seen` at `at`: every entry under
+/// the VM [`owner`] gives it to (entries of no VM of `lineage` left out), each VM's
+/// sorted by instance id, exactly as [`observed_for`] answers each VM.
+pub fn observations(seen: Vec<Seen>, lineage: &Lineage, at: &Location) -> Observations {
+    let mut out = Observations::new();
+    for s in seen {
+        if let Some(vm) = owner(&s.identity, lineage, &at.region) {
+            out.entry(vm).or_default().push(s.observed());
+        }
+    }
+    for entries in out.values_mut() {
+        entries.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+    }
+    out
+}
+
+/// What `list(at)` answers from a listing `seen` at `at`: every entry showing a whole
+/// identity of any lineage ([`listed_identity`]), sorted by instance id.
+pub fn listed(seen: Vec<Seen>, lineage: &Lineage, at: &Location) -> Vec<Listed> {
+    let mut out: Vec<Listed> = seen
+        .into_iter()
+        .filter_map(|s| {
+            let (vm_name, lineage) = listed_identity(&s.identity, lineage, &at.region)?;
+            Some(Listed {
+                vm_name,
+                lineage,
+                instance_type: s.instance_type.clone(),
+                created_at: s.created_at,
+                price_per_hour: s.price_per_hour,
+                observed: s.observed(),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.observed.instance_id.cmp(&b.observed.instance_id));
+    out
+}
 
 /// The instances among `items` that `ours` keeps, as `observed` reports them (`None`:
 /// gone, left out), sorted by instance id so answers compare across calls.

@@ -66,9 +66,9 @@ use super::kit::keys::{self, Registered};
 use super::kit::{self, gpu, Adapter, Auth, Call, Credential, Lookup, RestClient};
 use super::{
     object_name, project_key_name, Capabilities, CloudProvider, EndpointClass, ErrorKind, Feature,
-    Imported, InstanceSpec, InstanceStatus, Lineage, Listed, Location, Observations, Observed,
-    Offer, ProviderError, RateLimit, ResourceRequest, Result, SharedFound, SharedObject,
-    IDENTITY_LABEL, LINEAGE_LABEL,
+    Imported, InstanceSpec, InstanceStatus, Lineage, Location, Naming, Offer, ProviderError,
+    RateLimit, ResourceRequest, Result, Seen, SharedFound, SharedObject, Shown, IDENTITY_LABEL,
+    LINEAGE_LABEL,
 };
 
 // The kind of the project key, the one shared object this cloud declares
@@ -198,7 +198,8 @@ impl LambdaProvider {
         );
         let endpoint = settings.endpoint.as_deref();
         let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
-            .with_credential(credential.as_ref(), &looked_in);
+            .with_credential(credential.as_ref(), &looked_in)
+            .with_lineage(&settings.lineage);
         let base = endpoint.unwrap_or(DEFAULT_ENDPOINT);
         let api = RestClient::new(base, Auth::Bearer, credential, missing, &errors::CLASSIFIER)
             .gated(adapter.gate())
@@ -346,7 +347,7 @@ impl LambdaProvider {
     /// answered that one of them does not exist.
     /// `GET /api/v1/instances`: every instance of the account (the API has no filter);
     /// what `observe` and `list` filter.
-    async fn instances(&self) -> Result<Vec<Instance>> {
+    async fn listing(&self) -> Result<Vec<Instance>> {
         self.api
             .get("/api/v1/instances", &[], Call::other("list instances"))
             .await
@@ -394,54 +395,32 @@ fn offers_for(types: &[TypesItem], req: &ResourceRequest) -> Vec<Offer> {
     offers
 }
 
-/// Whether a listed instance belongs to `vm_name` of `lineage` at `region`: both identity
-/// tags, or (for an instance without identity tags: an older launch, an import) the
-/// gpuprov name.
-fn is_ours(i: &Instance, region: &str, vm_name: &str, lineage: &Lineage) -> bool {
+/// A listed instance as the contract's listing shows it, when it is in `region` and not
+/// `terminated`: its tags (the identity), its name (`gpuprov-<vm>-<lineage8>`: an
+/// imported instance's identity, since Lambda cannot change tags), type and price
+/// (`instance_type.price_cents_per_hour`). Status: booting → Pending, active → Running,
+/// unhealthy → Failed, preempted → Preempted (stopped: still listed), terminating →
+/// Terminating. SSH endpoint `ip:22`, user `ubuntu`, once `ip` is set.
+fn seen_at(i: &Instance, region: &str) -> Option<Seen> {
     if i.region.as_ref().map(|r| r.name.as_str()) != Some(region) {
-        return false;
+        return None;
     }
-    let tagged = i.tags.as_ref().is_some_and(|tags| {
-        let has = |k: &str, v: &str| tags.iter().any(|t| t.key == k && t.value == v);
-        has(IDENTITY_LABEL, vm_name) && has(LINEAGE_LABEL, lineage.as_str())
-    });
-    // An imported instance carries the identity by name only (its tags cannot change);
-    // one tagged with another identity never counts.
-    let other = i
-        .tags
-        .as_ref()
-        .is_some_and(|tags| tags.iter().any(|t| t.key == IDENTITY_LABEL));
-    tagged || (!other && i.name.as_deref() == Some(object_name(vm_name, lineage).as_str()))
-}
-
-/// The VM an instance is for under `lineage`: its identity tag, or for an untagged
-/// (imported) one the VM its identity name `gpuprov-<vm>-<lineage8>` names. Whether it
-/// really is that VM's is [`is_ours`]'s decision.
-fn vm_of(i: &Instance, lineage: &Lineage) -> Option<String> {
-    let tagged = i
-        .tags
-        .as_ref()
-        .and_then(|tags| tags.iter().find(|t| t.key == IDENTITY_LABEL));
-    if let Some(t) = tagged {
-        return Some(t.value.clone());
-    }
-    let suffix = format!("-{}", lineage.short());
-    let vm = i
-        .name
-        .as_deref()?
-        .strip_prefix("gpuprov-")?
-        .strip_suffix(&suffix)?;
-    Some(vm.to_string())
-}
-
-/// What `observe` reports of a listed instance; `None` once it is `terminated`.
-fn observed(i: &Instance) -> Option<Observed> {
-    let status = status_of(&i.status)?;
-    let ssh = super::kit::ports::ssh_at(i.ip.as_deref(), SSH_PORT, SSH_USER);
-    Some(Observed {
-        instance_id: i.id.clone(),
-        status,
-        ssh,
+    let tag = |k: &str| {
+        i.tags
+            .as_ref()
+            .and_then(|t| t.iter().find(|t| t.key == k).map(|t| t.value.as_str()))
+    };
+    let identity = Shown::labels(tag(IDENTITY_LABEL), tag(LINEAGE_LABEL))
+        .named(i.name.as_deref(), Naming::Object);
+    Some(Seen {
+        ssh: super::kit::ports::ssh_at(i.ip.as_deref(), SSH_PORT, SSH_USER),
+        instance_type: i.instance_type.as_ref().map(|t| t.name.clone()),
+        price_per_hour: i
+            .instance_type
+            .as_ref()
+            .and_then(|t| t.price_cents_per_hour)
+            .map(|c| c as f64 / 100.0),
+        ..Seen::new(i.id.clone(), status_of(&i.status)?, identity)
     })
 }
 
@@ -548,44 +527,14 @@ impl CloudProvider for LambdaProvider {
         })
     }
 
-    /// `GET /api/v1/instances`, keeping the instances in `at.region` with both identity
-    /// tags (or the gpuprov name when listed without tags), except `terminated` ones, sorted
-    /// by id. Status: booting → Pending, active → Running, unhealthy → Failed, preempted
-    /// → Preempted (stopped: still listed), terminating → Terminating. SSH endpoint `ip:22`, user `ubuntu`, once `ip` is
-    /// set.
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
-        // The same one listing as every VM's: `observe_location`'s entry for this VM.
-        let all = self.observe_location(at).await?.unwrap_or_default();
-        Ok(all.get(vm_name).cloned().unwrap_or_default())
-    }
-
-    /// One `GET /api/v1/instances` for every VM at `at`: each instance [`observe`] would
-    /// match for some VM (both identity tags of this lineage, or the identity name of an
-    /// imported one), grouped by that VM, sorted by id.
-    ///
-    /// [`observe`]: CloudProvider::observe
-    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
-        let mut out = Observations::new();
+    /// `GET /api/v1/instances` (the whole account: the API has no filter), keeping the
+    /// instances in `at.region` ([`seen_at`]).
+    async fn instances(&self, at: &Location, _only_vm: Option<&str>) -> Result<Vec<Seen>> {
         if at.cloud != CLOUD {
-            return Ok(Some(out));
+            return Ok(vec![]);
         }
-        let list = self.instances().await?;
-        let lineage = &self.settings.lineage;
-        for i in &list {
-            let Some(vm) = vm_of(i, lineage) else {
-                continue;
-            };
-            if !is_ours(i, &at.region, &vm, lineage) {
-                continue;
-            }
-            if let Some(o) = observed(i) {
-                out.entry(vm).or_default().push(o);
-            }
-        }
-        for seen in out.values_mut() {
-            seen.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-        }
-        Ok(Some(out))
+        let list = self.listing().await?;
+        Ok(list.iter().filter_map(|i| seen_at(i, &at.region)).collect())
     }
 
     /// `GET /api/v1/instances/{id}`, then `POST /api/v1/instances/{id}` with the
@@ -639,12 +588,14 @@ impl CloudProvider for LambdaProvider {
                 Call::other("rename instance"),
             )
             .await?;
-        let observed = observed(&renamed).ok_or_else(|| {
-            ProviderError::new(
-                ErrorKind::InvalidRequest,
-                format!("Lambda instance {id} is terminated"),
-            )
-        })?;
+        let observed = seen_at(&renamed, &at.region)
+            .map(Seen::observed)
+            .ok_or_else(|| {
+                ProviderError::new(
+                    ErrorKind::InvalidRequest,
+                    format!("Lambda instance {id} is terminated"),
+                )
+            })?;
         Ok(Imported {
             observed,
             identity: format!(
@@ -652,42 +603,6 @@ impl CloudProvider for LambdaProvider {
                  name)"
             ),
         })
-    }
-
-    /// `GET /api/v1/instances` (the whole account: the API has no filter), keeping the
-    /// instances at `at.region` that carry both identity tags; the instance type and its
-    /// price (`instance_type.price_cents_per_hour`) come with each. Instances tagged by
-    /// name only (older launches) are not listed: their name holds no whole lineage.
-    async fn list(&self, at: &Location) -> Result<Vec<Listed>> {
-        if at.cloud != CLOUD {
-            return Ok(vec![]);
-        }
-        let list = self.instances().await?;
-        let tag = |i: &Instance, k: &str| {
-            i.tags
-                .as_ref()
-                .and_then(|t| t.iter().find(|t| t.key == k).map(|t| t.value.clone()))
-        };
-        let mut out: Vec<Listed> = list
-            .iter()
-            .filter(|i| i.region.as_ref().map(|r| r.name.as_str()) == Some(at.region.as_str()))
-            .filter_map(|i| {
-                Some(Listed {
-                    vm_name: tag(i, IDENTITY_LABEL)?,
-                    lineage: tag(i, LINEAGE_LABEL)?,
-                    observed: observed(i)?,
-                    instance_type: i.instance_type.as_ref().map(|t| t.name.clone()),
-                    created_at: None,
-                    price_per_hour: i
-                        .instance_type
-                        .as_ref()
-                        .and_then(|t| t.price_cents_per_hour)
-                        .map(|c| c as f64 / 100.0),
-                })
-            })
-            .collect();
-        out.sort_by(|a, b| a.observed.instance_id.cmp(&b.observed.instance_id));
-        Ok(out)
     }
 
     /// `POST /api/v1/instance-operations/terminate`. An unknown instance

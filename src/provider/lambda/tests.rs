@@ -106,11 +106,11 @@ fn statuses_map_and_terminated_is_gone() {
 }
 
 #[test]
-fn ownership_needs_region_and_both_tags() {
+fn listing_shows_tags_name_type_and_price_in_the_region_only() {
     let inst = |region: &str, tags: Option<Vec<(&str, &str)>>, name: &str| Instance {
         id: "i".into(),
         name: Some(name.into()),
-        ip: None,
+        ip: Some("192.0.2.7".into()),
         status: "active".into(),
         region: Some(Region {
             name: region.into(),
@@ -123,36 +123,34 @@ fn ownership_needs_region_and_both_tags() {
                 })
                 .collect()
         }),
-        instance_type: None,
+        instance_type: Some(api::TypeRef {
+            name: "gpu_1x_h100_pcie".into(),
+            price_cents_per_hour: Some(249),
+        }),
     };
     let lin = "0f0e0d0c-1111-4222-8333-444455556666";
-    let l = Lineage::parse(lin).unwrap();
     let both = Some(vec![(IDENTITY_LABEL, "a"), (LINEAGE_LABEL, lin)]);
-    assert!(is_ours(
-        &inst("us-east-1", both.clone(), "x"),
-        "us-east-1",
-        "a",
-        &l
-    ));
-    assert!(!is_ours(
-        &inst("us-east-13", both, "x"),
-        "us-east-1",
-        "a",
-        &l
-    ));
-    let other_lineage = Some(vec![(IDENTITY_LABEL, "a"), (LINEAGE_LABEL, "zzz")]);
-    assert!(!is_ours(
-        &inst("us-east-1", other_lineage, "gpuprov-a-0f0e0d0c"),
-        "us-east-1",
-        "a",
-        &l
-    ));
-    assert!(is_ours(
-        &inst("us-east-1", None, "gpuprov-a-0f0e0d0c"),
-        "us-east-1",
-        "a",
-        &l
-    ));
+    let seen = seen_at(&inst("us-east-1", both.clone(), "x"), "us-east-1").unwrap();
+    assert_eq!(seen.identity.vm.as_deref(), Some("a"));
+    assert_eq!(seen.identity.lineage.as_deref(), Some(lin));
+    assert_eq!(seen.identity.name.as_deref(), Some("x"));
+    assert_eq!(seen.identity.naming, Naming::Object);
+    assert_eq!(seen.instance_type.as_deref(), Some("gpu_1x_h100_pcie"));
+    assert_eq!(seen.price_per_hour, Some(2.49));
+    assert_eq!(seen.ssh.as_ref().map(|e| e.port), Some(SSH_PORT));
+    assert_eq!(
+        seen_at(&inst("us-east-13", both, "x"), "us-east-1"),
+        None,
+        "regions compare whole"
+    );
+    let untagged = seen_at(&inst("us-east-1", None, "gpuprov-a-0f0e0d0c"), "us-east-1").unwrap();
+    assert_eq!(
+        (untagged.identity.vm, untagged.identity.lineage),
+        (None, None)
+    );
+    let mut gone = inst("us-east-1", None, "x");
+    gone.status = "terminated".into();
+    assert_eq!(seen_at(&gone, "us-east-1"), None);
 }
 
 #[test]
