@@ -18,3 +18,5 @@ pub mod vm;
 
 #[cfg(test)]
 mod architecture;
+#[cfg(test)]
+mod tidy;
