@@ -665,9 +665,10 @@ mod tests {
         std::fs::read_to_string(dir.join(f)).ok()
     }
 
-    /// Every fixture directory (copied from `shared/fixtures/gpu-probe/`, plus an
-    /// `expected.json` per GPU) parses to its expected model, count, memory and driver,
-    /// in every output form the directory holds.
+    /// Every fixture directory (copied from the project's `shared/fixtures/gpu-probe/`, with
+    /// the checksums in `tests/fixtures/gpu-probe/PROVENANCE.md`, plus an `expected.json`
+    /// per GPU) parses to its expected model, count, memory and driver, in every output
+    /// form the directory holds.
     #[test]
     fn every_gpu_fixture_parses() {
         let mut dirs = 0;

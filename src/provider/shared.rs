@@ -57,7 +57,7 @@ pub const ENVIRONMENT: &str = "environment";
 
 /// Hyperstack: key pairs live inside an environment and environments are per region
 /// (`Import_Keypair_Payload.environment_name`, `Create_Environment.region` of
-/// `../shared/vendor-apis/hyperstack/openapi.yaml`), so both are region-scoped and the
+/// `tests/fixtures/vendor-apis/hyperstack/openapi.yaml`), so both are region-scoped and the
 /// environment comes first.
 const HYPERSTACK: &[SharedKind] = &[
     SharedKind {

@@ -31,6 +31,7 @@ mod live_display;
 mod multi_cloud;
 mod persisted_states;
 mod properties;
+mod self_contained;
 mod shared_objects;
 mod spec_harness;
 mod ssh_key_docker;

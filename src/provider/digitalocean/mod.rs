@@ -1,5 +1,5 @@
 //! DigitalOcean (cloud name `digitalocean`), over its public API v2 (vendor OpenAPI 3.0,
-//! `../shared/vendor-apis/digitalocean/DigitalOcean-public.v2.gpuprov-subset.yaml`).
+//! `tests/fixtures/vendor-apis/digitalocean/DigitalOcean-public.v2.gpuprov-subset.yaml`).
 //!
 //! Mapping onto the contract (design 5):
 //!

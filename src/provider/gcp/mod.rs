@@ -1,5 +1,5 @@
 //! Google Cloud (cloud name `gcp`), over the Compute Engine API v1 (the discovery document
-//! `compute.v1.json` in `../shared/vendor-apis/gcp/`; base
+//! `compute.v1.json` in `tests/fixtures/vendor-apis/gcp/`; base
 //! `https://compute.googleapis.com/compute/v1/`).
 //!
 //! Mapping onto the contract (design 5, with the brief's long-running-operation rule):

@@ -1,5 +1,5 @@
 //! Hyperstack (cloud name `hyperstack`), over NexGen Cloud's Infrahub API v1 (OpenAPI
-//! 3.0.1 as published in the vendor's Go SDK, `../shared/vendor-apis/hyperstack/openapi.yaml`;
+//! 3.0.1 as published in the vendor's Go SDK, `tests/fixtures/vendor-apis/hyperstack/openapi.yaml`;
 //! server `https://infrahub-api.nexgencloud.com/v1`).
 //!
 //! Mapping onto the contract (design 5):

@@ -1,5 +1,5 @@
 //! Lambda Cloud (cloud name `lambda`), over its REST API v1 (OpenAPI 1.8.3,
-//! `../shared/vendor-apis/lambda/openapi-1.8.3.json`).
+//! `tests/fixtures/vendor-apis/lambda/openapi-1.8.3.json`).
 //!
 //! Mapping onto the contract (design 5):
 //!

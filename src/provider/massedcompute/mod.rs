@@ -1,5 +1,5 @@
 //! Massed Compute (cloud name `massedcompute`), over its VM API v1 (the vendor's OpenAPI
-//! 1.0.0, `../shared/vendor-apis/massedcompute/openapi-v1.0.0.mock-fixed.yaml`; field names
+//! 1.0.0, `tests/fixtures/vendor-apis/massedcompute/openapi-v1.0.0.mock-fixed.yaml`; field names
 //! confirmed by the vendor's MCP server `tools.json`, behaviour the description leaves open
 //! by brevdev/cloud's client, `v1/providers/massedcompute/`).
 //!

@@ -1,5 +1,5 @@
 //! Prime Intellect (cloud name `primeintellect`), a GPU marketplace, over its REST API
-//! (`../shared/vendor-apis/primeintellect/prime-intellect-compute-api-openapi.fixed.yml`: the
+//! (`tests/fixtures/vendor-apis/primeintellect/prime-intellect-compute-api-openapi.fixed.yml`: the
 //! FastAPI description as extracted by a third party, patched P1–P9 from the vendor CLI
 //! `prime` 0.18.0, which settles what the description leaves open).
 //!

@@ -1,5 +1,5 @@
 //! RunPod (cloud name `runpod`), over its REST API v2 (OpenAPI 3.1, API 2.0.0,
-//! `../shared/vendor-apis/runpod/api-reference-v2/openapi.json`). RunPod rents GPU
+//! `tests/fixtures/vendor-apis/runpod/api-reference-v2/openapi.json`). RunPod rents GPU
 //! *pods*: containers on a GPU host, not VMs. There is no boot script and no systemd, so
 //! RunPod machines cannot host k3s.
 //!

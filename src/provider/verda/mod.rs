@@ -1,5 +1,5 @@
 //! Verda, formerly DataCrunch (cloud name `verda`), over its public API v1
-//! (`../shared/vendor-apis/verda/verda-from-sdk.openapi.yaml`, the description derived from
+//! (`tests/fixtures/vendor-apis/verda/verda-from-sdk.openapi.yaml`, the description derived from
 //! the vendor's Python SDK `verda` 1.25.0, the primary source; the Go SDK
 //! `verdacloud-sdk-go` where it says more).
 //!

@@ -15,8 +15,8 @@ use gpuprov::ssh::SshError;
 use gpuprov::vm::VmRecord;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
-/// The real `nvidia-smi --query-gpu` output of an H200 machine (fixture copied from
-/// shared/fixtures/gpu-probe/nvidia-h200).
+/// The real `nvidia-smi --query-gpu` output of an H200 machine (the fixture
+/// `tests/fixtures/gpu-probe/nvidia-h200/`; its origin is in `tests/fixtures/gpu-probe/PROVENANCE.md`).
 pub const H200_QUERY: &str = include_str!("../../fixtures/gpu-probe/nvidia-h200/query-gpu.csv");
 
 // ---------------------------------------------------------------------------------------

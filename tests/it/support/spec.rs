@@ -1177,27 +1177,13 @@ impl Drop for SpecServer {
     }
 }
 
-/// Where the vendors' API descriptions live (they are not vendored into this repository;
-/// see `shared/vendor-apis/SOURCES.md`): `GPUPROV_VENDOR_APIS`, else the first
-/// `shared/vendor-apis` found beside the repository or one of its ancestors. Panics with
-/// what to set when there is none.
+/// Where the vendors' API descriptions live: `tests/fixtures/vendor-apis/` in this
+/// repository, copied whole from the project's `shared/vendor-apis/` with each file's
+/// upstream source and SHA-256 in its `PROVENANCE.md` (checked by
+/// `self_contained::every_copied_fixture_matches_its_checksum`); what each describes and
+/// its known defects are in the copied `SOURCES.md` beside them.
 pub fn vendor_apis_dir() -> std::path::PathBuf {
-    if let Some(d) = std::env::var_os("GPUPROV_VENDOR_APIS") {
-        return d.into();
-    }
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest
-        .ancestors()
-        .skip(1)
-        .map(|a| a.join("shared/vendor-apis"))
-        .find(|d| d.is_dir())
-        .unwrap_or_else(|| {
-            panic!(
-                "no vendor API descriptions: set GPUPROV_VENDOR_APIS to the shared/vendor-apis \
-                 folder (looked for shared/vendor-apis beside {} and its ancestors)",
-                manifest.display()
-            )
-        })
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/vendor-apis")
 }
 
 /// The generic error envelope every Lambda error uses (info.description, "Error
