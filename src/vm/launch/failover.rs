@@ -136,14 +136,14 @@ pub enum Reaction {
 /// 2. **Reconcile**: no adapter → `Leak` (the record stays for a run that has one); a
 ///    kind retried in place (`Transient`, `Unreachable`, `InUse`) → `Retry`; anything
 ///    else → `Abort` with the record as it was: nothing is replaced because of an error.
-/// 3. **Plan** (one cloud): `Transient` → `Retry`; `InvalidRequest`, `Credentials`, no
+/// 3. **Plan** (one cloud): `Transient` → `Retry`; a kind that [`ends_the_machine`], no
 ///    adapter, a spent budget → `Abort` (the cloud is left out, and the machine stops
 ///    only if no cloud offered anything and no other cloud failed otherwise); any other
 ///    kind → `Skip` the cloud.
 /// 4. **Prepare and Create**: `Transient` → `Retry`; `Unavailable` (by contract nothing
 ///    was created) and `Unreachable` (the connection was refused: nothing was sent) →
-///    `Skip`; no adapter → `Abort`; at `Prepare`, `Credentials` → `Abort` (nothing was
-///    made, and the cleanup would be refused too).
+///    `Skip`; no adapter → `Abort`; at `Prepare`, `Credentials` made nothing and a
+///    cleanup would be refused too: `Abort` if it ends the machine, else `Skip`.
 /// 5. **Find**: `Unreachable` while no create may have been sent → `Skip`; a kind
 ///    retried in place → `Retry`.
 /// 6. **Start**: a kind retried in place → `Retry`; anything else → `Keep`: never a
@@ -156,8 +156,8 @@ pub enum Reaction {
 ///    unowned, compensate then abort one this run created.
 /// 10. **Boot, Connect, Refused**: a kept machine → `Keep`; an adopted instance →
 ///     `LeaveUnowned`.
-/// 11. Otherwise: `InvalidRequest` and `Credentials` → `CompensateThenAbort` (no other
-///     offer can succeed); anything else → `CompensateThenNext`.
+/// 11. Otherwise: a kind that [`ends_the_machine`] → `CompensateThenAbort`; anything
+///     else → `CompensateThenNext`.
 /// 12. A `Skip` while a create may have been sent becomes `CompensateThenNext`: only a
 ///     compensation finds an unlisted create.
 ///
@@ -181,10 +181,7 @@ pub fn decide(stage: Stage, fault: Fault, holds: Holds) -> Reaction {
     let retried = kind.is_some_and(ErrorKind::retried_in_place);
     let transient = kind == Some(ErrorKind::Transient);
     let nothing_made = matches!(kind, Some(ErrorKind::Unavailable | ErrorKind::Unreachable));
-    let fatal = matches!(
-        kind,
-        Some(ErrorKind::InvalidRequest | ErrorKind::Credentials)
-    );
+    let fatal = kind.is_some_and(ends_the_machine);
     let reaction = match stage {
         // 1.
         _ if fault == Fault::Cancelled => match (stage, holds) {
@@ -206,7 +203,8 @@ pub fn decide(stage: Stage, fault: Fault, holds: Holds) -> Reaction {
         Stage::Prepare | Stage::Create if transient => Retry,
         Stage::Prepare | Stage::Create if nothing_made => Skip,
         Stage::Prepare | Stage::Create if fault == Fault::NoAdapter => Abort,
-        Stage::Prepare if kind == Some(ErrorKind::Credentials) => Abort,
+        Stage::Prepare if kind == Some(ErrorKind::Credentials) && fatal => Abort,
+        Stage::Prepare if kind == Some(ErrorKind::Credentials) => Skip,
         // 5.
         Stage::Find if kind == Some(ErrorKind::Unreachable) && holds == Holds::Nothing => Skip,
         Stage::Find if retried => Retry,
@@ -243,6 +241,13 @@ pub fn decide(stage: Stage, fault: Fault, holds: Holds) -> Reaction {
     } else {
         reaction
     }
+}
+
+/// Whether a refusal of this kind ends the machine rather than its offer or its cloud: no
+/// other offer can succeed (rules 3, 4 and 11 of [`decide`]). An HTTP 402 (billing) is
+/// classified `Credentials` today (`provider/kit/failure.rs`).
+pub fn ends_the_machine(kind: ErrorKind) -> bool {
+    matches!(kind, ErrorKind::InvalidRequest | ErrorKind::Credentials)
 }
 
 /// Every provider error kind, in the contract's order.
