@@ -292,6 +292,13 @@ impl CloudProvider for SharedReads {
             Err(e) => Err(e.clone()),
         }
     }
+    async fn instances(
+        &self,
+        at: &Location,
+        only_vm: Option<&str>,
+    ) -> Result<Vec<crate::provider::Seen>> {
+        self.inner.instances(at, only_vm).await
+    }
     async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
         self.inner.observe_location(at).await
     }
