@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::config::Config;
+use crate::config::{Cloud, Config};
 use crate::machine::Providers;
 use crate::provider::fake::{FakeConnector, FakeProvider};
-use crate::provider::{Capabilities, SshEndpoint};
+use crate::provider::{Capabilities, CloudProvider, SshEndpoint};
 use crate::ssh::{Connector, HostKey, SshError};
 
 /// Whether the fake cloud is asked for.
@@ -23,33 +23,38 @@ pub fn enabled() -> bool {
     std::env::var_os("GPUPROV_FAKE_CLOUD").is_some_and(|v| v == "1")
 }
 
-/// A fake cloud under each cloud name the config uses: one offer
-/// (`us-east-1`, `gpu_1x_h100`, 2.49 USD/h), two observes of boot, 20 ms API calls.
+/// A fake cloud under each cloud name the config uses ([`provider`]).
 pub fn providers(config: &Config) -> Providers {
     let mut p = Providers::new();
     for cloud in config.clouds_in_use() {
-        let caps = Capabilities {
-            supported: vec![],
-            boot_timeout: Duration::from_secs(600),
-            ssh_timeout: Duration::from_secs(3600),
-            delete_timeout: Duration::from_secs(600),
-            poll_interval: Duration::from_millis(200),
-            max_concurrency: 1000,
-            min_create_interval: Duration::ZERO,
-            rate_limits: Vec::new(),
-            create_list_lag: Duration::from_millis(20),
-            default_regions: Vec::new(),
-            keeps_offer_order: true,
-        };
-        p.insert(Arc::new(
-            FakeProvider::new(cloud.as_str())
-                .with_capabilities(caps)
-                .with_latency(Duration::from_millis(20))
-                .with_boot_observes(2)
-                .with_offer("fake-h100", "us-east-1", "gpu_1x_h100", 2.49),
-        ));
+        p.insert(provider(cloud));
     }
     p
+}
+
+/// The fake cloud under `cloud`'s name: one offer (`us-east-1`, `gpu_1x_h100`,
+/// 2.49 USD/h), two observes of boot, 20 ms API calls.
+pub fn provider(cloud: Cloud) -> Arc<dyn CloudProvider> {
+    let caps = Capabilities {
+        supported: vec![],
+        boot_timeout: Duration::from_secs(600),
+        ssh_timeout: Duration::from_secs(3600),
+        delete_timeout: Duration::from_secs(600),
+        poll_interval: Duration::from_millis(200),
+        max_concurrency: 1000,
+        min_create_interval: Duration::ZERO,
+        rate_limits: Vec::new(),
+        create_list_lag: Duration::from_millis(20),
+        default_regions: Vec::new(),
+        keeps_offer_order: true,
+    };
+    Arc::new(
+        FakeProvider::new(cloud.as_str())
+            .with_capabilities(caps)
+            .with_latency(Duration::from_millis(20))
+            .with_boot_observes(2)
+            .with_offer("fake-h100", "us-east-1", "gpu_1x_h100", 2.49),
+    )
 }
 
 /// The fake cloud's SSH: held while `GPUPROV_FAKE_HOLD_SSH` names a missing file.

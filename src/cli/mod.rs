@@ -50,7 +50,7 @@ mod status;
 mod sweep;
 mod validate;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -406,7 +406,8 @@ fn lineage_of(state: &crate::state::StateFile) -> Result<Lineage, Report> {
 }
 
 /// The adapters of the clouds the config uses (those this build has), from the cloud
-/// registry (`provider::registry`).
+/// registry (`provider::registry`). A run that may touch what the state records adds
+/// those clouds' adapters with [`add_recorded_clouds`].
 fn build_providers(config: &Config, lineage: &Lineage) -> Providers {
     #[cfg(feature = "test-doubles")]
     if fake_cloud::enabled() {
@@ -422,6 +423,60 @@ fn build_providers(config: &Config, lineage: &Lineage) -> Providers {
     }
     keep_shared_of(config, &mut p);
     p
+}
+
+/// Adds to `p` the adapter of each cloud of `recorded` (clouds the state holds something
+/// on: [`recorded_clouds`]) that it lacks, from the registry: a machine whose cloud left
+/// the config, or a `destroy` without a config, is torn down all the same. Its settings
+/// are the config's `[cloud.NAME]` when there is one, else the defaults; the environment
+/// (endpoint override, credentials) applies either way, as for any adapter. A name this
+/// build has no adapter for is skipped: teardown then reports the machine leaked, naming
+/// the cloud.
+fn add_recorded_clouds(
+    p: &mut Providers,
+    config: Option<&Config>,
+    recorded: impl IntoIterator<Item = String>,
+    lineage: &Lineage,
+) {
+    for name in recorded {
+        if p.get(&name).is_some() {
+            continue;
+        }
+        let Some(cloud) = Cloud::from_name(&name) else {
+            continue;
+        };
+        #[cfg(feature = "test-doubles")]
+        if fake_cloud::enabled() {
+            p.insert(fake_cloud::provider(cloud));
+            continue;
+        }
+        let settings = config
+            .map(|c| c.cloud_settings(cloud))
+            .unwrap_or_default();
+        if let Some(adapter) = cloud.build(&settings, lineage.clone()) {
+            p.insert(adapter);
+        }
+    }
+    if let Some(config) = config {
+        keep_shared_of(config, p);
+    }
+}
+
+/// The clouds `state` holds something on: those of its machine records (decoded in
+/// `ahead`) and of its shared objects (`shared.<cloud>.…`), by name.
+fn recorded_clouds(state: &StateFile, ahead: &plan::ReadAhead<'_>) -> BTreeSet<String> {
+    let mut out = ahead.clouds();
+    out.extend(shared_clouds(state));
+    out
+}
+
+/// The clouds of `state`'s shared objects, by name (from their addresses).
+fn shared_clouds(state: &StateFile) -> impl Iterator<Item = String> + '_ {
+    state
+        .shared
+        .keys()
+        .filter_map(|a| crate::provider::SharedObject::parse(a))
+        .map(|o| o.cloud)
 }
 
 /// Marks the clouds set to `keep_shared` in any `[cloud.NAME]` section, also one no
@@ -694,8 +749,15 @@ async fn cmd_plan(cli: &Cli, project: &Project, a: &PlanArgs) -> CmdResult {
     let (store, mut state) = project.open_state()?;
     drop(store);
     let moved = apply_moved(&config, &mut state)?;
-    let providers = build_providers(&config, &lineage_of(&state)?);
+    let lineage = lineage_of(&state)?;
+    let mut providers = build_providers(&config, &lineage);
     let (pre, ahead) = preflight_reading_ahead(&config, &state, &providers).await?;
+    add_recorded_clouds(
+        &mut providers,
+        Some(&config),
+        recorded_clouds(&state, &ahead),
+        &lineage,
+    );
     let mut plan = make_plan(
         &config,
         &state,
@@ -1117,12 +1179,19 @@ async fn cmd_apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> 
             state.lineage = plan.lineage.clone();
         }
     }
-    let providers = build_providers(&config, &lineage_of(&state)?);
-    // A saved plan's records need no decoding here.
+    let lineage = lineage_of(&state)?;
+    let mut providers = build_providers(&config, &lineage);
+    // A saved plan's records need no decoding for the plan, only for their clouds.
     let (pre, ahead) = if saved.is_some() {
-        (preflight(&config, &providers).await?, None)
+        let pre = preflight(&config, &providers).await?;
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let clouds = recorded_clouds(&state, &plan::ReadAhead::of(&state, cores));
+        add_recorded_clouds(&mut providers, Some(&config), clouds, &lineage);
+        (pre, None)
     } else {
         let (pre, ahead) = preflight_reading_ahead(&config, &state, &providers).await?;
+        let clouds = recorded_clouds(&state, &ahead);
+        add_recorded_clouds(&mut providers, Some(&config), clouds, &lineage);
         (pre, Some(ahead))
     };
     for n in &pre.notes {
@@ -1269,13 +1338,15 @@ async fn cmd_destroy(cli: &Cli, project: &Project, a: &DestroyArgs, color: bool)
         errln!("No machines in {}: nothing to destroy.", project.location());
         return Ok(Exit::Success);
     }
+    let lineage = lineage_of(&state)?;
     let mut providers = match &config {
-        Some(c) => build_providers(c, &lineage_of(&state)?),
+        Some(c) => build_providers(c, &lineage),
         None => Providers::new(),
     };
-    // Clouds recorded in the state but absent from the config still need their adapter.
-    // A record that cannot be read stops everything: it may be the only trace of a
+    // Every cloud the state records needs its adapter, named by the config or not. A
+    // record that cannot be read stops everything: it may be the only trace of a
     // machine, so it is neither skipped nor dropped.
+    let mut recorded = BTreeSet::new();
     for (address, r) in &state.resources {
         let owned = r.machine.owned().map_err(|e| {
             miette!(
@@ -1284,14 +1355,11 @@ async fn cmd_destroy(cli: &Cli, project: &Project, a: &DestroyArgs, color: bool)
             )
         })?;
         if let Some(o) = owned {
-            if o.location.cloud == "docker" && providers.get("docker").is_none() {
-                providers.insert(Arc::new(docker_provider(
-                    config.as_ref(),
-                    &lineage_of(&state)?,
-                )));
-            }
+            recorded.insert(o.location.cloud);
         }
     }
+    recorded.extend(shared_clouds(&state));
+    add_recorded_clouds(&mut providers, config.as_ref(), recorded, &lineage);
     let addresses: Vec<String> = if a.targets.is_empty() {
         state.resources.keys().cloned().collect()
     } else {

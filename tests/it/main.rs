@@ -35,6 +35,7 @@ mod shared_objects;
 mod spec_harness;
 mod ssh_key_docker;
 mod ssh_local;
+mod state_clouds;
 mod state_commands;
 mod state_file;
 mod state_journal;
