@@ -5,6 +5,12 @@
 //!
 //! `GPUPROV_FAKE_HOLD_SSH=FILE`: every SSH login is "not reachable yet" until FILE
 //! exists, holding the machines in the expected wait (a screen to capture).
+//!
+//! `GPUPROV_FAKE_SHARED_KEY=1`: the fake cloud declares the project key as a shared
+//! object (as DigitalOcean or Lambda do), so a run prepares it before its machines.
+//!
+//! `GPUPROV_FAKE_PANIC_SSH=1`: every SSH login panics, as a bug in gpuprov would (its
+//! internal error, exit 255).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -48,13 +54,15 @@ pub fn provider(cloud: Cloud) -> Arc<dyn CloudProvider> {
         default_regions: Vec::new(),
         keeps_offer_order: true,
     };
-    Arc::new(
-        FakeProvider::new(cloud.as_str())
-            .with_capabilities(caps)
-            .with_latency(Duration::from_millis(20))
-            .with_boot_observes(2)
-            .with_offer("fake-h100", "us-east-1", "gpu_1x_h100", 2.49),
-    )
+    let fake = FakeProvider::new(cloud.as_str())
+        .with_capabilities(caps)
+        .with_latency(Duration::from_millis(20))
+        .with_boot_observes(2)
+        .with_offer("fake-h100", "us-east-1", "gpu_1x_h100", 2.49);
+    if std::env::var_os("GPUPROV_FAKE_SHARED_KEY").is_some_and(|v| v == "1") {
+        return Arc::new(fake.with_shared_key(None));
+    }
+    Arc::new(fake)
 }
 
 /// The fake cloud's SSH: held while `GPUPROV_FAKE_HOLD_SSH` names a missing file.
@@ -62,12 +70,14 @@ pub fn connector() -> Arc<dyn Connector> {
     Arc::new(HeldConnector {
         inner: FakeConnector::default(),
         hold: std::env::var_os("GPUPROV_FAKE_HOLD_SSH").map(PathBuf::from),
+        panic: std::env::var_os("GPUPROV_FAKE_PANIC_SSH").is_some_and(|v| v == "1"),
     })
 }
 
 struct HeldConnector {
     inner: FakeConnector,
     hold: Option<PathBuf>,
+    panic: bool,
 }
 
 #[async_trait]
@@ -78,6 +88,9 @@ impl Connector for HeldConnector {
         user: &str,
         pinned: Option<&HostKey>,
     ) -> Result<HostKey, SshError> {
+        if self.panic {
+            panic!("fake: a scripted bug in the SSH login");
+        }
         if self.hold.as_ref().is_some_and(|f| !f.exists()) {
             return Err(SshError::Unreachable {
                 endpoint: endpoint.to_string(),

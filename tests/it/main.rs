@@ -11,6 +11,7 @@ mod backends;
 mod backends_docker;
 mod ci_examples;
 mod cli;
+mod cli_outcomes;
 mod cli_kube;
 mod config;
 mod conformance;
