@@ -5,8 +5,9 @@ use miette::IntoDiagnostic;
 
 use super::args::StatusArgs;
 use super::error::{CmdResult, Exit};
-use super::json::{Event, JsonStatus, MachineStatus};
-use super::{add_recorded_clouds, build_providers, lineage_of, recorded_clouds, Project};
+use super::project::{lineage_of, Project};
+use super::providers::{add_recorded_clouds, build_providers, recorded_clouds};
+use super::view::json::{Event, JsonStatus, MachineStatus};
 use crate::machine::Providers;
 use crate::plan;
 use crate::state::ResourceRecord;

@@ -21,7 +21,8 @@ use crate::vm::{Owned, Target, TeardownMachine, TeardownState};
 use super::args::{Cli, SweepArgs};
 use super::error::{CmdResult, Exit};
 use super::preflight::preflight;
-use super::{add_recorded_clouds, build_providers, confirm, lineage_of, recorded_clouds, Project};
+use super::project::{confirm, lineage_of, Project};
+use super::providers::{add_recorded_clouds, build_providers, recorded_clouds};
 
 /// `sweep --json`: the unknown instances by lineage.
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -151,7 +152,7 @@ pub(super) async fn run(cli: &Cli, project: &Project, a: &SweepArgs) -> CmdResul
     let clouds = group.instances.iter().map(|f| f.at().cloud);
     add_recorded_clouds(&mut providers, Some(&config), clouds, &target);
     let cancel = CancelToken::new();
-    super::spawn_signal_handler(cancel.clone());
+    super::run::spawn_signal_handler(cancel.clone());
     let executor = Executor::new(Arc::new(MemoryJournal::new()), cancel);
     let mut failed = 0;
     for f in &group.instances {

@@ -24,7 +24,8 @@ const INSTANCE: &str = "000000000000000000000000000000a1";
 
 /// The config once `[vm.trainer]` (on Lambda) was removed: only `vm.dev`, on Docker, is
 /// left, so Lambda appears nowhere in it.
-const NO_LAMBDA_TOML: &str = "[defaults]\nclouds = [\"docker\"]\nkubernetes = false\n\n[vm.dev]\nregions = [\"local\"]\n";
+const NO_LAMBDA_TOML: &str =
+    "[defaults]\nclouds = [\"docker\"]\nkubernetes = false\n\n[vm.dev]\nregions = [\"local\"]\n";
 
 /// A project whose state records `vm.trainer` up on Lambda, and the Lambda server that
 /// runs its instance.
@@ -64,7 +65,8 @@ impl Project {
         if let Some(text) = config {
             std::fs::write(dir.path().join("gpuprov.toml"), text).unwrap();
         }
-        let (mut store, mut state) = StateStore::open(dir.path().join("gpuprov.state.json")).unwrap();
+        let (mut store, mut state) =
+            StateStore::open(dir.path().join("gpuprov.state.json")).unwrap();
         state.lineage = LINEAGE.into();
         state
             .resources
