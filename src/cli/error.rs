@@ -182,6 +182,30 @@ impl From<clap::Error> for CommandError {
     }
 }
 
+/// Whether diagnostics are coloured (read by the miette hook at each report).
+static COLOR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Installs the miette hook that renders every diagnostic, coloured (and with Unicode
+/// frames) when `color`, never with terminal links.
+pub(super) fn install_report_hook(color: bool) {
+    color_reports(color);
+    let _ = miette::set_hook(Box::new(|_| {
+        let color = COLOR.load(std::sync::atomic::Ordering::Relaxed);
+        Box::new(
+            miette::MietteHandlerOpts::new()
+                .color(color)
+                .unicode(color)
+                .terminal_links(false)
+                .build(),
+        )
+    }));
+}
+
+/// Colours the diagnostics reported from now on, or not (`--no-color`, once parsed).
+pub(super) fn color_reports(color: bool) {
+    COLOR.store(color, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// What every command returns.
 pub type CmdResult = Result<Exit, CommandError>;
 

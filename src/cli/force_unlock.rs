@@ -5,7 +5,7 @@ use super::error::{CmdResult, Exit};
 use miette::Report;
 
 use super::args::ForceUnlockArgs;
-use super::Project;
+use super::project::Project;
 
 /// Clears the lock whose id is `a.lock_id`, after checking it is the one recorded (and,
 /// where the backend can tell, that its holder is gone).

@@ -23,8 +23,9 @@ use miette::{miette, IntoDiagnostic, Report};
 
 use super::args::HealthArgs;
 use super::error::{CmdResult, Exit};
-use super::json::{Check, CheckStatus, HealthFinding, JsonHealth, MachineHealth};
-use super::{lineage_of, project_key, KeyUse, Project};
+use super::key::{project_key, KeyUse};
+use super::project::{lineage_of, Project};
+use super::view::json::{Check, CheckStatus, HealthFinding, JsonHealth, MachineHealth};
 use crate::cluster::api::{AccessConnector, ApiConnector, KubeClient};
 use crate::cluster::k3s::{ClusterRecord, K3sState};
 use crate::cluster::kubeconfig::Kubeconfig;

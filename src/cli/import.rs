@@ -13,7 +13,8 @@ use crate::vm::LaunchState;
 
 use super::args::{Cli, ImportArgs};
 use super::error::{CmdResult, Exit};
-use super::{build_providers, lineage_of, Project};
+use super::project::{lineage_of, Project};
+use super::providers::build_providers;
 
 pub(super) async fn run(cli: &Cli, project: &Project, a: &ImportArgs) -> CmdResult {
     let config = project.load_config()?;

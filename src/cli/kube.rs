@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use miette::{miette, Report};
 
 use super::args::{KubeconfigArgs, TunnelArgs};
-use super::{project_key, Project};
+use super::key::project_key;
+use super::project::Project;
 use crate::cluster::k3s::{write_private, AccessRecord, ClusterRecord, K3sState};
 use crate::cluster::kubeconfig::{entry_name, Kubeconfig, API_PORT};
 use crate::record::{self, Record};
@@ -296,7 +297,7 @@ pub(super) async fn cmd_tunnel(project: &Project, a: &TunnelArgs) -> CmdResult {
         None => Some(recorded_port),
     };
     let (_, state) = project.open_state()?;
-    let key = project_key(project, &state, super::KeyUse::Connect)?;
+    let key = project_key(project, &state, super::key::KeyUse::Connect)?;
     let mut tunnel = crate::cluster::tunnel::Tunnel::open(&vm, &key, wanted, API_PORT)
         .await
         .map_err(Report::new)?;

@@ -4,8 +4,8 @@ use miette::IntoDiagnostic;
 
 use super::args::ListArgs;
 use super::error::{CmdResult, Exit};
-use super::json::{JsonList, ListEntry};
-use super::Project;
+use super::project::Project;
+use super::view::json::{JsonList, ListEntry};
 
 pub(super) fn run(project: &Project, a: &ListArgs) -> CmdResult {
     let (_, state) = project.open_state()?;

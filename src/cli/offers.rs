@@ -7,8 +7,9 @@ use std::fmt::Write as _;
 use miette::{miette, IntoDiagnostic, Report};
 
 use super::args::OffersArgs;
-use super::json::OfferRow;
-use super::{clouds_in_this_build, Project};
+use super::project::Project;
+use super::providers::clouds_in_this_build;
+use super::view::json::OfferRow;
 use crate::config::{Cloud, Config};
 use crate::provider::{ErrorKind, Lineage, Offer, ResourceRequest};
 

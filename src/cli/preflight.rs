@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use miette::{Diagnostic, Report};
 
-use super::clouds_in_this_build;
+use super::providers::clouds_in_this_build;
 use crate::config::Config;
 use crate::machine::Providers;
 use crate::plan::{Effective, NoOffer, NoOfferReason, Plan};

@@ -5,11 +5,11 @@
 
 use miette::IntoDiagnostic;
 
+use super::apply::read_saved_plan;
 use super::args::ShowArgs;
 use super::error::{CmdResult, Exit};
-use super::json::JsonPlan;
-use super::read_saved_plan;
-use crate::plan;
+use super::view::json::JsonPlan;
+use super::view::{markdown, text};
 
 /// `color`: Terraform's plan colours (a terminal without `-no-color` / `NO_COLOR`).
 pub(super) fn run(a: &ShowArgs, color: bool) -> CmdResult {
@@ -18,9 +18,9 @@ pub(super) fn run(a: &ShowArgs, color: bool) -> CmdResult {
         let json = JsonPlan::of(&saved);
         outln!("{}", serde_json::to_string_pretty(&json).into_diagnostic()?);
     } else if a.markdown {
-        out!("{}", plan::markdown::render(&saved));
+        out!("{}", markdown::render(&saved));
     } else {
-        out!("{}", super::color::plan(&plan::render(&saved), color));
+        out!("{}", super::color::plan(&text::render(&saved), color));
     }
     write_step_summary(&saved)?;
     Ok(Exit::Success)
@@ -29,7 +29,7 @@ pub(super) fn run(a: &ShowArgs, color: bool) -> CmdResult {
 /// Appends the Markdown plan to `$GITHUB_STEP_SUMMARY` when it names a file (GitHub
 /// Actions sets it in every step; "Adding a job summary", GitHub Actions docs). Errors: the
 /// file cannot be written (named).
-pub(super) fn write_step_summary(p: &plan::Plan) -> Result<(), miette::Report> {
+pub(super) fn write_step_summary(p: &crate::plan::Plan) -> Result<(), miette::Report> {
     use std::io::Write as _;
     let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|v| !v.is_empty()) else {
         return Ok(());
@@ -39,7 +39,7 @@ pub(super) fn write_step_summary(p: &plan::Plan) -> Result<(), miette::Report> {
         .create(true)
         .append(true)
         .open(&path)
-        .and_then(|mut f| writeln!(f, "{}", plan::markdown::render(p)))
+        .and_then(|mut f| writeln!(f, "{}", markdown::render(p)))
         .map_err(|e| {
             miette::miette!(
                 help = "unset GITHUB_STEP_SUMMARY, or point it at a writable file",

@@ -11,7 +11,8 @@ use miette::{miette, Context, IntoDiagnostic};
 
 use super::args::SshArgs;
 use super::error::{CmdResult, Exit};
-use super::{data_home, project_dir, project_key, KeyUse, Project};
+use super::key::{project_key, KeyUse};
+use super::project::{data_home, project_dir, Project};
 use crate::ssh::config_file::{host_aliases, SSH_CONFIG_FILE};
 use crate::ssh::keys::{KeySource, ProjectKey};
 use crate::ssh::supply::ENV_PRIVATE_KEY;

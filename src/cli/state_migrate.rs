@@ -9,7 +9,7 @@ use crate::state::backend::bridge::blocking;
 use crate::state::{Backend, StateStore};
 
 use super::args::{Cli, StateMigrateArgs};
-use super::{lock_backend, Project};
+use super::project::{lock_backend, Project};
 
 /// Migrates the state from `--from` (default: the configured backend) to `--to`
 /// (default: the configured backend), with both locks held.

@@ -7,7 +7,9 @@ use miette::{miette, Report};
 
 use super::args::{Cli, StateMvArgs};
 use super::error::{CmdResult, CommandError, Exit};
-use super::{project_key, ssh, KeyUse, Project};
+use super::key::{project_key, KeyUse};
+use super::project::Project;
+use super::ssh;
 use crate::plan::MoveError;
 use crate::state::StateFile;
 

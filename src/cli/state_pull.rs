@@ -4,7 +4,7 @@ use super::error::{CmdResult, Exit};
 
 use miette::{miette, Report};
 
-use super::Project;
+use super::project::Project;
 
 /// Prints the stored state document byte for byte. When an unfinished run left a
 /// journal, prints the state with that journal applied (what the next run will see),

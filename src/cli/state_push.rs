@@ -6,7 +6,7 @@ use std::io::Read;
 use miette::{miette, IntoDiagnostic, Report};
 
 use super::args::{Cli, StatePushArgs};
-use super::Project;
+use super::project::Project;
 
 /// Pushes `a.file` (or stdin for `-`) as the backend's state, under the lock.
 ///

@@ -14,8 +14,11 @@ use crate::provider::Lineage;
 
 use super::args::{Cli, StateRecoverArgs};
 use super::error::{CmdResult, Exit};
+use super::key::{project_key, KeyUse};
 use super::preflight::preflight;
-use super::{build_providers, confirm, finish_run, project_key, start_run, KeyUse, Project};
+use super::project::{confirm, Project};
+use super::providers::build_providers;
+use super::run::{finish_run, start_run};
 
 pub(super) async fn run(
     cli: &Cli,

@@ -5,8 +5,8 @@ use miette::Report;
 
 use super::args::{Cli, StateRmArgs};
 use super::error::{CmdResult, Exit};
+use super::project::Project;
 use super::state_mv::{check_address, refresh_ssh_config, unknown_address};
-use super::Project;
 use crate::state::ResourceRecord;
 
 /// Removes `a.addresses` from the state under the lock (unless `-lock=false`): backup,

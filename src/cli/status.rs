@@ -5,8 +5,9 @@ use miette::IntoDiagnostic;
 
 use super::args::StatusArgs;
 use super::error::{CmdResult, Exit};
-use super::json::{Event, JsonStatus, MachineStatus};
-use super::{build_providers, lineage_of, Project};
+use super::project::{lineage_of, Project};
+use super::providers::{add_recorded_clouds, build_providers, recorded_clouds};
+use super::view::json::{Event, JsonStatus, MachineStatus};
 use crate::machine::Providers;
 use crate::plan;
 use crate::state::ResourceRecord;
@@ -16,9 +17,18 @@ pub(super) async fn run(project: &Project, a: &StatusArgs) -> CmdResult {
     let refresh = a.refresh.refresh && !state.resources.is_empty();
     let observed = if refresh {
         let config = project.load_config().ok();
-        let providers = match (config.as_ref(), lineage_of(&state)) {
-            (Some(c), Ok(lineage)) => build_providers(c, &lineage),
-            _ => Providers::default(),
+        let providers = match lineage_of(&state) {
+            Ok(lineage) => {
+                let mut p = match config.as_ref() {
+                    Some(c) => build_providers(c, &lineage),
+                    None => Providers::default(),
+                };
+                // The clouds the state records, named by the config or not.
+                let clouds = recorded_clouds(&state, &plan::ReadAhead::of(&state, 1));
+                add_recorded_clouds(&mut p, config.as_ref(), clouds, &lineage);
+                p
+            }
+            Err(_) => Providers::default(),
         };
         match plan::refresh(&state, &providers).await {
             Ok(o) => Some(o),

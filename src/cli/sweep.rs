@@ -21,7 +21,8 @@ use crate::vm::{Owned, Target, TeardownMachine, TeardownState};
 use super::args::{Cli, SweepArgs};
 use super::error::{CmdResult, Exit};
 use super::preflight::preflight;
-use super::{build_providers, confirm, lineage_of, Project};
+use super::project::{confirm, lineage_of, Project};
+use super::providers::{add_recorded_clouds, build_providers, recorded_clouds};
 
 /// `sweep --json`: the unknown instances by lineage.
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -61,8 +62,12 @@ pub(super) async fn run(cli: &Cli, project: &Project, a: &SweepArgs) -> CmdResul
     let config = project.load_config()?;
     let (_store, state) = project.open_state()?;
     let lineage = lineage_of(&state)?;
-    let providers = build_providers(&config, &lineage);
+    let mut providers = build_providers(&config, &lineage);
     let pre = preflight(&config, &providers).await?;
+    // The state's locations are listed too: their clouds need their adapters.
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let clouds = recorded_clouds(&state, &crate::plan::ReadAhead::of(&state, cores));
+    add_recorded_clouds(&mut providers, Some(&config), clouds, &lineage);
     let offered: Vec<_> = pre.offers.values().flatten().cloned().collect();
     let locations = discovery::locations(offered.iter().map(|o| o.location.clone()), &state);
     let found = discovery::discover(&locations, &providers).await;
@@ -143,9 +148,11 @@ pub(super) async fn run(cli: &Cli, project: &Project, a: &SweepArgs) -> CmdResul
         return Ok(Exit::Failure);
     }
     // The adapters carry the swept lineage: cleanup names its side resources.
-    let providers = build_providers(&config, &target);
+    let mut providers = build_providers(&config, &target);
+    let clouds = group.instances.iter().map(|f| f.at().cloud);
+    add_recorded_clouds(&mut providers, Some(&config), clouds, &target);
     let cancel = CancelToken::new();
-    super::spawn_signal_handler(cancel.clone());
+    super::run::spawn_signal_handler(cancel.clone());
     let executor = Executor::new(Arc::new(MemoryJournal::new()), cancel);
     let mut failed = 0;
     for f in &group.instances {

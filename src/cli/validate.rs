@@ -7,8 +7,10 @@ use miette::IntoDiagnostic;
 
 use super::args::ValidateArgs;
 use super::error::{CmdResult, Exit};
-use super::json::{CloudCheck, JsonValidate};
-use super::{build_providers, docker_provider, preflight, Project};
+use super::preflight::preflight;
+use super::project::Project;
+use super::providers::{build_providers, docker_provider};
+use super::view::json::{CloudCheck, JsonValidate};
 use crate::config::Cloud;
 use crate::provider::kit::CredentialReport;
 use crate::provider::Lineage;

@@ -340,7 +340,10 @@ mod tests {
         let a = plan.changes.iter().find(|c| c.vm == "a").unwrap();
         assert_eq!(a.action, Action::Create, "another lineage is never adopted");
         assert_eq!(plan.foreign.len(), 1);
-        insta::assert_snapshot!("plan_with_found_and_foreign", super::super::render(&plan));
+        insta::assert_snapshot!(
+            "plan_with_found_and_foreign",
+            crate::cli::view::text::render(&plan)
+        );
         // A state that records a machine: the other lineage is another project's.
         let mut stale = empty.clone();
         stale.resources.insert(

@@ -26,6 +26,7 @@ pub(super) struct Decoded {
 /// [`compute_with`](super::compute_with).
 pub struct ReadAhead<'s> {
     pub(super) by_address: BTreeMap<&'s str, Decoded>,
+    state: &'s StateFile,
 }
 
 impl<'s> ReadAhead<'s> {
@@ -67,12 +68,45 @@ impl<'s> ReadAhead<'s> {
         // In address order already, so the map is built without a search per record.
         ReadAhead {
             by_address: decoded.into_iter().collect(),
+            state,
         }
     }
 
     /// The decoded record of `address` (`None` when the state has none).
     pub(super) fn get(&self, address: &str) -> Option<&Decoded> {
         self.by_address.get(address)
+    }
+
+    /// The clouds the records hold something on (an instance, or side resources being
+    /// torn down), by name, once each: every one needs its adapter in a run, whether the
+    /// config still names it or not. A record that does not decode names none (the plan
+    /// refuses it with its own diagnostic).
+    pub fn clouds(&self) -> std::collections::BTreeSet<String> {
+        let mut out = std::collections::BTreeSet::new();
+        for (address, d) in &self.by_address {
+            // A ready machine, the common record, is read in place rather than cloned.
+            let owned = match &d.was {
+                Ok(Recorded::Launch(crate::vm::LaunchState::Ready { vm })) => {
+                    if !out.contains(&vm.location.cloud) {
+                        out.insert(vm.location.cloud.clone());
+                    }
+                    continue;
+                }
+                Ok(Recorded::Launch(s)) => s.owned(),
+                Ok(Recorded::Teardown(s)) => s.owned(),
+                // The plan reads a cluster in progress without its VM: the record has it.
+                Ok(Recorded::K3sPending { .. }) => self
+                    .state
+                    .resources
+                    .get(*address)
+                    .and_then(|r| r.machine.owned().ok().flatten()),
+                Err(_) => None,
+            };
+            if let Some(o) = owned {
+                out.insert(o.location.cloud);
+            }
+        }
+        out
     }
 }
 

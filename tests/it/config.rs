@@ -35,7 +35,7 @@ fn committed_schema_is_current() {
 /// validate) are generated from their types.
 #[test]
 fn committed_output_schemas_are_current() {
-    for (name, fresh) in gpuprov::cli::json::schemas() {
+    for (name, fresh) in gpuprov::cli::view::json::schemas() {
         let path = root().join("schemas").join(name);
         if std::env::var_os("GPUPROV_UPDATE_SCHEMAS").is_some() {
             std::fs::write(&path, &fresh).unwrap();

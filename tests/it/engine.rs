@@ -437,7 +437,7 @@ mod preemption {
             "priced at the offer tried first"
         );
         assert_eq!(p.hourly_cost_after, 35.0);
-        let shown = plan::render(&p);
+        let shown = gpuprov::cli::view::text::render(&p);
         assert!(shown.contains("# vm.trainer will be created"), "{shown}");
         assert!(
             shown.contains("east  $30.00/h  (preempted here recently: moved last)"),
@@ -496,7 +496,7 @@ mod preemption {
         let c = &p.changes[0];
         assert_eq!(c.action, Action::Replace, "{c:?}");
         assert!(c.preempted_now);
-        assert!(plan::render(&p).contains("# vm.trainer must be replaced"));
+        assert!(gpuprov::cli::view::text::render(&p).contains("# vm.trainer must be replaced"));
         assert_eq!(c.offers.len(), 1, "the only offer is kept");
         assert!(c.offers[0].preempted);
 

@@ -106,6 +106,12 @@ pub struct Board {
     interrupt: u8,
 }
 
+/// The phases of the machines' failed ends: the launch's `aborted`, `exhausted`,
+/// `leaked` and `unowned`, the k3s machine's `failed`, the teardown's `leaked`, a shared
+/// object's `failed: …` and `leaked: …` (labels without a phase read by their first word).
+/// Only these count as failed: an end the board does not know is not a failure.
+const FAILED_PHASES: &[&str] = &["aborted", "exhausted", "failed", "leaked", "unowned"];
+
 /// Lines kept free below a live screen: the cursor's line (a full screen would scroll).
 const SPARE_LINES: usize = 1;
 
@@ -148,7 +154,6 @@ impl Board {
     /// Folds one executor event in at `now`. Returns whether the machine's phase or
     /// status changed (a transition the plain log prints).
     pub fn event(&mut self, ev: &Progress, now: Duration) -> bool {
-        let goal = self.verb.goal();
         match ev {
             Progress::Transition {
                 key,
@@ -161,9 +166,11 @@ impl Board {
                 let phase = phase_of(facts, label);
                 let status = match (*terminal, phase.as_str()) {
                     (false, _) => Status::Working,
-                    (true, p) if p == goal || p == "ready" || p == "destroyed" => Status::Done,
                     (true, "interrupted") => Status::Interrupted,
-                    (true, _) => Status::Failed,
+                    (true, p) if FAILED_PHASES.contains(&p) => Status::Failed,
+                    // Any other end reached its goal: a machine `ready` or `destroyed`, a
+                    // shared key `ready …` or `using existing …`, one `released …`.
+                    (true, _) => Status::Done,
                 };
                 let changed = phase != r.phase || status != r.status;
                 if phase != r.phase {

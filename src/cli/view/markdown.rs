@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Action, Change, Plan};
+use crate::plan::{Action, Change, Plan};
 
 /// A table cell's text: pipes escaped and on one line, so no value can break the table.
 fn cell(s: &str) -> String {
@@ -215,8 +215,8 @@ pub fn render(plan: &Plan) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{AttrChange, NoOffer, NoOfferReason, OfferLine};
     use super::*;
+    use crate::plan::{AttrChange, NoOffer, NoOfferReason, OfferLine};
 
     fn offer(id: &str, location: &str, itype: &str, price: f64) -> OfferLine {
         OfferLine {

@@ -620,7 +620,7 @@ mod tests {
             serde_json::json!(["vm.a", "vm.b", "vm.c"])
         );
 
-        let md = crate::plan::markdown::render(&plan);
+        let md = super::super::markdown::render(&plan);
         assert!(
             md.contains(
                 "| `shared.digitalocean.ssh_key` | create once | digitalocean | ssh_key | – | used by vm.a, vm.b, vm.c |"
