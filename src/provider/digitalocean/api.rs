@@ -90,6 +90,9 @@ pub(super) struct Action {
 pub(super) struct Droplet {
     pub id: i64,
     pub status: String,
+    /// `name`: `gpuprov-<vm>-<lineage8>` for the droplets gpuprov creates.
+    #[serde(default)]
+    pub name: Option<String>,
     #[serde(default)]
     pub networks: Networks,
     #[serde(default)]
@@ -107,7 +110,7 @@ pub(super) struct Droplet {
     pub size: Option<DropletSize>,
 }
 
-/// The part of a droplet's `size` that `list` reports.
+/// The part of a droplet's `size` the listing reports.
 #[derive(Debug, Clone, Deserialize)]
 pub(super) struct DropletSize {
     #[serde(default)]

@@ -26,11 +26,13 @@
 //!   `gpuprov-vm-name:<vm>`, `gpuprov-lineage:<lineage>` and the firewall tag (tag names
 //!   allow only letters, digits, `_`, `-` and `:`, so `:` replaces the `=` of the identity
 //!   convention), with the key and the boot script as cloud-init `user_data`.
-//! - `observe`: GPU droplets are listed only with `type=gpus`, which cannot be combined
-//!   with `tag_name` (spec parameter `droplet_type`; also a field report). So `observe`
-//!   lists `GET /v2/droplets?type=gpus` and filters by tags here, and lists
-//!   `GET /v2/droplets?tag_name=gpuprov-vm-name:<vm>` for non-GPU droplets; both are then
-//!   filtered by region slug (exact) and both identity tags.
+//! - `instances` (the listing `observe`, `observe_location` and `list` read): GPU droplets
+//!   are listed only with `type=gpus`, which cannot be combined with `tag_name` (spec
+//!   parameter `droplet_type`; also a field report). So it lists
+//!   `GET /v2/droplets?type=gpus`, and non-GPU droplets with
+//!   `GET /v2/droplets?tag_name=gpuprov-vm-name:<vm>` for one VM or `GET /v2/droplets`
+//!   for all; both filtered by region slug (exact). The identity is the droplet's tags
+//!   (else its name), judged by the core's one rule.
 //! - `delete`: `DELETE /v2/droplets/{id}` (404 = already gone); `cleanup` deletes the
 //!   per-VM firewall, then its tag (`DELETE /v2/tags/{name}`; 404 = already gone). The
 //!   project key is not the machine's (see `ssh_key` above). DigitalOcean documents no "still in use" answer for either
@@ -76,6 +78,7 @@
 
 mod api;
 mod doctl;
+mod droplets;
 mod errors;
 mod firewall;
 mod sizes;
@@ -87,8 +90,9 @@ use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
-use api::{Action, Droplet, Region, Size, SshKey};
+use api::{Droplet, Region, Size, SshKey};
 pub use doctl::{doctl_config_paths, find_token, token_from_doctl_config};
+use droplets::seen_at;
 pub use errors::{
     classify, ApiError, RateHeaders, Scope, REGION_UNAVAILABLE_PHRASES, SIZE_UNAVAILABLE_PHRASES,
 };
@@ -100,9 +104,8 @@ use super::kit::paginate::{all_pages, page_of_link, Cursor, Next};
 use super::kit::{self, gpu, Adapter, Auth, Call, Credential, RestClient, Source};
 use super::{
     object_name, project_key_name, Capabilities, CloudProvider, EndpointClass, ErrorKind, Feature,
-    InstanceSpec, InstanceStatus, Lineage, Listed, Location, Observations, Observed, Offer,
-    ProviderError, RateLimit, ResourceRequest, Result, SharedFound, SharedObject, SshEndpoint,
-    IDENTITY_LABEL, LINEAGE_LABEL,
+    InstanceSpec, Lineage, Location, Offer, ProviderError, RateLimit, ResourceRequest, Result,
+    Seen, SharedFound, SharedObject, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 /// The cloud name.
@@ -177,19 +180,6 @@ pub fn is_valid_tag(tag: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | ':'))
 }
 
-/// Normalised status of a droplet `status` (spec enum `new, active, off, archive`):
-/// `new` → Pending, `active` → Running, `off` → Stopped, `archive` → Failed (DigitalOcean
-/// archived it; it takes no SSH and must be deleted), anything else → Failed naming it.
-fn status_of(s: &str) -> InstanceStatus {
-    match s {
-        "new" => InstanceStatus::Pending,
-        "active" => InstanceStatus::Running,
-        "off" => InstanceStatus::Stopped,
-        "archive" => InstanceStatus::Failed("archived by DigitalOcean".into()),
-        other => InstanceStatus::Failed(format!("unknown DigitalOcean status `{other}`")),
-    }
-}
-
 /// The value at `pointer` of a response, or `Failed` naming the call and `field`.
 fn field<'v, T>(
     v: &'v Value,
@@ -221,10 +211,12 @@ impl DigitalOceanProvider {
         let place = Source::Other(settings.token_source.clone());
         let credential = Credential::found(settings.token.as_ref(), place);
         let endpoint = settings.endpoint.as_deref();
-        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities()).with_credential(
-            credential.as_ref(),
-            std::slice::from_ref(&settings.token_source),
-        );
+        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
+            .with_credential(
+                credential.as_ref(),
+                std::slice::from_ref(&settings.token_source),
+            )
+            .with_lineage(&settings.lineage);
         let missing = format!(
             "no DigitalOcean token: set {TOKEN_ENV} or log in with `doctl auth init` \
              (looked in: {})",
@@ -272,7 +264,14 @@ impl DigitalOceanProvider {
                     SOURCE,
                 ),
             ],
-            ..kit::adapter::vm_capabilities(&[BootScript, Firewall, Gpu, Kubernetes, Start])
+            ..kit::adapter::vm_capabilities(&[
+                BootScript,
+                Firewall,
+                Gpu,
+                Kubernetes,
+                Start,
+                SharedObjects,
+            ])
         }
     }
 
@@ -288,39 +287,6 @@ impl DigitalOceanProvider {
     /// The lineage tag: `gpuprov-lineage:<lineage>`.
     pub fn lineage_tag(lineage: &Lineage) -> String {
         format!("{LINEAGE_LABEL}:{lineage}")
-    }
-
-    /// The droplets of this lineage at `at.region` per VM (see `observe_location`):
-    /// `GET /v2/droplets?type=gpus` and `GET /v2/droplets?tag_name=<tag>`, where `tag` is
-    /// one VM's identity tag (`observe`) or the lineage tag (`observe_location`); a
-    /// droplet counts for each VM an identity tag of it names when [`is_ours`] holds.
-    async fn observations(&self, at: &Location, tag: String) -> Result<Observations> {
-        let mut out = Observations::new();
-        if at.cloud != CLOUD {
-            return Ok(out);
-        }
-        let path = DROPLETS;
-        let gpus = [("type", "gpus".to_string())];
-        let gpus: Vec<Droplet> = self
-            .list_all(path, "droplets", &gpus, "list GPU droplets")
-            .await?;
-        let tag = [("tag_name", tag)];
-        let tagged: Vec<Droplet> = self
-            .list_all(path, "droplets", &tag, "list droplets by tag")
-            .await?;
-        let mut seen = std::collections::BTreeSet::new();
-        let prefix = format!("{IDENTITY_LABEL}:");
-        for d in gpus.iter().chain(&tagged) {
-            for vm in d.tags.iter().filter_map(|t| t.strip_prefix(&prefix)) {
-                if is_ours(d, &at.region, vm, &self.settings.lineage) && seen.insert((vm, d.id)) {
-                    out.entry(vm.to_string()).or_default().push(observed(d));
-                }
-            }
-        }
-        for seen in out.values_mut() {
-            seen.sort_by_key(|o| o.instance_id.parse::<i64>().unwrap_or_default());
-        }
-        Ok(out)
     }
 
     /// Every item under `key` of a paginated listing: `per_page=200` (the maximum), then
@@ -407,41 +373,6 @@ impl DigitalOceanProvider {
             name: k.name.clone(),
             ours: k.name == project_key_name(self.settings.lineage.as_str(), public_key),
         }
-    }
-}
-
-/// Whether a listed droplet belongs to `vm_name` of `lineage` at `region`: region slug
-/// (exact) and both identity tags.
-fn is_ours(d: &Droplet, region: &str, vm_name: &str, lineage: &Lineage) -> bool {
-    d.region.as_ref().map(|r| r.slug.as_str()) == Some(region)
-        && d.tags
-            .contains(&DigitalOceanProvider::identity_tag(vm_name))
-        && d.tags.contains(&DigitalOceanProvider::lineage_tag(lineage))
-}
-
-/// The value of a droplet's `<key>:<value>` tag (tags stand in for labels here).
-fn tag_value(d: &Droplet, key: &str) -> Option<String> {
-    let prefix = format!("{key}:");
-    d.tags
-        .iter()
-        .find_map(|t| t.strip_prefix(&prefix).map(str::to_string))
-}
-
-fn observed(d: &Droplet) -> Observed {
-    let ssh = d
-        .networks
-        .v4
-        .iter()
-        .find(|n| n.kind == "public" && !n.ip_address.is_empty())
-        .map(|n| SshEndpoint {
-            host: n.ip_address.clone(),
-            port: SSH_PORT,
-            user: Some(SSH_USER.to_string()),
-        });
-    Observed {
-        instance_id: d.id.to_string(),
-        status: status_of(&d.status),
-        ssh,
     }
 }
 
@@ -571,37 +502,14 @@ impl CloudProvider for DigitalOceanProvider {
         Ok(id.to_string())
     }
 
-    /// The VM's droplets in `at.region`: [`observe_location`]'s two listings with the
-    /// narrower `tag_name=gpuprov-vm-name:<vm>` for the non-GPU ones, this VM's entry.
-    /// Status: new → Pending, active → Running, off → Stopped, archive → Failed. SSH
-    /// endpoint: the public IPv4 address, port 22, user `root`.
-    ///
-    /// [`observe_location`]: CloudProvider::observe_location
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
-        let mut all = self.observations(at, Self::identity_tag(vm_name)).await?;
-        Ok(all.remove(vm_name).unwrap_or_default())
-    }
-
-    /// Every VM of this lineage at `at.region` from two listings (each all pages), the
-    /// same for any number of VMs: GPU droplets from `GET /v2/droplets?type=gpus` (the
-    /// only listing that shows them; `type` cannot be combined with `tag_name`, spec
-    /// parameter `droplet_type` of `droplets_list` in
-    /// `vendor-apis/digitalocean/DigitalOcean-public.v2.gpuprov-subset.yaml`), plus
-    /// non-GPU droplets from `GET /v2/droplets?tag_name=gpuprov-lineage:<lineage>` (spec
-    /// parameter `droplet_tag_name`: one exact tag). Each droplet is grouped under its
-    /// `gpuprov-vm-name:` tag and kept when [`is_ours`] holds for that VM, as `observe`
-    /// keeps it; sorted by id.
-    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
-        let lineage = Self::lineage_tag(&self.settings.lineage);
-        self.observations(at, lineage).await.map(Some)
-    }
-
-    /// `GET /v2/droplets?type=gpus` and `GET /v2/droplets` (GPU droplets are listed only
-    /// under `type=gpus`; tags can only be filtered by exact name, so every droplet of the
-    /// account, all pages), keeping those at `at.region` with both identity tags
-    /// (`gpuprov-vm-name:NAME`, `gpuprov-lineage:LINEAGE`), with `size_slug`, `created_at`
-    /// and `size.price_hourly`.
-    async fn list(&self, at: &Location) -> Result<Vec<Listed>> {
+    /// GPU droplets from `GET /v2/droplets?type=gpus` (the only listing that shows them;
+    /// `type` cannot be combined with `tag_name`, spec parameter `droplet_type` of
+    /// `droplets_list` in `vendor-apis/digitalocean/DigitalOcean-public.v2.gpuprov-subset.yaml`),
+    /// plus non-GPU droplets from `GET /v2/droplets?tag_name=gpuprov-vm-name:<vm>` for
+    /// `only_vm` (spec parameter `droplet_tag_name`: one exact tag), else
+    /// `GET /v2/droplets` (every one, whatever its lineage); each all pages, the same two
+    /// calls for any number of VMs. Those in `at.region` ([`seen_at`]).
+    async fn instances(&self, at: &Location, only_vm: Option<&str>) -> Result<Vec<Seen>> {
         if at.cloud != CLOUD {
             return Ok(vec![]);
         }
@@ -609,31 +517,19 @@ impl CloudProvider for DigitalOceanProvider {
         let mut all: Vec<Droplet> = self
             .list_all(DROPLETS, "droplets", &gpus, "list GPU droplets")
             .await?;
+        let tag: Vec<(&str, String)> = only_vm
+            .map(|vm| ("tag_name", Self::identity_tag(vm)))
+            .into_iter()
+            .collect();
         let others: Vec<Droplet> = self
-            .list_all(DROPLETS, "droplets", &[], "list droplets")
+            .list_all(DROPLETS, "droplets", &tag, "list droplets")
             .await?;
         for d in others {
             if !all.iter().any(|g| g.id == d.id) {
                 all.push(d);
             }
         }
-        let tag = tag_value;
-        let mut out: Vec<Listed> = all
-            .iter()
-            .filter(|d| d.region.as_ref().map(|r| r.slug.as_str()) == Some(at.region.as_str()))
-            .filter_map(|d| {
-                Some(Listed {
-                    vm_name: tag(d, IDENTITY_LABEL)?,
-                    lineage: tag(d, LINEAGE_LABEL)?,
-                    observed: observed(d),
-                    instance_type: d.size_slug.clone(),
-                    created_at: d.created_at,
-                    price_per_hour: d.size.as_ref().and_then(|s| s.price_hourly),
-                })
-            })
-            .collect();
-        out.sort_by_key(|l| l.observed.instance_id.parse::<i64>().unwrap_or_default());
-        Ok(out)
+        Ok(all.iter().filter_map(|d| seen_at(d, &at.region)).collect())
     }
 
     /// `DELETE /v2/droplets/{id}` for each id. An unknown droplet (404) is success, and so
@@ -739,59 +635,6 @@ impl CloudProvider for DigitalOceanProvider {
     /// droplet that no longer exists (404), or one `archive`d, is `Failed`: there is
     /// nothing to start.
     async fn start(&self, at: &Location, _vm_name: &str, instance_id: &str) -> Result<()> {
-        let gone = |why: &str| {
-            ProviderError::new(
-                ErrorKind::Failed,
-                format!("digitalocean start droplet {instance_id}: {why}"),
-            )
-        };
-        let Ok(n) = instance_id.trim().parse::<u64>() else {
-            return Err(gone("not a droplet id"));
-        };
-        let what = format!("start droplet {n}");
-        let call = Call::other(&what).in_region(&at.region);
-        let path = format!("/v2/droplets/{n}");
-        let v = match self.api.send(Method::GET, &path, &[], None).await {
-            Ok(v) => v,
-            Err(f) if errors::is_not_found(&f) => return Err(gone("it no longer exists")),
-            Err(f) => return Err(self.api.fail(&f, Call::other(&what))),
-        };
-        match field(
-            &v,
-            "/droplet/status",
-            Value::as_str,
-            &what,
-            "droplet status",
-        )? {
-            "new" | "active" => return Ok(()),
-            "off" => {}
-            other => return Err(gone(&format!("its status is `{other}`"))),
-        }
-        let body = json!({ "type": "power_on" });
-        let actions = format!("{path}/actions");
-        match self
-            .api
-            .send(Method::POST, &actions, &[], Some(&body))
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(f) if errors::is_not_found(&f) => Err(gone("it no longer exists")),
-            // The droplet stays `off` until its power_on completes, so a start repeated
-            // meanwhile is refused ("Droplet already has a pending event."): success when
-            // a power_on is in progress.
-            Err(f) if f.http_status() == Some(422) => {
-                let listing = format!("list actions of droplet {n}");
-                let listed: Vec<Action> = self.list_all(&actions, "actions", &[], &listing).await?;
-                if listed
-                    .iter()
-                    .any(|a| a.kind == "power_on" && a.status == "in-progress")
-                {
-                    Ok(())
-                } else {
-                    Err(self.api.fail(&f, call))
-                }
-            }
-            Err(f) => Err(self.api.fail(&f, call)),
-        }
+        self.power_on(&at.region, instance_id).await
     }
 }

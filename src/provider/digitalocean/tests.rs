@@ -1,9 +1,11 @@
 //! Unit tests of the DigitalOcean adapter's mapping.
 
-use super::api::GpuInfo;
+use super::api::{DropletRegion, GpuInfo, NetworkV4, Networks};
+use super::droplets::status_of;
 use super::*;
 use crate::provider::kit::testing::ask;
 use crate::provider::kit::CredentialReport;
+use crate::provider::{InstanceStatus, Naming};
 
 /// [`offers_for`] in the core's order (`vm::offers::order`).
 fn planned(sizes: &[Size], regions: &[Region], req: &ResourceRequest) -> Vec<Offer> {
@@ -121,6 +123,56 @@ fn statuses_map() {
     assert_eq!(status_of("off"), InstanceStatus::Stopped);
     assert!(matches!(status_of("archive"), InstanceStatus::Failed(_)));
     assert!(matches!(status_of("weird"), InstanceStatus::Failed(_)));
+}
+
+#[test]
+fn listing_shows_tags_name_size_and_price_in_the_region_only() {
+    let lin = "0f0e0d0c-1111-4222-8333-444455556666";
+    let droplet = |region: &str, tags: &[&str]| Droplet {
+        id: 7,
+        status: "active".into(),
+        name: Some("gpuprov-a-0f0e0d0c".into()),
+        networks: Networks {
+            v4: vec![NetworkV4 {
+                ip_address: "192.0.2.7".into(),
+                kind: "public".into(),
+            }],
+        },
+        region: Some(DropletRegion {
+            slug: region.into(),
+        }),
+        tags: tags.iter().map(|t| t.to_string()).collect(),
+        size_slug: Some("gpu-h100x1-80gb".into()),
+        created_at: Some("2026-11-30T20:00:00Z".parse().unwrap()),
+        size: Some(api::DropletSize {
+            price_hourly: Some(3.39),
+        }),
+    };
+    let lineage_tag = format!("{LINEAGE_LABEL}:{lin}");
+    let both = [&format!("{IDENTITY_LABEL}:a"), lineage_tag.as_str(), "fw"];
+    let seen = seen_at(&droplet("nyc1", &both), "nyc1").unwrap();
+    assert_eq!(seen.instance_id, "7");
+    assert_eq!(seen.status, InstanceStatus::Running);
+    assert_eq!(seen.identity.vm.as_deref(), Some("a"));
+    assert_eq!(seen.identity.lineage.as_deref(), Some(lin));
+    assert_eq!(seen.identity.name.as_deref(), Some("gpuprov-a-0f0e0d0c"));
+    assert_eq!(seen.identity.naming, Naming::Object);
+    assert_eq!(seen.instance_type.as_deref(), Some("gpu-h100x1-80gb"));
+    assert_eq!(seen.price_per_hour, Some(3.39));
+    assert!(seen.created_at.is_some());
+    let ssh = seen.ssh.unwrap();
+    assert_eq!((ssh.host.as_str(), ssh.port), ("192.0.2.7", SSH_PORT));
+    assert_eq!(
+        seen_at(&droplet("nyc13", &both), "nyc1"),
+        None,
+        "region slugs compare whole"
+    );
+    let untagged = seen_at(&droplet("nyc1", &["fw"]), "nyc1").unwrap();
+    assert_eq!(
+        (untagged.identity.vm, untagged.identity.lineage),
+        (None, None),
+        "a tag that is not `<label>:` shows no identity"
+    );
 }
 
 #[test]

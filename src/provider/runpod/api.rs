@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::SSH_USER;
-use crate::provider::{InstanceStatus, SshEndpoint};
+use super::{ENV_DATA_CENTER, ENV_LINEAGE, ENV_VM_NAME, SSH_USER};
+use crate::provider::{InstanceStatus, Naming, Seen, Shown, SshEndpoint};
 
 #[derive(Debug, Clone, Deserialize)]
 pub(super) struct GpuList {
@@ -91,6 +91,22 @@ pub(super) struct Pod {
     pub(super) ssh: Option<PodSsh>,
     #[serde(default)]
     pub(super) runtime: Option<PodRuntime>,
+    /// `gpu`: present for GPU pods.
+    #[serde(default)]
+    pub(super) gpu: Option<PodGpu>,
+    /// `cost`: USD per hour (0.0 when `EXITED`).
+    #[serde(default)]
+    pub(super) cost: Option<f64>,
+    /// `createdAt` (date-time), read leniently.
+    #[serde(default, rename = "createdAt")]
+    pub(super) created_at: Option<String>,
+}
+
+/// `GpuConfig` of a pod: the GPU type id (the offers' instance type).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(default)]
+pub(super) struct PodGpu {
+    pub(super) id: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -215,5 +231,33 @@ pub(super) fn ssh_endpoint(p: &Pod) -> Option<SshEndpoint> {
             port,
             user: Some(SSH_USER.to_string()),
         })
+    })
+}
+
+/// A listed pod as the contract's listing shows it, when it runs at data centre `region`
+/// (`dataCenterId`, else the one asked for at create, `GPUPROV_DATA_CENTER`; ids compare
+/// whole, ignoring case: `US-KS-2` ≠ `US-KS-20`) or has neither (seen everywhere rather
+/// than missed: a missed pod would be created twice), and is not `TERMINATED`. The
+/// identity is the env `GPUPROV_VM_NAME` and `GPUPROV_LINEAGE` (pods have no tags), and
+/// the name `gpuprov-<vm>-<lineage8>`; type = the GPU type id, price = `cost`, with the
+/// direct SSH endpoint once `22/tcp` is mapped (none before: the core keeps waiting).
+pub(super) fn seen_at(p: &Pod, region: &str) -> Option<Seen> {
+    let dc = p
+        .data_center_id
+        .as_deref()
+        .filter(|d| !d.is_empty())
+        .or_else(|| p.env(ENV_DATA_CENTER));
+    if dc.is_some_and(|d| !d.eq_ignore_ascii_case(region)) {
+        return None;
+    }
+    let name = Some(p.name.as_str()).filter(|n| !n.is_empty());
+    let identity =
+        Shown::labels(p.env(ENV_VM_NAME), p.env(ENV_LINEAGE)).named(name, Naming::Object);
+    Some(Seen {
+        ssh: ssh_endpoint(p),
+        instance_type: p.gpu.as_ref().and_then(|g| g.id.clone()),
+        price_per_hour: p.cost,
+        created_at: p.created_at.as_deref().and_then(|t| t.parse().ok()),
+        ..Seen::new(p.id.clone(), status_of(&p.status)?, identity)
     })
 }

@@ -41,9 +41,11 @@
 //!   between prepare and create. Pods have no tags or labels: the identity is the name
 //!   `gpuprov-<vm>-<lineage8>` plus `env` `GPUPROV_VM_NAME`, `GPUPROV_LINEAGE` and
 //!   `GPUPROV_DATA_CENTER` (`Pod.env` is returned by every read).
-//! - `observe`: `GET /v2/pods` (no filter exists), kept when the identity env matches (or,
-//!   for a pod without it, the name) and the pod's data centre (`dataCenterId`, null until
-//!   the scheduler assigns it, else `GPUPROV_DATA_CENTER`) is the location's region.
+//! - `instances` (the listing `observe`, `observe_location` and `list` read):
+//!   `GET /v2/pods` (no filter exists), kept when the pod's data centre (`dataCenterId`,
+//!   null until the scheduler assigns it, else `GPUPROV_DATA_CENTER`; a pod with neither
+//!   is seen everywhere rather than missed and created twice) is the location's region.
+//!   The identity is the env (else the name), judged by the core's one rule.
 //! - `delete`: `DELETE /v2/pods/{id}` (`204`; `404` is success). `cleanup` has nothing to
 //!   do: a pod has no side resources, and the project key is the shared object's (the
 //!   core removes it after the last pod).
@@ -78,11 +80,12 @@
 //! exhausted window of the `RateLimit` header), classified `Transient` with the delay.
 
 mod api;
+mod credentials;
 mod errors;
+mod offers;
 #[cfg(test)]
 mod tests;
 
-use std::path::Path;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -93,16 +96,18 @@ use serde_json::{json, Value};
 /// The credential; its `Debug` never shows the value.
 pub use super::Secret as ApiKey;
 pub use api::Tier;
-use api::{encode_segment, ssh_endpoint, status_of, GpuList, GpuType, Pod, PodList, SshKeys};
+use api::{encode_segment, seen_at, GpuList, GpuType, Pod, PodList, SshKeys};
+pub use credentials::{api_key_from_config, find_api_key};
 pub use errors::{classify, ApiError, Call, CLASSIFIER};
+pub use offers::gpu_matches;
+use offers::offers_for;
 
-use super::kit::gpu::norm;
 use super::kit::keys::key_value;
-use super::kit::{self, Adapter, Auth, Credential, Lookup, RestClient, Source};
+use super::kit::{self, Adapter, Auth, Credential, RestClient, Source};
 use super::{
     project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage,
-    Location, Observations, Observed, Offer, ProviderError, RateLimit, ResourceRequest, Result,
-    SharedFound, SharedObject,
+    Location, Offer, ProviderError, RateLimit, ResourceRequest, Result, Seen, SharedFound,
+    SharedObject,
 };
 
 /// The cloud name.
@@ -141,44 +146,6 @@ pub struct RunpodSettings {
     pub endpoint: Option<String>,
 }
 
-/// The API key in a RunPod CLI configuration file's text: top-level `apiKey` (runpodctl;
-/// its keys are case-insensitive), else `api_key` of the `[default]` profile
-/// (runpod-python's `runpod config`). `None` when the text is not TOML or holds neither.
-pub fn api_key_from_config(text: &str) -> Option<String> {
-    let table: toml::Table = text.parse().ok()?;
-    let str_of = |v: &toml::Value| {
-        v.as_str()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-    };
-    table
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("apikey"))
-        .and_then(|(_, v)| str_of(v))
-        .or_else(|| {
-            table
-                .get("default")
-                .and_then(|d| d.get("api_key"))
-                .and_then(str_of)
-        })
-}
-
-/// The API key and where it came from: `env_value` (the value of `RUNPOD_API_KEY`) when
-/// non-empty, else `<home>/.runpod/config.toml` (through [`kit::Lookup`]). Without a key,
-/// the source names every place looked at. Never puts the key (or file text that may
-/// hold it) in the source.
-pub fn find_api_key(env_value: Option<String>, home: Option<&Path>) -> (Option<ApiKey>, String) {
-    let file = home.map(|h| h.join(CONFIG_FILE));
-    let (found, looked) = Lookup::new()
-        .env_value(API_KEY_ENV, env_value)
-        .file(file.as_deref(), api_key_from_config)
-        .finish();
-    match found {
-        Some(c) => (Some(c.secret), c.source.to_string()),
-        None => (None, looked.join(", ")),
-    }
-}
-
 impl RunpodSettings {
     /// Settings from `[cloud.runpod] endpoint` and the environment: endpoint precedence
     /// `GPUPROV_RUNPOD_ENDPOINT` (non-empty) > `endpoint` > [`DEFAULT_ENDPOINT`]; the key
@@ -202,148 +169,19 @@ pub struct RunpodProvider {
     adapter: Adapter,
 }
 
-/// Whether the ask's GPU model `want` names the catalog type `id` / `name`: the type id
-/// exactly (ignoring case, `NVIDIA H100 80GB HBM3`), the name ignoring case and
-/// punctuation (`rtx4090` = `RTX 4090`), or the name's leading words (`H100` names
-/// `H100 SXM`, `H100 PCIe` and `H100 NVL`; whole words only, so `L40` never names `L40S`
-/// and `A40` never names `A4000`).
-pub fn gpu_matches(want: &str, id: &str, name: &str) -> bool {
-    let want = want.trim();
-    if want.is_empty() {
-        return false;
-    }
-    if want.eq_ignore_ascii_case(id) || kit::gpu::same_model(want, name) {
-        return true;
-    }
-    let w: Vec<String> = want.split_whitespace().map(norm).collect();
-    let n: Vec<String> = name.split_whitespace().map(norm).collect();
-    n.len() > w.len() && n[..w.len()] == w[..]
-}
-
-/// Whether a listed pod belongs to `vm_name` of `lineage` at data centre `region`: both
-/// identity env values (or, for a pod without them, the gpuprov name), and the data
-/// centre — `dataCenterId`, else the one asked for at create (`GPUPROV_DATA_CENTER`); a
-/// pod with neither is seen everywhere rather than missed (a missed pod would be created
-/// twice). Data centre ids compare as whole ids, ignoring case (`US-KS-2` ≠ `US-KS-20`).
-fn is_ours(p: &Pod, region: &str, vm_name: &str, lineage: &Lineage) -> bool {
-    let identity = match (p.env(ENV_VM_NAME), p.env(ENV_LINEAGE)) {
-        (Some(vm), Some(lin)) => vm == vm_name && *lineage == *lin,
-        (None, None) => p.name == super::object_name(vm_name, lineage),
-        _ => false,
-    };
-    let dc = p
-        .data_center_id
-        .as_deref()
-        .filter(|d| !d.is_empty())
-        .or_else(|| p.env(ENV_DATA_CENTER));
-    identity && dc.is_none_or(|d| d.eq_ignore_ascii_case(region))
-}
-
-/// The VM a listed pod is for under `lineage`: its identity env, or without identity env
-/// the VM its [`super::object_name`] names. Whether it is that VM's is [`is_ours`]'s call.
-fn vm_of<'p>(p: &'p Pod, lineage: &Lineage) -> Option<&'p str> {
-    match p.env(ENV_VM_NAME) {
-        Some(vm) => Some(vm),
-        None => super::vm_of_object_name(&p.name, lineage),
-    }
-}
-
-/// Offers of the catalog (`(tier, gpu types)` per tier, secure first) for the ask, in
-/// the catalog's order; the core orders them ([`crate::provider::offers::order`]), keeping a
-/// secure offer ahead of the community one of the same type, data centre and price.
-/// Regions match data centre ids as whole ids, ignoring case.
-fn offers_for(catalog: &[(Tier, Vec<GpuType>)], req: &ResourceRequest, count: u32) -> Vec<Offer> {
-    let mut offers = Vec::new();
-    for (tier, gpus) in catalog {
-        for g in gpus {
-            if !g.in_tier(*tier) || g.max_count(*tier) < count {
-                continue;
-            }
-            if let Some(want) = &req.gpu {
-                if !gpu_matches(want, &g.id, &g.name) {
-                    continue;
-                }
-            }
-            for dc in g.stocked() {
-                if !req.regions.is_empty()
-                    && !req.regions.iter().any(|r| r.eq_ignore_ascii_case(&dc.id))
-                {
-                    continue;
-                }
-                offers.push(Offer {
-                    id: format!(
-                        "{CLOUD}/{}/{}/{}",
-                        dc.id,
-                        tier.as_api().to_ascii_lowercase(),
-                        g.id
-                    ),
-                    location: Location {
-                        cloud: CLOUD.to_string(),
-                        region: dc.id.clone(),
-                        zone: None,
-                    },
-                    instance_type: g.id.clone(),
-                    gpu: Some(g.name.clone()),
-                    gpu_count: count,
-                    spot: false,
-                    price_per_hour: g.price(*tier) * count as f64,
-                    detail: json!({
-                        "tier": tier.as_api(),
-                        "gpu_type_id": g.id,
-                        "availability": dc.availability,
-                    }),
-                    facts: Default::default(),
-                });
-            }
-        }
-    }
-    offers
-}
-
 impl RunpodProvider {
-    /// This lineage's pods at `at.region` per VM (of `vm` only when given), from one
-    /// `GET /v2/pods`, except `TERMINATED` ones, each VM's sorted by id.
-    async fn observations(&self, at: &Location, vm: Option<&str>) -> Result<Observations> {
-        let mut out = Observations::new();
-        if at.cloud != CLOUD {
-            return Ok(out);
-        }
-        let list: PodList = self
-            .api
-            .get("/v2/pods", &[], Call::Other.what("list pods"))
-            .await?;
-        let lineage = &self.settings.lineage;
-        for p in &list.pods {
-            let Some(of) = vm_of(p, lineage).filter(|v| vm.is_none_or(|vm| vm == *v)) else {
-                continue;
-            };
-            if !is_ours(p, &at.region, of, lineage) {
-                continue;
-            }
-            if let Some(status) = status_of(&p.status) {
-                out.entry(of.to_string()).or_default().push(Observed {
-                    instance_id: p.id.clone(),
-                    status,
-                    ssh: ssh_endpoint(p),
-                });
-            }
-        }
-        for seen in out.values_mut() {
-            seen.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-        }
-        Ok(out)
-    }
-
     /// An adapter for `settings`: one bearer-auth [`RestClient`] with RunPod's decoder and
     /// table. Never fails and does no I/O.
     pub fn new(settings: RunpodSettings) -> RunpodProvider {
         let place = Source::Other(settings.key_source.clone());
         let credential = Credential::found(settings.api_key.as_ref(), place);
         let endpoint = settings.endpoint.as_deref();
-        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities()).with_credential(
-            credential.as_ref(),
-            std::slice::from_ref(&settings.key_source),
-        );
+        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
+            .with_credential(
+                credential.as_ref(),
+                std::slice::from_ref(&settings.key_source),
+            )
+            .with_lineage(&settings.lineage);
         let missing = format!(
             "no RunPod API key: set {API_KEY_ENV} or run `runpodctl config --apiKey …` \
              (looked in: {})",
@@ -383,7 +221,7 @@ impl RunpodProvider {
                 RateLimit::all(3000, Duration::from_secs(3600), SOURCE),
                 RateLimit::all(50_000, Duration::from_secs(86_400), SOURCE),
             ],
-            ..kit::adapter::vm_capabilities(&[Feature::Gpu, Feature::Start])
+            ..kit::adapter::vm_capabilities(&[Feature::Gpu, Feature::Start, Feature::SharedObjects])
         }
     }
 
@@ -699,22 +537,22 @@ impl CloudProvider for RunpodProvider {
         Ok(pod.id)
     }
 
-    /// `GET /v2/pods`, keeping this VM's pods at `at.region` (see [`is_ours`]) except
-    /// `TERMINATED` ones, sorted by id, with the direct SSH endpoint once the pod's `22/tcp`
-    /// is mapped (none before: the core keeps waiting): the listing of
-    /// [`observe_location`](CloudProvider::observe_location), this VM's entry.
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
-        let mut all = self.observations(at, Some(vm_name)).await?;
-        Ok(all.remove(vm_name).unwrap_or_default())
-    }
-
-    /// Every VM of this lineage at `at.region` from one `GET /v2/pods` (its only query
-    /// parameter is `includeClusterPods`: `vendor-apis/runpod/api-reference-v2/openapi.json`,
-    /// no filter by env, name or data centre), each
-    /// pod under the VM its `GPUPROV_VM_NAME` env (or, without identity env, its
-    /// `gpuprov-<vm>-<lineage8>` name) names, kept when [`is_ours`] holds for that VM.
-    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
-        self.observations(at, None).await.map(Some)
+    /// One `GET /v2/pods` (its only query parameter is `includeClusterPods`:
+    /// `vendor-apis/runpod/api-reference-v2/openapi.json`, no filter by env, name or data
+    /// centre), keeping the pods at `at.region` ([`seen_at`]) except `TERMINATED` ones.
+    async fn instances(&self, at: &Location, _only_vm: Option<&str>) -> Result<Vec<Seen>> {
+        if at.cloud != CLOUD {
+            return Ok(vec![]);
+        }
+        let list: PodList = self
+            .api
+            .get("/v2/pods", &[], Call::Other.what("list pods"))
+            .await?;
+        Ok(list
+            .pods
+            .iter()
+            .filter_map(|p| seen_at(p, &at.region))
+            .collect())
     }
 
     /// `DELETE /v2/pods/{id}` for each id; `404` (unknown or already deleted) is success.

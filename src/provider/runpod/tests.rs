@@ -3,7 +3,7 @@
 use super::api::*;
 use super::*;
 use crate::provider::kit::testing::ask;
-use crate::provider::InstanceStatus;
+use crate::provider::{InstanceStatus, Naming};
 
 /// `offers_for` in the order the core applies ([`crate::provider::offers::order`]).
 fn ordered(catalog: &[(Tier, Vec<GpuType>)], req: &ResourceRequest, count: u32) -> Vec<Offer> {
@@ -158,53 +158,70 @@ fn ssh_endpoint_from_direct_then_runtime_ports_and_none_while_unmapped() {
     }
 }
 
+/// The listing shows a pod at the data centre it runs in (or was asked for, before the
+/// scheduler assigns one) with its identity env and name; whose it is, is then the core's
+/// one rule ([`owner`], tested in `identity.rs`): the same cases as before the rule moved.
 #[test]
-fn ownership_needs_identity_and_data_centre() {
+fn listing_shows_identity_env_name_and_data_centre() {
+    use crate::provider::identity::owner;
     let lin: Lineage = "0f0e0d0c-1111-4111-8111-111111111111".parse().unwrap();
     let p = |env: Value, dc: Value, name: &str| {
-        pod(json!({"id": "p", "name": name, "status": "RUNNING", "env": env, "dataCenterId": dc}))
+        pod(
+            json!({"id": "p", "name": name, "status": "RUNNING", "env": env, "dataCenterId": dc,
+            "gpu": {"id": "NVIDIA H100 80GB HBM3", "count": 1}, "cost": 2.99,
+            "createdAt": "2026-03-13T20:00:00Z"}),
+        )
+    };
+    let whose = |pod: &Pod, region: &str| {
+        seen_at(pod, region).and_then(|s| owner(&s.identity, &lin, region))
     };
     let ours = json!({ENV_VM_NAME: "a", ENV_LINEAGE: lin.as_str(), ENV_DATA_CENTER: "US-KS-2"});
-    assert!(is_ours(
-        &p(ours.clone(), json!("US-KS-2"), "x"),
-        "US-KS-2",
-        "a",
-        &lin
-    ));
-    assert!(!is_ours(
-        &p(ours.clone(), json!("US-KS-2"), "x"),
-        "US-KS-20",
-        "a",
-        &lin
-    ));
+    let seen = seen_at(&p(ours.clone(), json!("US-KS-2"), "x"), "us-ks-2").unwrap();
+    assert_eq!(seen.identity.vm.as_deref(), Some("a"));
+    assert_eq!(seen.identity.lineage.as_deref(), Some(lin.as_str()));
+    assert_eq!(seen.identity.name.as_deref(), Some("x"));
+    assert_eq!(seen.identity.naming, Naming::Object);
+    assert_eq!(seen.instance_type.as_deref(), Some("NVIDIA H100 80GB HBM3"));
+    assert_eq!(seen.price_per_hour, Some(2.99));
+    assert!(seen.created_at.is_some());
+    assert_eq!(
+        whose(&p(ours.clone(), json!("US-KS-2"), "x"), "US-KS-2").as_deref(),
+        Some("a")
+    );
+    assert_eq!(
+        seen_at(&p(ours.clone(), json!("US-KS-2"), "x"), "US-KS-20"),
+        None,
+        "data centre ids compare whole"
+    );
     // Not yet scheduled: the data centre asked for at create decides.
-    assert!(is_ours(
-        &p(ours.clone(), Value::Null, "x"),
-        "US-KS-2",
-        "a",
-        &lin
-    ));
-    assert!(!is_ours(&p(ours, Value::Null, "x"), "EU-RO-1", "a", &lin));
+    assert_eq!(
+        whose(&p(ours.clone(), Value::Null, "x"), "US-KS-2").as_deref(),
+        Some("a")
+    );
+    assert_eq!(seen_at(&p(ours, Value::Null, "x"), "EU-RO-1"), None);
+    // Neither: seen everywhere rather than missed.
+    assert!(seen_at(&p(json!({}), Value::Null, "x"), "EU-RO-1").is_some());
     let other = json!({ENV_VM_NAME: "a", ENV_LINEAGE: "zzz"});
-    assert!(!is_ours(
-        &p(other, json!("US-KS-2"), "gpuprov-a-0f0e0d0c"),
-        "US-KS-2",
-        "a",
-        &lin
-    ));
+    assert_eq!(
+        whose(&p(other, json!("US-KS-2"), "gpuprov-a-0f0e0d0c"), "US-KS-2"),
+        None
+    );
     // No identity env: the gpuprov name.
-    assert!(is_ours(
-        &p(json!({}), json!("US-KS-2"), "gpuprov-a-0f0e0d0c"),
-        "US-KS-2",
-        "a",
-        &lin
-    ));
-    assert!(!is_ours(
-        &p(json!({}), json!("US-KS-2"), "mine"),
-        "US-KS-2",
-        "a",
-        &lin
-    ));
+    assert_eq!(
+        whose(
+            &p(json!({}), json!("US-KS-2"), "gpuprov-a-0f0e0d0c"),
+            "US-KS-2"
+        )
+        .as_deref(),
+        Some("a")
+    );
+    assert_eq!(
+        whose(&p(json!({}), json!("US-KS-2"), "mine"), "US-KS-2"),
+        None
+    );
+    let mut gone = p(json!({}), json!("US-KS-2"), "x");
+    gone.status = "TERMINATED".into();
+    assert_eq!(seen_at(&gone, "US-KS-2"), None);
 }
 
 #[test]

@@ -121,6 +121,9 @@ pub(super) struct Instance {
     /// Data volumes (the Go SDK's `volume_ids`).
     #[serde(default)]
     pub volume_ids: Option<Vec<String>>,
+    /// `created_at`: ISO 8601 (the Go SDK's `time.Time`); kept as text, read leniently.
+    #[serde(default)]
+    pub created_at: Option<String>,
 }
 
 /// `Volume` (`GET /volumes`).

@@ -24,7 +24,8 @@
 //!   `image` by image type or id, else the newest Ubuntu + CUDA + Docker one); takes the
 //!   shared key the core prepared (called alone, it finds the key by value or registers
 //!   it itself, as above); and, when the spec has a boot script, finds or creates the
-//!   startup script holding its shell form ([`BootScript::to_shell`]), named
+//!   startup script holding its shell form
+//!   ([`BootScript::to_shell`](super::BootScript::to_shell)), named
 //!   `gpuprov-<vm>-<lineage8>-<location>-<sha8 of the text>`. Returns `{"image",
 //!   "ssh_key_id", "startup_script_id"?}`.
 //! - `create`: `POST /instances` with the type, image, location, key, startup script, an OS
@@ -36,11 +37,12 @@
 //!   tags exist only in the Go SDK (lowercased keys, at most 10, not in the Python SDK), so
 //!   the identity does not rely on them. The answer is the new id as plain text (the Go
 //!   SDK also accepts an `Instance` object; both are read).
-//! - `observe`: `GET /instances` (the API has no tag or name filter), kept by the
-//!   description's identity (or, for an instance without one, the hostname) and the
-//!   location. Status `no_capacity` (the Go SDK's `StatusNoCapacity`) is the create refused
-//!   late for capacity: [`InstanceStatus::Refused`] with kind `Capacity`, so the core fails
-//!   over as if `create` had refused.
+//! - `instances` (the listing `observe`, `observe_location` and `list` read):
+//!   `GET /instances` (the API has no tag or name filter), kept by location; the identity
+//!   is the description's words (else the hostname), judged by the core's one rule. Status
+//!   `no_capacity` (the Go SDK's `StatusNoCapacity`) is the create refused late for
+//!   capacity: [`InstanceStatus::Refused`](super::InstanceStatus::Refused) with kind
+//!   `Capacity`, so the core fails over as if `create` had refused.
 //! - `delete`: the instance action endpoint, `PUT /instances {id: [..], action: "delete",
 //!   volume_ids: [its OS and data volumes], delete_permanently: true}`, for the ids still
 //!   listed. Its two refusals: an instance still being provisioned cannot be discontinued
@@ -70,31 +72,34 @@
 //! a 429 is `Transient` with `Retry-After`.
 
 mod api;
+mod credentials;
 mod errors;
+mod instances;
+mod offers;
+mod scripts;
 #[cfg(test)]
 mod tests;
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use api::{
-    ActionResult, Image, Instance, InstanceType, LocationAvailability, SshKey, StartupScript,
-    Volume,
-};
+use api::{ActionResult, Image, Instance, InstanceType, LocationAvailability, SshKey, Volume};
+pub use credentials::{client_from_credentials_file, credentials_file, find_client};
 pub use errors::CLASSIFIER;
+use instances::{seen_at, status_of};
+use offers::{model_of, offers_for, type_matches};
 
 use super::identity::located_name;
 use super::kit::keys::{self, Registered};
 use super::kit::oauth::ClientCredentials;
-use super::kit::{self, gpu, Adapter, Auth, Call, Credential, Failure, Lookup, RestClient, Source};
+use super::kit::{self, gpu, Adapter, Auth, Call, Credential, Failure, RestClient, Source};
 use super::{
-    object_name, project_key_name, BootScript, Capabilities, CloudProvider, ErrorKind, Feature,
-    InstanceSpec, InstanceStatus, Lineage, Location, Observations, Observed, Offer, ProviderError,
-    ResourceRequest, Result, Secret, SharedFound, SharedObject, IDENTITY_LABEL, LINEAGE_LABEL,
+    object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
+    Lineage, Location, Offer, ProviderError, ResourceRequest, Result, Secret, Seen, SharedFound,
+    SharedObject, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 // The kind of the project key, the one shared object this cloud declares
@@ -140,85 +145,6 @@ pub struct VerdaSettings {
     pub lineage: Lineage,
 }
 
-/// The client id and secret of `profile` in the text of a credentials file (an INI file
-/// with `verda_client_id` / `verda_client_secret` per profile section); `None` unless both
-/// are there.
-pub fn client_from_credentials_file(text: &str, profile: &str) -> Option<(String, String)> {
-    let ini = ini::Ini::load_from_str(text).ok()?;
-    let section = ini.section(Some(profile))?;
-    let get = |k: &str| {
-        section
-            .get(k)
-            .map(|v| v.trim().to_string())
-            .filter(|v| !v.is_empty())
-    };
-    Some((get("verda_client_id")?, get("verda_client_secret")?))
-}
-
-/// The client credentials and where they came from: `VERDA_CLIENT_ID` and
-/// `VERDA_CLIENT_SECRET` (`env_id`, `env_secret`) when both are set, else `profile` of the
-/// credentials file at `file`. Without them, the place names everywhere looked.
-pub fn find_client(
-    env_id: Option<String>,
-    env_secret: Option<String>,
-    file: Option<&Path>,
-    profile: &str,
-) -> (Option<(String, Secret)>, String) {
-    let env_id = env_id
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty());
-    let from_file = |text: &str| client_from_credentials_file(text, profile).map(|c| c.1);
-    let (found, looked) = Lookup::new()
-        .env_value(CLIENT_SECRET_ENV, env_secret.filter(|_| env_id.is_some()))
-        .file(file, from_file)
-        .finish();
-    let id = match found.as_ref().map(|c| &c.source) {
-        Some(Source::Env(_)) => env_id,
-        Some(Source::File(p)) => std::fs::read_to_string(p)
-            .ok()
-            .and_then(|t| client_from_credentials_file(&t, profile))
-            .map(|c| c.0),
-        _ => None,
-    };
-    match (found, id) {
-        (Some(c), Some(id)) => (
-            Some((id, c.secret)),
-            match &c.source {
-                Source::File(p) => format!("{} (profile {profile})", p.display()),
-                _ => format!("the {CLIENT_ID_ENV} and {CLIENT_SECRET_ENV} environment variables"),
-            },
-        ),
-        _ => {
-            let mut places = vec![format!(
-                "the {CLIENT_ID_ENV} and {CLIENT_SECRET_ENV} environment variables"
-            )];
-            places.extend(
-                looked
-                    .into_iter()
-                    .skip(1)
-                    .map(|p| format!("{p} (profile {profile})")),
-            );
-            (None, places.join(", "))
-        }
-    }
-}
-
-/// The vendor CLI's credentials file: `VERDA_SHARED_CREDENTIALS_FILE`, else
-/// `$VERDA_HOME/credentials`, else `~/.verda/credentials`.
-pub fn credentials_file(
-    file_env: Option<String>,
-    home_env: Option<String>,
-    home: Option<&Path>,
-) -> Option<PathBuf> {
-    let nonblank = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
-    nonblank(file_env).map(PathBuf::from).or_else(|| {
-        nonblank(home_env)
-            .map(PathBuf::from)
-            .or_else(|| home.map(|h| h.join(".verda")))
-            .map(|d| d.join("credentials"))
-    })
-}
-
 impl VerdaSettings {
     /// Settings from `[cloud.verda] endpoint` and the environment: endpoint precedence
     /// `GPUPROV_VERDA_ENDPOINT` > `endpoint` > [`DEFAULT_ENDPOINT`]; the client credentials
@@ -258,181 +184,6 @@ pub fn identity_description(vm_name: &str, lineage: &Lineage) -> String {
     format!("{IDENTITY_LABEL}={vm_name} {LINEAGE_LABEL}={lineage}")
 }
 
-/// The value of `key=` among the words of a description.
-fn described(description: &str, key: &str) -> Option<String> {
-    description.split_whitespace().find_map(|w| {
-        w.strip_prefix(key)
-            .and_then(|r| r.strip_prefix('='))
-            .map(str::to_string)
-    })
-}
-
-/// The GPU model of an instance type: `model`, else the description after `Nx `.
-fn model_of(t: &InstanceType) -> Option<String> {
-    if t.gpu.number_of_gpus == 0 {
-        return None;
-    }
-    let m = t.model.trim();
-    if !m.is_empty() {
-        return Some(m.to_string());
-    }
-    let d = t.gpu.description.trim();
-    let d = d.split_once("x ").map(|(_, r)| r).unwrap_or(d);
-    d.split_whitespace().next().map(str::to_string)
-}
-
-/// Whether a type fits the ask: the GPU model ([`gpu::same_model`]) and the exact GPU
-/// count, when asked.
-fn type_matches(t: &InstanceType, req: &ResourceRequest) -> bool {
-    req.gpu
-        .as_ref()
-        .is_none_or(|w| model_of(t).is_some_and(|m| gpu::same_model(w, &m)))
-        && kit::gpu::count_fits(req, t.gpu.number_of_gpus)
-}
-
-/// The price of a type, USD per hour (spot or on demand); `None` when not in USD or not
-/// given.
-fn price_of(t: &InstanceType, spot: bool) -> Option<f64> {
-    if !t.currency.is_empty() && !t.currency.eq_ignore_ascii_case("usd") {
-        return None;
-    }
-    if spot {
-        t.spot_price
-    } else {
-        t.price_per_hour
-    }
-}
-
-/// Offers for the ask: each available type of each location (exact codes when asked).
-/// Unordered: the core orders them.
-fn offers_for(
-    types: &[InstanceType],
-    avail: &[LocationAvailability],
-    req: &ResourceRequest,
-) -> Vec<Offer> {
-    let mut offers = Vec::new();
-    for loc in avail {
-        if !req.regions.is_empty() && !req.regions.contains(&loc.location_code) {
-            continue;
-        }
-        for name in &loc.availabilities {
-            let Some(t) = types
-                .iter()
-                .find(|t| t.instance_type == *name && type_matches(t, req))
-            else {
-                continue;
-            };
-            let Some(price) = price_of(t, req.spot) else {
-                continue;
-            };
-            let base = kit::offer::on_demand(CLOUD, &loc.location_code, name, price);
-            offers.push(Offer {
-                id: if req.spot {
-                    format!("{}/spot", base.id)
-                } else {
-                    base.id.clone()
-                },
-                gpu: model_of(t),
-                gpu_count: t.gpu.number_of_gpus,
-                spot: req.spot,
-                detail: json!({ "gpu": t.gpu.description }),
-                // `InstanceType.cpu.number_of_cores`, `memory.size_in_gigabytes`.
-                facts: crate::provider::OfferFacts {
-                    vcpus: t.cpu.number_of_cores,
-                    memory_gib: t.memory.size_in_gigabytes,
-                    ..Default::default()
-                },
-                ..base
-            });
-        }
-    }
-    offers
-}
-
-/// The location of a listed instance (the SDKs' default when absent).
-fn location_of(i: &Instance) -> &str {
-    i.location
-        .as_deref()
-        .filter(|l| !l.is_empty())
-        .unwrap_or(DEFAULT_LOCATION)
-}
-
-/// Whether a listed instance is `vm_name`'s of `lineage` in `region`: described with
-/// both identity words of it, or, described with neither (imported), its hostname is the
-/// VM's `gpuprov-<vm>-<lineage8>`.
-fn is_ours(i: &Instance, region: &str, vm_name: &str, lineage: &Lineage) -> bool {
-    let identity = match (
-        described(&i.description, IDENTITY_LABEL),
-        described(&i.description, LINEAGE_LABEL),
-    ) {
-        (Some(vm), Some(l)) => vm == vm_name && *lineage == l,
-        (None, None) => i.hostname == object_name(vm_name, lineage),
-        _ => false,
-    };
-    identity && location_of(i) == region
-}
-
-/// The VM a listed instance names under `lineage`: its described identity, else the VM
-/// its hostname names. Whether it is that VM's is [`is_ours`]'s call.
-fn vm_of(i: &Instance, lineage: &Lineage) -> Option<String> {
-    described(&i.description, IDENTITY_LABEL)
-        .or_else(|| super::vm_of_object_name(&i.hostname, lineage).map(str::to_string))
-}
-
-/// Normalised status of a listed instance; `None` once it is gone.
-fn status_of(i: &Instance) -> Option<InstanceStatus> {
-    Some(match i.status.as_str() {
-        "new" | "ordered" | "validating" | "provisioning" | "pending" | "restoring" | "unknown" => {
-            InstanceStatus::Pending
-        }
-        "running" => InstanceStatus::Running,
-        "offline" => InstanceStatus::Stopped,
-        "starting_hibernation" | "hibernating" => InstanceStatus::Stopping,
-        "deleting" => InstanceStatus::Terminating,
-        "discontinued" | "notfound" => return None,
-        "error" => InstanceStatus::Failed("Verda status `error`".into()),
-        "no_capacity" => InstanceStatus::Refused(Box::new(ProviderError::new(
-            ErrorKind::Capacity,
-            format!(
-                "verda: no capacity for {} in {} (instance {} is `no_capacity`)",
-                i.instance_type,
-                location_of(i),
-                i.id
-            ),
-        ))),
-        other => InstanceStatus::Failed(format!("unknown Verda status `{other}`")),
-    })
-}
-
-/// What `observe` reports of a listed instance; `None` once it is gone.
-fn observed(i: &Instance) -> Option<Observed> {
-    let status = status_of(i)?;
-    let ssh = super::kit::ports::ssh_at(i.ip.as_deref(), SSH_PORT, SSH_USER);
-    Some(Observed {
-        instance_id: i.id.clone(),
-        status,
-        ssh,
-    })
-}
-
-/// The first 8 hex digits of the SHA-256 of `text`.
-fn sha8(text: &str) -> String {
-    use sha2::Digest as _;
-    sha2::Sha256::digest(text.as_bytes())
-        .iter()
-        .take(4)
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// Whether `name` is a startup script of the VM whose location name is `located`:
-/// `<located>-<8 hex digits>`.
-fn is_script_of(name: &str, located: &str) -> bool {
-    name.strip_prefix(located)
-        .and_then(|r| r.strip_prefix('-'))
-        .is_some_and(|h| h.len() == 8 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
 /// The id in an answer that is the id as text, or an object with an `id`.
 fn id_of(v: &Value) -> Option<String> {
     match v {
@@ -449,10 +200,12 @@ impl VerdaProvider {
         let place = Source::Other(settings.key_source.clone());
         let credential = Credential::found(settings.client.as_ref().map(|c| &c.1), place);
         let endpoint = settings.endpoint.as_deref();
-        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities()).with_credential(
-            credential.as_ref(),
-            std::slice::from_ref(&settings.key_source),
-        );
+        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
+            .with_credential(
+                credential.as_ref(),
+                std::slice::from_ref(&settings.key_source),
+            )
+            .with_lineage(&settings.lineage);
         let missing = format!(
             "no Verda client credentials: set {CLIENT_ID_ENV} and {CLIENT_SECRET_ENV}, or run \
              `verda auth login` (looked in: {})",
@@ -491,7 +244,7 @@ impl VerdaProvider {
         use Feature::*;
         Capabilities {
             max_concurrency: 4,
-            ..kit::adapter::vm_capabilities(&[BootScript, Gpu, Kubernetes, Spot])
+            ..kit::adapter::vm_capabilities(&[BootScript, Gpu, Kubernetes, Spot, SharedObjects])
         }
     }
 
@@ -499,7 +252,9 @@ impl VerdaProvider {
         &self.settings
     }
 
-    async fn instances(&self) -> Result<Vec<Instance>> {
+    /// `GET /instances`: every instance of the account (it takes only a `status` filter,
+    /// `datacrunch-openapi.yml` in `vendor-apis/verda`).
+    async fn listing(&self) -> Result<Vec<Instance>> {
         self.api
             .get("/instances", &[], Call::other("list instances"))
             .await
@@ -587,40 +342,6 @@ impl VerdaProvider {
             self.settings.lineage.as_str(),
             public_key,
         )
-    }
-
-    /// The id of the VM's startup script in `location` holding `boot`'s shell form, created
-    /// when missing. Errors: a boot script that cannot be rendered → `InvalidRequest`.
-    async fn ensure_script(
-        &self,
-        vm_name: &str,
-        location: &str,
-        boot: &BootScript,
-    ) -> Result<String> {
-        let text = boot.to_shell().map_err(|e| {
-            ProviderError::new(ErrorKind::InvalidRequest, format!("boot script: {e}"))
-        })?;
-        let name = format!(
-            "{}-{}",
-            located_name(vm_name, &self.settings.lineage, location),
-            sha8(&text)
-        );
-        let scripts: Vec<StartupScript> = self
-            .api
-            .get("/scripts", &[], Call::other("list startup scripts"))
-            .await?;
-        if let Some(s) = scripts.iter().find(|s| s.name == name && s.script == text) {
-            return Ok(s.id.clone());
-        }
-        let what = format!("create startup script {name}");
-        let body = json!({ "name": name, "script": text });
-        let v: Value = self.api.post("/scripts", &body, Call::other(&what)).await?;
-        id_of(&v).ok_or_else(|| {
-            ProviderError::new(
-                ErrorKind::Failed,
-                format!("verda {what}: no script id in the answer"),
-            )
-        })
     }
 
     /// The instance action `delete` for `ids` with `volumes`, permanently. `Ok(false)` when
@@ -774,33 +495,14 @@ impl CloudProvider for VerdaProvider {
         })
     }
 
-    /// `GET /instances`, keeping the instances in `at.region` described with the VM's
-    /// identity (or, without any identity, named `gpuprov-<vm>-<lineage8>`), except gone
-    /// ones, sorted by id: [`observe_location`](CloudProvider::observe_location)'s entry
-    /// for the VM. Status: new / ordered / validating / provisioning / pending /
-    /// restoring / unknown → Pending, running → Running, offline → Stopped, hibernating →
-    /// Stopping, deleting → Terminating, error → Failed, `no_capacity` → Refused
-    /// (`Capacity`), discontinued / notfound → gone. SSH `root@ip:22` once `ip` is set.
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
-        let all = self.observe_location(at).await?.unwrap_or_default();
-        Ok(all.get(vm_name).cloned().unwrap_or_default())
-    }
-
-    /// Every VM of this lineage at `at.region` from one `GET /instances` (the account's
-    /// instances; it takes only a `status` filter, `datacrunch-openapi.yml` in
-    /// `vendor-apis/verda`), each instance under the VM its described identity (or its
-    /// `gpuprov-<vm>-<lineage8>` hostname) names, kept when [`is_ours`] holds for it.
-    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
+    /// One `GET /instances` (the API has no tag or name filter), keeping the instances in
+    /// `at.region` ([`seen_at`]).
+    async fn instances(&self, at: &Location, _only_vm: Option<&str>) -> Result<Vec<Seen>> {
         if at.cloud != CLOUD {
-            return Ok(Some(Observations::new()));
+            return Ok(vec![]);
         }
-        let lineage = &self.settings.lineage;
-        Ok(Some(kit::listing::observations_of(
-            &self.instances().await?,
-            |i| vm_of(i, lineage),
-            |i, vm| is_ours(i, &at.region, vm, lineage),
-            observed,
-        )))
+        let list = self.listing().await?;
+        Ok(list.iter().filter_map(|i| seen_at(i, &at.region)).collect())
     }
 
     /// The `delete` action for those of `instance_ids` still listed, with their volumes
@@ -812,7 +514,7 @@ impl CloudProvider for VerdaProvider {
         }
         let alive = |i: &Instance| status_of(i).is_some();
         let listed =
-            kit::listing::still_listed(self.instances().await?, instance_ids, |i| &i.id, alive);
+            kit::listing::still_listed(self.listing().await?, instance_ids, |i| &i.id, alive);
         let ids: Vec<String> = listed.iter().map(|i| i.id.clone()).collect();
         let volumes = |is: &[&Instance]| -> Vec<String> {
             is.iter()
@@ -902,20 +604,7 @@ impl CloudProvider for VerdaProvider {
             return Ok(());
         }
         let located = located_name(vm_name, &self.settings.lineage, &at.region);
-        let scripts: Vec<StartupScript> = self
-            .api
-            .get("/scripts", &[], Call::other("list startup scripts"))
-            .await?;
-        for s in scripts.iter().filter(|s| is_script_of(&s.name, &located)) {
-            let what = format!("delete startup script {}", s.name);
-            self.api
-                .delete(
-                    &format!("/scripts/{}", s.id),
-                    errors::is_gone,
-                    Call::other(&what),
-                )
-                .await?;
-        }
+        self.delete_scripts(&located).await?;
         let os = format!("{located}-os");
         let volumes: Vec<Volume> = self
             .api

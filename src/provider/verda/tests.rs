@@ -1,8 +1,13 @@
 //! Unit tests of the Verda adapter's mapping and credential lookup.
 
+use std::path::{Path, PathBuf};
+
 use super::api::Gpu;
+use super::instances::{described, location_of};
+use super::scripts::{is_script_of, sha8};
 use super::*;
 use crate::provider::kit::testing::ask;
+use crate::provider::{InstanceStatus, Naming};
 
 fn ty(name: &str, model: &str, gpus: u32, price: f64, spot: f64) -> InstanceType {
     InstanceType {
@@ -106,10 +111,53 @@ fn statuses_and_the_late_capacity_refusal() {
     }
     let mut i = inst("running");
     i.ip = Some("127.0.0.5".into());
-    let ep = observed(&i).unwrap().ssh.unwrap();
+    let ep = seen_at(&i, "FIN-01").unwrap().ssh.unwrap();
     assert_eq!(ep.to_string(), "root@127.0.0.5:22");
     i.location = None;
     assert_eq!(location_of(&i), "FIN-03", "the SDKs' default");
+}
+
+#[test]
+fn listing_shows_the_described_identity_hostname_and_type_in_the_location_only() {
+    let l = Lineage::parse("0f0e0d0c-1111-4222-8333-444455556666").unwrap();
+    let inst = |location: &str, description: String| Instance {
+        id: "i-1".into(),
+        instance_type: "1H100.80S.30V".into(),
+        hostname: "gpuprov-trainer-0f0e0d0c".into(),
+        description,
+        status: "running".into(),
+        location: Some(location.into()),
+        created_at: Some("2026-11-30T20:00:00Z".into()),
+        ..Instance::default()
+    };
+    let seen = seen_at(
+        &inst("FIN-01", identity_description("trainer", &l)),
+        "FIN-01",
+    )
+    .unwrap();
+    assert_eq!(seen.identity.vm.as_deref(), Some("trainer"));
+    assert_eq!(seen.identity.lineage.as_deref(), Some(l.as_str()));
+    assert_eq!(
+        seen.identity.name.as_deref(),
+        Some("gpuprov-trainer-0f0e0d0c")
+    );
+    assert_eq!(seen.identity.naming, Naming::Object);
+    assert_eq!(seen.instance_type.as_deref(), Some("1H100.80S.30V"));
+    assert!(seen.created_at.is_some());
+    assert_eq!(seen.price_per_hour, None, "the listing names no currency");
+    assert_eq!(
+        seen_at(
+            &inst("FIN-011", identity_description("trainer", &l)),
+            "FIN-01"
+        ),
+        None,
+        "location codes compare whole"
+    );
+    let free = seen_at(&inst("FIN-01", "my own box".into()), "FIN-01").unwrap();
+    assert_eq!((free.identity.vm, free.identity.lineage), (None, None));
+    let mut gone = inst("FIN-01", String::new());
+    gone.status = "discontinued".into();
+    assert_eq!(seen_at(&gone, "FIN-01"), None);
 }
 
 #[test]

@@ -27,6 +27,10 @@ impl Driver for RunpodDriver {
         "runpod"
     }
 
+    fn cannot_list(&self) -> Option<&'static str> {
+        None
+    }
+
     fn unsupported(&self, s: Scenario) -> Option<&'static str> {
         match s {
             Scenario::QuotaBlocksTheRegion => Some(

@@ -1611,7 +1611,7 @@ async fn droplet_listings_of_a_fleet(n: usize, shared: bool) -> (usize, usize) {
 }
 
 /// Issue 20 on a real adapter path, counted at the spec-checked server: one poll round of
-/// a fleet lists the droplets once (two calls: `type=gpus` and the lineage tag) whether
+/// a fleet lists the droplets once (two calls: `type=gpus` and the non-GPU listing) whether
 /// it has 5 or 20 machines, where observing per machine makes one listing per machine;
 /// and a whole fleet apply (prepare, the create-intent check, create and the waits)
 /// makes fewer listing calls than machines and far fewer than per machine. The apply's
