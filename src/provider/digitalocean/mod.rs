@@ -272,7 +272,7 @@ impl DigitalOceanProvider {
                     SOURCE,
                 ),
             ],
-            ..kit::adapter::vm_capabilities(&[BootScript, Firewall, Gpu, Kubernetes, Start, SharedObjects])
+            ..kit::adapter::vm_capabilities(&[BootScript, Firewall, Gpu, Kubernetes, Start])
         }
     }
 

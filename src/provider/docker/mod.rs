@@ -170,7 +170,7 @@ impl DockerProvider {
     /// because a container starts in about a second. Needs no credential.
     pub fn default_capabilities() -> Capabilities {
         Capabilities {
-            supported: vec![Feature::Start, Feature::Import, Feature::Diagnose],
+            supported: vec![Feature::Start],
             boot_timeout: Duration::from_secs(60),
             ssh_timeout: Duration::from_secs(60),
             delete_timeout: Duration::from_secs(60),

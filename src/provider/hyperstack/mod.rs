@@ -207,7 +207,7 @@ impl HyperstackProvider {
         Capabilities {
             max_concurrency: 4,
             delete_timeout: Duration::from_secs(15 * 60),
-            ..kit::adapter::vm_capabilities(&[BootScript, Firewall, Gpu, Kubernetes, Start, SharedObjects])
+            ..kit::adapter::vm_capabilities(&[BootScript, Firewall, Gpu, Kubernetes, Start])
         }
     }
 

@@ -235,7 +235,7 @@ impl LambdaProvider {
                 RateLimit::all(1, Duration::from_secs(1), SOURCE),
                 RateLimit::of(EndpointClass::Launch, 1, Duration::from_secs(12), SOURCE),
             ],
-            ..kit::adapter::vm_capabilities(&[BootScript, Firewall, Gpu, Kubernetes, SharedObjects, Import])
+            ..kit::adapter::vm_capabilities(&[BootScript, Firewall, Gpu, Kubernetes])
         }
     }
 

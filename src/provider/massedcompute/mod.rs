@@ -354,7 +354,7 @@ impl MassedComputeProvider {
     pub fn default_capabilities() -> Capabilities {
         Capabilities {
             max_concurrency: 2,
-            ..kit::adapter::vm_capabilities(&[Feature::Gpu, Feature::Kubernetes, Feature::SharedObjects])
+            ..kit::adapter::vm_capabilities(&[Feature::Gpu, Feature::Kubernetes])
         }
     }
 

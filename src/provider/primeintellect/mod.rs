@@ -507,7 +507,7 @@ impl PrimeIntellectProvider {
         Capabilities {
             boot_timeout: std::time::Duration::from_secs(30 * 60),
             max_concurrency: 2,
-            ..kit::adapter::vm_capabilities(&[Gpu, Kubernetes, Spot, SharedObjects])
+            ..kit::adapter::vm_capabilities(&[Gpu, Kubernetes, Spot])
         }
     }
 

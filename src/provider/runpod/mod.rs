@@ -383,7 +383,7 @@ impl RunpodProvider {
                 RateLimit::all(3000, Duration::from_secs(3600), SOURCE),
                 RateLimit::all(50_000, Duration::from_secs(86_400), SOURCE),
             ],
-            ..kit::adapter::vm_capabilities(&[Feature::Gpu, Feature::Start, Feature::SharedObjects])
+            ..kit::adapter::vm_capabilities(&[Feature::Gpu, Feature::Start])
         }
     }
 

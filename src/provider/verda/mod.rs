@@ -491,7 +491,7 @@ impl VerdaProvider {
         use Feature::*;
         Capabilities {
             max_concurrency: 4,
-            ..kit::adapter::vm_capabilities(&[BootScript, Gpu, Kubernetes, Spot, SharedObjects])
+            ..kit::adapter::vm_capabilities(&[BootScript, Gpu, Kubernetes, Spot])
         }
     }
 
