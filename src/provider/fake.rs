@@ -933,6 +933,47 @@ impl CloudProvider for FakeProvider {
             )),
         }
     }
+
+    /// Gives instance `id` at `at` VM name `vm` (and the adapter's lineage, when it was
+    /// built with one), as a cloud that labels would; the fake keeps no call log of it.
+    /// Errors: `InvalidRequest` when `id` names no instance at `at`, or one of another VM.
+    async fn import(&self, at: &Location, vm: &str, id: &str) -> Result<super::Imported> {
+        let _call = self.round_trip(EndpointClass::Other).await;
+        let lineage = self.adapter.lineage().map(|l| l.to_string()).ok();
+        let mut g = self.lock();
+        let invalid = |why: String| Err(ProviderError::new(ErrorKind::InvalidRequest, why));
+        let Some(i) = g.instances.get_mut(id).filter(|i| i.location == *at) else {
+            return invalid(format!("no instance {id} at {at}"));
+        };
+        if !i.vm_name.is_empty() && i.vm_name != vm {
+            return invalid(format!("instance {id} belongs to VM {}", i.vm_name));
+        }
+        i.vm_name = vm.to_string();
+        if let Some(l) = lineage {
+            i.lineage = l;
+        }
+        let observed = Observed {
+            instance_id: i.id.clone(),
+            status: i.status.clone(),
+            ssh: None,
+        };
+        Ok(super::Imported {
+            observed,
+            identity: format!("labelled {vm}"),
+        })
+    }
+
+    /// A `Failed` instance's reason as an `Error` finding; nothing for any other (a gone
+    /// instance included).
+    async fn diagnose(&self, _at: &Location, _vm: &str, id: &str) -> Result<Vec<super::Finding>> {
+        let _call = self.round_trip(EndpointClass::Read).await;
+        Ok(match self.lock().instances.get(id).map(|i| &i.status) {
+            Some(InstanceStatus::Failed(why)) => {
+                vec![super::Finding::new(super::Severity::Error, why.clone())]
+            }
+            _ => Vec::new(),
+        })
+    }
 }
 
 /// `cloud/region`, the scope of per-VM side resources (zones share them).

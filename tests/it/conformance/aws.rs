@@ -203,4 +203,60 @@ impl Cloud for AwsCloud {
     fn verify(&self) {
         self.proxy.assert_only_loopback_handed_out();
     }
+
+    /// StopInstances straight at moto (not through the proxy, so the adapter's request log
+    /// stays its own), in whichever of the scenario's regions holds `id`; returns once
+    /// moto lists it `stopped`.
+    fn stop(&self, id: &str) {
+        let (url, regions, id) = (self.moto_url.clone(), self.regions, id.to_string());
+        on_own_runtime(move || async move {
+            use aws_sdk_ec2::types::InstanceStateName;
+            for region in regions {
+                let ec2 = moto::direct_client(&url, region);
+                if ec2.stop_instances().instance_ids(&id).send().await.is_err() {
+                    continue;
+                }
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+                loop {
+                    let state = ec2
+                        .describe_instances()
+                        .instance_ids(&id)
+                        .send()
+                        .await
+                        .expect("DescribeInstances straight at moto")
+                        .reservations()
+                        .iter()
+                        .flat_map(|r| r.instances())
+                        .find_map(|i| i.state().and_then(|s| s.name()).cloned());
+                    if state == Some(InstanceStateName::Stopped) {
+                        return;
+                    }
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "aws: {id} never stopped: {state:?}"
+                    );
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+            panic!("aws: no instance {id} to stop");
+        })
+    }
+
+    /// What the old per-cloud copies asserted beyond the contract.
+    fn check_after(&self, s: Scenario) {
+        if s == Scenario::StartNotReplace {
+            // One StartInstances naming the instance, answered (not a fault), and no
+            // TerminateInstances: the same instance, never replaced.
+            let start = self.proxy.seen("StartInstances");
+            assert_eq!(start.len(), 1, "aws: {start:?}");
+            let (ids, _) = self.sweep();
+            assert_eq!(ids.len(), 1, "aws: {ids:?}");
+            assert!(start[0].body.contains(&ids[0]), "aws: {start:?}");
+            assert!(start[0].faulted.is_none(), "aws: {start:?}");
+            assert!(
+                self.proxy.seen("TerminateInstances").is_empty(),
+                "aws: nothing terminated"
+            );
+        }
+    }
 }

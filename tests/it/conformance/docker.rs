@@ -100,6 +100,14 @@ impl CloudProvider for Counted {
         self.inner.create(offer, prepared, spec).await
     }
 
+    async fn instances(
+        &self,
+        at: &Location,
+        only_vm: Option<&str>,
+    ) -> Result<Vec<gpuprov::provider::Seen>, ProviderError> {
+        self.inner.instances(at, only_vm).await
+    }
+
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>, ProviderError> {
         self.inner.observe(at, vm_name).await
     }
@@ -144,6 +152,15 @@ impl CloudProvider for Counted {
         instance_id: &str,
     ) -> Result<(), ProviderError> {
         self.inner.start(at, vm_name, instance_id).await
+    }
+
+    async fn diagnose(
+        &self,
+        at: &Location,
+        vm_name: &str,
+        instance_id: &str,
+    ) -> Result<Vec<gpuprov::provider::Finding>, ProviderError> {
+        self.inner.diagnose(at, vm_name, instance_id).await
     }
 }
 
@@ -346,5 +363,17 @@ impl Cloud for DockerCloud {
             self.containers().is_empty(),
             "docker: no container of the lineage is left"
         );
+    }
+
+    /// `docker stop`, as the user would; the Engine answers once the container exited.
+    fn stop(&self, id: &str) {
+        let id = id.to_string();
+        on_own_runtime(move || async move {
+            let docker = raw_docker().unwrap().negotiate_version().await.unwrap();
+            docker
+                .stop_container(&id, None::<bollard::query_parameters::StopContainerOptions>)
+                .await
+                .unwrap();
+        })
     }
 }

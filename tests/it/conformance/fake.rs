@@ -1,14 +1,19 @@
 //! The conformance driver of the FakeProvider (`src/provider/fake.rs`): the contract the
 //! core is written against, without a vendor. Offers are `fake/<region>/<type>` on a
-//! provider named `aws` (the name the launch tests give it).
+//! provider named `aws` (the name the launch tests give it). The fake's capabilities are
+//! scripted: it declares every optional feature it implements (shared keys, `start`,
+//! `import`, `diagnose`), so every scenario runs on it.
 
 use std::sync::Arc;
 
 use gpuprov::config::{Cloud as CloudName, VmSpec};
 use gpuprov::provider::fake::{FakeProvider, Op};
-use gpuprov::provider::{CloudProvider, ErrorKind, Location, ProviderError};
+use gpuprov::provider::{
+    Capabilities, CloudProvider, ErrorKind, Feature, InstanceStatus, Location, ProviderError,
+};
 
 use super::{Cloud, Driver, Fault, Scenario, World};
+use crate::support::drive::PUBKEY;
 
 pub struct FakeDriver;
 
@@ -46,6 +51,19 @@ impl Driver for FakeDriver {
     async fn start(&self, world: World) -> Box<dyn Cloud> {
         let [r0, _] = self.regions();
         let mut fake = FakeProvider::new("aws");
+        let caps = Capabilities {
+            supported: vec![
+                Feature::Start,
+                Feature::SharedObjects,
+                Feature::Import,
+                Feature::Diagnose,
+            ],
+            ..fake.capabilities_for_test()
+        };
+        fake = fake.with_capabilities(caps);
+        // The project key under the user's own comment, when the world has it.
+        let users = format!("{} me@laptop", PUBKEY.rsplit_once(' ').unwrap().0);
+        fake = fake.with_shared_key(world.existing_key.then_some(users.as_str()));
         // The main offer, cheaper in the first region (the core orders by price); the
         // second offer in the first region sits between the two.
         for (n, region) in world.capacity_in.iter().enumerate() {
@@ -99,7 +117,7 @@ impl Cloud for FakeCloud {
     }
 
     fn key_registrations(&self) -> usize {
-        0
+        self.fake.shared_counts().0 as usize
     }
 
     fn secret(&self) -> Option<&'static str> {
@@ -112,5 +130,17 @@ impl Cloud for FakeCloud {
             region: region.into(),
             zone: None,
         }
+    }
+
+    fn stop(&self, id: &str) {
+        self.fake.stop_instance(id);
+    }
+
+    /// A running instance put in directly, with no VM name and no lineage.
+    fn outside_instance(&self, region: &str) -> Option<String> {
+        Some(
+            self.fake
+                .insert_instance("", self.at(region), InstanceStatus::Running),
+        )
     }
 }

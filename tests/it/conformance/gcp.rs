@@ -265,11 +265,33 @@ impl Cloud for GcpCloud {
             Scenario::CrashBetweenCreateAndJournalAdopts => {
                 assert_eq!(self.fake.world.lock().unwrap().instances.len(), 1)
             }
+            Scenario::StartNotReplace => {
+                let starts = self
+                    .fake
+                    .server
+                    .requests()
+                    .iter()
+                    .filter(|q| q.path.ends_with("/start"))
+                    .count();
+                assert_eq!(starts, 1, "gcp: one instances.start");
+            }
             _ => {}
         }
     }
 
     fn verify(&self) {
         self.fake.server.verify();
+    }
+
+    /// Stopped as its user would: `TERMINATED`, Compute Engine's word for a stopped VM.
+    fn stop(&self, id: &str) {
+        let mut w = self.fake.world.lock().unwrap();
+        let name = id.split('@').next().unwrap_or(id);
+        let i = w
+            .instances
+            .iter_mut()
+            .find(|(_, i)| i["name"] == name)
+            .unwrap_or_else(|| panic!("gcp: no instance {id}"));
+        i.1["status"] = json!("TERMINATED");
     }
 }

@@ -208,4 +208,15 @@ impl Cloud for HsCloud {
     fn verify(&self) {
         self.fake.server.verify();
     }
+
+    /// Stopped as its user would (`Stop_VM`: `SHUTOFF` at once in this cloud).
+    fn stop(&self, id: &str) {
+        let c = self
+            .fake
+            .world
+            .lock()
+            .unwrap()
+            .stop_vm(&format!("{VMS}/{id}/stop"));
+        assert_eq!(c.status, 200, "hyperstack: stop {id}");
+    }
 }

@@ -232,6 +232,22 @@ impl Cloud for LambdaCloud {
                 // Not even a terminated second instance.
                 assert_eq!(self.cloud.world.lock().unwrap().instances.len(), 1);
             }
+            Scenario::ImportOutsideInstance => {
+                // One rename, to the identity name; the refused imports changed nothing.
+                let renames: Vec<Value> = self
+                    .cloud
+                    .server
+                    .requests()
+                    .into_iter()
+                    .filter(|q| q.method == "POST" && q.path.starts_with("/api/v1/instances/"))
+                    .map(|q| q.body.unwrap_or_default())
+                    .collect();
+                assert_eq!(
+                    renames,
+                    [json!({"name": format!("gpuprov-imported-{}", &LINEAGE[..8])})],
+                    "lambda"
+                );
+            }
             _ => {}
         }
         if s == Scenario::CapacityFailsOver {
@@ -245,8 +261,12 @@ impl Cloud for LambdaCloud {
 
     /// An active instance launched outside gpuprov: its own name, a tag of the user's.
     fn outside_instance(&self, region: &str) -> Option<String> {
-        let id = "0123456789abcdef0123456789abcdee".to_string();
-        self.cloud.world.lock().unwrap().instances.push(json!({
+        let mut w = self.cloud.world.lock().unwrap();
+        let id = format!(
+            "0123456789abcdef0123456789ab{:04x}",
+            0xee00 + w.instances.len()
+        );
+        w.instances.push(json!({
             "id": id,
             "name": "my own box",
             "status": "active",
@@ -265,5 +285,14 @@ impl Cloud for LambdaCloud {
             "tags": [{"key": "team", "value": "ml"}],
         }));
         Some(id)
+    }
+
+    /// The API cannot change tags: the instance is renamed to the identity name.
+    fn check_imported(&self, imported: &gpuprov::provider::Imported) {
+        assert!(
+            imported.identity.contains("renamed to gpuprov-imported-"),
+            "lambda: {}",
+            imported.identity
+        );
     }
 }

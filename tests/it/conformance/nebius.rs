@@ -153,4 +153,14 @@ impl Cloud for NebiusCloud {
             _ => {}
         }
     }
+
+    /// Stopped as its user would (the instance's state `STOPPED`).
+    fn stop(&self, id: &str) {
+        use gpuprov::provider::nebius::proto::nebius::compute::v1::instance_status::InstanceState;
+        self.fake
+            .world
+            .lock()
+            .unwrap()
+            .set_state(id, InstanceState::Stopped);
+    }
 }

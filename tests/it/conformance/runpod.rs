@@ -178,4 +178,13 @@ impl Cloud for RunpodCloud {
     fn verify(&self) {
         self.fake.server.verify();
     }
+
+    /// Stopped as its user would (`podAction` `stop`: `EXITED` at once in this cloud).
+    fn stop(&self, id: &str) {
+        let c = self.fake.world.lock().unwrap().action(
+            &format!("{PODS}/{id}/action"),
+            &serde_json::json!({"action": "stop"}),
+        );
+        assert_eq!(c.status, 200, "runpod: stop {id}");
+    }
 }

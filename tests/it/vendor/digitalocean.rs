@@ -341,7 +341,7 @@ impl World {
     /// while one is in progress is refused ("Droplet already has a pending event."), and
     /// so is powering on a droplet that is not `off` (the text of that one is this
     /// fake's; the vendor's is not documented).
-    fn action(&mut self, path: &str, body: &Value) -> Canned {
+    pub(crate) fn action(&mut self, path: &str, body: &Value) -> Canned {
         let id = Self::droplet_id(path);
         let ty = body["type"].as_str().unwrap_or_default().to_string();
         let pending = self

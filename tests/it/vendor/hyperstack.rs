@@ -426,7 +426,7 @@ impl World {
 
     /// `GET /core/virtual-machines/{id}/stop` (`Stop_VM`): an `ACTIVE` VM is `SHUTOFF`
     /// (vendor docs: `STOPPING → SHUTOFF`; the fake skips `STOPPING`).
-    fn stop_vm(&mut self, path: &str) -> Canned {
+    pub(crate) fn stop_vm(&mut self, path: &str) -> Canned {
         let Some(v) = self.vm_mut(path) else {
             return Canned::status(404, err("Virtual machine not found", "not_found"));
         };

@@ -373,7 +373,7 @@ impl World {
         }
     }
 
-    fn set_state(&mut self, id: &str, s: compute::instance_status::InstanceState) {
+    pub(crate) fn set_state(&mut self, id: &str, s: compute::instance_status::InstanceState) {
         if let Some(i) = self.instances.get_mut(id) {
             i.status.get_or_insert_with(Default::default).state = s as i32;
         }

@@ -349,7 +349,7 @@ impl World {
     /// starting pod → `EXITED`, ports unmapped), `start` (`EXITED`/`ERROR` → `STARTING`,
     /// then the listing advances it as a new pod), `terminate` (gone, `204`); any other
     /// action for the pod's status is `409`.
-    fn action(&mut self, path: &str, body: &Value) -> Canned {
+    pub(crate) fn action(&mut self, path: &str, body: &Value) -> Canned {
         let id = path
             .trim_end_matches("/action")
             .rsplit('/')
