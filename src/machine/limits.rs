@@ -292,6 +292,14 @@ impl CloudProvider for Governed {
         crate::crash::point("provider.after:create").await;
         r
     }
+    async fn instances(
+        &self,
+        at: &Location,
+        only_vm: Option<&str>,
+    ) -> Result<Vec<crate::provider::Seen>> {
+        let _p = self.permit().await?;
+        self.inner.instances(at, only_vm).await
+    }
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
         let _p = self.permit().await?;
         self.inner.observe(at, vm_name).await

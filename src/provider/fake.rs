@@ -12,7 +12,7 @@ use super::kit::Adapter;
 use super::rate::{self, EndpointClass};
 use super::{
     Capabilities, CloudProvider, ErrorKind, InstanceSpec, InstanceStatus, Location, Observations,
-    Observed, Offer, ProviderError, ResourceRequest, Result, SshEndpoint,
+    Observed, Offer, ProviderError, ResourceRequest, Result, Seen, Shown, SshEndpoint,
 };
 
 /// A provider primitive, for scripting faults and counting calls.
@@ -797,6 +797,36 @@ impl CloudProvider for FakeProvider {
         );
         g.note_peak(&spec.vm_name);
         Ok(id)
+    }
+
+    /// The listing `observe` (`only_vm`: recorded as one `Op::Observe` with detail
+    /// `<vm> <at>`) or `observe_location` (detail `* <at>`) answers from, as one call:
+    /// boots and list lags advance once. Each entry shows its VM as the identity label
+    /// and its lineage, where it has one, as the lineage label. The scripted answers of
+    /// `observe`, `observe_location` and `list` stay the fake's own (an instance put in
+    /// without a lineage is still its VM's there).
+    async fn instances(&self, at: &Location, only_vm: Option<&str>) -> Result<Vec<Seen>> {
+        let _call = self.round_trip(EndpointClass::Read).await;
+        let mut g = self.lock();
+        let detail = match only_vm {
+            Some(vm) => format!("{vm} {at}"),
+            None => format!("* {at}"),
+        };
+        self.check(&mut g, Op::Observe, &at.region, detail)?;
+        let all = observe_at(&mut g, at, only_vm);
+        g.answered_bytes += answer_bytes(&all);
+        let mut out = Vec::new();
+        for (vm, entries) in all {
+            for o in entries {
+                let lineage = g.instances.get(&o.instance_id).map(|i| i.lineage.as_str());
+                let shown = Shown::labels(Some(&vm), lineage.filter(|l| !l.is_empty()));
+                out.push(Seen {
+                    ssh: o.ssh,
+                    ..Seen::new(o.instance_id, o.status, shown)
+                });
+            }
+        }
+        Ok(out)
     }
 
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {

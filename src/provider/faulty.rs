@@ -12,7 +12,7 @@ use rand::{Rng as _, SeedableRng as _};
 
 use super::{
     Capabilities, CloudProvider, InstanceSpec, Location, Observed, Offer, ProviderError,
-    ResourceRequest, Result,
+    ResourceRequest, Result, Seen,
 };
 
 /// An adapter with injected transient faults. See the module docs.
@@ -138,6 +138,11 @@ impl CloudProvider for Faulty {
             ));
         }
         self.after("create", r)
+    }
+    async fn instances(&self, at: &Location, only_vm: Option<&str>) -> Result<Vec<Seen>> {
+        self.before("instances")?;
+        let r = self.inner.instances(at, only_vm).await;
+        self.after("instances", r)
     }
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
         self.before("observe")?;

@@ -275,7 +275,8 @@ async fn plan_returns_the_single_local_offer() {
     assert_eq!(with_local.unwrap().len(), 1);
 
     let caps = p.capabilities();
-    assert_eq!(caps.supported, vec![gpuprov::provider::Feature::Start]);
+    use gpuprov::provider::Feature::{Diagnose, Import, Start};
+    assert_eq!(caps.supported, vec![Start, Import, Diagnose]);
     assert_eq!(caps.boot_timeout, Duration::from_secs(60));
     assert_eq!(caps.poll_interval, Duration::from_millis(500));
     assert_eq!(caps.max_concurrency, 4);

@@ -16,8 +16,10 @@
 //!   `ClientToken` from the spec, in the first subnet (see [`CloudProvider::create`] below
 //!   for why one), identity tags on the instance and its volumes, cloud-init user-data
 //!   with the project key, spot through instance market options.
-//! - `observe`: `DescribeInstances` by the identity and lineage tags, region-wide (a
-//!   location's zone is ignored: the identity is per region).
+//! - `instances` (the listing `observe`, `observe_location` and `list` derive from):
+//!   `DescribeInstances` of the instances carrying the identity tag (for one VM: its
+//!   identity and lineage tags), region-wide (a location's zone is ignored: the identity
+//!   is per region), each showing its tags and `Name` ([`seen_of`]).
 //! - `delete` / `cleanup`: `TerminateInstances` (unknown id = success) / the security
 //!   group (`DependencyViolation` while the instance terminates = `InUse`).
 //! - `start`: `StartInstances` for a stopped instance ([`Feature::Start`]).
@@ -30,6 +32,8 @@
 
 pub mod catalog;
 pub mod errors;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -58,7 +62,7 @@ use tokio::sync::OnceCell;
 use super::kit::{Adapter, CredentialReport};
 use super::{
     Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Lineage,
-    Location, Observations, Observed, Offer, ProviderError, ResourceRequest, Result, SshEndpoint,
+    Location, Naming, Offer, ProviderError, ResourceRequest, Result, Seen, Shown, SshEndpoint,
     IDENTITY_LABEL, LINEAGE_LABEL,
 };
 pub use errors::{classify_code, Scope};
@@ -77,8 +81,7 @@ pub const DLAMI_NAME: &str = "Deep Learning*Ubuntu*";
 /// Canonical's account and the Ubuntu 22.04 name pattern, the fallback image.
 pub const UBUNTU_OWNER: &str = "099720109477";
 pub const UBUNTU_NAME: &str = "ubuntu/images/*ubuntu-jammy-22.04-amd64-server-*";
-/// Instance states `observe` lists (everything but `terminated`).
-/// What `observe` lists: the live states, and terminated instances (EC2 lists them for
+/// What `instances` lists: the live states, and terminated instances (EC2 lists them for
 /// about an hour), of which only the preempted spot ones are kept ([`preemption_of`]).
 const OBSERVED_STATES: &[&str] = &[
     "pending",
@@ -117,7 +120,8 @@ impl fmt::Debug for StaticCredentials {
 pub struct AwsSettings {
     /// EC2 endpoint override; `None` = the regional AWS endpoint.
     pub endpoint: Option<String>,
-    /// The state's lineage; `observe`/`cleanup` see only objects tagged with it.
+    /// The state's lineage: the identity rule reads listings against it; `cleanup` sees
+    /// only objects tagged with it.
     pub lineage: Lineage,
     /// Explicit credentials instead of the standard chain.
     pub credentials: Option<StaticCredentials>,
@@ -440,88 +444,59 @@ pub fn missing_profile(
     ))
 }
 
-impl AwsProvider {
-    /// This lineage's instances in `at.region` per VM (of `vm` only when given), from one
-    /// paginated `DescribeInstances` filtered by tags: `tag:gpuprov-vm-name=<vm>`, or
-    /// without a VM `tag-key=gpuprov-vm-name`, and `tag:gpuprov-lineage=<lineage>`.
-    /// Terminated instances are left out unless they are reclaimed spot instances; each
-    /// VM's entries sorted by id.
-    async fn observations(&self, at: &Location, vm: Option<&str>) -> Result<Observations> {
-        let lineage = self.lineage().to_string();
-        let mut out = Observations::new();
-        if at.cloud != CLOUD {
-            return Ok(out);
-        }
-        let client = self.client(&at.region).await?;
-        let identity = match vm {
-            Some(vm) => filter(&format!("tag:{IDENTITY_LABEL}"), &[vm]),
-            None => filter("tag-key", &[IDENTITY_LABEL]),
-        };
-        let mut token: Option<String> = None;
-        loop {
-            let page = client
-                .describe_instances()
-                .filters(identity.clone())
-                .filters(filter(&format!("tag:{LINEAGE_LABEL}"), &[&lineage]))
-                // Terminated ones too, for the preempted spot instances among them.
-                .filters(filter("instance-state-name", OBSERVED_STATES))
-                .set_next_token(token.clone())
-                .send()
-                .await
-                .map_err(|e| self.err("DescribeInstances", &at.region, &e, None))?;
-            for r in page.reservations() {
-                for i in r.instances() {
-                    let Some(id) = i.instance_id() else { continue };
-                    let tagged = i
-                        .tags()
-                        .iter()
-                        .find(|t| t.key() == Some(IDENTITY_LABEL))
-                        .and_then(|t| t.value());
-                    let Some(of) = tagged.filter(|t| vm.is_none_or(|vm| vm == *t)) else {
-                        continue;
-                    };
-                    let state = i.state().and_then(|s| s.name());
-                    let preempted = preemption_of(state, i.instance_lifecycle(), i.state_reason());
-                    if state == Some(&InstanceStateName::Terminated) && preempted.is_none() {
-                        continue;
-                    }
-                    let status = preempted.unwrap_or_else(|| {
-                        status_of(state, i.state_reason().and_then(|r| r.message()))
-                    });
-                    let ssh = (status == InstanceStatus::Running)
-                        .then(|| i.public_ip_address())
-                        .flatten()
-                        .filter(|ip| !ip.is_empty())
-                        .map(|ip| SshEndpoint {
-                            host: ip.to_string(),
-                            port: 22,
-                            user: Some(SSH_USER.to_string()),
-                        });
-                    out.entry(of.to_string()).or_default().push(Observed {
-                        instance_id: id.to_string(),
-                        status,
-                        ssh,
-                    });
-                }
-            }
-            token = page
-                .next_token()
-                .filter(|t| !t.is_empty())
-                .map(str::to_string);
-            if token.is_none() {
-                break;
-            }
-        }
-        for seen in out.values_mut() {
-            seen.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-        }
-        Ok(out)
+/// A listed instance as the contract's listing shows it: its identity tags and `Name` tag,
+/// status (a reclaimed spot instance is [`InstanceStatus::Preempted`], [`preemption_of`];
+/// otherwise [`status_of`]), the SSH endpoint (public IPv4, 22, user [`SSH_USER`]) once it
+/// runs with a public IP, its type, the catalog's list price for the type (an upper bound
+/// for spot) and `LaunchTime`. `None` for an instance without id, or terminated and not
+/// preempted (gone).
+pub fn seen_of(i: &aws_sdk_ec2::types::Instance) -> Option<Seen> {
+    let id = i.instance_id()?;
+    let tag = |k: &str| {
+        i.tags()
+            .iter()
+            .find(|t| t.key() == Some(k))
+            .and_then(|t| t.value())
+    };
+    let state = i.state().and_then(|s| s.name());
+    let preempted = preemption_of(state, i.instance_lifecycle(), i.state_reason());
+    if state == Some(&InstanceStateName::Terminated) && preempted.is_none() {
+        return None;
     }
+    let status =
+        preempted.unwrap_or_else(|| status_of(state, i.state_reason().and_then(|r| r.message())));
+    let ssh = (status == InstanceStatus::Running)
+        .then(|| i.public_ip_address())
+        .flatten()
+        .filter(|ip| !ip.is_empty())
+        .map(|ip| SshEndpoint {
+            host: ip.to_string(),
+            port: 22,
+            user: Some(SSH_USER.to_string()),
+        });
+    let instance_type = i.instance_type().map(|t| t.as_str().to_string());
+    let identity =
+        Shown::labels(tag(IDENTITY_LABEL), tag(LINEAGE_LABEL)).named(tag("Name"), Naming::Object);
+    Some(Seen {
+        ssh,
+        price_per_hour: instance_type
+            .as_deref()
+            .and_then(catalog::lookup)
+            .map(|g| g.price_per_hour),
+        instance_type,
+        created_at: i
+            .launch_time()
+            .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())),
+        ..Seen::new(id, status, identity)
+    })
+}
 
+impl AwsProvider {
     /// An adapter for `settings`. Never fails and does no I/O.
     pub fn new(settings: AwsSettings) -> Self {
         let endpoint = settings.endpoint.as_deref();
-        let adapter = Adapter::new(CLOUD, endpoint, settings.capabilities.clone());
+        let adapter = Adapter::new(CLOUD, endpoint, settings.capabilities.clone())
+            .with_lineage(&settings.lineage);
         AwsProvider {
             settings,
             adapter,
@@ -1101,23 +1076,46 @@ impl CloudProvider for AwsProvider {
             })
     }
 
-    /// Non-terminated instances tagged with the VM name and the lineage in `at.region`,
-    /// sorted by id (a reclaimed spot instance also when terminated): the listing of
-    /// [`observe_location`](CloudProvider::observe_location) narrowed by the filter
-    /// `tag:gpuprov-vm-name=<vm>`, this VM's entry. The SSH endpoint (public IPv4, 22,
-    /// user [`SSH_USER`]) is set once the instance runs and has a public IP.
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
-        let mut all = self.observations(at, Some(vm_name)).await?;
-        Ok(all.remove(vm_name).unwrap_or_default())
-    }
-
-    /// Every VM of this lineage in `at.region` from one paginated `DescribeInstances`
-    /// with the filters `tag-key=gpuprov-vm-name` (the identity tag is present),
-    /// `tag:gpuprov-lineage=<lineage>` and `instance-state-name` (EC2 API reference,
-    /// DescribeInstances `Filter.N`: `tag-key`, `tag:<key>`; `aws-sdk-ec2`
-    /// `DescribeInstancesInput::filters`), each instance under its `gpuprov-vm-name` tag.
-    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
-        self.observations(at, None).await.map(Some)
+    /// One paginated `DescribeInstances` of `at.region` with the filters
+    /// `tag-key=gpuprov-vm-name` (the identity tag is present; for one VM
+    /// `tag:gpuprov-vm-name=<vm>` and `tag:gpuprov-lineage=<lineage>`) and
+    /// `instance-state-name` (EC2 API reference, DescribeInstances `Filter.N`: `tag-key`,
+    /// `tag:<key>`; `aws-sdk-ec2` `DescribeInstancesInput::filters`), each instance as
+    /// [`seen_of`] shows it.
+    async fn instances(&self, at: &Location, only_vm: Option<&str>) -> Result<Vec<Seen>> {
+        if at.cloud != CLOUD {
+            return Ok(vec![]);
+        }
+        let client = self.client(&at.region).await?;
+        let identity = match only_vm {
+            Some(vm) => vec![
+                filter(&format!("tag:{IDENTITY_LABEL}"), &[vm]),
+                filter(&format!("tag:{LINEAGE_LABEL}"), &[self.lineage()]),
+            ],
+            None => vec![filter("tag-key", &[IDENTITY_LABEL])],
+        };
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = client
+                .describe_instances()
+                .set_filters(Some(identity.clone()))
+                // Terminated ones too, for the preempted spot instances among them.
+                .filters(filter("instance-state-name", OBSERVED_STATES))
+                .set_next_token(token.clone())
+                .send()
+                .await
+                .map_err(|e| self.err("DescribeInstances", &at.region, &e, None))?;
+            let listed = page.reservations().iter().flat_map(|r| r.instances());
+            out.extend(listed.filter_map(seen_of));
+            token = page
+                .next_token()
+                .filter(|t| !t.is_empty())
+                .map(str::to_string);
+            if token.is_none() {
+                return Ok(out);
+            }
+        }
     }
 
     /// `TerminateInstances` in `at.region`, one id per call so one unknown id cannot fail
@@ -1221,215 +1219,5 @@ impl CloudProvider for AwsProvider {
             .await
             .map_err(|e| self.err("StartInstances", &at.region, &e, None))?;
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn client_token_fits_ec2_limit_and_is_stable() {
-        assert_eq!(client_token("short"), "short");
-        let long = "x".repeat(100);
-        let t = client_token(&long);
-        assert_eq!(t.len(), CLIENT_TOKEN_MAX);
-        assert_eq!(t, client_token(&long));
-        assert_ne!(t, client_token(&"y".repeat(100)));
-    }
-
-    #[test]
-    fn status_mapping() {
-        use InstanceStateName as S;
-        assert_eq!(status_of(Some(&S::Pending), None), InstanceStatus::Pending);
-        assert_eq!(status_of(Some(&S::Running), None), InstanceStatus::Running);
-        assert_eq!(
-            status_of(Some(&S::Stopping), None),
-            InstanceStatus::Stopping
-        );
-        assert_eq!(status_of(Some(&S::Stopped), None), InstanceStatus::Stopped);
-        assert_eq!(
-            status_of(Some(&S::ShuttingDown), None),
-            InstanceStatus::Terminating
-        );
-        assert!(matches!(status_of(None, None), InstanceStatus::Failed(_)));
-    }
-
-    #[test]
-    fn spot_interruption_reasons_map_to_preempted() {
-        use InstanceStateName as S;
-        let reason = |code: &str| {
-            StateReason::builder()
-                .code(code)
-                .message(format!("{code}: spot capacity"))
-                .build()
-        };
-        let term = reason("Server.SpotInstanceTermination");
-        let spot = Some(&InstanceLifecycleType::Spot);
-        let gone = preemption_of(Some(&S::Terminated), spot, Some(&term)).unwrap();
-        assert!(
-            matches!(&gone, InstanceStatus::Preempted { stopped: false, signal } if signal.starts_with("Server.SpotInstanceTermination")),
-            "{gone:?}"
-        );
-        assert!(matches!(
-            preemption_of(Some(&S::ShuttingDown), None, Some(&term)),
-            Some(InstanceStatus::Preempted { stopped: false, .. })
-        ));
-        let shut = reason("Server.SpotInstanceShutdown");
-        assert!(matches!(
-            preemption_of(Some(&S::Stopped), spot, Some(&shut)),
-            Some(InstanceStatus::Preempted { stopped: true, .. })
-        ));
-        // Not a spot interruption: the state decides.
-        let user = reason("Client.UserInitiatedShutdown");
-        assert_eq!(preemption_of(Some(&S::Terminated), spot, Some(&user)), None);
-        assert_eq!(preemption_of(Some(&S::Stopped), spot, None), None);
-        assert_eq!(
-            preemption_of(
-                Some(&S::Terminated),
-                Some(&InstanceLifecycleType::Scheduled),
-                Some(&term)
-            ),
-            None
-        );
-        // A running spot instance is running, whatever its last reason said.
-        assert_eq!(preemption_of(Some(&S::Running), spot, Some(&shut)), None);
-    }
-
-    #[test]
-    fn debug_never_shows_secrets() {
-        let s = AwsSettings {
-            credentials: Some(StaticCredentials {
-                access_key_id: "AKIASECRET".into(),
-                secret_access_key: "topsecret".into(),
-            }),
-            ..AwsSettings::new(Lineage::random())
-        };
-        let d = format!("{s:?}");
-        assert!(!d.contains("topsecret") && !d.contains("AKIASECRET"), "{d}");
-    }
-
-    #[derive(Debug)]
-    struct NoCredentials;
-    impl ProvideCredentials for NoCredentials {
-        fn provide_credentials<'a>(
-            &'a self,
-        ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
-        where
-            Self: 'a,
-        {
-            aws_credential_types::provider::future::ProvideCredentials::ready(Err(
-                aws_credential_types::provider::error::CredentialsError::not_loaded(
-                    "no providers in chain provided credentials",
-                ),
-            ))
-        }
-    }
-
-    #[derive(Debug)]
-    struct Hangs;
-    impl ProvideCredentials for Hangs {
-        fn provide_credentials<'a>(
-            &'a self,
-        ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
-        where
-            Self: 'a,
-        {
-            aws_credential_types::provider::future::ProvideCredentials::new(std::future::pending())
-        }
-    }
-
-    #[tokio::test]
-    async fn missing_credentials_are_a_clear_error_never_a_hang() {
-        let e = resolve_credentials(
-            Some(SharedCredentialsProvider::new(NoCredentials)),
-            Duration::from_secs(5),
-        )
-        .await
-        .unwrap_err();
-        assert_eq!(e.kind, ErrorKind::Credentials);
-        assert!(e.msg.contains("AWS_ACCESS_KEY_ID") && e.msg.contains("~/.aws/config"));
-        assert!(
-            e.msg.contains("no providers in chain provided credentials") && !e.msg.contains('{'),
-            "the chain's text, never its Debug: {}",
-            e.msg
-        );
-        let started = std::time::Instant::now();
-        let e = resolve_credentials(
-            Some(SharedCredentialsProvider::new(Hangs)),
-            Duration::from_millis(200),
-        )
-        .await
-        .unwrap_err();
-        assert_eq!(e.kind, ErrorKind::Credentials);
-        assert!(e.msg.contains("within"), "{}", e.msg);
-        assert!(started.elapsed() < Duration::from_secs(5));
-        let e = resolve_credentials(None, Duration::from_secs(1))
-            .await
-            .unwrap_err();
-        assert_eq!(e.kind, ErrorKind::Credentials);
-    }
-
-    #[test]
-    fn security_group_name_uses_lineage_prefix() {
-        assert_eq!(
-            AwsProvider::security_group_name("gpu1", "0123456789abcdef"),
-            "gpuprov-gpu1-01234567"
-        );
-    }
-
-    #[test]
-    fn a_missing_profile_is_named_with_the_files_looked_at() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("config");
-        let credentials = dir.path().join("credentials");
-        // Neither file exists.
-        let e = missing_profile("prod", &config, &credentials).expect("missing");
-        assert_eq!(e.kind, ErrorKind::Credentials);
-        assert!(e.msg.contains("`prod`"), "{}", e.msg);
-        assert!(
-            e.msg.contains(&config.display().to_string())
-                && e.msg.contains(&credentials.display().to_string()),
-            "{}",
-            e.msg
-        );
-        std::fs::write(&config, "[default]\nregion = us-east-1\n[profile dev]\n").unwrap();
-        std::fs::write(&credentials, "[ci]\naws_access_key_id = x\n").unwrap();
-        assert!(missing_profile("prod", &config, &credentials).is_some());
-        assert!(missing_profile("dev", &config, &credentials).is_none());
-        assert!(missing_profile("ci", &config, &credentials).is_none());
-        assert!(missing_profile("default", &config, &credentials).is_none());
-        std::fs::write(&config, "[profile   prod ]\n").unwrap();
-        assert!(missing_profile("prod", &config, &credentials).is_none());
-    }
-
-    #[tokio::test]
-    async fn a_missing_profile_stops_before_any_request() {
-        let aws = AwsProvider::new(AwsSettings {
-            profile: Some("gpuprov-no-such-profile-4e1f".into()),
-            // Never dialled: the profile check comes first.
-            endpoint: Some("http://127.0.0.1:9".into()),
-            ..AwsSettings::new("5f0c2a7e-1b2d-4c3e-9f10-aabbccddeeff".parse().unwrap())
-        });
-        let at = Location {
-            cloud: CLOUD.into(),
-            region: "us-east-1".into(),
-            zone: None,
-        };
-        let e = aws.observe(&at, "trainer").await.unwrap_err();
-        assert_eq!(e.kind, ErrorKind::Credentials, "{e:?}");
-        assert!(
-            e.msg.contains("`gpuprov-no-such-profile-4e1f`"),
-            "{}",
-            e.msg
-        );
-        assert!(e.msg.contains("config") && e.msg.contains("credentials"));
-    }
-
-    #[test]
-    fn start_is_declared() {
-        assert!(AwsSettings::default_capabilities()
-            .supported
-            .contains(&Feature::Start));
     }
 }

@@ -7,12 +7,14 @@
 //! base image must exist locally (`scripts/build-base-image.sh` makes it offline).
 //!
 //! Mapping onto the contract (design 5): one offer `docker/local/container`; `prepare`
-//! builds the sshd image if missing; `create` runs a labelled container; `observe` lists
-//! containers by label; `delete` force-removes; `cleanup` removes labelled volumes and
-//! networks (normally none).
+//! builds the sshd image if missing; `create` runs a labelled container; `instances` lists
+//! containers by label and by gpuprov name (imported ones); `delete` force-removes;
+//! `cleanup` removes labelled volumes and networks (normally none).
 
 mod errors;
 mod image;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -39,8 +41,8 @@ pub use image::{sshd_image_tag, MANAGED_LABEL, SSHD_REPOSITORY};
 use super::kit::Adapter;
 use super::{
     Capabilities, CloudProvider, ErrorKind, Feature, Imported, InstanceSpec, InstanceStatus,
-    Lineage, Listed, Location, Observations, Observed, Offer, ProviderError, ResourceRequest,
-    Result, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
+    Lineage, Location, Naming, Offer, ProviderError, ResourceRequest, Result, Seen, Shown,
+    SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 /// The base image used when config does not name one.
@@ -97,9 +99,9 @@ pub struct DockerSettings {
     /// Engine endpoint: `unix:///path/docker.sock` (or a bare socket path), `tcp://host:port`
     /// or `http://host:port`. `None` means `DOCKER_HOST`, else `unix:///var/run/docker.sock`.
     pub endpoint: Option<String>,
-    /// The state's lineage (a UUID). `observe` only sees containers labelled with it, and
-    /// `create` refuses a spec of another lineage, so two projects never see each other's
-    /// containers.
+    /// The state's lineage (a UUID). The identity rule gives `observe` only containers
+    /// labelled (or, imported, named) with it, and `create` refuses a spec of another
+    /// lineage, so two projects never see each other's containers.
     pub lineage: Lineage,
 }
 
@@ -157,7 +159,8 @@ impl DockerProvider {
     /// An adapter for `settings`. Never fails and does no I/O.
     pub fn new(settings: DockerSettings) -> Self {
         let endpoint = settings.endpoint.as_deref();
-        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities());
+        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
+            .with_lineage(&settings.lineage);
         DockerProvider {
             settings,
             docker: OnceCell::new(),
@@ -165,12 +168,13 @@ impl DockerProvider {
         }
     }
 
-    /// Only [`Feature::Start`] (`docker start` restarts a stopped container with its
-    /// filesystem); no GPU, spot, boot script, firewall or Kubernetes. Short timeouts
-    /// because a container starts in about a second. Needs no credential.
+    /// [`Feature::Start`] (`docker start` restarts a stopped container with its
+    /// filesystem), [`Feature::Import`] and [`Feature::Diagnose`]; no GPU, spot, boot
+    /// script, firewall or Kubernetes. Short timeouts because a container starts in about
+    /// a second. Needs no credential.
     pub fn default_capabilities() -> Capabilities {
         Capabilities {
-            supported: vec![Feature::Start],
+            supported: vec![Feature::Start, Feature::Import, Feature::Diagnose],
             boot_timeout: Duration::from_secs(60),
             ssh_timeout: Duration::from_secs(60),
             delete_timeout: Duration::from_secs(60),
@@ -251,77 +255,6 @@ impl DockerProvider {
                 format!("{LINEAGE_LABEL}={lineage}"),
             ],
         )]))
-    }
-
-    /// The containers of `vm` (or of every VM: `None`) in this lineage at `at`, per VM:
-    /// labelled with both identity labels (grouped by `gpuprov-vm-name`), or unlabelled
-    /// and named after the VM (`gpuprov-<vm>-<lineage8>`, how an imported container
-    /// carries the identity: labels are fixed at create), each VM's sorted by id. Two
-    /// `GET /containers/json?all=true` listings, one per kind of match.
-    async fn observations(&self, at: &Location, vm: Option<&str>) -> Result<Observations> {
-        let labels = match vm {
-            Some(vm) => self.identity_filters(vm)?,
-            None => HashMap::from([(
-                "label".to_string(),
-                vec![
-                    IDENTITY_LABEL.to_string(),
-                    format!("{LINEAGE_LABEL}={}", self.lineage()),
-                ],
-            )]),
-        };
-        let mut out = Observations::new();
-        if !is_local(at) {
-            return Ok(out);
-        }
-        let docker = self.docker().await?;
-        let list = |filters| {
-            docker.list_containers(Some(ListContainersOptions {
-                all: true,
-                filters: Some(filters),
-                ..Default::default()
-            }))
-        };
-        let mut found: Vec<(String, ContainerSummary)> = Vec::new();
-        for c in list(labels).await.map_err(|e| self.err(e))? {
-            let vm = c
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(IDENTITY_LABEL))
-                .cloned();
-            if let Some(vm) = vm {
-                found.push((vm, c));
-            }
-        }
-        // `name` filters are regular expressions over `/NAME`.
-        let short: String = self.lineage().chars().take(8).collect();
-        let name = format!("^/{}$", Self::container_name(vm.unwrap_or(".+"), &short));
-        let by_name = HashMap::from([("name".to_string(), vec![name])]);
-        for c in list(by_name).await.map_err(|e| self.err(e))? {
-            let unlabelled = c
-                .labels
-                .as_ref()
-                .is_none_or(|l| !l.contains_key(IDENTITY_LABEL));
-            let named = c.names.iter().flatten().find_map(|n| {
-                n.strip_prefix("/gpuprov-")?
-                    .strip_suffix(&format!("-{short}"))
-                    .map(str::to_string)
-            });
-            if let (true, Some(named)) = (unlabelled, named) {
-                if vm.is_none_or(|v| v == named) && !found.iter().any(|(_, f)| f.id == c.id) {
-                    found.push((named, c));
-                }
-            }
-        }
-        found.sort_by(|a, b| a.1.id.cmp(&b.1.id));
-        for (vm, c) in &found {
-            let Some(id) = c.id.clone() else { continue };
-            out.entry(vm.clone()).or_default().push(Observed {
-                instance_id: id,
-                status: self.status_of(docker, c).await,
-                ssh: ssh_endpoint(c),
-            });
-        }
-        Ok(out)
     }
 
     /// Builds `tag` from `base` through `POST /build` (classic builder) and checks the
@@ -664,70 +597,68 @@ impl CloudProvider for DockerProvider {
         Ok(id)
     }
 
-    /// Containers (`GET /containers/json?all=true`) carrying both `gpuprov-vm-name=<vm_name>`
-    /// and `gpuprov-lineage=<lineage>`, or unlabelled and named `gpuprov-<vm>-<lineage8>`
-    /// (imported), sorted by id: [`observations`](Self::observations) for one VM.
-    /// `State` maps: created/restarting → Pending, running → Running, paused/exited →
-    /// Stopped, removing → Terminating, dead → Failed(exit code, `State.Error`). The SSH
-    /// endpoint (`127.0.0.1`, the published host port of `22/tcp`, user `root`) is set
-    /// only while running. A location other than `docker/local` holds nothing.
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
-        let mut all = self.observations(at, Some(vm_name)).await?;
-        Ok(all.remove(vm_name).unwrap_or_default())
-    }
-
-    /// Every VM of this lineage at `docker/local` from the same two listings as
-    /// `observe`, whatever the number of VMs: `GET /containers/json?all=true` with the
-    /// `label` filters `gpuprov-lineage=<lineage>` and `gpuprov-vm-name` (presence), and
-    /// with the `name` filter `^/gpuprov-.+-<lineage8>$` for imported containers (Engine
-    /// API `ContainerList` `filters`: `label=key` or `label=key=value`, `name=<regexp>`).
-    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
-        self.observations(at, None).await.map(Some)
-    }
-
-    /// `GET /containers/json?all=1` filtered by the presence of both identity labels;
-    /// the instance type is the image, the creation time the summary's `Created` (Unix
-    /// seconds). The test cloud bills nothing (price 0).
-    async fn list(&self, at: &Location) -> Result<Vec<Listed>> {
+    /// Two `GET /containers/json?all=true` listings (Engine API `ContainerList` `filters`:
+    /// `label=key` or `label=key=value`, `name=<regexp>` over `/NAME`): the containers
+    /// carrying the `gpuprov-vm-name` label (for one VM: both identity labels of it), and
+    /// those named `gpuprov-<vm>-<lineage8>` (any VM's, or that VM's: how an imported
+    /// container carries the identity, labels being fixed at create); each once, showing
+    /// its labels and name. `State` maps: created/restarting → Pending, running →
+    /// Running, paused/exited → Stopped, removing → Terminating, dead → Failed(exit code,
+    /// `State.Error`). The SSH endpoint (`127.0.0.1`, the published host port of `22/tcp`,
+    /// user `root`) is set only while running; the instance type is the image, the
+    /// creation time the summary's `Created` (Unix seconds), the price 0 (the test cloud
+    /// bills nothing). A location other than `docker/local` holds nothing.
+    async fn instances(&self, at: &Location, only_vm: Option<&str>) -> Result<Vec<Seen>> {
         if !is_local(at) {
             return Ok(vec![]);
         }
-        let docker = self.docker().await?;
-        let options = ListContainersOptions {
-            all: true,
-            filters: Some(HashMap::from([(
-                "label".to_string(),
-                vec![IDENTITY_LABEL.to_string(), LINEAGE_LABEL.to_string()],
-            )])),
-            ..Default::default()
+        let labels = match only_vm {
+            Some(vm) => self.identity_filters(vm)?,
+            None => HashMap::from([("label".to_string(), vec![IDENTITY_LABEL.to_string()])]),
         };
-        let mut list = docker
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| self.err(e))?;
-        list.sort_by(|a, b| a.id.cmp(&b.id));
-        let mut out = Vec::with_capacity(list.len());
-        for c in &list {
-            let (Some(id), Some(labels)) = (c.id.clone(), c.labels.as_ref()) else {
-                continue;
+        let name = format!(
+            "^/{}$",
+            Self::container_name(only_vm.unwrap_or(".+"), self.lineage())
+        );
+        let by_name = HashMap::from([("name".to_string(), vec![name])]);
+        let docker = self.docker().await?;
+        let mut found: Vec<ContainerSummary> = Vec::new();
+        for filters in [labels, by_name] {
+            let options = ListContainersOptions {
+                all: true,
+                filters: Some(filters),
+                ..Default::default()
             };
-            let (Some(vm), Some(lineage)) = (labels.get(IDENTITY_LABEL), labels.get(LINEAGE_LABEL))
-            else {
-                continue;
-            };
-            out.push(Listed {
-                vm_name: vm.clone(),
-                lineage: lineage.clone(),
-                observed: Observed {
-                    instance_id: id,
-                    status: self.status_of(docker, c).await,
-                    ssh: ssh_endpoint(c),
-                },
+            let listed = docker.list_containers(Some(options)).await;
+            for c in listed.map_err(|e| self.err(e))? {
+                if c.id.is_some() && !found.iter().any(|f| f.id == c.id) {
+                    found.push(c);
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(found.len());
+        for c in &found {
+            let label = |k: &str| c.labels.as_ref().and_then(|l| l.get(k)).map(String::as_str);
+            let name = c
+                .names
+                .iter()
+                .flatten()
+                .next()
+                .map(|n| n.trim_start_matches('/'));
+            let identity = Shown::labels(label(IDENTITY_LABEL), label(LINEAGE_LABEL))
+                .named(name, Naming::Object);
+            out.push(Seen {
+                ssh: ssh_endpoint(c),
                 instance_type: c.image.clone(),
+                price_per_hour: Some(0.0),
                 created_at: c
                     .created
                     .and_then(|t| chrono::DateTime::from_timestamp(t, 0)),
-                price_per_hour: Some(0.0),
+                ..Seen::new(
+                    c.id.clone().unwrap_or_default(),
+                    self.status_of(docker, c).await,
+                    identity,
+                )
             });
         }
         Ok(out)
@@ -1025,129 +956,4 @@ pub fn findings_of(
         out.push(Finding::new(Severity::Info, format!("restarted {n} times")));
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use bollard::models::Port;
-
-    #[test]
-    fn findings_say_what_the_engine_says() {
-        use super::super::Severity;
-        use bollard::models::{ContainerState, Health, HealthStatusEnum, HealthcheckResult};
-        let healthy = ContainerState {
-            running: Some(true),
-            exit_code: Some(0),
-            health: Some(Health {
-                status: Some(HealthStatusEnum::HEALTHY),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let f = findings_of(&healthy, Some(0));
-        assert_eq!(f.len(), 1);
-        assert_eq!(f[0].severity, Severity::Info);
-        let sick = ContainerState {
-            running: Some(false),
-            oom_killed: Some(true),
-            exit_code: Some(137),
-            health: Some(Health {
-                status: Some(HealthStatusEnum::UNHEALTHY),
-                failing_streak: Some(3),
-                log: Some(vec![HealthcheckResult {
-                    output: Some("curl: connection refused\nmore".into()),
-                    ..Default::default()
-                }]),
-            }),
-            ..Default::default()
-        };
-        let f = findings_of(&sick, Some(2));
-        let text: Vec<&str> = f.iter().map(|f| f.message.as_str()).collect();
-        assert_eq!(
-            text,
-            [
-                "healthcheck unhealthy (3 failures in a row): curl: connection refused",
-                "killed by the out-of-memory killer (OOMKilled)",
-                "exited with code 137",
-                "restarted 2 times"
-            ]
-        );
-        assert_eq!(f.iter().map(|f| f.severity).max(), Some(Severity::Error));
-        let clean_stop = ContainerState {
-            running: Some(false),
-            exit_code: Some(0),
-            ..Default::default()
-        };
-        assert!(findings_of(&clean_stop, None).is_empty());
-    }
-
-    fn summary(state: ContainerSummaryStateEnum, ports: Vec<Port>) -> ContainerSummary {
-        ContainerSummary {
-            id: Some("abc".into()),
-            state: Some(state),
-            ports: Some(ports),
-            ..Default::default()
-        }
-    }
-
-    fn port(private: u16, public: Option<u16>, ip: &str) -> Port {
-        Port {
-            ip: Some(ip.into()),
-            private_port: private,
-            public_port: public,
-            typ: Some(PortTypeEnum::TCP),
-        }
-    }
-
-    #[test]
-    fn ssh_endpoint_only_when_running_with_published_22() {
-        let ok = summary(
-            ContainerSummaryStateEnum::RUNNING,
-            vec![port(22, Some(32768), "127.0.0.1")],
-        );
-        assert_eq!(
-            ssh_endpoint(&ok),
-            Some(SshEndpoint {
-                host: "127.0.0.1".into(),
-                port: 32768,
-                user: Some("root".into())
-            })
-        );
-        let stopped = summary(
-            ContainerSummaryStateEnum::EXITED,
-            vec![port(22, Some(1), "127.0.0.1")],
-        );
-        assert_eq!(ssh_endpoint(&stopped), None);
-        let unpublished = summary(ContainerSummaryStateEnum::RUNNING, vec![port(22, None, "")]);
-        assert_eq!(ssh_endpoint(&unpublished), None);
-        let other = summary(
-            ContainerSummaryStateEnum::RUNNING,
-            vec![port(8080, Some(40000), "127.0.0.1")],
-        );
-        assert_eq!(ssh_endpoint(&other), None);
-    }
-
-    #[test]
-    fn container_name_uses_lineage_prefix() {
-        assert_eq!(
-            DockerProvider::container_name("gpu1", "0123456789abcdef"),
-            "gpuprov-gpu1-01234567"
-        );
-    }
-
-    #[test]
-    fn dead_reason_mentions_code_and_error() {
-        let r = dead_reason(Some(137), Some("oom"), None);
-        assert!(r.contains("137") && r.contains("oom"), "{r}");
-        assert!(dead_reason(None, None, Some("Dead")).contains("Dead"));
-    }
-
-    #[test]
-    fn settings_default_base_image() {
-        let s = DockerSettings::from_env_and_config(None, None, Lineage::random());
-        assert_eq!(s.base_image, DEFAULT_BASE_IMAGE);
-        let s = DockerSettings::from_env_and_config(None, Some("x/y:z".into()), Lineage::random());
-        assert_eq!(s.base_image, "x/y:z");
-    }
 }

@@ -11,7 +11,9 @@ use sha2::Digest as _;
 use super::catalog::MachineType;
 use super::errors::OperationError;
 use super::{SSH_PORT, SSH_USER};
-use crate::provider::{InstanceStatus, Lineage, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL};
+use crate::provider::{
+    InstanceStatus, Lineage, Seen, Shown, SshEndpoint, IDENTITY_LABEL, LINEAGE_LABEL,
+};
 
 /// `Operation` (a long-running operation: insert, delete, start).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -79,8 +81,9 @@ impl AggregatedPage {
     }
 }
 
-/// `Instance` (name, status, labels, the external address, and what tells a preempted
-/// spot VM: `scheduling`, `statusMessage`).
+/// `Instance` (name, status, labels, the external address, what tells a preempted spot
+/// VM: `scheduling`, `statusMessage`; and what `list` shows: the machine type URL, the
+/// attached accelerators, `creationTimestamp`).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct Instance {
@@ -90,6 +93,16 @@ pub struct Instance {
     pub network_interfaces: Vec<NetworkInterface>,
     pub scheduling: Scheduling,
     pub status_message: Option<String>,
+    pub machine_type: String,
+    pub guest_accelerators: Vec<AcceleratorConfig>,
+    pub creation_timestamp: Option<String>,
+}
+
+/// `AcceleratorConfig`: an N1 host's attached GPUs (`acceleratorType` is a URL).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct AcceleratorConfig {
+    pub accelerator_type: String,
 }
 
 /// `Scheduling`: whether the VM is preemptible (`preemptible`, the older model) or spot
@@ -182,6 +195,30 @@ pub fn vm_of_instance_name<'a>(name: &'a str, lineage: &Lineage) -> Option<&'a s
     (!vm.is_empty() && is_instance_name(name, vm, lineage) && hex.len() == 4).then_some(vm)
 }
 
+/// The API path of the image `image` names: a family (`projects/P/global/images/family/F`,
+/// or `P/F`) for `images.getFromFamily`, an image (`projects/P/global/images/NAME`) for
+/// `images.get`, with or without the API's URL before it; `None` for any other form.
+pub fn image_path(image: &str) -> Option<String> {
+    let path = image
+        .strip_prefix("https://www.googleapis.com/compute/v1/")
+        .or_else(|| image.strip_prefix("https://compute.googleapis.com/compute/v1/"))
+        .unwrap_or(image)
+        .trim_start_matches('/');
+    let parts: Vec<&str> = path.split('/').collect();
+    match parts.as_slice() {
+        ["projects", p, "global", "images", "family", f] => {
+            Some(format!("/projects/{p}/global/images/family/{f}"))
+        }
+        ["projects", p, "global", "images", name] => {
+            Some(format!("/projects/{p}/global/images/{name}"))
+        }
+        [p, f] if !p.is_empty() && !f.is_empty() => {
+            Some(format!("/projects/{p}/global/images/family/{f}"))
+        }
+        _ => None,
+    }
+}
+
 /// The per-VM firewall rule and network tag: `gpuprov-<vm>-<lineage8>` (at most 57
 /// characters; firewall names and tags share the instance name syntax).
 pub fn firewall_name(vm: &str, lineage: &Lineage) -> String {
@@ -207,14 +244,6 @@ pub fn labels(vm: &str, lineage: &Lineage) -> Value {
     json!({ IDENTITY_LABEL: vm, LINEAGE_LABEL: lineage.as_str().to_lowercase() })
 }
 
-/// Whether `labels` name VM `vm` of `lineage`.
-pub fn is_ours(labels: &BTreeMap<String, String>, vm: &str, lineage: &Lineage) -> bool {
-    labels.get(IDENTITY_LABEL).map(String::as_str) == Some(vm)
-        && labels
-            .get(LINEAGE_LABEL)
-            .is_some_and(|l| l.eq_ignore_ascii_case(lineage.as_str()))
-}
-
 /// The list `filter` selecting VM `vm` of `lineage` by its labels (Compute Engine list
 /// filters: parenthesised expressions are ANDed; nested fields such as `labels.KEY`).
 pub fn label_filter(vm: &str, lineage: &Lineage) -> String {
@@ -224,13 +253,42 @@ pub fn label_filter(vm: &str, lineage: &Lineage) -> String {
     )
 }
 
-/// The list `filter` selecting every VM of `lineage` by its lineage label (the identity
-/// label is then read from each instance).
-pub fn lineage_filter(lineage: &Lineage) -> String {
-    format!(
-        "(labels.{LINEAGE_LABEL} = \"{}\")",
-        lineage.as_str().to_lowercase()
-    )
+/// A listed instance as the contract's listing shows it: its identity labels (GCP's
+/// identity is its labels: every insert carries them and GCP imports nothing, so the
+/// name is not shown to the rule, and the label-filtered `observe` and the location's
+/// whole listing agree), status and endpoint ([`status_of`]), the instance type as an
+/// offer names it (the machine type, `+<accelerator>` for an N1 host), the catalog's
+/// list price for it (spot or on demand) and `creationTimestamp`.
+pub fn seen(i: &Instance) -> Seen {
+    let label = |k: &str| i.labels.get(k).map(String::as_str);
+    let (status, ssh) = status_of(i);
+    let last = |url: &str| url.rsplit('/').next().unwrap_or_default().to_string();
+    let mut instance_type = last(&i.machine_type);
+    if let Some(a) = i.guest_accelerators.first() {
+        instance_type = format!("{instance_type}+{}", last(&a.accelerator_type));
+    }
+    let price = super::catalog::of_instance_type(&instance_type).map(|t| {
+        if i.scheduling.is_spot() {
+            t.spot
+        } else {
+            t.on_demand
+        }
+    });
+    Seen {
+        ssh,
+        instance_type: (!i.machine_type.is_empty()).then_some(instance_type),
+        price_per_hour: price,
+        created_at: i
+            .creation_timestamp
+            .as_deref()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&chrono::Utc)),
+        ..Seen::new(
+            i.name.clone(),
+            status,
+            Shown::labels(label(IDENTITY_LABEL), label(LINEAGE_LABEL)),
+        )
+    }
 }
 
 /// The `filter` of the zone operations that are inserts.

@@ -26,14 +26,16 @@
 //!   as soon as the insert is accepted, without waiting for its operation; an insert
 //!   answered with an operation that already failed (a resend of a failed one) is that
 //!   operation's error, and a `409 alreadyExists` for its own name is success.
-//! - `observe`: `instances.list` of the zone filtered by both identity labels (and the
-//!   labels checked again), plus `zoneOperations.list` of the zone's inserts: an insert of
-//!   this VM whose instance is not listed is `Pending` while it runs and
-//!   [`InstanceStatus::Refused`] with its classified error once it failed (a late
+//! - `instances` (the listing `observe`, `observe_location` and `list` derive from):
+//!   `instances.list` of the zone (narrowed by both identity labels for one VM), plus
+//!   `zoneOperations.list` of the zone's inserts: an insert of this lineage whose
+//!   instance is not listed is `Pending` while it runs and [`InstanceStatus::Refused`]
+//!   with its classified error once it failed (a late
 //!   `ZONE_RESOURCE_POOL_EXHAUSTED[_WITH_DETAILS]` is `Capacity` for that zone's offer, a
 //!   late `QUOTA_EXCEEDED` is `Quota`). Without a zone, the region's instances come from
-//!   `aggregated/instances`. Statuses: see [`api::status_of`]; the SSH endpoint is the
-//!   access config's `natIP`, port 22, user [`SSH_USER`].
+//!   `aggregated/instances`. Each instance shows its identity labels ([`api::seen`]);
+//!   statuses: see [`api::status_of`]; the SSH endpoint is the access config's `natIP`,
+//!   port 22, user [`SSH_USER`].
 //! - `delete`: `instances.delete` per id; `404` is success unless an insert of that name
 //!   is still running (then `Transient`: the instance is not there yet, and a delete now
 //!   would miss it).
@@ -57,6 +59,7 @@ pub mod api;
 pub mod auth;
 pub mod catalog;
 pub mod errors;
+mod settings;
 #[cfg(test)]
 mod tests;
 
@@ -70,13 +73,14 @@ use serde_json::{json, Value};
 use super::kit::paginate::{self, Cursor, Next};
 use super::kit::{self, Adapter, Auth, Call, Credential, Failure, RestClient};
 use super::{
-    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Lineage,
-    Location, Observations, Observed, Offer, ProviderError, ResourceRequest, Result, Secret,
+    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location, Offer,
+    ProviderError, ResourceRequest, Result, Secret, Seen, Shown,
 };
 use api::{AggregatedPage, Firewall, Image, Instance, Operation, Page};
-use auth::{GoogleCredential, Tokens};
+use auth::Tokens;
 use catalog::{Availability, MachineType};
 use errors::{is_already_there, CLASSIFIER, CREATE, PREPARE};
+pub use settings::GcpSettings;
 
 /// The cloud name.
 pub const CLOUD: &str = "gcp";
@@ -98,78 +102,6 @@ pub const DEFAULT_IMAGE: &str =
     "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accelerator-2204-amd64-with-nvidia-550";
 /// Items asked per page of a list call (the API's maximum is 500).
 const PAGE_SIZE: u32 = 500;
-
-/// Configuration of the GCP adapter.
-#[derive(Debug, Clone)]
-pub struct GcpSettings {
-    /// The state's lineage: `observe` only sees instances labelled with it.
-    pub lineage: Lineage,
-    /// API root override; `None` means [`DEFAULT_ENDPOINT`].
-    pub endpoint: Option<String>,
-    /// The project every call is about; `None`: `plan` works from the catalog alone and
-    /// every other call is `InvalidRequest`.
-    pub project: Option<String>,
-    /// The credential found; `None`: calls fail with `Credentials`.
-    pub credential: Option<GoogleCredential>,
-    /// Every place looked at, for the report and the message.
-    pub looked_in: Vec<String>,
-    /// Why the credential found cannot be used (a file that is not a credential).
-    pub unusable: Option<String>,
-}
-
-impl GcpSettings {
-    /// Settings with `credential` (found at its source) and nothing else looked at, for
-    /// callers that hold a credential already.
-    pub fn with_credential(
-        lineage: Lineage,
-        endpoint: Option<String>,
-        project: Option<String>,
-        credential: Option<GoogleCredential>,
-    ) -> GcpSettings {
-        let project = project.or_else(|| {
-            credential
-                .as_ref()
-                .and_then(|c| c.project().map(str::to_string))
-        });
-        GcpSettings {
-            lineage,
-            endpoint,
-            project,
-            credential,
-            looked_in: vec![],
-            unusable: None,
-        }
-    }
-
-    /// Settings from `[cloud.gcp]` (`endpoint`, `project`) and the environment (see the
-    /// module docs for the precedence). Reads the credential file it finds; dials nothing.
-    pub fn from_env_and_config(
-        endpoint: Option<String>,
-        project: Option<String>,
-        lineage: Lineage,
-    ) -> GcpSettings {
-        let env = |k: &str| super::env_nonempty(k);
-        let adc = auth::adc_path(env(auth::CLOUDSDK_CONFIG_ENV));
-        let found = auth::find(env, adc.as_deref(), auth::on_compute_engine());
-        let (credential, unusable) = match found.credential {
-            Ok(c) => (c, None),
-            Err(why) => (None, Some(why)),
-        };
-        let project = project
-            .filter(|p| !p.trim().is_empty())
-            .or_else(|| env(PROJECT_ENV));
-        GcpSettings {
-            looked_in: found.looked_in,
-            unusable,
-            ..GcpSettings::with_credential(
-                lineage,
-                super::endpoint_from(ENDPOINT_ENV, endpoint),
-                project,
-                credential,
-            )
-        }
-    }
-}
 
 /// The GCP adapter. Construction does no I/O.
 pub struct GcpProvider {
@@ -212,7 +144,8 @@ impl GcpProvider {
             settings.credential.as_ref().map(|c| &c.source),
             &settings.looked_in,
             settings.unusable.as_deref(),
-        );
+        )
+        .with_lineage(&settings.lineage);
         // The token source sends the token; this only says where it was found.
         let report = settings.credential.as_ref().map(|c| Credential {
             secret: Secret::new(String::new()),
@@ -395,28 +328,11 @@ impl GcpProvider {
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .unwrap_or(DEFAULT_IMAGE);
-        let path = image
-            .strip_prefix("https://www.googleapis.com/compute/v1/")
-            .or_else(|| image.strip_prefix("https://compute.googleapis.com/compute/v1/"))
-            .unwrap_or(image)
-            .trim_start_matches('/');
-        let parts: Vec<&str> = path.split('/').collect();
-        let path = match parts.as_slice() {
-            ["projects", p, "global", "images", "family", f] => {
-                format!("/projects/{p}/global/images/family/{f}")
-            }
-            ["projects", p, "global", "images", name] => {
-                format!("/projects/{p}/global/images/{name}")
-            }
-            [p, f] if !p.is_empty() && !f.is_empty() => {
-                format!("/projects/{p}/global/images/family/{f}")
-            }
-            _ => {
-                return Err(invalid(format!(
-                    "gcp: image {image:?}: expected projects/PROJECT/global/images/family/FAMILY, \
-                     projects/PROJECT/global/images/NAME or PROJECT/FAMILY"
-                )))
-            }
+        let Some(path) = api::image_path(image) else {
+            return Err(invalid(format!(
+                "gcp: image {image:?}: expected projects/PROJECT/global/images/family/FAMILY, \
+                 projects/PROJECT/global/images/NAME or PROJECT/FAMILY"
+            )));
         };
         let what = format!("read image {image}");
         let found = self.get_opt(&path, Call::named(PREPARE, &what)).await?;
@@ -486,147 +402,22 @@ impl GcpProvider {
         Some(self.api.fail(&f, Call::named(name, what).in_region(region)))
     }
 
-    /// What `observe` lists for `zone` per VM (of `vm` only when given): its instances
-    /// (`instances.list` filtered by both identity labels, or by the lineage label for
-    /// every VM), and its inserts that have no instance (yet, or because they failed).
-    async fn observe_zone(
-        &self,
-        project: &str,
-        at: &Location,
-        zone: &str,
-        vm: Option<&str>,
-    ) -> Result<Observations> {
-        let lineage = &self.settings.lineage;
-        let path = format!("/projects/{project}/zones/{zone}/instances");
-        let filter = match vm {
-            Some(vm) => api::label_filter(vm, lineage),
-            None => api::lineage_filter(lineage),
-        };
-        let instances: Vec<Instance> = self
-            .zonal_list(
-                &path,
-                &[("filter", filter)],
-                &format!("list instances of {zone}"),
-            )
-            .await?;
-        let mut out = Observations::new();
-        for i in &instances {
-            let Some(of) = vm_of(&i.labels, vm, lineage) else {
-                continue;
-            };
-            let (status, ssh) = api::status_of(i);
-            out.entry(of.to_string()).or_default().push(Observed {
-                instance_id: i.name.clone(),
-                status,
-                ssh,
-            });
-        }
-        for op in self.insert_operations(project, zone).await? {
-            let name = op.target_name().to_string();
-            let Some(of) = api::vm_of_instance_name(&name, lineage) else {
-                continue;
-            };
-            if vm.is_some_and(|vm| vm != of)
-                || out
-                    .get(of)
-                    .is_some_and(|seen| seen.iter().any(|o| o.instance_id == name))
-            {
-                continue;
-            }
-            let what = format!("create instance {name} in {zone}");
-            let status = if !op.is_done() {
-                InstanceStatus::Pending
-            } else if let Some(e) = self.operation_error(&op, CREATE, &what, &at.region) {
-                InstanceStatus::Refused(Box::new(e))
-            } else {
-                // Done and fine, but no instance listed: deleted since.
-                continue;
-            };
-            out.entry(of.to_string()).or_default().push(Observed {
-                instance_id: name,
-                status,
-                ssh: None,
-            });
-        }
-        Ok(out)
-    }
-
-    /// The VM's instances in every zone of `region` (`aggregated/instances`), as
-    /// (zone, instance) pairs.
-    async fn instances_in_region(
-        &self,
-        project: &str,
-        region: &str,
-        vm: &str,
-    ) -> Result<Vec<(String, Instance)>> {
-        Ok(self
-            .region_instances(project, region, Some(vm))
-            .await?
-            .into_iter()
-            .map(|(z, _, i)| (z, i))
-            .collect())
-    }
-
-    /// The instances of this lineage in every zone of `region` (`aggregated/instances`
-    /// filtered by both identity labels of `vm`, or by the lineage label for every VM),
-    /// as (zone, VM, instance).
+    /// The instances in every zone of `region` as (zone, instance):
+    /// `aggregated/instances` (all pages), narrowed by `filter` when given.
     async fn region_instances(
         &self,
         project: &str,
         region: &str,
-        vm: Option<&str>,
-    ) -> Result<Vec<(String, String, Instance)>> {
-        let lineage = &self.settings.lineage;
+        filter: Option<String>,
+    ) -> Result<Vec<(String, Instance)>> {
         let path = format!("/projects/{project}/aggregated/instances");
-        let filter = match vm {
-            Some(vm) => api::label_filter(vm, lineage),
-            None => api::lineage_filter(lineage),
-        };
-        let all: Vec<(String, Instance)> = self
-            .aggregated(
-                &path,
-                &[("filter", filter)],
-                "instances",
-                &format!("list instances of {region}"),
-            )
-            .await?;
+        let q: Vec<(&str, String)> = filter.map(|f| ("filter", f)).into_iter().collect();
+        let what = format!("list instances of {region}");
+        let all: Vec<(String, Instance)> = self.aggregated(&path, &q, "instances", &what).await?;
         Ok(all
             .into_iter()
             .filter(|(z, _)| catalog::region_of(z) == Some(region))
-            .filter_map(|(z, i)| {
-                let of = vm_of(&i.labels, vm, lineage)?.to_string();
-                Some((z, of, i))
-            })
             .collect())
-    }
-
-    /// Every VM of this lineage at `at` per VM (of `vm` only when given), each VM's
-    /// entries sorted by name (see `observe`).
-    async fn observations(&self, at: &Location, vm: Option<&str>) -> Result<Observations> {
-        if at.cloud != CLOUD {
-            return Ok(Observations::new());
-        }
-        let project = self.project()?;
-        let mut out = match at.zone.as_deref() {
-            Some(zone) => self.observe_zone(project, at, zone, vm).await?,
-            None => {
-                let mut out = Observations::new();
-                for (_, of, i) in self.region_instances(project, &at.region, vm).await? {
-                    let (status, ssh) = api::status_of(&i);
-                    out.entry(of).or_default().push(Observed {
-                        instance_id: i.name,
-                        status,
-                        ssh,
-                    });
-                }
-                out
-            }
-        };
-        for seen in out.values_mut() {
-            seen.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-            seen.dedup_by(|a, b| a.instance_id == b.instance_id);
-        }
-        Ok(out)
     }
 
     /// The machine type of an offer, as the catalog knows it.
@@ -644,17 +435,6 @@ impl GcpProvider {
             .as_deref()
             .ok_or_else(|| invalid(format!("gcp: {at} names no zone (GCP offers are per zone)")))
     }
-}
-
-/// The VM a listed instance's labels name, when they are this lineage's identity (and
-/// `vm`'s, when given): [`api::is_ours`] for the VM of its `gpuprov-vm-name` label.
-fn vm_of<'l>(
-    labels: &'l std::collections::BTreeMap<String, String>,
-    vm: Option<&str>,
-    lineage: &Lineage,
-) -> Option<&'l str> {
-    let of = labels.get(super::IDENTITY_LABEL)?.as_str();
-    (vm.is_none_or(|vm| vm == of) && api::is_ours(labels, of, lineage)).then_some(of)
 }
 
 #[async_trait]
@@ -761,23 +541,49 @@ impl CloudProvider for GcpProvider {
         }
     }
 
-    /// The VM's instances and unfinished or failed inserts at `at` (module docs), sorted
-    /// by name: [`observe_location`](CloudProvider::observe_location)'s listings narrowed
-    /// by both identity labels, this VM's entry.
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
-        let mut all = self.observations(at, Some(vm_name)).await?;
-        Ok(all.remove(vm_name).unwrap_or_default())
-    }
-
-    /// Every VM of this lineage at `at` from the same listings as `observe`, whatever the
-    /// number of VMs: with a zone, `instances.list` of the zone (all pages) filtered by
-    /// `labels.gpuprov-lineage` and `zoneOperations.list` of its inserts; without one,
-    /// `aggregated/instances` (all pages) with that filter (discovery
-    /// `compute.instances.list` / `aggregatedList` parameter `filter`,
-    /// `vendor-apis/gcp/compute.v1.json`). Each instance counts for the VM its
-    /// `gpuprov-vm-name` label names, each insert for the VM its instance name names.
-    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
-        self.observations(at, None).await.map(Some)
+    /// With a zone, `instances.list` of the zone (all pages) and `zoneOperations.list` of
+    /// its inserts: an insert whose instance is not listed is `Pending` while it runs and
+    /// [`InstanceStatus::Refused`] with its classified error once it failed, shown as
+    /// the VM its instance name names in this lineage ([`api::vm_of_instance_name`]);
+    /// without one, `aggregated/instances` (all pages) of the region's zones. `only_vm`
+    /// narrows the instances to its labels (list `filter`, discovery
+    /// `compute.instances.list` / `aggregatedList`, `vendor-apis/gcp/compute.v1.json`).
+    async fn instances(&self, at: &Location, only_vm: Option<&str>) -> Result<Vec<Seen>> {
+        if at.cloud != CLOUD {
+            return Ok(vec![]);
+        }
+        let project = self.project()?;
+        let lineage = &self.settings.lineage;
+        let filter = only_vm.map(|vm| api::label_filter(vm, lineage));
+        let Some(zone) = at.zone.as_deref() else {
+            let all = self.region_instances(project, &at.region, filter).await?;
+            return Ok(all.iter().map(|(_, i)| api::seen(i)).collect());
+        };
+        let path = format!("/projects/{project}/zones/{zone}/instances");
+        let q: Vec<(&str, String)> = filter.map(|f| ("filter", f)).into_iter().collect();
+        let what = format!("list instances of {zone}");
+        let listed: Vec<Instance> = self.zonal_list(&path, &q, &what).await?;
+        let mut out: Vec<Seen> = listed.iter().map(api::seen).collect();
+        for op in self.insert_operations(project, zone).await? {
+            let name = op.target_name();
+            let Some(vm) = api::vm_of_instance_name(name, lineage) else {
+                continue;
+            };
+            if only_vm.is_some_and(|v| v != vm) || out.iter().any(|s| s.instance_id == name) {
+                continue;
+            }
+            let what = format!("create instance {name} in {zone}");
+            let status = if !op.is_done() {
+                InstanceStatus::Pending
+            } else if let Some(e) = self.operation_error(&op, CREATE, &what, &at.region) {
+                InstanceStatus::Refused(Box::new(e))
+            } else {
+                continue; // Done and fine, but no instance listed: deleted since.
+            };
+            let shown = Shown::labels(Some(vm), Some(lineage.as_str()));
+            out.push(Seen::new(name, status, shown));
+        }
+        Ok(out)
     }
 
     /// `instances.delete` for each id (module docs); ids that are not this VM's instance
@@ -798,7 +604,7 @@ impl CloudProvider for GcpProvider {
                 .map(|id| (z.to_string(), id.to_string()))
                 .collect(),
             None => self
-                .instances_in_region(project, &at.region, vm)
+                .region_instances(project, &at.region, Some(api::label_filter(vm, lineage)))
                 .await?
                 .into_iter()
                 .filter(|(_, i)| ids.contains(&&i.name))

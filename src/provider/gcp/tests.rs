@@ -9,8 +9,9 @@ use super::api::{self, Instance};
 use super::auth::{self, GoogleCredential, Kind};
 use super::errors::{self, OperationError, CLASSIFIER, CREATE, PREPARE};
 use super::*;
+use crate::provider::identity::owner;
 use crate::provider::kit::{Call, Failure, Source};
-use crate::provider::{BlockScope, ErrorKind};
+use crate::provider::{BlockScope, ErrorKind, Lineage};
 
 const LINEAGE: &str = "0f0e0d0c-1111-4222-8333-444455556666";
 const KEY_PEM: &str = include_str!("../../../tests/fixtures/gcp/test-only-sa-key.pem");
@@ -344,8 +345,15 @@ fn names_ids_and_labels() {
     assert_ne!(id, api::request_id("gpuprov-0f0e0d0c-trainer-r0-o4"));
     let labels: BTreeMap<String, String> =
         serde_json::from_value(api::labels("trainer", &l)).unwrap();
-    assert!(api::is_ours(&labels, "trainer", &l));
-    assert!(!api::is_ours(&labels, "other", &l));
+    // The listing shows the labels as they are; the identity rule reads them back.
+    let listed = Instance {
+        name: n.clone(),
+        labels,
+        ..Instance::default()
+    };
+    let shown = api::seen(&listed).identity;
+    assert_eq!(shown, Shown::labels(Some("trainer"), Some(LINEAGE)));
+    assert_eq!(owner(&shown, &l, "us-central1").as_deref(), Some("trainer"));
     assert_eq!(
         api::label_filter("trainer", &l),
         format!("(labels.gpuprov-vm-name = \"trainer\") (labels.gpuprov-lineage = \"{LINEAGE}\")")
@@ -453,6 +461,32 @@ fn statuses_and_the_ssh_endpoint() {
         api::status_of(&inst("WHATEVER", None)).0,
         InstanceStatus::Failed(_)
     ));
+}
+
+#[test]
+fn the_listing_shows_type_price_and_creation_time() {
+    let zone = "https://www.googleapis.com/compute/v1/projects/p/zones/us-central1-a";
+    let listed: Instance = serde_json::from_value(json!({
+        "name": "gpuprov-trainer-0f0e0d0c-abcd", "status": "RUNNING",
+        "machineType": format!("{zone}/machineTypes/n1-standard-8"),
+        "guestAccelerators": [{"acceleratorType": format!("{zone}/acceleratorTypes/nvidia-tesla-t4"), "acceleratorCount": 1}],
+        "scheduling": {"provisioningModel": "SPOT"},
+        "creationTimestamp": "2026-12-02T10:00:00.000-08:00",
+        "labels": {"team": "ml"},
+    }))
+    .unwrap();
+    let seen = api::seen(&listed);
+    assert_eq!(seen.instance_id, "gpuprov-trainer-0f0e0d0c-abcd");
+    assert_eq!(
+        seen.instance_type.as_deref(),
+        Some("n1-standard-8+nvidia-tesla-t4")
+    );
+    assert_eq!(seen.price_per_hour, Some(0.292), "the catalog's spot price");
+    assert_eq!(
+        seen.created_at.map(|t| t.to_rfc3339()).as_deref(),
+        Some("2026-12-02T18:00:00+00:00")
+    );
+    assert_eq!(seen.identity, Shown::default(), "no identity labels");
 }
 
 #[test]

@@ -35,20 +35,19 @@
 //!   the instance id (`Operation.resource_id`) at once; an operation that already failed
 //!   is that failure, and `ALREADY_EXISTS` for its own name is success (the instance is
 //!   read by name).
-//! - `observe_location`: one `InstanceService/List` of the region's project (all pages;
-//!   `ListInstancesRequest` has no filter, `instance_service.proto`), each instance
-//!   grouped under the VM its identity label names when its lineage label is this
-//!   state's; statuses mapped by [`status_of`]; the SSH endpoint is the public address
-//!   (prefix length stripped), port 22, user [`SSH_USER`]. The create operations this
-//!   process started in the region are followed with `OperationService/Get` (on the
-//!   compute endpoint) until they end: one still running whose instance is not listed is
-//!   `Pending`, one that failed (`not_enough_resources` after an accepted create) is
-//!   [`InstanceStatus::Refused`] with its classified error (remembered: not read again).
-//!   So a location costs one listing plus one `Get` per create of this process still in
-//!   flight, however many VMs wait there. After a restart the operation is known again
-//!   by resending the create (same idempotency key).
-//! - `observe`: the one-VM case of the same code (the same listing and rules, only this
-//!   VM's creates followed), so the two cannot diverge.
+//! - `instances` (the listing `observe`, `observe_location` and `list` derive from): one
+//!   `InstanceService/List` of the region's project (all pages; `ListInstancesRequest`
+//!   has no filter, `instance_service.proto`), each instance showing its identity labels
+//!   and name ([`seen`]); statuses mapped by [`status_of`]; the SSH endpoint is the
+//!   public address (prefix length stripped), port 22, user [`SSH_USER`]. The create
+//!   operations this process started in the region (for one VM: that VM's) are followed
+//!   with `OperationService/Get` (on the compute endpoint) until they end: one still
+//!   running whose instance is not listed is `Pending`, one that failed
+//!   (`not_enough_resources` after an accepted create) is [`InstanceStatus::Refused`]
+//!   with its classified error (remembered: not read again), each shown as the VM that
+//!   created it. So a location costs one listing plus one `Get` per create of this
+//!   process still in flight, however many VMs wait there. After a restart the
+//!   operation is known again by resending the create (same idempotency key).
 //! - `delete`: `InstanceService/Delete` per id (`NOT_FOUND` is success); the managed boot
 //!   disk is deleted with the instance ("Also deletes all the managed disks",
 //!   `instance_service.proto`).
@@ -65,6 +64,8 @@ pub mod auth;
 pub mod catalog;
 pub mod errors;
 pub mod proto;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -73,6 +74,7 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 use tonic::transport::Channel;
 
+use super::identity::owner;
 use super::kit::credentials::Source;
 use super::kit::failure::codes;
 use super::kit::grpc::{self, Channels};
@@ -80,7 +82,7 @@ use super::kit::paginate::{self, Cursor, Next};
 use super::kit::{self, Adapter, Call, Failure};
 use super::{
     Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Lineage,
-    Location, Observations, Observed, Offer, ProviderError, ResourceRequest, Result, Secret,
+    Location, Naming, Offer, ProviderError, ResourceRequest, Result, Secret, Seen, Shown,
     IDENTITY_LABEL, LINEAGE_LABEL,
 };
 use auth::{Credential, Tokens};
@@ -132,7 +134,7 @@ impl Service {
 /// Configuration of the Nebius adapter.
 #[derive(Debug, Clone)]
 pub struct NebiusSettings {
-    /// The state's lineage: `observe` only sees instances labelled with it.
+    /// The state's lineage: the identity rule reads listings against it.
     pub lineage: Lineage,
     /// Endpoint override (module docs); `None` means [`DEFAULT_ENDPOINT`].
     pub endpoint: Option<String>,
@@ -259,33 +261,42 @@ fn labels(vm: &str, lineage: &Lineage) -> HashMap<String, String> {
     ])
 }
 
-/// Whether `m` carries `vm`'s identity labels.
-fn is_ours(m: Option<&common::ResourceMetadata>, vm: &str, lineage: &Lineage) -> bool {
-    m.is_some_and(|m| {
-        m.labels.get(IDENTITY_LABEL).map(String::as_str) == Some(vm)
-            && m.labels.get(LINEAGE_LABEL).is_some_and(|l| lineage == l)
-    })
-}
-
-/// The VM `i` belongs to: the one its [`IDENTITY_LABEL`] names, when [`is_ours`] holds
-/// for that VM (the [`LINEAGE_LABEL`] is `lineage`); `None` for anyone else's instance.
-fn vm_of(i: &compute::Instance, lineage: &Lineage) -> Option<String> {
+/// A listed instance as the contract's listing shows it: its identity labels and name
+/// (`gpuprov-<vm>-<lineage8>-<hhhh>`), [`status_of`], the instance type as an offer names
+/// it (`<platform>/<preset>`), the catalog's price for it (preemptible or not) and
+/// `metadata.created_at`.
+pub fn seen(i: &compute::Instance) -> Seen {
     let m = i.metadata.as_ref();
-    let vm = m?.labels.get(IDENTITY_LABEL)?;
-    is_ours(m, vm, lineage).then(|| vm.clone())
-}
-
-/// `i` as `observe` reports it: its id and [`status_of`].
-fn observed(i: &compute::Instance) -> Observed {
+    let label = |k: &str| m.and_then(|m| m.labels.get(k)).map(String::as_str);
+    let identity = Shown::labels(label(IDENTITY_LABEL), label(LINEAGE_LABEL))
+        .named(m.map(|m| m.name.as_str()), Naming::Object);
     let (status, ssh) = status_of(i);
-    Observed {
-        instance_id: i
-            .metadata
-            .as_ref()
-            .map(|m| m.id.clone())
-            .unwrap_or_default(),
-        status,
+    let spec = i.spec.as_ref();
+    let sized = spec
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| match &r.size {
+            Some(compute::resources_spec::Size::Preset(p)) => {
+                Some((r.platform.as_str(), p.as_str()))
+            }
+            _ => None,
+        });
+    let preemptible = spec.is_some_and(|s| s.preemptible.is_some());
+    let price = sized.and_then(|(platform, preset)| {
+        let gpus = catalog::preset_gpus(preset)?;
+        Some(catalog::platform(platform)?.price(gpus, preemptible))
+    });
+    Seen {
         ssh,
+        instance_type: sized.map(|(platform, preset)| format!("{platform}/{preset}")),
+        price_per_hour: price,
+        created_at: m
+            .and_then(|m| m.created_at.as_ref())
+            .and_then(|t| chrono::DateTime::from_timestamp(t.seconds, t.nanos.max(0) as u32)),
+        ..Seen::new(
+            m.map(|m| m.id.clone()).unwrap_or_default(),
+            status,
+            identity,
+        )
     }
 }
 
@@ -301,7 +312,8 @@ impl NebiusProvider {
             settings.credential.as_ref().map(|(_, source)| source),
             &settings.looked_in,
             settings.unusable.as_deref(),
-        );
+        )
+        .with_lineage(&settings.lineage);
         let missing = match &settings.unusable {
             Some(why) => format!("no usable Nebius credential: {why}"),
             None => format!(
@@ -480,7 +492,7 @@ impl NebiusProvider {
     }
 
     /// Every instance of `project`.
-    async fn instances(&self, project: &str) -> Result<Vec<compute::Instance>> {
+    async fn listing(&self, project: &str) -> Result<Vec<compute::Instance>> {
         let what = format!("list instances of {project}");
         self.list_all(
             Service::Compute,
@@ -982,38 +994,6 @@ impl NebiusProvider {
         Ok(out)
     }
 
-    /// The instances of this lineage at `at` and the creates this process follows there,
-    /// per VM (module docs), each VM's sorted by id; with `only`, just that VM's. The
-    /// body of both `observe` (`only`: its VM) and `observe_location` (`None`), so the
-    /// two cannot diverge: one `InstanceService/List` of the region's project (all
-    /// pages), then [`Self::follow_creates`]. A followed create whose instance is listed
-    /// counts once, as listed.
-    async fn observations(&self, at: &Location, only: Option<&str>) -> Result<Observations> {
-        if at.cloud != CLOUD {
-            return Ok(Observations::new());
-        }
-        let project = self.project(&at.region)?;
-        let lineage = &self.settings.lineage;
-        let mut out = kit::listing::observations_of(
-            &self.instances(project).await?,
-            |i| vm_of(i, lineage).filter(|vm| only.is_none_or(|o| o == vm)),
-            |i, vm| is_ours(i.metadata.as_ref(), vm, lineage),
-            |i| Some(observed(i)),
-        );
-        for (vm, id, status) in self.follow_creates(&at.region, only).await? {
-            let seen = out.entry(vm).or_default();
-            if !seen.iter().any(|o| o.instance_id == id) {
-                seen.push(Observed {
-                    instance_id: id,
-                    status,
-                    ssh: None,
-                });
-                seen.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-            }
-        }
-        Ok(out)
-    }
-
     fn forget(&self, id: &str) {
         self.started
             .lock()
@@ -1213,7 +1193,9 @@ impl CloudProvider for NebiusProvider {
             }
             // Our own name: an earlier send of this attempt made it.
             Err(f) if is_already_there(&f) => match self.instance_by_name(project, &name).await? {
-                Some(i) if is_ours(i.metadata.as_ref(), &spec.vm_name, lineage) => {
+                Some(i)
+                    if owner(&seen(&i).identity, lineage, region) == Some(spec.vm_name.clone()) =>
+                {
                     Ok(i.metadata.map(|m| m.id).unwrap_or_default())
                 }
                 _ => Err(self.fail(&f, call)),
@@ -1222,25 +1204,28 @@ impl CloudProvider for NebiusProvider {
         }
     }
 
-    /// The VM's instances and unfinished or failed creates at `at` (module docs), sorted
-    /// by id: [`observe_location`](CloudProvider::observe_location)'s entry for the VM,
-    /// from the same listing and rules. Calls: one `InstanceService/List` (all pages)
-    /// plus one `OperationService/Get` per create of this VM still running.
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
-        let mut all = self.observations(at, Some(vm_name)).await?;
-        Ok(all.remove(vm_name).unwrap_or_default())
-    }
-
-    /// Every VM of this lineage at `at.region` from one `InstanceService/List` of the
-    /// region's project (all pages; `ListInstancesRequest` has no filter, so every
-    /// instance of the project is read and each is grouped under the VM its [`IDENTITY_LABEL`] names,
-    /// kept when [`is_ours`] holds), plus one `OperationService/Get` per create this
-    /// process started in the region that is still running: those calls are bounded by
-    /// this process's own creates in flight, not by the fleet (a listed instance and a
-    /// finished create need none). Errors: as `observe` (no project for the region is
-    /// `InvalidRequest`, no credential `Credentials`).
-    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
-        self.observations(at, None).await.map(Some)
+    /// One `InstanceService/List` of the region's project (all pages), then the creates
+    /// this process follows there (of `only_vm` when given: one `OperationService/Get`
+    /// per create still running; module docs); a followed create whose instance is
+    /// listed counts once, as listed. Errors: no project for the region is
+    /// `InvalidRequest`, no credential `Credentials`.
+    async fn instances(&self, at: &Location, only_vm: Option<&str>) -> Result<Vec<Seen>> {
+        if at.cloud != CLOUD {
+            return Ok(vec![]);
+        }
+        let project = self.project(&at.region)?;
+        let mut out: Vec<Seen> = self.listing(project).await?.iter().map(seen).collect();
+        let lineage = self.settings.lineage.as_str();
+        for (vm, id, status) in self.follow_creates(&at.region, only_vm).await? {
+            if !out.iter().any(|s| s.instance_id == id) {
+                out.push(Seen::new(
+                    id,
+                    status,
+                    Shown::labels(Some(&vm), Some(lineage)),
+                ));
+            }
+        }
+        Ok(out)
     }
 
     /// `InstanceService/Delete` per id; `NOT_FOUND` is success.
@@ -1323,109 +1308,5 @@ impl CloudProvider for NebiusProvider {
             .map_err(|f| self.fail(&f, Call::named(CREATE, &what).in_region(&at.region)))?;
         self.created_id(&op, Call::named(CREATE, &what).in_region(&at.region))
             .map(|_| ())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_service_has_its_endpoint_and_an_override_serves_all() {
-        let with = |endpoint: Option<&str>| {
-            NebiusProvider::new(NebiusSettings {
-                lineage: Lineage::random(),
-                endpoint: endpoint.map(str::to_string),
-                projects: BTreeMap::new(),
-                credential: None,
-                looked_in: vec![],
-                unusable: None,
-            })
-        };
-        let p = with(None);
-        assert_eq!(
-            p.url(Service::Compute),
-            "https://compute.api.nebius.cloud:443"
-        );
-        assert_eq!(
-            p.url(Service::Tokens),
-            "https://tokens.iam.api.nebius.cloud:443"
-        );
-        assert_eq!(p.endpoint_override(), None);
-        let p = with(Some("http://127.0.0.1:7000"));
-        assert_eq!(p.url(Service::Vpc), "http://127.0.0.1:7000");
-        assert_eq!(
-            p.endpoint_override().as_deref(),
-            Some("http://127.0.0.1:7000")
-        );
-        let p = with(Some("https://{service}.proxy.example:8443"));
-        assert_eq!(p.url(Service::Vpc), "https://vpc.proxy.example:8443");
-    }
-
-    #[test]
-    fn names_and_keys_are_per_attempt() {
-        let l = Lineage::parse("0f0e0d0c-0b0a-4908-8706-050403020100").unwrap();
-        let a = instance_name("trainer", &l, "tok-1");
-        assert!(a.starts_with("gpuprov-trainer-0f0e0d0c-"), "{a}");
-        assert_eq!(a, instance_name("trainer", &l, "tok-1"));
-        assert_ne!(a, instance_name("trainer", &l, "tok-2"));
-        let k = idempotency_key("tok-1");
-        assert_eq!(k, idempotency_key("tok-1"));
-        assert_ne!(k, idempotency_key("tok-2"));
-        assert!(uuid::Uuid::parse_str(&k).is_ok());
-    }
-
-    #[test]
-    fn statuses_never_read_an_unknown_state_as_gone() {
-        use compute::instance_status::InstanceState as S;
-        let with = |state: S, ip: &str| compute::Instance {
-            status: Some(compute::InstanceStatus {
-                state: state as i32,
-                network_interfaces: vec![compute::NetworkInterfaceStatus {
-                    public_ip_address: Some(compute::PublicIpAddressStatus {
-                        address: ip.into(),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let preemptible = compute::Instance {
-            spec: Some(compute::InstanceSpec {
-                preemptible: Some(compute::PreemptibleSpec::default()),
-                ..Default::default()
-            }),
-            ..with(S::Stopped, "")
-        };
-        assert!(matches!(
-            status_of(&preemptible).0,
-            InstanceStatus::Preempted { stopped: true, .. }
-        ));
-        assert_eq!(status_of(&with(S::Stopped, "")).0, InstanceStatus::Stopped);
-        let (s, ssh) = status_of(&with(S::Running, "203.0.113.7/32"));
-        assert_eq!(s, InstanceStatus::Running);
-        assert_eq!(ssh.unwrap().to_string(), "ubuntu@203.0.113.7:22");
-        assert_eq!(status_of(&with(S::Creating, "")).0, InstanceStatus::Pending);
-        assert_eq!(
-            status_of(&with(S::Unspecified, "")).0,
-            InstanceStatus::Pending
-        );
-        assert_eq!(
-            status_of(&with(S::Deleting, "")).0,
-            InstanceStatus::Terminating
-        );
-        assert!(matches!(
-            status_of(&with(S::Error, "")).0,
-            InstanceStatus::Failed(_)
-        ));
-        let mut odd = with(S::Running, "");
-        odd.status.as_mut().unwrap().state = 99;
-        assert_eq!(status_of(&odd).0, InstanceStatus::Pending);
-        assert!(
-            status_of(&with(S::Running, "")).1.is_none(),
-            "no address yet"
-        );
     }
 }

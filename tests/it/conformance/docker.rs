@@ -164,9 +164,51 @@ impl CloudProvider for Counted {
     }
 }
 
+/// The label the driver puts on the containers it makes outside gpuprov, with the run's
+/// lineage as value (not a gpuprov label: the adapter never reads it).
+const RUN_LABEL: &str = "gpuprov-conformance-run";
+
+/// Force-removes, on drop, the containers this run made outside gpuprov ([`RUN_LABEL`]).
+struct Outside(String);
+
+impl Drop for Outside {
+    fn drop(&mut self) {
+        let run = self.0.clone();
+        on_own_runtime(move || async move {
+            let Ok(docker) = raw_docker() else { return };
+            let Ok(docker) = docker.negotiate_version().await else {
+                return;
+            };
+            let filters =
+                HashMap::from([("label".to_string(), vec![format!("{RUN_LABEL}={run}")])]);
+            let options = ListContainersOptions {
+                all: true,
+                filters: Some(filters),
+                ..Default::default()
+            };
+            for c in docker
+                .list_containers(Some(options))
+                .await
+                .unwrap_or_default()
+            {
+                if let Some(id) = c.id {
+                    let remove =
+                        bollard::query_parameters::RemoveContainerOptionsBuilder::default()
+                            .force(true)
+                            .v(true)
+                            .build();
+                    let _ = docker.remove_container(&id, Some(remove)).await;
+                }
+            }
+        });
+    }
+}
+
 struct DockerCloud {
     provider: Arc<Counted>,
     lineage: String,
+    /// Removes the containers made outside gpuprov on drop.
+    _outside: Outside,
     /// Force-removes the lineage's containers on drop; declared last so it runs after
     /// the adapter is gone.
     _cleanup: Cleanup,
@@ -230,6 +272,7 @@ impl Driver for DockerDriver {
                 inner,
                 creates: Mutex::new(Vec::new()),
             }),
+            _outside: Outside(lineage.clone()),
             _cleanup: Cleanup {
                 lineage: lineage.clone(),
                 images: vec![],
@@ -325,9 +368,10 @@ impl Cloud for DockerCloud {
         );
     }
 
-    /// A running container made outside gpuprov from the base image, named by the user.
-    /// It carries this run's lineage label (and no identity label) only so the run's
-    /// cleanup removes it: without `gpuprov-vm-name` the adapter takes it for unlabelled.
+    /// A running container made outside gpuprov from the base image, named by the user,
+    /// with no gpuprov label (a lineage label alone would make it half labelled: no
+    /// one's, never imported); the driver's own [`RUN_LABEL`] lets the run's
+    /// [`Outside`] guard remove it.
     fn outside_instance(&self, _region: &str) -> Option<String> {
         let lineage = self.lineage.clone();
         Some(on_own_runtime(move || async move {
@@ -336,7 +380,7 @@ impl Cloud for DockerCloud {
             let body = bollard::models::ContainerCreateBody {
                 image: Some(gpuprov::provider::docker::DEFAULT_BASE_IMAGE.into()),
                 cmd: Some(vec!["sleep".into(), "infinity".into()]),
-                labels: Some(HashMap::from([(LINEAGE_LABEL.to_string(), lineage)])),
+                labels: Some(HashMap::from([(RUN_LABEL.to_string(), lineage)])),
                 ..Default::default()
             };
             let options = bollard::query_parameters::CreateContainerOptionsBuilder::default()
