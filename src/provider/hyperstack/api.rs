@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 use super::{CLOUD, SSH_PORT, SSH_USER};
 use crate::provider::kit::gpu::{norm, same_model};
 use crate::provider::{
-    InstanceStatus, Lineage, Location, Offer, ResourceRequest, SshEndpoint, IDENTITY_LABEL,
-    LINEAGE_LABEL,
+    InstanceStatus, Location, Naming, Offer, ResourceRequest, Seen, Shown, SshEndpoint,
+    IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -146,6 +146,17 @@ pub(super) struct Vm {
     pub(super) floating_ip_status: Option<String>,
     pub(super) environment: Option<VmEnvironment>,
     pub(super) labels: Vec<String>,
+    /// `flavor.name`: the VM's instance type.
+    pub(super) flavor: Option<VmFlavor>,
+    /// `created_at` (date-time), read leniently.
+    pub(super) created_at: Option<String>,
+}
+
+/// The part of `Instance_Flavor_Fields` the listing reports.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(super) struct VmFlavor {
+    pub(super) name: String,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -385,26 +396,40 @@ pub(super) fn label(key: &str, value: &str) -> String {
     format!("{key}={value}")
 }
 
-/// Whether a listed VM is `vm_name` of `lineage` at `region`: the exact gpuprov name, the
-/// project's environment of the region, and (when the list shows labels) both identity
-/// labels.
-pub(super) fn is_ours(vm: &Vm, env: &str, region: &str, vm_name: &str, lineage: &Lineage) -> bool {
-    if vm.name != crate::provider::object_name(vm_name, lineage) {
-        return false;
-    }
+/// The value of a VM's `key=value` label (labels are bare strings on Hyperstack).
+fn label_value<'v>(vm: &'v Vm, key: &str) -> Option<&'v str> {
+    vm.labels
+        .iter()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// A listed VM as the contract's listing shows it, when it is in environment `env` of
+/// `region` (as the list shows its environment; listed without one, the query's exact
+/// environment filter holds only when the VM's labels prove it is gpuprov's) and not
+/// deleted: its `gpuprov-vm-name=` and `gpuprov-lineage=` labels, its name, flavor and
+/// `created_at`, and (see [`status_of`]) its status and SSH endpoint once ready.
+pub(super) fn seen_at(vm: &Vm, env: &str, region: &str) -> Option<Seen> {
     match &vm.environment {
         Some(e) if e.name == env && e.region.as_deref().is_none_or(|r| r == region) => {}
-        Some(_) => return false,
-        // Listed without its environment: the query already filtered on the exact
-        // environment, but then the labels must prove it.
-        None if vm.labels.is_empty() => return false,
+        Some(_) => return None,
+        None if vm.labels.is_empty() => return None,
         None => {}
     }
-    if vm.labels.is_empty() {
-        return true;
-    }
-    vm.labels.contains(&label(IDENTITY_LABEL, vm_name))
-        && vm.labels.contains(&label(LINEAGE_LABEL, lineage.as_str()))
+    let (status, ssh) = status_of(vm)?;
+    let identity = Shown::labels(
+        label_value(vm, IDENTITY_LABEL),
+        label_value(vm, LINEAGE_LABEL),
+    )
+    .named(
+        Some(vm.name.as_str()).filter(|n| !n.is_empty()),
+        Naming::Object,
+    );
+    Some(Seen {
+        ssh,
+        instance_type: vm.flavor.as_ref().map(|f| f.name.clone()),
+        created_at: vm.created_at.as_deref().and_then(|t| t.parse().ok()),
+        ..Seen::new(vm.id?.to_string(), status, identity)
+    })
 }
 
 /// Ingress rules for TCP 22 and `ports`, from anywhere (`Create_Security_Rule_Payload`).

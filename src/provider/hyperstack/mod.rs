@@ -40,8 +40,11 @@
 //!   (`assign_floating_ip`), port randomisation off (so SSH is on port 22: the API does not
 //!   report a randomised port), ingress security rules for TCP 22 and the VM's ports, and
 //!   the boot script as cloud-init `user_data`.
-//! - `observe`: `GET /core/virtual-machines?environment=…&exact_environment_match=true&search=…`,
-//!   keeping the VMs with the exact name, the environment of the region, and both labels.
+//! - `instances` (the listing `observe`, `observe_location` and `list` read):
+//!   `GET /core/virtual-machines?environment=…&exact_environment_match=true` (plus
+//!   `search=<name>` for one VM), keeping the VMs of the project's environment of the
+//!   region. The identity is the labels (else the name), judged by the core's one rule.
+//!   The environment is per lineage, so `list` shows only this lineage's VMs.
 //! - `delete`: `DELETE /core/virtual-machines/{id}`; 404 is success; a refusal because the
 //!   VM is still being created is `Transient` (retry later), never success.
 //! - `cleanup`: nothing. Security rules belong to the VM and go with it; the environment
@@ -76,6 +79,7 @@
 //! `Retry-After`, and the declared `max_concurrency` keeps the request rate modest.
 
 mod api;
+mod environments;
 mod errors;
 #[cfg(test)]
 mod tests;
@@ -93,20 +97,20 @@ use serde_json::{json, Value};
 pub use super::Secret as ApiKey;
 pub use api::gpu_matches;
 use api::{
-    default_image, flavors_with_region, in_stock, is_ours, label, matches_ask, no_flavor,
-    offers_for, security_rules, status_of, CreateResponse, Environment, EnvironmentResponse,
-    Flavor, FlavorList, ImageList, Keypair, KeypairResponse, Price, Stock, StockList, Vm,
+    default_image, flavors_with_region, in_stock, label, matches_ask, no_flavor, offers_for,
+    security_rules, seen_at, CreateResponse, Flavor, FlavorList, ImageList, Price, Stock,
+    StockList, Vm,
 };
 pub use errors::{classify, ApiError, CAPACITY_PHRASES, CLASSIFIER, DELETE};
 
-use super::kit::keys::{self, Registered};
+use super::kit::keys;
 use super::kit::paginate::{self, Cursor, Next};
 use super::kit::{self, Adapter, Auth, Call, Credential, Lookup, RestClient, Source};
 use super::shared::{ENVIRONMENT, SSH_KEY};
 use super::{
-    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage, Location, Observations,
-    Observed, Offer, ProviderError, ResourceRequest, Result, SharedFound, SharedObject,
-    IDENTITY_LABEL, LINEAGE_LABEL,
+    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage, Location, Offer,
+    ProviderError, ResourceRequest, Result, Seen, SharedFound, SharedObject, IDENTITY_LABEL,
+    LINEAGE_LABEL,
 };
 
 /// The cloud name.
@@ -173,7 +177,8 @@ impl HyperstackProvider {
         // The only place: Hyperstack has no CLI configuration file.
         let looked_in = [Source::Env(API_KEY_ENV).to_string()];
         let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
-            .with_credential(credential.as_ref(), &looked_in);
+            .with_credential(credential.as_ref(), &looked_in)
+            .with_lineage(&settings.lineage);
         let missing = format!(
             "no Hyperstack API key: set {API_KEY_ENV} (looked in: the {API_KEY_ENV} \
              environment variable; Hyperstack has no CLI configuration file)"
@@ -207,62 +212,19 @@ impl HyperstackProvider {
         Capabilities {
             max_concurrency: 4,
             delete_timeout: Duration::from_secs(15 * 60),
-            ..kit::adapter::vm_capabilities(&[BootScript, Firewall, Gpu, Kubernetes, Start])
+            ..kit::adapter::vm_capabilities(&[
+                BootScript,
+                Firewall,
+                Gpu,
+                Kubernetes,
+                Start,
+                SharedObjects,
+            ])
         }
     }
 
     pub fn settings(&self) -> &HyperstackSettings {
         &self.settings
-    }
-
-    /// This lineage's VMs in the environment of `at.region` per VM (of `vm` only when
-    /// given: then also `search=<its name>`), except deleted ones, each VM's sorted by id.
-    async fn observations(&self, at: &Location, vm: Option<&str>) -> Result<Observations> {
-        let lineage = &self.settings.lineage;
-        let mut out = Observations::new();
-        if at.cloud != CLOUD {
-            return Ok(out);
-        }
-        let env = Self::environment_name(lineage, &at.region);
-        let mut query = vec![
-            ("environment", env.clone()),
-            ("exact_environment_match", "true".to_string()),
-        ];
-        if let Some(vm) = vm {
-            query.push(("search", super::object_name(vm, lineage)));
-        }
-        let vms: Vec<Vm> = self
-            .list_all("/core/virtual-machines", &query, "instances", "list VMs")
-            .await?;
-        for v in &vms {
-            let Some(of) = super::vm_of_object_name(&v.name, lineage) else {
-                continue;
-            };
-            if vm.is_some_and(|vm| vm != of) || !is_ours(v, &env, &at.region, of, lineage) {
-                continue;
-            }
-            let (Some(id), Some((status, ssh))) = (v.id, status_of(v)) else {
-                continue;
-            };
-            out.entry(of.to_string()).or_default().push(Observed {
-                instance_id: id.to_string(),
-                status,
-                ssh,
-            });
-        }
-        for seen in out.values_mut() {
-            seen.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-            seen.dedup_by(|a, b| a.instance_id == b.instance_id);
-        }
-        Ok(out)
-    }
-
-    /// The project's environment in `region`: `gpuprov-<lineage8>-<region, lowercase>`,
-    /// cut to [`MAX_NAME_LEN`].
-    pub fn environment_name(lineage: &Lineage, region: &str) -> String {
-        let mut n = format!("gpuprov-{}-{}", lineage.short(), region.to_lowercase());
-        n.truncate(MAX_NAME_LEN);
-        n
     }
 
     /// Every item of a paginated list (`page`, `pageSize`; the items under `field`),
@@ -350,170 +312,6 @@ impl HyperstackProvider {
         self.api
             .get("/pricebook", &[], Call::other("read the pricebook"))
             .await
-    }
-
-    /// The project's environment in `region` ([`Self::environment_name`]), `None` when
-    /// missing. Errors: an environment of that name in another region →
-    /// `InvalidRequest` (names are unique per account, so it cannot be made here).
-    async fn find_environment(&self, region: &str) -> Result<Option<Environment>> {
-        let name = Self::environment_name(&self.settings.lineage, region);
-        let envs: Vec<Environment> = self
-            .list_all(
-                "/core/environments",
-                &[("search", name.clone())],
-                "environments",
-                "list environments",
-            )
-            .await?;
-        if let Some(e) = envs.iter().find(|e| e.name == name && e.region == region) {
-            return Ok(Some(e.clone()));
-        }
-        if let Some(other) = envs.iter().find(|e| e.name == name) {
-            return Err(invalid(format!(
-                "a Hyperstack environment named {name} exists in region {} instead of {region}",
-                other.region
-            )));
-        }
-        Ok(None)
-    }
-
-    /// `POST /core/environments` of the project's environment in `region`. A `409` is
-    /// `Exists` (errors.rs): made meanwhile.
-    async fn create_environment(&self, region: &str) -> Result<Environment> {
-        let name = Self::environment_name(&self.settings.lineage, region);
-        let body = json!({ "name": name, "region": region });
-        let what = format!("create environment {name} in {region}");
-        let call = || Call::named(errors::CREATE_SHARED, &what);
-        let v = self
-            .api
-            .send(Method::POST, "/core/environments", &[], Some(&body))
-            .await
-            .map_err(|f| self.api.fail(&f, call()))?;
-        let created: EnvironmentResponse = self.api.parse(v, call())?;
-        Ok(created.environment)
-    }
-
-    /// The project's environment in `region`, created when missing (a `prepare` called
-    /// without the core's shared objects). Returns its name.
-    async fn ensure_environment(&self, region: &str) -> Result<String> {
-        if let Some(e) = self.find_environment(region).await? {
-            return Ok(e.name);
-        }
-        match self.create_environment(region).await {
-            Ok(e) => Ok(e.name),
-            // Created concurrently by another gpuprov run of the project: use it.
-            Err(e) if e.kind == ErrorKind::Exists => {
-                Ok(Self::environment_name(&self.settings.lineage, region))
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// The key pairs of environment `env` (`GET /core/keypairs`, every page, filtered on
-    /// `environment.name`: the list takes no environment filter).
-    async fn keypairs_in(&self, env: &str) -> Result<Vec<Keypair>> {
-        let all: Vec<Keypair> = self
-            .list_all("/core/keypairs", &[], "keypairs", "list key pairs")
-            .await?;
-        Ok(all
-            .into_iter()
-            .filter(|k| k.environment.as_ref().is_some_and(|e| e.name == env))
-            .collect())
-    }
-
-    /// Whether `name` is a key pair name gpuprov gives `public_key` in this lineage:
-    /// [`super::project_key_name`] or its `-2`, `-3`, … ([`keys::free_name`]).
-    fn is_project_key_name(&self, name: &str, public_key: &str) -> bool {
-        let base = super::project_key_name(self.settings.lineage.as_str(), public_key);
-        name == base
-            || name
-                .strip_prefix(&base)
-                .and_then(|rest| rest.strip_prefix('-'))
-                .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
-    }
-
-    /// Whether environment `env` holds only what gpuprov put there for this lineage:
-    /// key pairs named as [`Self::is_project_key_name`] says and VMs labelled with the
-    /// lineage. One holding anything else (the user's own key pair, a VM made by hand)
-    /// is not gpuprov's to delete.
-    async fn holds_only_ours(&self, env: &str, public_key: &str) -> Result<bool> {
-        let keys = self.keypairs_in(env).await?;
-        if keys
-            .iter()
-            .any(|k| !self.is_project_key_name(&k.name, public_key))
-        {
-            return Ok(false);
-        }
-        let vms: Vec<Vm> = self
-            .list_all(
-                "/core/virtual-machines",
-                &[
-                    ("environment", env.to_string()),
-                    ("exact_environment_match", "true".to_string()),
-                ],
-                "instances",
-                "list VMs",
-            )
-            .await?;
-        let lineage = label(LINEAGE_LABEL, self.settings.lineage.as_str());
-        Ok(vms
-            .iter()
-            .all(|v| v.status.eq_ignore_ascii_case("DELETED") || v.labels.contains(&lineage)))
-    }
-
-    /// The region of a region-scoped shared object. Errors: none given → `InvalidRequest`.
-    fn region_of(obj: &SharedObject) -> Result<&str> {
-        obj.region
-            .as_deref()
-            .filter(|r| !r.is_empty() && *r != "*")
-            .ok_or_else(|| invalid(format!("{} has no region", obj.address())))
-    }
-
-    /// The name of the key pair in environment `env` whose value is `public_key` (whatever
-    /// its name), else imported ([`keys::find_or_register`]) as
-    /// [`super::project_key_name`]. A key pair of another value under that name (or the
-    /// old `gpuprov-<lineage8>`) is never used: the import moves to `<name>-2`, `<name>-3`
-    /// ([`keys::free_name`]). A `409` on the import (Hyperstack refuses a name already
-    /// taken; the description says only "Conflict") lists again: a concurrent run may
-    /// have imported the same key, else the next name is tried; when the attempts run
-    /// out, the error is `Exists` (errors.rs).
-    async fn ensure_key(&self, env: &str, public_key: &str) -> Result<Keypair> {
-        let base = super::project_key_name(self.settings.lineage.as_str(), public_key);
-        // Names an import was refused for, though no listing showed them.
-        let refused = std::sync::Mutex::new(Vec::<String>::new());
-        let list = || self.keypairs_in(env);
-        let register = |listed: Vec<Keypair>| {
-            let name = keys::free_name(&base, |n| {
-                listed.iter().any(|k| k.name == n)
-                    || refused.lock().expect("not poisoned").iter().any(|r| r == n)
-            });
-            let refused = &refused;
-            async move {
-                let body = json!({
-                    "environment_name": env,
-                    "name": name,
-                    "public_key": public_key.trim(),
-                });
-                let what = format!("import key pair {name} into {env}");
-                match self
-                    .api
-                    .send(Method::POST, "/core/keypairs", &[], Some(&body))
-                    .await
-                {
-                    Ok(v) => {
-                        let created: KeypairResponse = self.api.parse(v, Call::other(&what))?;
-                        Ok(Registered::Key(created.keypair))
-                    }
-                    Err(f) if f.http_status() == Some(409) => {
-                        refused.lock().expect("not poisoned").push(name);
-                        let call = Call::named(errors::CREATE_SHARED, &what);
-                        Ok(Registered::Conflict(self.api.fail(&f, call)))
-                    }
-                    Err(f) => Err(self.api.fail(&f, Call::other(&what))),
-                }
-            }
-        };
-        keys::find_or_register(public_key, list, |k: &Keypair| &k.public_key, register).await
     }
 
     /// `spec_image` when set, else the region's default image (see [`default_image`]).
@@ -680,23 +478,36 @@ impl CloudProvider for HyperstackProvider {
         }
     }
 
-    /// The VMs of the project's environment in `at.region` with the exact gpuprov name and
-    /// both labels, except deleted ones, sorted by id (see [`status_of`] for readiness):
-    /// [`observe_location`](CloudProvider::observe_location)'s listing narrowed by
-    /// `search=<name>`, this VM's entry.
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
-        let mut all = self.observations(at, Some(vm_name)).await?;
-        Ok(all.remove(vm_name).unwrap_or_default())
-    }
-
-    /// Every VM of this lineage at `at.region` from one paginated
-    /// `GET /core/virtual-machines?environment=<env>&exact_environment_match=true` (the
-    /// project's environment of the region holds exactly this lineage's VMs there; query
-    /// parameters `environment` and `exact_environment_match` of operation `List_VMs`
-    /// in `vendor-apis/hyperstack/openapi.yaml`), each VM under the VM its
-    /// `gpuprov-<vm>-<lineage8>` name names, kept when [`is_ours`] holds for it.
-    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
-        self.observations(at, None).await.map(Some)
+    /// One paginated `GET /core/virtual-machines?environment=<env>&exact_environment_match=true`
+    /// (query parameters `environment` and `exact_environment_match` of operation
+    /// `List_VMs` in `vendor-apis/hyperstack/openapi.yaml`), `env` being the project's
+    /// environment of `at.region` ([`Self::environment_name`]), which holds exactly this
+    /// lineage's VMs there; `&search=gpuprov-<vm>-<lineage8>` too for `only_vm`. The VMs
+    /// there ([`seen_at`]) once each, except deleted ones.
+    async fn instances(&self, at: &Location, only_vm: Option<&str>) -> Result<Vec<Seen>> {
+        if at.cloud != CLOUD {
+            return Ok(vec![]);
+        }
+        let lineage = &self.settings.lineage;
+        let env = Self::environment_name(lineage, &at.region);
+        let mut query = vec![
+            ("environment", env.clone()),
+            ("exact_environment_match", "true".to_string()),
+        ];
+        if let Some(vm) = only_vm {
+            query.push(("search", super::object_name(vm, lineage)));
+        }
+        let vms: Vec<Vm> = self
+            .list_all("/core/virtual-machines", &query, "instances", "list VMs")
+            .await?;
+        let mut seen: Vec<Seen> = vms
+            .iter()
+            .filter_map(|v| seen_at(v, &env, &at.region))
+            .collect();
+        // A VM may show on two pages when the list shifts between them.
+        seen.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+        seen.dedup_by(|a, b| a.instance_id == b.instance_id);
+        Ok(seen)
     }
 
     /// Nothing to do: the security rules go with the VM; the environment and the key pair

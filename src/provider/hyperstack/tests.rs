@@ -1,9 +1,9 @@
-//! Unit tests of the Hyperstack mapping (GPU names, offers, readiness, ownership, images).
+//! Unit tests of the Hyperstack mapping (GPU names, offers, readiness, the listing, images).
 
 use super::api::*;
 use super::*;
 use crate::provider::kit::testing::ask;
-use crate::provider::InstanceStatus;
+use crate::provider::{InstanceStatus, Naming};
 
 /// `offers_for` in the order the core applies ([`crate::provider::offers::order`]).
 fn ordered(
@@ -157,6 +157,7 @@ fn vm(status: &str, power: Option<&str>, ip: Option<&str>, fip: Option<&str>) ->
         floating_ip_status: fip.map(str::to_string),
         environment: None,
         labels: vec![],
+        ..Vm::default()
     }
 }
 
@@ -220,38 +221,69 @@ fn ready_only_when_active_with_the_floating_ip_attached() {
     assert_eq!((ssh.port, ssh.user.as_deref()), (22, Some("ubuntu")));
 }
 
+/// The listing shows a VM of the project's environment in the region with its labels and
+/// name; whose it is, is then the core's one rule ([`owner`], tested in `identity.rs`):
+/// the cases of the adapter's old rule, which also required the name beside the labels.
 #[test]
-fn ownership_needs_name_environment_and_labels() {
+fn listing_shows_environment_labels_and_name() {
+    use crate::provider::identity::owner;
     let lin: Lineage = "0f0e0d0c-1111-4111-8111-111111111111".parse().unwrap();
     let env = HyperstackProvider::environment_name(&lin, "CANADA-1");
     assert_eq!(env, "gpuprov-0f0e0d0c-canada-1");
+    let whose = |v: &Vm, region: &str| {
+        seen_at(v, &env, region).and_then(|s| owner(&s.identity, &lin, region))
+    };
     let mut v = vm("ACTIVE", None, None, None);
     v.environment = Some(VmEnvironment {
         name: env.clone(),
         region: Some("CANADA-1".into()),
     });
-    assert!(is_ours(&v, &env, "CANADA-1", "a", &lin));
-    assert!(!is_ours(&v, &env, "CANADA-10", "a", &lin));
-    assert!(!is_ours(&v, &env, "CANADA-1", "ab", &lin));
+    v.flavor = Some(api::VmFlavor {
+        name: "n3-H100x1".into(),
+    });
+    v.created_at = Some("2026-11-30T20:00:00Z".into());
+    let seen = seen_at(&v, &env, "CANADA-1").unwrap();
+    assert_eq!(seen.instance_id, "7");
+    assert_eq!(seen.identity.name.as_deref(), Some("gpuprov-a-0f0e0d0c"));
+    assert_eq!(seen.identity.naming, Naming::Object);
+    assert_eq!(seen.instance_type.as_deref(), Some("n3-H100x1"));
+    assert!(seen.created_at.is_some());
+    assert_eq!(whose(&v, "CANADA-1").as_deref(), Some("a"));
+    assert_eq!(
+        seen_at(&v, &env, "CANADA-10"),
+        None,
+        "regions compare whole"
+    );
     v.labels = vec![label(IDENTITY_LABEL, "a"), label(LINEAGE_LABEL, "zzz")];
-    assert!(!is_ours(&v, &env, "CANADA-1", "a", &lin));
+    assert_eq!(whose(&v, "CANADA-1"), None);
     v.labels = vec![
         label(IDENTITY_LABEL, "a"),
         label(LINEAGE_LABEL, lin.as_str()),
     ];
-    assert!(is_ours(&v, &env, "CANADA-1", "a", &lin));
+    let seen = seen_at(&v, &env, "CANADA-1").unwrap();
+    assert_eq!(seen.identity.vm.as_deref(), Some("a"));
+    assert_eq!(seen.identity.lineage.as_deref(), Some(lin.as_str()));
+    assert_eq!(whose(&v, "CANADA-1").as_deref(), Some("a"));
+    // Labels decide; the name is not read (the old rule also wanted the name).
+    v.name = "renamed".into();
+    assert_eq!(whose(&v, "CANADA-1").as_deref(), Some("a"));
+    v.name = "gpuprov-a-0f0e0d0c".into();
     v.environment = None;
-    assert!(is_ours(&v, &env, "CANADA-1", "a", &lin), "labels prove it");
-    v.labels.clear();
-    assert!(
-        !is_ours(&v, &env, "CANADA-1", "a", &lin),
-        "nothing proves it"
+    assert_eq!(
+        whose(&v, "CANADA-1").as_deref(),
+        Some("a"),
+        "labels prove it"
     );
+    v.labels.clear();
+    assert_eq!(seen_at(&v, &env, "CANADA-1"), None, "nothing proves it");
     v.environment = Some(VmEnvironment {
         name: "someone-else".into(),
         region: Some("CANADA-1".into()),
     });
-    assert!(!is_ours(&v, &env, "CANADA-1", "a", &lin));
+    assert_eq!(seen_at(&v, &env, "CANADA-1"), None);
+    let mut gone = vm("DELETED", None, None, None);
+    gone.labels = vec![label(IDENTITY_LABEL, "a")];
+    assert_eq!(seen_at(&gone, &env, "CANADA-1"), None);
 }
 
 #[test]

@@ -1,0 +1,185 @@
+//! The project's shared objects on Hyperstack, both per region: its environment
+//! `gpuprov-<lineage8>-<region>` and, inside it, the key pair holding the project key.
+
+use serde_json::json;
+
+use super::api::{label, Environment, EnvironmentResponse, Keypair, KeypairResponse, Vm};
+use super::{errors, invalid, HyperstackProvider, MAX_NAME_LEN};
+use crate::provider::kit::keys::{self, Registered};
+use crate::provider::kit::Call;
+use crate::provider::{project_key_name, ErrorKind, Lineage, Result, SharedObject, LINEAGE_LABEL};
+use reqwest::Method;
+
+impl HyperstackProvider {
+    /// The project's environment in `region`: `gpuprov-<lineage8>-<region, lowercase>`,
+    /// cut to [`MAX_NAME_LEN`].
+    pub fn environment_name(lineage: &Lineage, region: &str) -> String {
+        let mut n = format!("gpuprov-{}-{}", lineage.short(), region.to_lowercase());
+        n.truncate(MAX_NAME_LEN);
+        n
+    }
+
+    /// The project's environment in `region` ([`Self::environment_name`]), `None` when
+    /// missing. Errors: an environment of that name in another region →
+    /// `InvalidRequest` (names are unique per account, so it cannot be made here).
+    pub(super) async fn find_environment(&self, region: &str) -> Result<Option<Environment>> {
+        let name = Self::environment_name(&self.settings.lineage, region);
+        let envs: Vec<Environment> = self
+            .list_all(
+                "/core/environments",
+                &[("search", name.clone())],
+                "environments",
+                "list environments",
+            )
+            .await?;
+        if let Some(e) = envs.iter().find(|e| e.name == name && e.region == region) {
+            return Ok(Some(e.clone()));
+        }
+        if let Some(other) = envs.iter().find(|e| e.name == name) {
+            return Err(invalid(format!(
+                "a Hyperstack environment named {name} exists in region {} instead of {region}",
+                other.region
+            )));
+        }
+        Ok(None)
+    }
+
+    /// `POST /core/environments` of the project's environment in `region`. A `409` is
+    /// `Exists` (errors.rs): made meanwhile.
+    pub(super) async fn create_environment(&self, region: &str) -> Result<Environment> {
+        let name = Self::environment_name(&self.settings.lineage, region);
+        let body = json!({ "name": name, "region": region });
+        let what = format!("create environment {name} in {region}");
+        let call = || Call::named(errors::CREATE_SHARED, &what);
+        let v = self
+            .api
+            .send(Method::POST, "/core/environments", &[], Some(&body))
+            .await
+            .map_err(|f| self.api.fail(&f, call()))?;
+        let created: EnvironmentResponse = self.api.parse(v, call())?;
+        Ok(created.environment)
+    }
+
+    /// The project's environment in `region`, created when missing (a `prepare` called
+    /// without the core's shared objects). Returns its name.
+    pub(super) async fn ensure_environment(&self, region: &str) -> Result<String> {
+        if let Some(e) = self.find_environment(region).await? {
+            return Ok(e.name);
+        }
+        match self.create_environment(region).await {
+            Ok(e) => Ok(e.name),
+            // Created concurrently by another gpuprov run of the project: use it.
+            Err(e) if e.kind == ErrorKind::Exists => {
+                Ok(Self::environment_name(&self.settings.lineage, region))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The key pairs of environment `env` (`GET /core/keypairs`, every page, filtered on
+    /// `environment.name`: the list takes no environment filter).
+    pub(super) async fn keypairs_in(&self, env: &str) -> Result<Vec<Keypair>> {
+        let all: Vec<Keypair> = self
+            .list_all("/core/keypairs", &[], "keypairs", "list key pairs")
+            .await?;
+        Ok(all
+            .into_iter()
+            .filter(|k| k.environment.as_ref().is_some_and(|e| e.name == env))
+            .collect())
+    }
+
+    /// Whether `name` is a key pair name gpuprov gives `public_key` in this lineage:
+    /// [`project_key_name`] or its `-2`, `-3`, … ([`keys::free_name`]).
+    pub(super) fn is_project_key_name(&self, name: &str, public_key: &str) -> bool {
+        let base = project_key_name(self.settings.lineage.as_str(), public_key);
+        name == base
+            || name
+                .strip_prefix(&base)
+                .and_then(|rest| rest.strip_prefix('-'))
+                .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+    }
+
+    /// Whether environment `env` holds only what gpuprov put there for this lineage:
+    /// key pairs named as [`Self::is_project_key_name`] says and VMs labelled with the
+    /// lineage. One holding anything else (the user's own key pair, a VM made by hand)
+    /// is not gpuprov's to delete.
+    pub(super) async fn holds_only_ours(&self, env: &str, public_key: &str) -> Result<bool> {
+        let keys = self.keypairs_in(env).await?;
+        if keys
+            .iter()
+            .any(|k| !self.is_project_key_name(&k.name, public_key))
+        {
+            return Ok(false);
+        }
+        let vms: Vec<Vm> = self
+            .list_all(
+                "/core/virtual-machines",
+                &[
+                    ("environment", env.to_string()),
+                    ("exact_environment_match", "true".to_string()),
+                ],
+                "instances",
+                "list VMs",
+            )
+            .await?;
+        let lineage = label(LINEAGE_LABEL, self.settings.lineage.as_str());
+        Ok(vms
+            .iter()
+            .all(|v| v.status.eq_ignore_ascii_case("DELETED") || v.labels.contains(&lineage)))
+    }
+
+    /// The region of a region-scoped shared object. Errors: none given → `InvalidRequest`.
+    pub(super) fn region_of(obj: &SharedObject) -> Result<&str> {
+        obj.region
+            .as_deref()
+            .filter(|r| !r.is_empty() && *r != "*")
+            .ok_or_else(|| invalid(format!("{} has no region", obj.address())))
+    }
+
+    /// The name of the key pair in environment `env` whose value is `public_key` (whatever
+    /// its name), else imported ([`keys::find_or_register`]) as
+    /// [`project_key_name`]. A key pair of another value under that name (or the
+    /// old `gpuprov-<lineage8>`) is never used: the import moves to `<name>-2`, `<name>-3`
+    /// ([`keys::free_name`]). A `409` on the import (Hyperstack refuses a name already
+    /// taken; the description says only "Conflict") lists again: a concurrent run may
+    /// have imported the same key, else the next name is tried; when the attempts run
+    /// out, the error is `Exists` (errors.rs).
+    pub(super) async fn ensure_key(&self, env: &str, public_key: &str) -> Result<Keypair> {
+        let base = project_key_name(self.settings.lineage.as_str(), public_key);
+        // Names an import was refused for, though no listing showed them.
+        let refused = std::sync::Mutex::new(Vec::<String>::new());
+        let list = || self.keypairs_in(env);
+        let register = |listed: Vec<Keypair>| {
+            let name = keys::free_name(&base, |n| {
+                listed.iter().any(|k| k.name == n)
+                    || refused.lock().expect("not poisoned").iter().any(|r| r == n)
+            });
+            let refused = &refused;
+            async move {
+                let body = json!({
+                    "environment_name": env,
+                    "name": name,
+                    "public_key": public_key.trim(),
+                });
+                let what = format!("import key pair {name} into {env}");
+                match self
+                    .api
+                    .send(Method::POST, "/core/keypairs", &[], Some(&body))
+                    .await
+                {
+                    Ok(v) => {
+                        let created: KeypairResponse = self.api.parse(v, Call::other(&what))?;
+                        Ok(Registered::Key(created.keypair))
+                    }
+                    Err(f) if f.http_status() == Some(409) => {
+                        refused.lock().expect("not poisoned").push(name);
+                        let call = Call::named(errors::CREATE_SHARED, &what);
+                        Ok(Registered::Conflict(self.api.fail(&f, call)))
+                    }
+                    Err(f) => Err(self.api.fail(&f, Call::other(&what))),
+                }
+            }
+        };
+        keys::find_or_register(public_key, list, |k: &Keypair| &k.public_key, register).await
+    }
+}
