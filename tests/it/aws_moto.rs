@@ -2462,68 +2462,6 @@ async fn a_running_instance_with_another_key_is_left_untouched_on_ec2() {
     assert_eq!(env.sweep(&region).await, (vec![], vec![]));
 }
 
-/// A recorded machine whose instance was stopped outside gpuprov: the next launch starts
-/// the same instance (one StartInstances) and reconnects with the pinned host key; no
-/// second RunInstances, no TerminateInstances.
-#[tokio::test]
-async fn a_stopped_recorded_instance_is_started_not_replaced_on_ec2() {
-    if skip() {
-        return;
-    }
-    let env = Env::start("H100", 8, &["us-east-1"]).await;
-    let first = env.launch().await.expect("launch runs");
-    let old = ready_or_panic(&first).clone();
-    let region = old.location.region.clone();
-    stop_outside(&env, &region, &old.instance_id).await;
-    let before = env.labels().len();
-
-    let again = env.launch().await.expect("re-apply runs");
-    let vm = ready_or_panic(&again);
-    assert_eq!(vm.instance_id, old.instance_id, "the same instance");
-    assert_eq!(vm.host_key, old.host_key, "pinned");
-    let labels = env.labels()[before..].to_vec();
-    let at = |p: &str| {
-        labels
-            .iter()
-            .position(|l| l.starts_with(p))
-            .unwrap_or_else(|| panic!("no {p:?} in {labels:?}"))
-    };
-    assert!(
-        at("reconciling") < at("starting stopped")
-            && at("starting stopped") < at(&format!("starting {} ", old.instance_id))
-            && at(&format!("starting {} ", old.instance_id)) < at("connecting")
-            && at("connecting") < at("ready"),
-        "{labels:?}"
-    );
-    assert!(
-        !labels
-            .iter()
-            .any(|l| l.starts_with("compensating") || l.starts_with("planning")),
-        "{labels:?}"
-    );
-    let start = env.proxy.seen("StartInstances");
-    assert_eq!(start.len(), 1, "{start:?}");
-    assert!(start[0].body.contains(&old.instance_id), "{start:?}");
-    assert!(start[0].faulted.is_none());
-    assert_eq!(
-        env.proxy.seen("RunInstances").len(),
-        1,
-        "only the first launch created"
-    );
-    assert!(env.proxy.seen("TerminateInstances").is_empty());
-    assert_eq!(
-        state_outside(&env, &region, &old.instance_id).await,
-        Some(aws_sdk_ec2::types::InstanceStateName::Running)
-    );
-    let (ids, _) = env.sweep(&region).await;
-    assert_eq!(ids, vec![old.instance_id.clone()]);
-    let done = env
-        .teardown_target(Target::of(again.owned().unwrap(), VM))
-        .await;
-    assert_eq!(done, TeardownState::Done);
-    assert_eq!(env.sweep(&region).await, (vec![], vec![]));
-}
-
 /// As above, but EC2 cannot start it now (`InsufficientInstanceCapacity`, HTTP 500, on
 /// StartInstances): the launch ends `Aborted` with "no replacement", the state keeps the
 /// machine's record, and nothing is created or terminated; the instance (and its disk)

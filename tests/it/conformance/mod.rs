@@ -263,7 +263,7 @@ pub trait Driver: Sync {
     /// every adapter gets the read, and this goes with the contract's default body of
     /// `instances`.
     fn cannot_list(&self) -> Option<&'static str> {
-        Some("the adapter does not implement CloudProvider::list yet")
+        Some("the adapter does not implement the listing read (`instances`) yet")
     }
     async fn start(&self, world: World) -> Box<dyn Cloud>;
 }
@@ -1028,7 +1028,10 @@ async fn shared_keys_scenario(d: &dyn Driver, s: Scenario) -> bool {
         match p.create_shared(obj, key).await {
             Err(e) if e.kind == ErrorKind::Exists => {}
             Ok(again) if again.id == first.id => {}
-            other => panic!("{name}: {what} made again: {other:?}"),
+            other => panic!(
+                "{name}: a second create_shared of {what} must be refused as Exists or answer \
+                 the same object, never make it again: {other:?}"
+            ),
         }
         made.push((obj.clone(), seen));
     }
@@ -1041,9 +1044,9 @@ async fn shared_keys_scenario(d: &dyn Driver, s: Scenario) -> bool {
             None,
             "{name}: {what} gone"
         );
-        p.delete_shared(obj, found)
-            .await
-            .unwrap_or_else(|e| panic!("{name}: deleting {what} again: {e}"));
+        p.delete_shared(obj, found).await.unwrap_or_else(|e| {
+            panic!("{name}: deleting {what} again (one already gone is success): {e}")
+        });
     }
     cloud.check_after(s);
     cloud.verify();
