@@ -302,13 +302,6 @@ impl CloudProvider for SharedReads {
     async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
         self.inner.observe_location(at).await
     }
-    async fn instances(
-        &self,
-        at: &Location,
-        only_vm: Option<&str>,
-    ) -> Result<Vec<crate::provider::Seen>> {
-        self.inner.instances(at, only_vm).await
-    }
     async fn list(&self, at: &Location) -> Result<Vec<Listed>> {
         self.inner.list(at).await
     }

@@ -304,14 +304,6 @@ impl CloudProvider for Governed {
         let _p = self.permit().await?;
         self.inner.observe(at, vm_name).await
     }
-    async fn instances(
-        &self,
-        at: &Location,
-        only_vm: Option<&str>,
-    ) -> Result<Vec<crate::provider::Seen>> {
-        let _p = self.permit().await?;
-        self.inner.instances(at, only_vm).await
-    }
     async fn observe_location(
         &self,
         at: &Location,

@@ -149,15 +149,6 @@ impl CloudProvider for Faulty {
         let r = self.inner.observe(at, vm_name).await;
         self.after("observe", r)
     }
-    async fn instances(
-        &self,
-        at: &Location,
-        only_vm: Option<&str>,
-    ) -> Result<Vec<crate::provider::Seen>> {
-        self.before("observe")?;
-        let r = self.inner.instances(at, only_vm).await;
-        self.after("observe", r)
-    }
     async fn observe_location(
         &self,
         at: &Location,
