@@ -46,7 +46,53 @@ const ADAPTER_MOD_LINES: usize = 700;
 const FILE_LINES: usize = 1000;
 
 /// Files allowed past their size budget: (path under `src/`, its own limit, why).
-const SIZE_ALLOW: &[(&str, usize, &str)] = &[];
+const SIZE_ALLOW: &[(&str, usize, &str)] = &[
+    (
+        "provider/aws/mod.rs",
+        1230,
+        "the SDK adapter (EC2 through aws-sdk-ec2, not the REST kit): its security groups, subnets and AMI lookups are still in mod.rs; to be cut like GCP's",
+    ),
+    (
+        "provider/nebius/mod.rs",
+        1320,
+        "the gRPC adapter (generated clients, not the REST kit): operations, subnets and images still in mod.rs; to be cut",
+    ),
+    (
+        "provider/docker/mod.rs",
+        960,
+        "the local test cloud: image building and container mapping still in mod.rs; to be cut",
+    ),
+    (
+        "provider/massedcompute/mod.rs",
+        720,
+        "not yet on the listing read (issue 34): its observe and ownership code goes with that move",
+    ),
+    (
+        "provider/primeintellect/mod.rs",
+        850,
+        "not yet on the listing read (issue 34): its observe and ownership code goes with that move",
+    ),
+    (
+        "provider/fake.rs",
+        1080,
+        "the scripted test double (compiled only for tests): scripts, recording and the listing in one place",
+    ),
+    (
+        "plan.rs",
+        1520,
+        "the plan's diff, refresh and discovery folding; its views moved to cli/view, the rest is to be cut by concern",
+    ),
+    (
+        "config.rs",
+        1040,
+        "the config types, merge and diagnostics; per-cloud settings types are to move out (issue 34 item 7)",
+    ),
+    (
+        "cluster/probe.rs",
+        1340,
+        "the node probe's parsers of real command outputs (nvidia-smi, systemctl, cloud-init) with their decision tables",
+    ),
+];
 
 /// Loops and timeouts allowed in adapters: (path under `src/`, enclosing function, why).
 const LOOP_ALLOW: &[(&str, &str, &str)] = &[
@@ -67,7 +113,7 @@ const LOOP_ALLOW: &[(&str, &str, &str)] = &[
     ),
     (
         "provider/aws/mod.rs",
-        "observations",
+        "instances",
         "`DescribeInstances` pagination (`NextToken`): one call's pages",
     ),
     (
