@@ -558,10 +558,17 @@ impl CloudProvider for VerdaProvider {
     /// `POST /sshkeys` `{name, key}` under [`project_key_name`], or the first free `-<n>`
     /// when a key of another value holds it; the answer is the new id as plain text. A
     /// refusal (`invalid_request`: the description has no conflict answer) is `Exists`:
-    /// observed again.
+    /// observed again. A key of this value already listed is `Exists` too: Verda would
+    /// register the same key a second time under another name.
     async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
         obj.expect(CLOUD, SSH_KEY_KIND)?;
         let listed = self.ssh_keys().await?;
+        if let Some(k) = keys::find_by_value(&listed, public_key, |k| &k.key) {
+            return Err(ProviderError::new(
+                ErrorKind::Exists,
+                format!("verda: SSH key {} already holds this key", k.name),
+            ));
+        }
         let name = keys::free_project_key_name(self.settings.lineage.as_str(), public_key, |n| {
             listed.iter().any(|k| k.name == n)
         });
