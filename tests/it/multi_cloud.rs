@@ -513,6 +513,13 @@ impl Clouds {
         hyperstack
             .mount_fn("GET", "^/v1/pricebook$", |_| hyperstack_pricebook())
             .await;
+        // The plan's discovery lists each region's VMs now that Hyperstack can list.
+        hyperstack
+            .mount_fn("GET", "^/v1/core/virtual-machines$", |_| {
+                Canned::ok(serde_json::json!({"status": true, "message": "Success",
+                    "instances": [], "count": 0, "page": 1, "page_size": 100}))
+            })
+            .await;
         digitalocean
             .mount_fn("GET", "^/v2/sizes$", |_| do_page("sizes", do_sizes()))
             .await;
