@@ -504,6 +504,10 @@ impl Clouds {
         runpod
             .mount_fn("GET", "^/v2/catalog/gpus$", runpod_catalog)
             .await;
+        // The plan's discovery lists the pods now that RunPod can list.
+        runpod
+            .mount_fn("GET", "^/v2/pods$", |_| Canned::ok(serde_json::json!([])))
+            .await;
         hyperstack
             .mount_fn("GET", "^/v1/core/flavors$", hyperstack_flavors)
             .await;
