@@ -168,8 +168,8 @@ fn identity_is_described_and_scripts_are_named_per_location() {
         d,
         "gpuprov-vm-name=trainer gpuprov-lineage=0f0e0d0c-1111-4222-8333-444455556666"
     );
-    assert_eq!(described(&d, IDENTITY_LABEL).as_deref(), Some("trainer"));
-    assert_eq!(described(&d, LINEAGE_LABEL).as_deref(), Some(l.as_str()));
+    assert_eq!(described(&d, IDENTITY_LABEL), Some("trainer"));
+    assert_eq!(described(&d, LINEAGE_LABEL), Some(l.as_str()));
     assert_eq!(described("free text", IDENTITY_LABEL), None);
     let located = located_name("trainer", &l, "FIN-01");
     assert!(is_script_of(&format!("{located}-{}", sha8("x")), &located));
