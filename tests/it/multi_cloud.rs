@@ -539,6 +539,17 @@ impl Clouds {
         digitalocean
             .mount_fn("GET", "^/v2/droplets$", |_| do_page("droplets", vec![]))
             .await;
+        runpod
+            .mount_fn("GET", "^/v2/pods$", |_| Canned::ok(json!({"pods": []})))
+            .await;
+        hyperstack
+            .mount_fn("GET", "^/v1/core/virtual-machines$", |_| {
+                Canned::ok(
+                    json!({"status": true, "message": "Success", "instances": [],
+                                  "count": 0, "page": 1, "page_size": 100}),
+                )
+            })
+            .await;
         Clouds {
             lambda,
             runpod,

@@ -82,6 +82,42 @@ pub(super) struct Instance {
     /// A free string: `rented`, `booting`, `terminated` in the description's examples.
     #[serde(default)]
     pub status: Option<String>,
+    /// The product rented (its name is the offers' instance type).
+    #[serde(default)]
+    pub product: Option<InstanceProduct>,
+    /// `created` (`2024-08-07T16:41:43.000Z` in the description), read leniently.
+    #[serde(default)]
+    pub created: Option<String>,
+}
+
+/// `runningInstances[].product`, the fields the listing reports.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub(super) struct InstanceProduct {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// USD per hour: a string in the description (`"0.99"`), read as a number either way.
+    #[serde(default)]
+    pub price_hr: Option<Price>,
+}
+
+/// A price given as a JSON number or a numeric string.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(super) enum Price {
+    Number(f64),
+    Text(String),
+    Other(serde::de::IgnoredAny),
+}
+
+impl Price {
+    /// The price as a number; `None` when it is not one.
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Price::Number(n) => Some(*n),
+            Price::Text(s) => s.trim().parse().ok(),
+            Price::Other(_) => None,
+        }
+    }
 }
 
 /// `GET /ssh-keys` (`SSHKey`).

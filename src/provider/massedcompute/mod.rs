@@ -36,7 +36,9 @@
 //!   where an instance runs, so the identity is the name: `gpuprov-<vm>-<lineage8>` in
 //!   region `any`, `gpuprov-<vm>-<lineage8>-<region>` when pinned
 //!   ([`super::identity::located_name`]).
-//! - `observe`: `GET /instance`, kept by exact name; `terminated` / `deleted` are gone.
+//! - `instances` (the listing `observe`, `observe_location` and `list` read):
+//!   `GET /instance`; the name is the identity (judged by the core's one rule, under
+//!   the location's naming), `terminated` / `deleted` are gone.
 //! - `delete`: `POST /instance/terminate` for the ids still listed (an unknown id is
 //!   success without a call; a 404 too). `cleanup` has nothing to do: instances have no
 //!   side resources, and the project key is not the machine's (see `ssh_key` above: it
@@ -63,6 +65,7 @@
 
 mod api;
 mod errors;
+mod instances;
 #[cfg(test)]
 mod tests;
 
@@ -74,14 +77,15 @@ use serde_json::{json, Value};
 
 use api::{Images, Instance, Inventory, Launched, PostedKey, Product, Running, SshKey, SshKeys};
 pub use errors::CLASSIFIER;
+use instances::{seen_at, status_of};
 
-use super::identity::{located_name, vm_of_located_name};
+use super::identity::located_name;
 use super::kit::keys::{self, Registered};
 use super::kit::{self, gpu, Adapter, Auth, Call, Credential, Lookup, RestClient};
 use super::{
     object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
-    InstanceStatus, Lineage, Location, Observations, Observed, Offer, ProviderError,
-    ResourceRequest, Result, SharedFound, SharedObject, SshEndpoint,
+    Lineage, Location, Offer, ProviderError, ResourceRequest, Result, Seen, SharedFound,
+    SharedObject,
 };
 
 // The kind of the project key, the one shared object this cloud declares
@@ -259,47 +263,6 @@ fn offers_for(inventory: &Inventory, req: &ResourceRequest) -> Vec<Offer> {
     offers
 }
 
-/// Normalised status of a listed instance; `None` once it is gone. The words are
-/// brevdev/cloud's (`massedComputeLifecycleStatus`), which takes an unknown word for a
-/// machine still on its way.
-fn status_of(s: &str) -> Option<InstanceStatus> {
-    Some(match s.trim().to_ascii_lowercase().as_str() {
-        "active" | "running" | "rented" => InstanceStatus::Running,
-        "stopping" => InstanceStatus::Stopping,
-        "stopped" => InstanceStatus::Stopped,
-        "terminating" | "deleting" => InstanceStatus::Terminating,
-        "terminated" | "deleted" => return None,
-        "failed" | "error" => InstanceStatus::Failed(format!("Massed Compute status `{s}`")),
-        _ => InstanceStatus::Pending,
-    })
-}
-
-/// What `observe` reports of a listed instance; `None` once it is gone.
-fn observed(i: &Instance) -> Option<Observed> {
-    let status = status_of(i.status.as_deref().unwrap_or_default())?;
-    let ssh =
-        i.ip.as_deref()
-            .map(str::trim)
-            .filter(|ip| !ip.is_empty())
-            .map(|ip| SshEndpoint {
-                host: ip.to_string(),
-                port: SSH_PORT,
-                user: Some(
-                    i.username
-                        .as_deref()
-                        .map(str::trim)
-                        .filter(|u| !u.is_empty())
-                        .unwrap_or(SSH_USER)
-                        .to_string(),
-                ),
-            });
-    Some(Observed {
-        instance_id: i.uuid.clone(),
-        status,
-        ssh,
-    })
-}
-
 /// A listed key and whether its name is ambiguous (another key of another value has the
 /// same name): the launch names keys, so such a name could give the machine the other key.
 struct Listed {
@@ -326,7 +289,8 @@ impl MassedComputeProvider {
         let looked = std::slice::from_ref(&settings.key_source);
         let endpoint = settings.endpoint.as_deref();
         let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
-            .with_credential(credential.as_ref(), looked);
+            .with_credential(credential.as_ref(), looked)
+            .with_lineage(&settings.lineage);
         let missing = format!(
             "no Massed Compute API token: set {API_KEY_ENV} (looked in: {})",
             settings.key_source
@@ -354,7 +318,11 @@ impl MassedComputeProvider {
     pub fn default_capabilities() -> Capabilities {
         Capabilities {
             max_concurrency: 2,
-            ..kit::adapter::vm_capabilities(&[Feature::Gpu, Feature::Kubernetes])
+            ..kit::adapter::vm_capabilities(&[
+                Feature::Gpu,
+                Feature::Kubernetes,
+                Feature::SharedObjects,
+            ])
         }
     }
 
@@ -377,7 +345,7 @@ impl MassedComputeProvider {
         self.api.get("/gpu-inventory", &[], call).await
     }
 
-    async fn instances(&self) -> Result<Vec<Instance>> {
+    async fn listing(&self) -> Result<Vec<Instance>> {
         let r: Running = self
             .api
             .get("/instance", &[], Call::other("list instances"))
@@ -570,41 +538,15 @@ impl CloudProvider for MassedComputeProvider {
             })
     }
 
-    /// `GET /instance`, keeping the instances named for `vm_name` in `at.region`, except
-    /// gone ones, sorted by UUID: [`observe_location`](CloudProvider::observe_location)'s
-    /// entry for the VM. Status (brevdev/cloud's words): active / running / rented
-    /// → Running, stopping, stopped, terminating / deleting → Terminating, failed / error →
-    /// Failed, any other word → Pending. SSH endpoint `ip:22` as `username` once `ip` is set.
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
-        let all = self.observe_location(at).await?.unwrap_or_default();
-        Ok(all.get(vm_name).cloned().unwrap_or_default())
-    }
-
-    /// Every VM of this lineage at `at.region` from one `GET /instance` (the account's
-    /// instances; no query parameters, `openapi-v1.0.0.yaml` in `vendor-apis/massedcompute`),
-    /// each instance under the VM its name (`gpuprov-<vm>-<lineage8>-<region>`, or
-    /// `gpuprov-<vm>-<lineage8>` in the any-region location) names: the name `observe`
-    /// matches.
-    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
+    /// One `GET /instance` (the account's instances; no query parameters,
+    /// `openapi-v1.0.0.yaml` in `vendor-apis/massedcompute`), every one not gone, shown
+    /// at `at` ([`seen_at`]): the name says where it runs.
+    async fn instances(&self, at: &Location, _only_vm: Option<&str>) -> Result<Vec<Seen>> {
         if at.cloud != CLOUD {
-            return Ok(Some(Observations::new()));
+            return Ok(vec![]);
         }
-        let lineage = &self.settings.lineage;
-        let vm_of = |i: &Instance| {
-            let name = i.name.as_deref()?;
-            let vm = if at.region.eq_ignore_ascii_case(ANY_REGION) {
-                super::vm_of_object_name(name, lineage)
-            } else {
-                vm_of_located_name(name, lineage, &at.region)
-            };
-            vm.map(str::to_string)
-        };
-        Ok(Some(kit::listing::observations_of(
-            &self.instances().await?,
-            vm_of,
-            |i, vm| i.name.as_deref() == Some(self.instance_name(vm, &at.region).as_str()),
-            observed,
-        )))
+        let list = self.listing().await?;
+        Ok(list.iter().filter_map(|i| seen_at(i, &at.region)).collect())
     }
 
     /// `POST /instance/terminate` for those of `instance_ids` still listed (the API says
@@ -613,9 +555,9 @@ impl CloudProvider for MassedComputeProvider {
         if instance_ids.is_empty() {
             return Ok(());
         }
-        let alive = |i: &Instance| observed(i).is_some();
+        let alive = |i: &Instance| status_of(i.status.as_deref().unwrap_or_default()).is_some();
         let listed: Vec<String> =
-            kit::listing::still_listed(self.instances().await?, instance_ids, |i| &i.uuid, alive)
+            kit::listing::still_listed(self.listing().await?, instance_ids, |i| &i.uuid, alive)
                 .into_iter()
                 .map(|i| i.uuid)
                 .collect();

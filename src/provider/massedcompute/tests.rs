@@ -3,6 +3,7 @@
 use super::api::{InstanceType, Region};
 use super::*;
 use crate::provider::kit::testing::ask;
+use crate::provider::{InstanceStatus, Naming, Shown};
 
 fn product(desc: &str, cents: i64, regions: &[&str], capacity: i64) -> Product {
     Product {
@@ -135,9 +136,10 @@ fn statuses_follow_brevdev_and_gone_is_gone() {
         ip: Some(" ".into()),
         username: None,
         status: Some("booting".into()),
+        ..Instance::default()
     };
     assert_eq!(
-        observed(&i).unwrap().ssh,
+        seen_at(&i, "any").unwrap().ssh,
         None,
         "a blank ip is no endpoint yet"
     );
@@ -147,11 +149,41 @@ fn statuses_follow_brevdev_and_gone_is_gone() {
         status: Some("rented".into()),
         ..i
     };
-    let ep = observed(&i).unwrap().ssh.unwrap();
+    let ep = seen_at(&i, "any").unwrap().ssh.unwrap();
     assert_eq!(
         (ep.host.as_str(), ep.port, ep.user.as_deref()),
         ("127.0.0.9", 22, Some("Ubuntu"))
     );
+}
+
+/// The listing shows every instance at every location (it does not say where one runs),
+/// with its name under the location's naming, its product, price and creation time.
+#[test]
+fn listing_shows_the_name_under_the_locations_naming_and_the_product() {
+    let i: Instance = serde_json::from_value(json!({
+        "uuid": "u1", "name": "gpuprov-a-0f0e0d0c-us-east-2", "status": "rented",
+        "created": "2024-08-07T16:41:43.000Z",
+        "product": {"name": "gpu_1x_l40", "price_hr": "0.99", "gpu_count": 1}
+    }))
+    .unwrap();
+    let pinned = seen_at(&i, "us-east-2").unwrap();
+    assert_eq!(
+        pinned.identity,
+        Shown::default().named(Some("gpuprov-a-0f0e0d0c-us-east-2"), Naming::Located)
+    );
+    assert_eq!(pinned.instance_type.as_deref(), Some("gpu_1x_l40"));
+    assert_eq!(pinned.price_per_hour, Some(0.99));
+    assert!(pinned.created_at.is_some());
+    assert_eq!(
+        seen_at(&i, "ANY").unwrap().identity.naming,
+        Naming::Object,
+        "the any-region location names without a region"
+    );
+    let gone = Instance {
+        status: Some("terminated".into()),
+        ..i
+    };
+    assert_eq!(seen_at(&gone, "us-east-2"), None);
 }
 
 #[test]

@@ -127,6 +127,12 @@ pub(super) struct Pod {
     pub ssh_connection: Value,
     #[serde(default)]
     pub prime_port_mapping: Option<Vec<PortMapping>>,
+    /// `priceHr`: USD per hour.
+    #[serde(default)]
+    pub price_hr: Option<f64>,
+    /// `createdAt` (date-time), read leniently.
+    #[serde(default)]
+    pub created_at: Option<String>,
 }
 
 /// `PortMapping`: a pod port and the public port it is reached on.

@@ -33,7 +33,9 @@
 //!   no tags and the pod listing does not say where a pod runs, so the identity is the
 //!   name `gpuprov-<vm>-<lineage8>-<dc>` ([`super::identity::located_name`]; pod names
 //!   are letters, digits and dashes, per the CLI).
-//! - `observe`: `GET /api/v1/pods/` (offset pages until `total_count`), kept by exact name.
+//! - `instances` (the listing `observe`, `observe_location` and `list` read):
+//!   `GET /api/v1/pods/` (offset pages until `total_count`); the name is the identity,
+//!   judged by the core's one rule under the located naming.
 //!   Prime Intellect picks the SSH user and NAT port itself and reports them late:
 //!   `sshConnection` is null (or `[null]`, or `[]`) while the pod boots, then
 //!   `"<user>@<host> -p <port>"`, or a list of those (one per node; the first is used),
@@ -59,6 +61,8 @@
 
 mod api;
 mod errors;
+mod offers;
+mod pods;
 #[cfg(test)]
 mod tests;
 
@@ -71,15 +75,19 @@ use serde_json::{json, Value};
 pub use api::PortMapping;
 use api::{Availability, GpuAvailability, Pod, Pods, SshKey, SshKeys};
 pub use errors::CLASSIFIER;
+pub use offers::{gpu_matches, gpu_model};
+use offers::{offer_id, offers_for, region_of};
+pub use pods::ssh_endpoint;
+use pods::{seen_at, status_of};
 
-use super::identity::{located_name, vm_of_located_name};
+use super::identity::located_name;
 use super::kit::keys::{self, Registered};
 use super::kit::paginate::{self, Cursor, Next};
-use super::kit::{self, gpu, Adapter, Auth, Call, Credential, Lookup, RestClient, Source};
+use super::kit::{self, Adapter, Auth, Call, Credential, Lookup, RestClient, Source};
 use super::{
-    project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
-    InstanceStatus, Lineage, Location, Observations, Observed, Offer, ProviderError,
-    ResourceRequest, Result, Secret, SharedFound, SharedObject, SshEndpoint,
+    project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage,
+    Location, Offer, ProviderError, ResourceRequest, Result, Secret, Seen, SharedFound,
+    SharedObject,
 };
 
 // The kind of the project key, the one shared object this cloud declares
@@ -208,246 +216,6 @@ pub struct PrimeIntellectProvider {
     adapter: Adapter,
 }
 
-/// The GPU model of a `GPUType`: without its `_<N>GB` memory suffix (`H100_80GB` → `H100`,
-/// `RTX_PRO_6000B_96GB` → `RTX_PRO_6000B`, `GB200` → `GB200`).
-pub fn gpu_model(gpu_type: &str) -> &str {
-    match gpu_type.rsplit_once('_') {
-        Some((model, mem))
-            if mem.len() > 2
-                && mem.ends_with("GB")
-                && mem[..mem.len() - 2].bytes().all(|b| b.is_ascii_digit()) =>
-        {
-            model
-        }
-        _ => gpu_type,
-    }
-}
-
-/// Whether the asked model `want` names `GPUType` `gpu_type`: its model (`H100` names
-/// `H100_80GB`; `A100` both A100 types) or the whole type (`A100 80GB`), compared with
-/// [`gpu::same_model`].
-pub fn gpu_matches(want: &str, gpu_type: &str) -> bool {
-    gpu::same_model(want, gpu_model(gpu_type)) || gpu::same_model(want, gpu_type)
-}
-
-/// The region of a configuration: its data centre, else its region.
-fn region_of(g: &GpuAvailability) -> Option<&str> {
-    g.data_center
-        .as_deref()
-        .or(g.region.as_deref())
-        .map(str::trim)
-        .filter(|r| !r.is_empty())
-}
-
-fn is_community(g: &GpuAvailability) -> bool {
-    g.security.as_deref() == Some("community_cloud")
-}
-
-/// The configuration's price in USD per hour for the whole pod (see the module docs);
-/// `None` in another currency or without a price.
-fn price_of(g: &GpuAvailability) -> Option<f64> {
-    let p = &g.prices;
-    if !p
-        .currency
-        .as_deref()
-        .unwrap_or("USD")
-        .eq_ignore_ascii_case("USD")
-    {
-        return None;
-    }
-    if is_community(g) {
-        p.community_price.or(p.on_demand)
-    } else {
-        p.on_demand.or(p.community_price)
-    }
-}
-
-/// Whether a configuration fits the ask (GPU type, exact count, spot or not).
-fn config_matches(g: &GpuAvailability, req: &ResourceRequest) -> bool {
-    req.gpu.as_ref().is_none_or(|w| gpu_matches(w, &g.gpu_type))
-        && kit::gpu::count_fits(req, g.gpu_count)
-        && g.is_spot.unwrap_or(false) == req.spot
-}
-
-/// The offer id of a configuration.
-fn offer_id(g: &GpuAvailability, region: &str) -> String {
-    let provider = g.provider.as_deref().unwrap_or("-");
-    let id = format!("{CLOUD}/{region}/{provider}/{}", g.cloud_id);
-    if is_community(g) {
-        format!("{id}/community")
-    } else {
-        id
-    }
-}
-
-/// Offers of the listed configurations for the ask. Unordered: the core orders them.
-fn offers_for(items: &[GpuAvailability], req: &ResourceRequest) -> Vec<Offer> {
-    let mut offers = Vec::new();
-    for g in items.iter().filter(|g| config_matches(g, req)) {
-        if g.stock_status.as_deref() == Some("Unavailable") {
-            continue;
-        }
-        let (Some(region), Some(price)) = (region_of(g), price_of(g)) else {
-            continue;
-        };
-        if !req.regions.is_empty() && !req.regions.iter().any(|r| r.eq_ignore_ascii_case(region)) {
-            continue;
-        }
-        offers.push(Offer {
-            id: offer_id(g, region),
-            location: Location {
-                cloud: CLOUD.to_string(),
-                region: region.to_string(),
-                zone: None,
-            },
-            instance_type: g.cloud_id.clone(),
-            gpu: Some(gpu_model(&g.gpu_type).to_string()),
-            gpu_count: g.gpu_count,
-            spot: req.spot,
-            price_per_hour: price,
-            detail: json!({
-                "cloud_id": g.cloud_id,
-                "gpu_type": g.gpu_type,
-                "socket": g.socket,
-                "provider": g.provider,
-                "security": g.security,
-                "data_center": g.data_center,
-                "stock": g.stock_status,
-            }),
-            // `GpuAvailability.vcpu` / `memory` / `disk` (`CustomSpecValue.defaultCount`).
-            facts: crate::provider::OfferFacts {
-                vcpus: g.vcpu.default_count,
-                memory_gib: g.memory.default_count.map(f64::from),
-                disk_gib: g.disk.default_count,
-                ..Default::default()
-            },
-        });
-    }
-    offers
-}
-
-/// The SSH endpoint in a pod's `sshConnection` (and port mapping).
-///
-/// `conn` is what the API answers: a string, a list of strings and nulls (one per node;
-/// the first string is used), or null / `[]` / `[null]` while the pod boots (`Ok(None)`).
-/// A string is `[ssh] [user@]host [-p port]` with `-p port` anywhere (`-p2222` too); the
-/// user defaults to [`SSH_USER`]; the port, when the string has none, is the public port
-/// `primePortMapping` maps to 22/TCP (or marks `usedBy: SSH`: the NAT port), else
-/// [`SSH_PORT`] (the CLI's default).
-/// Errors: a string without a host, or with a port that is not a TCP port number (the
-/// reason, for `Failed`).
-pub fn ssh_endpoint(
-    conn: &Value,
-    ports: &[PortMapping],
-) -> std::result::Result<Option<SshEndpoint>, String> {
-    let first = match conn {
-        Value::String(s) => Some(s.as_str()),
-        Value::Array(list) => list.iter().find_map(Value::as_str),
-        _ => None,
-    };
-    let Some(text) = first.map(str::trim).filter(|s| !s.is_empty()) else {
-        return Ok(None);
-    };
-    let bad = |why: &str| format!("sshConnection {text:?} {why}");
-    let mut dest = None;
-    let mut port = None;
-    let mut words = text.split_whitespace().peekable();
-    if words.peek() == Some(&"ssh") {
-        words.next();
-    }
-    while let Some(w) = words.next() {
-        let value = match w {
-            "-p" => Some(words.next().ok_or_else(|| bad("has -p without a port"))?),
-            _ if w.starts_with("-p") => Some(&w[2..]),
-            // Options with an argument the CLI could print (identity file, config).
-            "-i" | "-o" | "-l" => {
-                words.next();
-                None
-            }
-            _ if w.starts_with('-') => None,
-            _ if dest.is_none() => {
-                dest = Some(w);
-                None
-            }
-            _ => return Err(bad("has more than one destination")),
-        };
-        if let Some(v) = value {
-            port = Some(
-                v.parse::<u16>()
-                    .ok()
-                    .filter(|p| *p > 0)
-                    .ok_or_else(|| bad("has no valid port"))?,
-            );
-        }
-    }
-    let dest = dest.ok_or_else(|| bad("names no host"))?;
-    let (user, host) = match dest.rsplit_once('@') {
-        Some((u, h)) => (Some(u), h),
-        None => (None, dest),
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.is_empty() || user.is_some_and(str::is_empty) {
-        return Err(bad("names no host"));
-    }
-    let nat = ports
-        .iter()
-        .find(|m| {
-            (m.internal.trim() == "22" || m.used_by.as_deref() == Some("SSH"))
-                && m.protocol
-                    .as_deref()
-                    .is_none_or(|p| p.eq_ignore_ascii_case("TCP"))
-        })
-        .and_then(|m| m.external.trim().parse::<u16>().ok())
-        .filter(|p| *p > 0);
-    Ok(Some(SshEndpoint {
-        host: host.to_string(),
-        port: port.or(nat).unwrap_or(SSH_PORT),
-        user: Some(user.unwrap_or(SSH_USER).to_string()),
-    }))
-}
-
-/// Normalised status of a pod; `None` once it is gone.
-fn status_of(p: &Pod) -> Option<InstanceStatus> {
-    Some(match p.status.as_str() {
-        "PROVISIONING" | "PENDING" | "UNKNOWN" => InstanceStatus::Pending,
-        "ACTIVE" if p.installation_status.as_deref() == Some("ERROR") => {
-            InstanceStatus::Failed(format!(
-                "installation failed: {}",
-                p.installation_failure
-                    .as_deref()
-                    .unwrap_or("no reason given")
-            ))
-        }
-        "ACTIVE" => InstanceStatus::Running,
-        "STOPPED" => InstanceStatus::Stopped,
-        "DELETING" => InstanceStatus::Terminating,
-        "TERMINATED" => return None,
-        "ERROR" => InstanceStatus::Failed("Prime Intellect status ERROR".into()),
-        other => InstanceStatus::Failed(format!("unknown Prime Intellect status `{other}`")),
-    })
-}
-
-/// What `observe` reports of a pod; `None` once it is gone. A running pod whose
-/// `sshConnection` cannot be read is `Failed` with the reason.
-fn observed(p: &Pod) -> Option<Observed> {
-    let mut status = status_of(p)?;
-    let ports = p.prime_port_mapping.as_deref().unwrap_or_default();
-    let ssh = match ssh_endpoint(&p.ssh_connection, ports) {
-        Ok(ep) => ep,
-        Err(why) => {
-            if status == InstanceStatus::Running {
-                status = InstanceStatus::Failed(why);
-            }
-            None
-        }
-    };
-    Some(Observed {
-        instance_id: p.id.clone(),
-        status,
-        ssh,
-    })
-}
-
 /// What follows page `page` (1-based, [`PAGE_SIZE`] items a page) that held `got` items,
 /// of `total` in all: the next page while items remain (the CLI reads until it has
 /// `totalCount`), or, without a total, while pages come back full.
@@ -473,10 +241,12 @@ impl PrimeIntellectProvider {
         let place = Source::Other(settings.key_source.clone());
         let credential = Credential::found(settings.api_key.as_ref(), place);
         let endpoint = settings.endpoint.as_deref();
-        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities()).with_credential(
-            credential.as_ref(),
-            std::slice::from_ref(&settings.key_source),
-        );
+        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
+            .with_credential(
+                credential.as_ref(),
+                std::slice::from_ref(&settings.key_source),
+            )
+            .with_lineage(&settings.lineage);
         let missing = format!(
             "no Prime Intellect API key: set {API_KEY_ENV} or run `prime login` (looked in: {})",
             settings.key_source
@@ -507,7 +277,7 @@ impl PrimeIntellectProvider {
         Capabilities {
             boot_timeout: std::time::Duration::from_secs(30 * 60),
             max_concurrency: 2,
-            ..kit::adapter::vm_capabilities(&[Gpu, Kubernetes, Spot])
+            ..kit::adapter::vm_capabilities(&[Gpu, Kubernetes, Spot, SharedObjects])
         }
     }
 
@@ -745,33 +515,15 @@ impl CloudProvider for PrimeIntellectProvider {
         Ok(p.id)
     }
 
-    /// `GET /api/v1/pods/`, keeping the pods named for `vm_name` in `at.region`, except
-    /// terminated ones, sorted by id: [`observe_location`](CloudProvider::observe_location)'s
-    /// entry for the VM. Status: PROVISIONING / PENDING / UNKNOWN → Pending,
-    /// ACTIVE → Running (Failed when its installation failed), STOPPED → Stopped, DELETING
-    /// → Terminating, ERROR → Failed. The SSH endpoint from `sshConnection` once it is set
-    /// ([`ssh_endpoint`]).
-    async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
-        let all = self.observe_location(at).await?.unwrap_or_default();
-        Ok(all.get(vm_name).cloned().unwrap_or_default())
-    }
-
-    /// Every VM of this lineage at `at.region` from one paginated `GET /api/v1/pods/`
-    /// (the account's pods; it takes only `offset` and `limit`,
-    /// `prime-intellect-compute-api-openapi.yml` in `vendor-apis/primeintellect`), each
-    /// pod under the VM its name `gpuprov-<vm>-<lineage8>-<region>` names (the name
-    /// `observe` matches).
-    async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
+    /// One paginated `GET /api/v1/pods/` (the account's pods; it takes only `offset` and
+    /// `limit`, `prime-intellect-compute-api-openapi.yml` in `vendor-apis/primeintellect`),
+    /// every pod not terminated, shown at `at` ([`seen_at`]): the name says where it runs.
+    async fn instances(&self, at: &Location, _only_vm: Option<&str>) -> Result<Vec<Seen>> {
         if at.cloud != CLOUD {
-            return Ok(Some(Observations::new()));
+            return Ok(vec![]);
         }
-        let lineage = &self.settings.lineage;
-        Ok(Some(kit::listing::observations_of(
-            &self.pods().await?,
-            |p| vm_of_located_name(&p.name, lineage, &at.region).map(str::to_string),
-            |p, vm| p.name == self.pod_name(vm, &at.region),
-            observed,
-        )))
+        let pods = self.pods().await?;
+        Ok(pods.iter().filter_map(|p| seen_at(p, &at.region)).collect())
     }
 
     /// `DELETE /api/v1/pods/{id}` for those of `instance_ids` still listed (not

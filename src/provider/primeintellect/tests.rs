@@ -3,6 +3,7 @@
 use super::api::{Prices, SpecValue};
 use super::*;
 use crate::provider::kit::testing::ask;
+use crate::provider::{InstanceStatus, Naming, Shown};
 
 fn conf(
     cloud_id: &str,
@@ -222,7 +223,9 @@ fn statuses_and_late_ssh() {
         installation_failure: None,
         ssh_connection: conn,
         prime_port_mapping: None,
+        ..Pod::default()
     };
+    let observed = |p: &Pod| seen_at(p, "us-east-1");
     let o = observed(&pod("PROVISIONING", json!(null))).unwrap();
     assert_eq!((o.status, o.ssh), (InstanceStatus::Pending, None));
     let o = observed(&pod("ACTIVE", json!(null))).unwrap();
@@ -249,6 +252,30 @@ fn statuses_and_late_ssh() {
     failed.installation_failure = Some("image pull failed".into());
     assert!(
         matches!(status_of(&failed), Some(InstanceStatus::Failed(r)) if r.contains("image pull"))
+    );
+}
+
+/// The listing shows every pod at every location (it does not say where one runs), with
+/// its name under the located naming, its price and creation time.
+#[test]
+fn listing_shows_the_located_name_price_and_creation_time() {
+    let p: Pod = serde_json::from_value(json!({
+        "id": "p1", "name": "gpuprov-a-0f0e0d0c-us-east-1", "status": "ACTIVE",
+        "sshConnection": null, "priceHr": 2.5, "createdAt": "2026-03-13T20:00:00Z"
+    }))
+    .unwrap();
+    let seen = seen_at(&p, "us-east-1").unwrap();
+    assert_eq!(
+        seen.identity,
+        Shown::default().named(Some("gpuprov-a-0f0e0d0c-us-east-1"), Naming::Located)
+    );
+    assert_eq!(seen.price_per_hour, Some(2.5));
+    assert!(seen.created_at.is_some());
+    assert_eq!(seen.instance_type, None, "pods carry no cloudId");
+    assert_eq!(
+        seen_at(&p, "eu-west-1").map(|s| s.instance_id).as_deref(),
+        Some("p1"),
+        "shown everywhere: the name says where"
     );
 }
 

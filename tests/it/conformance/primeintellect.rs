@@ -29,6 +29,10 @@ impl Driver for PrimeIntellectDriver {
         "primeintellect"
     }
 
+    fn cannot_list(&self) -> Option<&'static str> {
+        None
+    }
+
     fn unsupported(&self, s: Scenario) -> Option<&'static str> {
         match s {
             Scenario::QuotaBlocksTheRegion => Some(
