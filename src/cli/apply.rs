@@ -144,7 +144,7 @@ async fn apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> CmdR
     if !plan.moved.is_empty() {
         // Moves are saved before any machine runs: a journal replayed onto the unmoved
         // state would track one machine under two addresses.
-        store.save(&mut state).map_err(Report::new)?;
+        store.save(&mut state)?;
         for m in &plan.moved {
             errln!("{}: moved from {}", m.to, m.from);
         }
