@@ -17,6 +17,8 @@ use super::providers::{add_recorded_clouds, build_providers, recorded_clouds};
 use super::view::{json, markdown, text};
 use super::{color, show, state_mv};
 
+/// `plan`: shows the changes as text, Markdown (`-markdown`) or JSON (`-json`), saves
+/// them with `-out FILE`; exit 2 with `-detailed-exitcode` when there are changes.
 pub(super) async fn run(cli: &Cli, project: &Project, a: &PlanArgs) -> CmdResult {
     let mut config = project.load_config()?;
     apply_k8s_flags(&mut config, &a.k8s);

@@ -72,6 +72,8 @@ pub(super) struct Run {
     pub(super) key: ProjectKey,
 }
 
+/// Starts a run of the engine on `state` with `providers`: records the key, opens the
+/// journal, starts the live display and the Ctrl-C handler.
 pub(super) fn start_run(
     mut state: StateFile,
     mut store: StateStore,
