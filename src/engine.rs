@@ -188,14 +188,90 @@ pub enum Outcome {
     Updated,
     Unchanged,
     Destroyed,
-    /// Ended in a failure state (aborted, exhausted, leaked) or skipped; the text says why.
-    Failed(String),
+    /// Ended in a failure state (aborted, exhausted, unowned), skipped, or not run at
+    /// all: the [`Failure`] says of what kind and why.
+    Failed(Failure),
     /// Leaked: the resource may still exist and bill; the next run resolves it.
     Leaked(String),
     Interrupted(String),
 }
 
+/// Why a resource failed in a run: its [`FailureKind`] (what the CLI reports it as, and
+/// its exit code follows) and the text saying why. It reads as that text
+/// (`Deref<Target = str>`), as the bare string it replaced did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub kind: FailureKind,
+    pub why: String,
+}
+
+/// The kinds of [`Failure`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The machine reached a failed end (aborted, exhausted, unowned): the cloud's
+    /// answers or the ask, which the user can act on.
+    Ended,
+    /// Ctrl-C stopped it, and what it was creating is torn down.
+    Cancelled,
+    /// Not started: a machine it waits for did not succeed.
+    Skipped,
+    /// Its state record cannot be read, so nothing was done to it.
+    Record,
+    /// The state could not be written (the journal).
+    State,
+    /// A bug in gpuprov: a task panicked, or the run reached a state it never should.
+    Internal,
+}
+
+impl Failure {
+    pub fn new(kind: FailureKind, why: impl Into<String>) -> Failure {
+        Failure {
+            kind,
+            why: why.into(),
+        }
+    }
+
+    /// The failed end a machine reached, by its label: [`FailureKind::Cancelled`] when
+    /// Ctrl-C stopped it ([`crate::vm::launch::CANCELLED`]), else [`FailureKind::Ended`].
+    fn ended(label: String) -> Failure {
+        let kind = if label.ends_with(crate::vm::launch::CANCELLED) {
+            FailureKind::Cancelled
+        } else {
+            FailureKind::Ended
+        };
+        Failure::new(kind, label)
+    }
+
+    /// The executor's error: the journal ([`FailureKind::State`]) or an unreadable
+    /// record ([`FailureKind::Record`]).
+    fn exec(e: &ExecError) -> Failure {
+        let kind = match e {
+            ExecError::BadRecord { .. } => FailureKind::Record,
+            _ => FailureKind::State,
+        };
+        Failure::new(kind, e.to_string())
+    }
+}
+
+impl std::ops::Deref for Failure {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.why
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
 impl Outcome {
+    /// The failure of `kind` saying `why`.
+    pub fn failed(kind: FailureKind, why: impl Into<String>) -> Outcome {
+        Outcome::Failed(Failure::new(kind, why))
+    }
+
     pub fn is_success(&self) -> bool {
         matches!(
             self,
@@ -308,7 +384,7 @@ impl Engine {
             async move {
                 match changes.get(&address) {
                     Some(c) => engine.run_change(c, &shared).await,
-                    None => Outcome::Failed("internal: unknown change".into()),
+                    None => Outcome::failed(FailureKind::Internal, "internal: unknown change"),
                 }
             }
         };
@@ -354,6 +430,7 @@ impl Engine {
             .collect();
         let sem = Arc::new(Semaphore::new(self.parallelism.max(1)));
         let mut tasks = tokio::task::JoinSet::new();
+        let mut addresses: HashMap<tokio::task::Id, String> = HashMap::new();
         for (address, waits_for) in jobs {
             let waits: Vec<(String, watch::Receiver<Option<bool>>)> = waits_for
                 .into_iter()
@@ -361,7 +438,8 @@ impl Engine {
                 .collect();
             let done = signals.get(&address).cloned();
             let (engine, sem, run) = (self.clone(), sem.clone(), run.clone());
-            tasks.spawn(async move {
+            let name = address.clone();
+            let task = tasks.spawn(async move {
                 let mut result = None;
                 for (w, mut rx) in waits {
                     let ok = rx
@@ -370,7 +448,7 @@ impl Engine {
                         .map(|v| *v == Some(true))
                         .unwrap_or(false);
                     if !ok {
-                        result = Some(Outcome::Failed(skipped(&w)));
+                        result = Some(Outcome::failed(FailureKind::Skipped, skipped(&w)));
                         break;
                     }
                 }
@@ -382,7 +460,9 @@ impl Engine {
                             Outcome::Interrupted("not started".into())
                         }
                         Ok(_permit) => run(engine, address.clone()).await,
-                        Err(_) => Outcome::Failed("internal: semaphore closed".into()),
+                        Err(_) => {
+                            Outcome::failed(FailureKind::Internal, "internal: semaphore closed")
+                        }
                     },
                 };
                 if let Some(tx) = &done {
@@ -390,6 +470,7 @@ impl Engine {
                 }
                 (address, result)
             });
+            addresses.insert(task.id(), name);
         }
         let mut out = BTreeMap::new();
         while let Some(joined) = tasks.join_next().await {
@@ -397,10 +478,15 @@ impl Engine {
                 Ok((address, outcome)) => {
                     out.insert(address, outcome);
                 }
+                // A panic is a bug; the resource it was about says where it happened.
                 Err(e) => {
+                    let address = addresses
+                        .get(&e.id())
+                        .cloned()
+                        .unwrap_or_else(|| format!("task-{}", out.len()));
                     out.insert(
-                        format!("task-{}", out.len()),
-                        Outcome::Failed(format!("internal error: {e}")),
+                        address,
+                        Outcome::failed(FailureKind::Internal, format!("internal error: {e}")),
                     );
                 }
             }
@@ -410,7 +496,10 @@ impl Engine {
 
     async fn run_change(&self, c: &Change, shared: &Arc<SharedObjects>) -> Outcome {
         let Some(want) = c.desired.clone() else {
-            return Outcome::Failed("internal: change without desired settings".into());
+            return Outcome::failed(
+                FailureKind::Internal,
+                "internal: change without desired settings",
+            );
         };
         match c.action {
             Action::NoOp => Outcome::Unchanged,
@@ -431,7 +520,7 @@ impl Engine {
             }
             Action::Update => match self.journal.update_desired(&c.address, &want).await {
                 Ok(()) => Outcome::Updated,
-                Err(e) => Outcome::Failed(e.to_string()),
+                Err(e) => Outcome::failed(FailureKind::State, e.to_string()),
             },
             // A preempted machine kept stopped: the launch machine deletes it itself and
             // records the preemption, which a teardown first would forget.
@@ -518,10 +607,12 @@ impl Engine {
                     Ok(K3sState::Ready { vm, .. }) => Outcome::Ready(vm),
                     Ok(s) => match s.leaked().and_then(leaked_outcome) {
                         Some(o) => o,
-                        None => Outcome::Failed(crate::machine::Machine::label(&m, &s)),
+                        None => {
+                            Outcome::Failed(Failure::ended(crate::machine::Machine::label(&m, &s)))
+                        }
                     },
                     Err(ExecError::Interrupted { label, .. }) => Outcome::Interrupted(label),
-                    Err(e) => Outcome::Failed(e.to_string()),
+                    Err(e) => Outcome::Failed(Failure::exec(&e)),
                 }
             }
             _ => match self
@@ -530,10 +621,11 @@ impl Engine {
                 .await
             {
                 Ok(LaunchState::Ready { vm }) => Outcome::Ready(vm),
-                Ok(s) => leaked_outcome(&s)
-                    .unwrap_or_else(|| Outcome::Failed(crate::machine::Machine::label(&m, &s))),
+                Ok(s) => leaked_outcome(&s).unwrap_or_else(|| {
+                    Outcome::Failed(Failure::ended(crate::machine::Machine::label(&m, &s)))
+                }),
                 Err(ExecError::Interrupted { label, .. }) => Outcome::Interrupted(label),
-                Err(e) => Outcome::Failed(e.to_string()),
+                Err(e) => Outcome::Failed(Failure::exec(&e)),
             },
         }
     }
@@ -568,13 +660,16 @@ impl Engine {
             Ok(o) => o,
             // Never drop a record we cannot read: it may be the only trace of a machine.
             Err(e) => {
-                return Outcome::Failed(format!("refusing to destroy: the state record is {e}"))
+                return Outcome::failed(
+                    FailureKind::Record,
+                    format!("refusing to destroy: the state record is {e}"),
+                )
             }
         };
         if owned.is_none() && !resumable {
             return match self.journal.remove(key).await {
                 Ok(()) => Outcome::Destroyed,
-                Err(e) => Outcome::Failed(e.to_string()),
+                Err(e) => Outcome::failed(FailureKind::State, e.to_string()),
             };
         }
         let m = TeardownMachine::new(self.providers.clone());
@@ -597,7 +692,7 @@ impl Engine {
                 }
                 match self.journal.remove(key).await {
                     Ok(()) => Outcome::Destroyed,
-                    Err(e) => Outcome::Failed(e.to_string()),
+                    Err(e) => Outcome::failed(FailureKind::State, e.to_string()),
                 }
             }
             Ok(TeardownState::Leaked {
@@ -608,9 +703,12 @@ impl Engine {
                 "{} at {location}: {reason}",
                 instance_ids.join(",")
             )),
-            Ok(other) => Outcome::Failed(format!("teardown ended in {other:?}")),
+            Ok(other) => Outcome::failed(
+                FailureKind::Internal,
+                format!("teardown ended in {other:?}"),
+            ),
             Err(ExecError::Interrupted { label, .. }) => Outcome::Interrupted(label),
-            Err(e) => Outcome::Failed(e.to_string()),
+            Err(e) => Outcome::Failed(Failure::exec(&e)),
         }
     }
 
@@ -719,7 +817,10 @@ impl Engine {
                 // Never drop a record we cannot read.
                 out.insert(
                     address.clone(),
-                    Outcome::Failed("refusing to release: the state record is unreadable".into()),
+                    Outcome::failed(
+                        FailureKind::Record,
+                        "refusing to release: the state record is unreadable",
+                    ),
                 );
                 continue;
             };
@@ -774,12 +875,14 @@ impl Engine {
                 Ok(SharedTeardownState::Deleted { .. }) => match self.journal.remove(address).await
                 {
                     Ok(()) => Outcome::Destroyed,
-                    Err(e) => Outcome::Failed(e.to_string()),
+                    Err(e) => Outcome::failed(FailureKind::State, e.to_string()),
                 },
                 Ok(SharedTeardownState::Leaked { reason, .. }) => Outcome::Leaked(reason),
-                Ok(other) => Outcome::Failed(format!("release ended in {other:?}")),
+                Ok(other) => {
+                    Outcome::failed(FailureKind::Internal, format!("release ended in {other:?}"))
+                }
                 Err(ExecError::Interrupted { label, .. }) => Outcome::Interrupted(label),
-                Err(e) => Outcome::Failed(e.to_string()),
+                Err(e) => Outcome::Failed(Failure::exec(&e)),
             };
             if outcome != Outcome::Destroyed {
                 kept.push(object.clone());

@@ -42,6 +42,8 @@ pub(super) async fn run(cli: &Cli, project: &Project, mode: Mode<'_>, color: boo
     }
 }
 
+/// `apply [FILE]`: makes the plan (or checks the saved one against the state and the
+/// config), asks for confirmation, and runs its changes.
 async fn apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> CmdResult {
     let mut config = project.load_config()?;
     if a.plan_file.is_some() && (a.k8s.k8s || a.k8s.no_k8s) {
@@ -144,7 +146,7 @@ async fn apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> CmdR
     if !plan.moved.is_empty() {
         // Moves are saved before any machine runs: a journal replayed onto the unmoved
         // state would track one machine under two addresses.
-        store.save(&mut state).map_err(Report::new)?;
+        store.save(&mut state)?;
         for m in &plan.moved {
             errln!("{}: moved from {}", m.to, m.from);
         }
@@ -189,6 +191,8 @@ async fn apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> CmdR
     finish_run(run, &outcomes, &actions, "Apply").await
 }
 
+/// `destroy`: every machine the state records (or the targets and their dependents),
+/// with the adapter of every cloud they are on, config or not.
 async fn destroy(cli: &Cli, project: &Project, a: &DestroyArgs, color: bool) -> CmdResult {
     // The config is optional for destroy: the state says what exists. When present it
     // supplies cloud settings (endpoints).
@@ -260,6 +264,10 @@ async fn destroy(cli: &Cli, project: &Project, a: &DestroyArgs, color: bool) -> 
     finish_run(run, &outcomes, &actions, "Destroy").await
 }
 
+/// Reads a plan saved by `plan -out FILE`.
+///
+/// Errors: the file cannot be read, is not a plan, was written by a newer gpuprov (plan
+/// format), or carries a lineage that is not a UUID.
 pub(super) fn read_saved_plan(path: &Path) -> Result<Plan, Report> {
     let text = std::fs::read_to_string(path)
         .into_diagnostic()

@@ -2,6 +2,13 @@
 //! command returns is a [`CommandError`] whose [`Kind`] decides the exit code, and every
 //! way a command ends is an [`Exit`]. [`EXIT_CODES`] is the table `--help` and the README
 //! show; [`Exit::code`] is the only place a number is chosen.
+//!
+//! Library errors choose their kind through `From` (their help stays apart from their
+//! message, as miette shows it): a config error ([`crate::config::LoadError`],
+//! [`crate::config::ConfigError`]) is [`Kind::Config`]; a state, lock, cloud
+//! ([`crate::provider::ProviderError`]) or I/O error is [`Kind::User`]. A diagnostic a
+//! command built around one of them keeps its kind ([`CommandError::from`] a `Report`
+//! looks inside).
 
 use miette::{Diagnostic, Report};
 
@@ -17,6 +24,8 @@ pub enum Exit {
     Changes,
     /// Ctrl-C or SIGTERM stopped it.
     Interrupted,
+    /// A bug in gpuprov stopped it ([`Kind::Internal`]).
+    Internal,
     /// `gpuprov ssh NAME -- CMD`: the remote command's own status, as ssh passes it on.
     Remote(u8),
 }
@@ -29,6 +38,8 @@ impl Exit {
             Exit::Failure => 1,
             Exit::Changes => 2,
             Exit::Interrupted => 130,
+            // As jj: far from every code a remote command or a signal gives.
+            Exit::Internal => 255,
             Exit::Remote(n) => n,
         }
     }
@@ -50,6 +61,7 @@ pub const EXIT_CODES: &[(u8, &str)] = &[
     ),
     (2, "changes present (only with plan --detailed-exitcode)"),
     (130, "interrupted (Ctrl-C or SIGTERM)"),
+    (255, "internal error: a bug in gpuprov (please report it)"),
 ];
 
 /// The environment variables gpuprov reads itself: (name, meaning), as the man page's
@@ -84,17 +96,24 @@ pub fn exit_codes_help() -> String {
     s
 }
 
-/// What kind of failure a [`CommandError`] is; the kind decides the exit code.
+/// What kind of failure a [`CommandError`] is; the kind decides the exit code (as jj's
+/// `CommandErrorKind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// The command line is wrong: an unknown flag or subcommand, a missing or malformed
     /// value. Exit 1 (never 2, which `--detailed-exitcode` gives to "changes present").
     Usage,
-    /// Anything the user or their environment can act on: the config, the state, the
-    /// lock, a cloud's answer, a refused operation. Exit 1.
+    /// `gpuprov.toml` is wrong: it cannot be read, does not parse, or says something
+    /// invalid (the diagnostic points at the value). Exit 1, as Terraform's.
+    Config,
+    /// Anything else the user or their environment can act on: the state, the lock, a
+    /// cloud's answer, a refused operation. Exit 1.
     User,
     /// Ctrl-C or SIGTERM before the command had anything to undo. Exit 130.
     Interrupted,
+    /// A bug in gpuprov: a task panicked, a run reached a state it never should, its own
+    /// output could not be encoded. Exit 255, as jj.
+    Internal,
 }
 
 /// A command's failure: its [`Kind`] and the diagnostic to show (a miette report with a
@@ -121,6 +140,28 @@ struct UsageError {
     help: Option<String>,
 }
 
+/// A bug in gpuprov, with the help to report it.
+#[derive(Debug, thiserror::Error, Diagnostic)]
+#[error("internal error: {message}")]
+#[diagnostic(
+    code(gpuprov::internal),
+    help("this is a bug in gpuprov: please report it with the command line and the output above (GPUPROV_LOG=debug adds the details); the state file records where each machine is")
+)]
+struct InternalError {
+    message: String,
+}
+
+/// A cloud's error ([`crate::provider::ProviderError`]) as a diagnostic: its message, and
+/// its help (which credential to check, where it is read) apart.
+#[derive(Debug, thiserror::Error, Diagnostic)]
+#[error("{message}")]
+#[diagnostic(code(gpuprov::cloud))]
+struct CloudError {
+    message: String,
+    #[help]
+    help: Option<String>,
+}
+
 impl CommandError {
     /// A usage error with its own message and hint (code `gpuprov::usage`).
     pub fn usage(message: impl Into<String>, help: Option<String>) -> CommandError {
@@ -129,6 +170,16 @@ impl CommandError {
             body: Body::Report(Report::new(UsageError {
                 message: message.into(),
                 help,
+            })),
+        }
+    }
+
+    /// A bug in gpuprov: `message` says what went wrong; the help asks for a report.
+    pub fn internal(message: impl std::fmt::Display) -> CommandError {
+        CommandError {
+            kind: Kind::Internal,
+            body: Body::Report(Report::new(InternalError {
+                message: message.to_string(),
             })),
         }
     }
@@ -149,8 +200,9 @@ impl CommandError {
     /// How the command ended: the exit code follows from the kind.
     pub fn exit(&self) -> Exit {
         match self.kind {
-            Kind::Usage | Kind::User => Exit::Failure,
+            Kind::Usage | Kind::Config | Kind::User => Exit::Failure,
             Kind::Interrupted => Exit::Interrupted,
+            Kind::Internal => Exit::Internal,
         }
     }
 
@@ -168,8 +220,58 @@ impl CommandError {
 }
 
 impl From<Report> for CommandError {
+    /// A diagnostic built around a library error has that error's kind (a config error
+    /// stays [`Kind::Config`] through the helpers that return a `Report`); any other is
+    /// [`Kind::User`].
     fn from(report: Report) -> Self {
-        CommandError::new(Kind::User, report)
+        let config = report.downcast_ref::<crate::config::LoadError>().is_some()
+            || report
+                .downcast_ref::<crate::config::ConfigError>()
+                .is_some();
+        let kind = if config { Kind::Config } else { Kind::User };
+        CommandError::new(kind, report)
+    }
+}
+
+impl From<crate::config::LoadError> for CommandError {
+    fn from(e: crate::config::LoadError) -> Self {
+        CommandError::new(Kind::Config, Report::new(e))
+    }
+}
+
+impl From<Box<crate::config::ConfigError>> for CommandError {
+    fn from(e: Box<crate::config::ConfigError>) -> Self {
+        CommandError::new(Kind::Config, Report::new(*e))
+    }
+}
+
+impl From<crate::state::StateError> for CommandError {
+    fn from(e: crate::state::StateError) -> Self {
+        CommandError::new(Kind::User, Report::new(e))
+    }
+}
+
+impl From<crate::state::lock::LockError> for CommandError {
+    fn from(e: crate::state::lock::LockError) -> Self {
+        CommandError::new(Kind::User, Report::new(e))
+    }
+}
+
+impl From<crate::provider::ProviderError> for CommandError {
+    fn from(e: crate::provider::ProviderError) -> Self {
+        CommandError::new(
+            Kind::User,
+            Report::new(CloudError {
+                message: e.msg,
+                help: e.help,
+            }),
+        )
+    }
+}
+
+impl From<std::io::Error> for CommandError {
+    fn from(e: std::io::Error) -> Self {
+        CommandError::new(Kind::User, Report::msg(e))
     }
 }
 
@@ -221,6 +323,7 @@ mod tests {
             Exit::Failure,
             Exit::Changes,
             Exit::Interrupted,
+            Exit::Internal,
         ]
         .iter()
         .map(|e| e.code())
@@ -232,5 +335,41 @@ mod tests {
         assert_eq!((user.kind(), user.exit().code()), (Kind::User, 1));
         let int = CommandError::new(Kind::Interrupted, miette::miette!("x"));
         assert_eq!(int.exit().code(), 130);
+        let bug = CommandError::internal("x");
+        assert_eq!((bug.kind(), bug.exit().code()), (Kind::Internal, 255));
+    }
+
+    /// Library errors choose their kind through `From`, also inside a `Report` a helper
+    /// returned; a cloud's help stays apart from its message.
+    #[test]
+    fn library_errors_choose_their_kind() {
+        let missing = crate::config::Config::load(std::path::Path::new("/nonexistent/x.toml"))
+            .expect_err("no such file");
+        assert_eq!(CommandError::from(missing).kind(), Kind::Config);
+        let bad = crate::config::Config::parse(
+            std::path::Path::new("t.toml"),
+            "[vm.a]\nnope = 1\n".into(),
+        )
+        .expect_err("an unknown key");
+        let report = miette::Report::new(*bad);
+        let e = CommandError::from(report);
+        assert_eq!((e.kind(), e.exit().code()), (Kind::Config, 1));
+        let cloud = crate::provider::ProviderError::new(
+            crate::provider::ErrorKind::Credentials,
+            "no Lambda API key",
+        )
+        .with_help("set LAMBDA_API_KEY");
+        let e = CommandError::from(cloud);
+        assert_eq!(e.kind(), Kind::User);
+        let Body::Report(r) = &e.body else {
+            panic!("a report")
+        };
+        assert_eq!(r.to_string(), "no Lambda API key");
+        assert_eq!(
+            r.help().map(|h| h.to_string()).as_deref(),
+            Some("set LAMBDA_API_KEY")
+        );
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "denied");
+        assert_eq!(CommandError::from(io).exit().code(), 1);
     }
 }

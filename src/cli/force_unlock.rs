@@ -2,8 +2,6 @@
 
 use super::error::{CmdResult, Exit};
 
-use miette::Report;
-
 use super::args::ForceUnlockArgs;
 use super::project::Project;
 
@@ -11,8 +9,7 @@ use super::project::Project;
 /// where the backend can tell, that its holder is gone).
 pub(super) fn run(project: &Project, a: &ForceUnlockArgs) -> CmdResult {
     let backend = project.backend()?;
-    let outcome = crate::state::backend::bridge::blocking(|| backend.force_unlock(&a.lock_id))
-        .map_err(Report::new)?;
+    let outcome = crate::state::backend::bridge::blocking(|| backend.force_unlock(&a.lock_id))?;
     let i = &outcome.cleared;
     errln!(
         "Cleared the stale lock {} ({} by {}, pid {}, {}) on {}. The state is unlocked.",

@@ -19,10 +19,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt};
-use miette::{miette, IntoDiagnostic, Report};
+use miette::{miette, Report};
 
 use super::args::HealthArgs;
-use super::error::{CmdResult, Exit};
+use super::error::{CmdResult, CommandError, Exit};
 use super::key::{project_key, KeyUse};
 use super::project::{lineage_of, Project};
 use super::view::json::{Check, CheckStatus, HealthFinding, JsonHealth, MachineHealth};
@@ -112,7 +112,10 @@ pub(super) async fn run(project: &Project, a: &HealthArgs) -> CmdResult {
             healthy,
             machines,
         };
-        outln!("{}", serde_json::to_string_pretty(&out).into_diagnostic()?);
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&out).map_err(CommandError::internal)?
+        );
         return Ok(exit);
     }
     if machines.is_empty() {

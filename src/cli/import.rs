@@ -123,7 +123,7 @@ pub(super) async fn run(cli: &Cli, project: &Project, a: &ImportArgs) -> CmdResu
     });
     record.push_event(format!("imported {instance_id} at {at}"));
     state.resources.insert(a.address.clone(), record);
-    store.save(&mut state).map_err(miette::Report::new)?;
+    store.save(&mut state)?;
     outln!(
         "{}: imported {} at {} ({:?}); its identity: {}.",
         a.address,

@@ -1,9 +1,7 @@
 //! `gpuprov list [-json]`: the machines of the state, one line each.
 
-use miette::IntoDiagnostic;
-
 use super::args::ListArgs;
-use super::error::{CmdResult, Exit};
+use super::error::{CmdResult, CommandError, Exit};
 use super::project::Project;
 use super::view::json::{JsonList, ListEntry};
 
@@ -20,7 +18,10 @@ pub(super) fn run(project: &Project, a: &ListArgs) -> CmdResult {
         .collect();
     if a.json.json {
         let out = JsonList { machines };
-        outln!("{}", serde_json::to_string_pretty(&out).into_diagnostic()?);
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&out).map_err(CommandError::internal)?
+        );
         return Ok(Exit::Success);
     }
     for m in &machines {

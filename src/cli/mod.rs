@@ -1,8 +1,8 @@
 //! The CLI layer: wires commands to the library, renders output, and maps errors to exit
 //! codes. Architecture invariant: only this module prints or exits.
 //!
-//! Exit codes: 0 success (or no changes with `--detailed-exitcode`), 1 error, 2 changes
-//! present (`plan --detailed-exitcode`), 130 interrupted.
+//! Exit codes ([`EXIT_CODES`]): 0 success (or no changes with `--detailed-exitcode`), 1
+//! error, 2 changes present (`plan --detailed-exitcode`), 130 interrupted, 255 a bug.
 
 // Output macros: like println!/eprintln!, but a closed stdout or stderr (a broken pipe,
 // as in `gpuprov status | head -1`) is ignored instead of panicking, as ripgrep does; a
@@ -59,8 +59,6 @@ pub mod view;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
-
-use miette::miette;
 
 use crate::graph::ResourceGraph;
 
@@ -137,7 +135,7 @@ fn run_cli(cli: Cli) -> CmdResult {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| miette!("cannot start the async runtime: {e}"))?;
+        .map_err(|e| CommandError::internal(format!("cannot start the async runtime: {e}")))?;
     rt.block_on(async {
         interrupt::install_default();
         run(cli, color).await

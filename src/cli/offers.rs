@@ -1,10 +1,10 @@
 //! `gpuprov offers`: ask the clouds' catalogs what they sell (instance types, regions,
 //! prices), like `sky show-gpus` or `dstack offer`, without creating anything.
 
-use super::error::{CmdResult, Exit};
+use super::error::{CmdResult, CommandError, Exit};
 use std::fmt::Write as _;
 
-use miette::{miette, IntoDiagnostic, Report};
+use miette::{miette, Report};
 
 use super::args::OffersArgs;
 use super::project::Project;
@@ -170,7 +170,10 @@ pub(super) async fn cmd_offers(project: &Project, a: &OffersArgs) -> CmdResult {
 
     if a.json {
         let rows: Vec<OfferRow> = offers.iter().map(OfferRow::from).collect();
-        outln!("{}", serde_json::to_string_pretty(&rows).into_diagnostic()?);
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&rows).map_err(CommandError::internal)?
+        );
     } else if offers.is_empty() {
         outln!("No offers match.");
     } else {

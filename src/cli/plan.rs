@@ -2,7 +2,7 @@
 //! text, Markdown or JSON (`super::view`), saved with `-out`. `apply` makes its plan
 //! with the same functions.
 
-use miette::{miette, Context, IntoDiagnostic, Report};
+use miette::{miette, Context, Report};
 
 use crate::config::Config;
 use crate::machine::Providers;
@@ -17,6 +17,8 @@ use super::providers::{add_recorded_clouds, build_providers, recorded_clouds};
 use super::view::{json, markdown, text};
 use super::{color, show, state_mv};
 
+/// `plan`: shows the changes as text, Markdown (`-markdown`) or JSON (`-json`), saves
+/// them with `-out FILE`; exit 2 with `-detailed-exitcode` when there are changes.
 pub(super) async fn run(cli: &Cli, project: &Project, a: &PlanArgs) -> CmdResult {
     let mut config = project.load_config()?;
     apply_k8s_flags(&mut config, &a.k8s);
@@ -63,7 +65,10 @@ pub(super) async fn run(cli: &Cli, project: &Project, a: &PlanArgs) -> CmdResult
     }
     if a.json {
         let json = json::JsonPlan::of(&plan);
-        outln!("{}", serde_json::to_string_pretty(&json).into_diagnostic()?);
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&json).map_err(CommandError::internal)?
+        );
     } else if a.markdown {
         out!("{}", markdown::render(&plan));
     } else {
@@ -72,7 +77,7 @@ pub(super) async fn run(cli: &Cli, project: &Project, a: &PlanArgs) -> CmdResult
     }
     show::write_step_summary(&plan)?;
     if let Some(out) = &a.out {
-        let text = serde_json::to_string_pretty(&plan).into_diagnostic()?;
+        let text = serde_json::to_string_pretty(&plan).map_err(CommandError::internal)?;
         crate::state::write_atomic(out, text.as_bytes())
             .map_err(Report::new)
             .wrap_err_with(|| format!("cannot save the plan to {}", out.display()))?;

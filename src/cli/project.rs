@@ -36,6 +36,7 @@ pub(super) struct Project {
 }
 
 impl Project {
+    /// The project the command line names (`--config`, `--state`, the backend flags).
     pub(super) fn new(cli: &Cli) -> Project {
         let state_path = cli
             .state
@@ -52,6 +53,7 @@ impl Project {
         }
     }
 
+    /// Reads and validates the config (a config error keeps its kind).
     pub(super) fn load_config(&self) -> Result<Config, Report> {
         let config = Config::load(&self.config_path).map_err(Report::new)?;
         let _ = self.config_backend.set(config.backend.clone());
@@ -134,12 +136,14 @@ impl Project {
         }
     }
 
+    /// Opens the state in the backend: the store and the state it holds.
     pub(super) fn open_state(&self) -> Result<(StateStore, StateFile), Report> {
         let backend = self.backend()?;
         crate::state::backend::bridge::blocking(|| StateStore::open_in(backend))
             .map_err(Report::new)
     }
 
+    /// Takes the state lock for `operation`, waiting up to `timeout`.
     pub(super) fn lock(&self, operation: &str, timeout: Duration) -> Result<StateLock, Report> {
         let backend = self.backend()?;
         lock_backend(&*backend, operation, timeout)
@@ -236,6 +240,8 @@ pub(super) fn lineage_of(state: &crate::state::StateFile) -> Result<Lineage, Rep
     })
 }
 
+/// Asks to go on (`yes` only), unless `auto_approve`; refused without a terminal or
+/// with `--input=false`.
 pub(super) fn confirm(cli: &Cli, what: &str, auto_approve: bool) -> Result<bool, Report> {
     if auto_approve {
         return Ok(true);

@@ -14,6 +14,7 @@ use crate::state::StateFile;
 #[cfg(feature = "test-doubles")]
 use super::fake_cloud;
 
+/// The Docker adapter itself (not behind the registry's limits), for `validate`'s ping.
 pub(super) fn docker_provider(config: Option<&Config>, lineage: &Lineage) -> DockerProvider {
     let s = config
         .map(|c| c.cloud_settings(Cloud::Docker))

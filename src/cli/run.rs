@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use miette::{miette, Report};
 
-use crate::engine::{Engine, Outcome, StateJournal};
+use crate::engine::{Engine, FailureKind, Outcome, StateJournal};
 use crate::machine::{CancelToken, Executor, Providers};
 use crate::plan::Action;
 use crate::ssh::client::Ssh2Connector;
 use crate::ssh::keys::ProjectKey;
 use crate::state::{StateFile, StateStore};
 
-use super::error::{CmdResult, Exit};
+use super::error::{CmdResult, CommandError, Exit};
 #[cfg(feature = "test-doubles")]
 use super::fake_cloud;
 use super::key::record_key;
@@ -72,6 +72,8 @@ pub(super) struct Run {
     pub(super) key: ProjectKey,
 }
 
+/// Starts a run of the engine on `state` with `providers`: records the key, opens the
+/// journal, starts the live display and the Ctrl-C handler.
 pub(super) fn start_run(
     mut state: StateFile,
     mut store: StateStore,
@@ -177,6 +179,7 @@ pub(super) async fn finish_run(
         Err(e) => errln!("warning: cannot write the ssh config: {e}"),
     }
     let mut failed = false;
+    let mut internal = false;
     let mut interrupted = false;
     for (address, o) in outcomes {
         match o {
@@ -212,13 +215,14 @@ pub(super) async fn finish_run(
                 }
             }
             // Ctrl-C stopped it and tore down what it was creating: not a failure.
-            Outcome::Failed(why) if cancelled && why.ends_with(crate::vm::launch::CANCELLED) => {
+            Outcome::Failed(f) if cancelled && f.kind == FailureKind::Cancelled => {
                 interrupted = true;
                 errln!("{address}: interrupted; what it was creating is torn down");
             }
-            Outcome::Failed(why) => {
+            Outcome::Failed(f) => {
                 failed = true;
-                errln!("{address}: FAILED: {why}");
+                internal |= f.kind == FailureKind::Internal;
+                errln!("{address}: FAILED: {f}");
             }
             Outcome::Leaked(why) => {
                 failed = true;
@@ -234,6 +238,11 @@ pub(super) async fn finish_run(
     if interrupted || cancelled {
         errln!("\n{verb} interrupted; the state records where each machine is (`gpuprov status`).");
         return Ok(Exit::Interrupted);
+    }
+    if internal {
+        return Err(CommandError::internal(format!(
+            "{verb} stopped on a bug in gpuprov (see above)"
+        )));
     }
     if failed {
         return Err(miette!(

@@ -3,11 +3,9 @@
 //! Markdown for a pull-request comment. With `GITHUB_STEP_SUMMARY` set (GitHub Actions),
 //! `plan` and `show` also append the Markdown plan to that file: the job's summary.
 
-use miette::IntoDiagnostic;
-
 use super::apply::read_saved_plan;
 use super::args::ShowArgs;
-use super::error::{CmdResult, Exit};
+use super::error::{CmdResult, CommandError, Exit};
 use super::view::json::JsonPlan;
 use super::view::{markdown, text};
 
@@ -16,7 +14,10 @@ pub(super) fn run(a: &ShowArgs, color: bool) -> CmdResult {
     let saved = read_saved_plan(&a.plan_file)?;
     if a.json.json {
         let json = JsonPlan::of(&saved);
-        outln!("{}", serde_json::to_string_pretty(&json).into_diagnostic()?);
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&json).map_err(CommandError::internal)?
+        );
     } else if a.markdown {
         out!("{}", markdown::render(&saved));
     } else {

@@ -46,7 +46,7 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StateMigrateArgs) -> CmdResu
     let _from_lock = lock_backend(&*from, "state migrate (source)", cli.lock_timeout)?;
     let _to_lock = lock_backend(&*to, "state migrate (destination)", cli.lock_timeout)?;
 
-    let (source, state) = blocking(|| StateStore::open_in(from.clone())).map_err(Report::new)?;
+    let (source, state) = blocking(|| StateStore::open_in(from.clone()))?;
     if source.replayed_journal() {
         return Err(miette!(
             help = "run `gpuprov apply` (or `gpuprov destroy`) on the source first, so the run finishes and its journal is folded into the state",
@@ -61,7 +61,7 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StateMigrateArgs) -> CmdResu
         )
         .into());
     };
-    let (mut dest, existing) = blocking(|| StateStore::open_in(to.clone())).map_err(Report::new)?;
+    let (mut dest, existing) = blocking(|| StateStore::open_in(to.clone()))?;
     if let Some(current) = dest.original_bytes() {
         if current == bytes.as_slice() {
             errln!(
@@ -102,9 +102,9 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StateMigrateArgs) -> CmdResu
         )
         .into());
     }
-    blocking(|| dest.write_exact(&bytes)).map_err(Report::new)?;
+    blocking(|| dest.write_exact(&bytes))?;
     // Verified by reading back through a fresh store, not trusted from the write.
-    let (check, _) = blocking(|| StateStore::open_in(to.clone())).map_err(Report::new)?;
+    let (check, _) = blocking(|| StateStore::open_in(to.clone()))?;
     if check.original_bytes() != Some(bytes.as_slice()) {
         return Err(miette!(
             help = "the source is untouched; retry, or inspect the destination with `gpuprov state pull`",

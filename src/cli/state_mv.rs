@@ -3,7 +3,7 @@
 //! `gpuprov-vm-name` label, which clouds mostly cannot change), so refresh, replace and
 //! destroy still find them: see [`crate::plan::move_record`].
 
-use miette::{miette, Report};
+use miette::miette;
 
 use super::args::{Cli, StateMvArgs};
 use super::error::{CmdResult, CommandError, Exit};
@@ -57,7 +57,7 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StateMvArgs) -> CmdResult {
         outln!("Would move {} to {}{keeps}", a.source, a.destination);
         return Ok(Exit::Success);
     }
-    store.save(&mut state).map_err(Report::new)?;
+    store.save(&mut state)?;
     outln!("Move {} to {}{keeps}", a.source, a.destination);
     outln!("Successfully moved 1 object.");
     if carried != a.destination.trim_start_matches("vm.") {

@@ -2,7 +2,7 @@
 
 use super::error::{CmdResult, Exit};
 
-use miette::{miette, Report};
+use miette::miette;
 
 use super::project::Project;
 
@@ -15,7 +15,7 @@ pub(super) fn run(project: &Project) -> CmdResult {
         errln!(
             "note: an unfinished run's journal was applied; its changes are not yet in the stored state (the next apply or destroy folds them in)"
         );
-        let bytes = crate::state::to_json_bytes(&state).map_err(Report::new)?;
+        let bytes = crate::state::to_json_bytes(&state)?;
         out!("{}", String::from_utf8_lossy(&bytes));
         return Ok(Exit::Success);
     }

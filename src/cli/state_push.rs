@@ -24,7 +24,7 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StatePushArgs) -> CmdResult 
             .into_diagnostic()
             .map_err(|e| e.wrap_err(format!("cannot read {}", a.file.display())))?
     };
-    let pushed = crate::state::parse_state(&a.file, &bytes).map_err(Report::new)?;
+    let pushed = crate::state::parse_state(&a.file, &bytes)?;
     let _lock = project.lock("state push", cli.lock_timeout)?;
     let (mut store, current) = project.open_state()?;
     if let Some(existing) = store.original_bytes() {
@@ -64,12 +64,11 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StatePushArgs) -> CmdResult 
         }
     }
     let discard = store.replayed_journal();
-    crate::state::backend::bridge::blocking(|| store.write_exact(&bytes)).map_err(Report::new)?;
+    crate::state::backend::bridge::blocking(|| store.write_exact(&bytes))?;
     if discard {
         // Forced over an unfinished run: its journal would be replayed onto the pushed
         // state by the next command.
-        crate::state::backend::bridge::blocking(|| store.discard_journals())
-            .map_err(Report::new)?;
+        crate::state::backend::bridge::blocking(|| store.discard_journals())?;
         errln!("note: discarded the unfinished run's journal");
     }
     errln!(

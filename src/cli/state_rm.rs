@@ -1,8 +1,6 @@
 //! `gpuprov state rm ADDRESS...`: forgets machines without destroying them. They keep
 //! running and billing; `gpuprov sweep` lists what no state knows.
 
-use miette::Report;
-
 use super::args::{Cli, StateRmArgs};
 use super::error::{CmdResult, Exit};
 use super::project::Project;
@@ -48,7 +46,7 @@ pub(super) fn run(cli: &Cli, project: &Project, a: &StateRmArgs) -> CmdResult {
         }
         return Ok(Exit::Success);
     }
-    store.save(&mut state).map_err(Report::new)?;
+    store.save(&mut state)?;
     for (address, r) in &removed {
         outln!("Removed {address}");
         warn_still_running(address, r, false);

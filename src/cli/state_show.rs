@@ -1,9 +1,9 @@
 //! `gpuprov state list` and `gpuprov state show ADDRESS`: the state's addresses, and one
 //! record as the state file holds it.
 
-use miette::{miette, IntoDiagnostic};
+use miette::miette;
 
-use super::error::{CmdResult, Exit};
+use super::error::{CmdResult, CommandError, Exit};
 use super::project::Project;
 
 /// `state list`: every address of the state, one per line.
@@ -33,6 +33,9 @@ pub(super) fn show(project: &Project, address: &str) -> CmdResult {
             project.location()
         )
     })?;
-    outln!("{}", serde_json::to_string_pretty(r).into_diagnostic()?);
+    outln!(
+        "{}",
+        serde_json::to_string_pretty(r).map_err(CommandError::internal)?
+    );
     Ok(Exit::Success)
 }

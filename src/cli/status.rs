@@ -1,10 +1,8 @@
 //! `gpuprov status [-json]`: each machine's recorded state and, with refresh, what its
 //! cloud says.
 
-use miette::IntoDiagnostic;
-
 use super::args::StatusArgs;
-use super::error::{CmdResult, Exit};
+use super::error::{CmdResult, CommandError, Exit};
 use super::project::{lineage_of, Project};
 use super::providers::{add_recorded_clouds, build_providers, recorded_clouds};
 use super::view::json::{Event, JsonStatus, MachineStatus};
@@ -61,7 +59,10 @@ pub(super) async fn run(project: &Project, a: &StatusArgs) -> CmdResult {
             refreshed: observed.is_some(),
             machines,
         };
-        outln!("{}", serde_json::to_string_pretty(&out).into_diagnostic()?);
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&out).map_err(CommandError::internal)?
+        );
         return Ok(Exit::Success);
     }
     if machines.is_empty() {

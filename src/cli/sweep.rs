@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use miette::{miette, IntoDiagnostic};
+use miette::miette;
 use serde::Serialize;
 
 use crate::machine::{CancelToken, Executor, MemoryJournal};
@@ -19,7 +19,7 @@ use crate::provider::Lineage;
 use crate::vm::{Owned, Target, TeardownMachine, TeardownState};
 
 use super::args::{Cli, SweepArgs};
-use super::error::{CmdResult, Exit};
+use super::error::{CmdResult, CommandError, Exit};
 use super::preflight::preflight;
 use super::project::{confirm, lineage_of, Project};
 use super::providers::{add_recorded_clouds, build_providers, recorded_clouds};
@@ -112,7 +112,7 @@ pub(super) async fn run(cli: &Cli, project: &Project, a: &SweepArgs) -> CmdResul
         if a.json {
             outln!(
                 "{}",
-                serde_json::to_string_pretty(&listing).into_diagnostic()?
+                serde_json::to_string_pretty(&listing).map_err(CommandError::internal)?
             );
         } else {
             render(&listing, &locations);

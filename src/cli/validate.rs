@@ -3,10 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use miette::IntoDiagnostic;
-
 use super::args::ValidateArgs;
-use super::error::{CmdResult, Exit};
+use super::error::{CmdResult, CommandError, Exit};
 use super::preflight::preflight;
 use super::project::Project;
 use super::providers::{build_providers, docker_provider};
@@ -68,7 +66,10 @@ pub(super) async fn run(project: &Project, a: &ValidateArgs) -> CmdResult {
             notes: pre.notes,
             no_offers: pre.no_offers.into_iter().collect::<BTreeMap<_, _>>(),
         };
-        outln!("{}", serde_json::to_string_pretty(&out).into_diagnostic()?);
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&out).map_err(CommandError::internal)?
+        );
         return Ok(exit);
     }
     let n = config.vms.len();

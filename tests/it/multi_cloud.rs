@@ -504,10 +504,6 @@ impl Clouds {
         runpod
             .mount_fn("GET", "^/v2/catalog/gpus$", runpod_catalog)
             .await;
-        // The plan's discovery lists the pods now that RunPod can list.
-        runpod
-            .mount_fn("GET", "^/v2/pods$", |_| Canned::ok(serde_json::json!([])))
-            .await;
         hyperstack
             .mount_fn("GET", "^/v1/core/flavors$", hyperstack_flavors)
             .await;
@@ -516,13 +512,6 @@ impl Clouds {
             .await;
         hyperstack
             .mount_fn("GET", "^/v1/pricebook$", |_| hyperstack_pricebook())
-            .await;
-        // The plan's discovery lists each region's VMs now that Hyperstack can list.
-        hyperstack
-            .mount_fn("GET", "^/v1/core/virtual-machines$", |_| {
-                Canned::ok(serde_json::json!({"status": true, "message": "Success",
-                    "instances": [], "count": 0, "page": 1, "page_size": 100}))
-            })
             .await;
         digitalocean
             .mount_fn("GET", "^/v2/sizes$", |_| do_page("sizes", do_sizes()))

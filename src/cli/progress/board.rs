@@ -231,12 +231,14 @@ impl Board {
         let stopped = r.status == Status::Interrupted;
         let (status, phase, detail) = match outcome {
             // Ctrl-C ended it (its last state says so): interrupted, not failed.
-            Outcome::Failed(why) if stopped => (Status::Interrupted, "interrupted", why.clone()),
+            Outcome::Failed(why) if stopped => {
+                (Status::Interrupted, "interrupted", why.to_string())
+            }
             Outcome::Ready(_) => (Status::Done, "ready", String::new()),
             Outcome::Updated => (Status::Done, "updated", String::new()),
             Outcome::Unchanged => (Status::Done, "unchanged", String::new()),
             Outcome::Destroyed => (Status::Done, "destroyed", String::new()),
-            Outcome::Failed(why) => (Status::Failed, "failed", why.clone()),
+            Outcome::Failed(why) => (Status::Failed, "failed", why.to_string()),
             Outcome::Leaked(why) => (Status::Failed, "leaked", why.clone()),
             Outcome::Interrupted(at) => (Status::Interrupted, "interrupted", format!("while {at}")),
         };
@@ -744,7 +746,11 @@ mod tests {
             &Outcome::Interrupted("connecting ssh 10.0.0.3:22".into()),
             secs(61.0),
         );
-        b.settle("vm.w005", &Outcome::Failed("skipped".into()), secs(61.0));
+        b.settle(
+            "vm.w005",
+            &Outcome::failed(crate::engine::FailureKind::Skipped, "skipped"),
+            secs(61.0),
+        );
         let s = b.summary(secs(61.0)).join("\n");
         assert!(s.contains("‖ vm.w003"), "{s}");
         assert!(s.contains("resumed"), "{s}");

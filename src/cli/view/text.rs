@@ -233,6 +233,7 @@ fn render_offers(out: &mut String, c: &Change) {
     }
 }
 
+/// `Hourly cost of what will run: $…/h`, a lower bound when a price is unknown.
 fn cost_line(plan: &Plan) -> String {
     format!(
         "Hourly cost of what will run: ${:.2}/h{}",
