@@ -56,7 +56,7 @@ pub(super) async fn run(
     let offered = pre.offers.values().flatten().map(|o| o.location.clone());
     let locations = discovery::locations(offered, &state);
     let found = discovery::discover(&locations, &providers).await;
-    for (at, why) in found.unlisted.iter().chain(&found.cannot_list) {
+    for (at, why) in &found.unlisted {
         errln!("note: could not list {at}: {why}");
     }
     let chosen = choose(&found.listed, lineage.as_str(), &config);

@@ -101,12 +101,7 @@ pub(super) async fn run(cli: &Cli, project: &Project, a: &SweepArgs) -> CmdResul
                 instances,
             })
             .collect(),
-        unlisted: found
-            .unlisted
-            .iter()
-            .chain(&found.cannot_list)
-            .cloned()
-            .collect(),
+        unlisted: found.unlisted.clone(),
     };
     let Some(target) = target else {
         if a.json {

@@ -80,11 +80,9 @@ impl FoundInstance {
 pub struct Discovery {
     /// Every live instance carrying both identity labels, by location listed.
     pub listed: Vec<FoundInstance>,
-    /// Locations that could not be listed, with the cloud's reason (an adapter that cannot
-    /// list yet, an API error): what is there is unknown.
+    /// Locations that could not be listed, with the cloud's reason (an API error): what
+    /// is there is unknown.
     pub unlisted: Vec<(String, String)>,
-    /// Locations whose adapter cannot list by identity yet (`location`, why).
-    pub cannot_list: Vec<(String, String)>,
 }
 
 impl Discovery {
@@ -157,11 +155,6 @@ pub async fn discover(locations: &[Location], providers: &Providers) -> Discover
                     })
                     .map(|l| FoundInstance::of(&at, l)),
             ),
-            // An adapter that cannot list yet (the contract's default): nothing to say
-            // per plan; `gpuprov sweep` names it.
-            Err(e) if e.kind == crate::provider::ErrorKind::Unavailable => {
-                d.cannot_list.push((at.to_string(), e.text()))
-            }
             Err(e) => d.unlisted.push((at.to_string(), e.text())),
         }
     }

@@ -693,15 +693,7 @@ pub trait CloudProvider: Send + Sync {
     /// preemption from a deletion. One listing: pagination is the only loop. Read-only.
     ///
     /// Errors: classified by the adapter's table, as every call.
-    async fn instances(&self, at: &Location, only_vm: Option<&str>) -> Result<Vec<Seen>> {
-        // Transitional default while the adapters move onto the listing read (issue 34);
-        // removed once every adapter implements it.
-        let _ = (at, only_vm);
-        Err(ProviderError::new(
-            ErrorKind::Unavailable,
-            format!("{} cannot list its instances by identity yet", self.name()),
-        ))
-    }
+    async fn instances(&self, at: &Location, only_vm: Option<&str>) -> Result<Vec<Seen>>;
     /// All non-terminated instances of VM `vm_name` at `at`: the [`instances`] entries
     /// the identity rule ([`identity::owner`]) gives to it, sorted by instance id.
     /// Callers that want instances only use [`existing`]. Adapters do not override it.

@@ -66,9 +66,6 @@ impl Driver for AwsDriver {
         }
     }
 
-    fn cannot_list(&self) -> Option<&'static str> {
-        None
-    }
 
     fn regions(&self) -> [&'static str; 2] {
         // EC2 has no region named after another's prefix (`us-east-13`).

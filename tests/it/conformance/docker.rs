@@ -220,9 +220,6 @@ impl Driver for DockerDriver {
         "docker"
     }
 
-    fn cannot_list(&self) -> Option<&'static str> {
-        None
-    }
 
     fn unsupported(&self, s: Scenario) -> Option<&'static str> {
         if skipped() {

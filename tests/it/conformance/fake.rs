@@ -27,9 +27,6 @@ impl Driver for FakeDriver {
         "fake"
     }
 
-    fn cannot_list(&self) -> Option<&'static str> {
-        None
-    }
 
     fn unsupported(&self, s: Scenario) -> Option<&'static str> {
         match s {

@@ -59,9 +59,6 @@ impl Driver for GcpDriver {
         }
     }
 
-    fn cannot_list(&self) -> Option<&'static str> {
-        None
-    }
 
     fn regions(&self) -> [&'static str; 2] {
         ["europe-west1", "europe-west10"]

@@ -29,9 +29,6 @@ impl Driver for HyperstackDriver {
         "hyperstack"
     }
 
-    fn cannot_list(&self) -> Option<&'static str> {
-        None
-    }
 
     fn unsupported(&self, _s: Scenario) -> Option<&'static str> {
         None

@@ -28,9 +28,6 @@ impl Driver for LambdaDriver {
         "lambda"
     }
 
-    fn cannot_list(&self) -> Option<&'static str> {
-        None
-    }
 
     fn unsupported(&self, _s: Scenario) -> Option<&'static str> {
         None

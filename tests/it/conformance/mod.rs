@@ -258,22 +258,12 @@ pub trait Driver: Sync {
     fn unknown_instance_id(&self) -> &'static str {
         "0123456789abcdef0123456789abcdef"
     }
-    /// Why the adapter cannot run [`Scenario::ListFindsAndAdoptsByIdentity`] (it does not
-    /// implement the listing read yet); `None` where it does. Transitional (issue 34):
-    /// every adapter gets the read, and this goes with the contract's default body of
-    /// `instances`.
-    fn cannot_list(&self) -> Option<&'static str> {
-        Some("the adapter does not implement the listing read (`instances`) yet")
-    }
     async fn start(&self, world: World) -> Box<dyn Cloud>;
 }
 
-/// Why `d` cannot express `s`, if it cannot: its own answer, or that it cannot list.
+/// Why `d` cannot express `s`, if it cannot.
 fn unsupported(d: &dyn Driver, s: Scenario) -> Option<&'static str> {
-    d.unsupported(s).or(match s {
-        Scenario::ListFindsAndAdoptsByIdentity => d.cannot_list(),
-        _ => None,
-    })
+    d.unsupported(s)
 }
 
 /// Runs `f` to completion on a fresh thread and runtime: drivers answer the sync [`Cloud`]
@@ -715,26 +705,24 @@ async fn scenario(d: &dyn Driver, s: Scenario) -> bool {
             // The one read shows the instance with the identity the rule gives to
             // `trainer`, in its region only.
             let lineage: gpuprov::provider::Lineage = r.cloud.lineage().parse().unwrap();
-            if let Some(seen) = listing(r.provider.as_ref(), &r.cloud.at(r0)).await {
-                let mine: Vec<&Seen> = seen
-                    .iter()
-                    .filter(|x| x.instance_id == vm.instance_id)
-                    .collect();
-                assert_eq!(mine.len(), 1, "{name}: instances: {seen:?}");
-                assert_eq!(
-                    identity::owner(&mine[0].identity, &lineage, r0).as_deref(),
-                    Some("trainer"),
-                    "{name}: {:?}",
-                    mine[0].identity
-                );
-            }
+            let seen = listing(r.provider.as_ref(), &r.cloud.at(r0)).await;
+            let mine: Vec<&Seen> = seen
+                .iter()
+                .filter(|x| x.instance_id == vm.instance_id)
+                .collect();
+            assert_eq!(mine.len(), 1, "{name}: instances: {seen:?}");
+            assert_eq!(
+                identity::owner(&mine[0].identity, &lineage, r0).as_deref(),
+                Some("trainer"),
+                "{name}: {:?}",
+                mine[0].identity
+            );
             if r1 != r0 {
-                if let Some(seen) = listing(r.provider.as_ref(), &r.cloud.at(r1)).await {
-                    assert!(
-                        seen.iter().all(|x| x.instance_id != vm.instance_id),
-                        "{name}: instances in {r1}: {seen:?}"
-                    );
-                }
+                let seen = listing(r.provider.as_ref(), &r.cloud.at(r1)).await;
+                assert!(
+                    seen.iter().all(|x| x.instance_id != vm.instance_id),
+                    "{name}: instances in {r1}: {seen:?}"
+                );
             }
             // The record is lost; what the listing found is adopted, never created beside.
             let lost = Run {
@@ -873,21 +861,11 @@ async fn observe_location_scenario(d: &dyn Driver, s: Scenario) {
     cloud.verify();
 }
 
-/// `instances(at, None)`, or `None` while the adapter still answers with the contract's
-/// transitional default (issue 34: every adapter implements the read once its branch
-/// lands, and this arm goes with that default).
-async fn listing(p: &dyn CloudProvider, at: &Location) -> Option<Vec<Seen>> {
-    match p.instances(at, None).await {
-        Ok(seen) => Some(seen),
-        Err(e)
-            if e.kind == ErrorKind::Unavailable
-                && e.msg.contains("cannot list its instances by identity yet") =>
-        {
-            eprintln!("{}: instances at {at}: {e} (transitional)", p.name());
-            None
-        }
-        Err(e) => panic!("{}: instances at {at}: {e}", p.name()),
-    }
+/// `instances(at, None)`; an error fails the scenario.
+async fn listing(p: &dyn CloudProvider, at: &Location) -> Vec<Seen> {
+    p.instances(at, None)
+        .await
+        .unwrap_or_else(|e| panic!("{}: instances at {at}: {e}", p.name()))
 }
 
 /// The offer's shared objects as the engine supplies them to `prepare` (`vm::shared`):

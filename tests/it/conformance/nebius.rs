@@ -40,9 +40,6 @@ impl Driver for NebiusDriver {
         }
     }
 
-    fn cannot_list(&self) -> Option<&'static str> {
-        None
-    }
 
     fn regions(&self) -> [&'static str; 2] {
         ["eu-north1", "us-central1"]

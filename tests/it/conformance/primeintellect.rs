@@ -29,9 +29,6 @@ impl Driver for PrimeIntellectDriver {
         "primeintellect"
     }
 
-    fn cannot_list(&self) -> Option<&'static str> {
-        None
-    }
 
     fn unsupported(&self, s: Scenario) -> Option<&'static str> {
         match s {

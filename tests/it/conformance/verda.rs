@@ -29,9 +29,6 @@ impl Driver for VerdaDriver {
         "verda"
     }
 
-    fn cannot_list(&self) -> Option<&'static str> {
-        None
-    }
 
     fn unsupported(&self, s: Scenario) -> Option<&'static str> {
         match s {

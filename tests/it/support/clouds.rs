@@ -64,6 +64,13 @@ impl CloudProvider for TestCloud {
         }
         out
     }
+    async fn instances(
+        &self,
+        at: &Location,
+        only_vm: Option<&str>,
+    ) -> Result<Vec<gpuprov::provider::Seen>> {
+        CloudProvider::instances(self.inner.as_ref(), at, only_vm).await
+    }
     async fn observe(
         &self,
         at: &Location,
