@@ -15,10 +15,10 @@ use super::args::{ApplyArgs, Cli, DestroyArgs};
 use super::error::{CmdResult, Exit};
 use super::key::{project_key, KeyUse};
 use super::plan::{
-    apply_k8s_flags, apply_moved, check_targeting, make_plan, preflight_reading_ahead,
-    warn_targeting,
+    apply_k8s_flags, apply_moved, check_targeting, preflight_reading_ahead, shown_plan,
+    warn_targeting, Asked,
 };
-use super::preflight::{self, preflight};
+use super::preflight::preflight;
 use super::project::{confirm, lineage_of, Project};
 use super::providers::{add_recorded_clouds, build_providers, recorded_clouds, shared_clouds};
 use super::run::{finish_run, start_run};
@@ -113,23 +113,12 @@ async fn apply(cli: &Cli, project: &Project, a: &ApplyArgs, color: bool) -> CmdR
         }
         (_, _, ahead) => {
             let ahead = ahead.unwrap_or_else(|| plan::ReadAhead::of(&state, 1));
-            let mut plan = make_plan(
-                &config,
-                &state,
-                &ahead,
-                &providers,
-                a.refresh.refresh,
-                &pre,
-                &a.targeting,
-            )
-            .await?;
-            plan.moved = moved;
-            warn_targeting(&plan.targets, false);
-            if !a.allow_no_offers {
-                if let Some(e) = preflight::no_offers_error(&plan, false) {
-                    return Err(e.into());
-                }
-            }
+            let asked = Asked {
+                refresh: a.refresh.refresh,
+                targeting: &a.targeting,
+                allow_no_offers: a.allow_no_offers,
+            };
+            let plan = shown_plan(&config, &state, &ahead, &providers, &pre, asked, moved).await?;
             let color = color::stdout_color(cli.no_color);
             out!("{}", color::plan(&text::render(&plan), color));
             if plan.has_changes() {

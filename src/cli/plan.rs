@@ -42,23 +42,12 @@ pub(super) async fn run(cli: &Cli, project: &Project, a: &PlanArgs) -> CmdResult
         recorded_clouds(&state, &ahead),
         &lineage,
     );
-    let mut plan = make_plan(
-        &config,
-        &state,
-        &ahead,
-        &providers,
-        a.refresh.refresh,
-        &pre,
-        &a.targeting,
-    )
-    .await?;
-    plan.moved = moved;
-    warn_targeting(&plan.targets, false);
-    if !a.allow_no_offers {
-        if let Some(e) = preflight::no_offers_error(&plan, false) {
-            return Err(e.into());
-        }
-    }
+    let asked = Asked {
+        refresh: a.refresh.refresh,
+        targeting: &a.targeting,
+        allow_no_offers: a.allow_no_offers,
+    };
+    let plan = shown_plan(&config, &state, &ahead, &providers, &pre, asked, moved).await?;
     // Notes go to stderr, so `--json` output stays machine-readable.
     for n in &pre.notes {
         errln!("note: {n}");
@@ -97,6 +86,45 @@ pub(super) async fn run(cli: &Cli, project: &Project, a: &PlanArgs) -> CmdResult
     forget_at_exit(ahead);
     forget_at_exit((config, state, plan, pre));
     Ok(exit)
+}
+
+/// What a `plan` or `apply` run asks of its plan (its flags).
+pub(super) struct Asked<'a> {
+    pub refresh: bool,
+    pub targeting: &'a TargetArgs,
+    pub allow_no_offers: bool,
+}
+
+/// The plan `plan` and `apply` show: [`make_plan`] with the records `moved` blocks
+/// moved, the targeting warning said, and, unless `--allow-no-offers`, a machine to
+/// create that no cloud offers anything for as an error.
+pub(super) async fn shown_plan(
+    config: &Config,
+    state: &StateFile,
+    ahead: &plan::ReadAhead<'_>,
+    providers: &Providers,
+    pre: &Preflight,
+    asked: Asked<'_>,
+    moved: Vec<plan::MovedLine>,
+) -> Result<Plan, CommandError> {
+    let mut plan = make_plan(
+        config,
+        state,
+        ahead,
+        providers,
+        asked.refresh,
+        pre,
+        asked.targeting,
+    )
+    .await?;
+    plan.moved = moved;
+    warn_targeting(&plan.targets, false);
+    if !asked.allow_no_offers {
+        if let Some(e) = preflight::no_offers_error(&plan, false) {
+            return Err(e.into());
+        }
+    }
+    Ok(plan)
 }
 
 /// Makes a plan: config + state (+ refresh) → changes, with the offers and prices the

@@ -66,7 +66,6 @@ impl Driver for AwsDriver {
         }
     }
 
-
     fn regions(&self) -> [&'static str; 2] {
         // EC2 has no region named after another's prefix (`us-east-13`).
         ["us-east-1", "us-west-2"]

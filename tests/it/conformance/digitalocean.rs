@@ -28,7 +28,6 @@ impl Driver for DigitalOceanDriver {
         "digitalocean"
     }
 
-
     fn unsupported(&self, _s: Scenario) -> Option<&'static str> {
         None
     }

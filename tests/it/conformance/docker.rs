@@ -220,7 +220,6 @@ impl Driver for DockerDriver {
         "docker"
     }
 
-
     fn unsupported(&self, s: Scenario) -> Option<&'static str> {
         if skipped() {
             return Some("Docker unreachable and GPUPROV_SKIP_DOCKER=1");

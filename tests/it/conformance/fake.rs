@@ -27,7 +27,6 @@ impl Driver for FakeDriver {
         "fake"
     }
 
-
     fn unsupported(&self, s: Scenario) -> Option<&'static str> {
         match s {
             Scenario::KeyFoundByValueNeverRegisteredTwice => {

@@ -59,7 +59,6 @@ impl Driver for GcpDriver {
         }
     }
 
-
     fn regions(&self) -> [&'static str; 2] {
         ["europe-west1", "europe-west10"]
     }

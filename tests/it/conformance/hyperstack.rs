@@ -29,7 +29,6 @@ impl Driver for HyperstackDriver {
         "hyperstack"
     }
 
-
     fn unsupported(&self, _s: Scenario) -> Option<&'static str> {
         None
     }

@@ -28,7 +28,6 @@ impl Driver for LambdaDriver {
         "lambda"
     }
 
-
     fn unsupported(&self, _s: Scenario) -> Option<&'static str> {
         None
     }

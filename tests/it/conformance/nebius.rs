@@ -40,7 +40,6 @@ impl Driver for NebiusDriver {
         }
     }
 
-
     fn regions(&self) -> [&'static str; 2] {
         ["eu-north1", "us-central1"]
     }

@@ -27,7 +27,6 @@ impl Driver for RunpodDriver {
         "runpod"
     }
 
-
     fn unsupported(&self, s: Scenario) -> Option<&'static str> {
         match s {
             Scenario::QuotaBlocksTheRegion => Some(

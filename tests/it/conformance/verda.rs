@@ -29,7 +29,6 @@ impl Driver for VerdaDriver {
         "verda"
     }
 
-
     fn unsupported(&self, s: Scenario) -> Option<&'static str> {
         match s {
             Scenario::QuotaBlocksTheRegion => Some(
