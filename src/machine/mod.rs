@@ -171,6 +171,19 @@ pub struct Facts {
     pub billing: bool,
 }
 
+impl Facts {
+    /// A machine whose instances `ids` at `location` could not be removed: still billing.
+    pub fn leaked(location: &impl std::fmt::Display, ids: &[String]) -> Facts {
+        Facts {
+            phase: "leaked",
+            location: location.to_string(),
+            instance_id: ids.join(","),
+            billing: true,
+            ..Facts::default()
+        }
+    }
+}
+
 /// Cancellation levels: 0 none, 1 soft (compensate), 2 hard (exit, journal resumable).
 #[derive(Clone)]
 pub struct CancelToken {

@@ -213,13 +213,7 @@ impl Machine for TeardownMachine {
                 location,
                 instance_ids,
                 ..
-            } => Facts {
-                phase: "leaked",
-                location: location.to_string(),
-                instance_id: instance_ids.join(","),
-                billing: true,
-                ..Facts::default()
-            },
+            } => Facts::leaked(location, instance_ids),
         }
     }
 

@@ -286,13 +286,7 @@ impl Machine for LaunchMachine {
                 location,
                 instance_ids,
                 ..
-            } => Facts {
-                phase: "leaked",
-                location: location.to_string(),
-                instance_id: instance_ids.join(","),
-                billing: true,
-                ..Facts::default()
-            },
+            } => Facts::leaked(location, instance_ids),
             LaunchState::Unowned { .. } => offer_facts("unowned", None, "", false),
         }
     }
