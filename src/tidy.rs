@@ -63,16 +63,6 @@ const SIZE_ALLOW: &[(&str, usize, &str)] = &[
         "the local test cloud: image building and container mapping still in mod.rs; to be cut",
     ),
     (
-        "provider/massedcompute/mod.rs",
-        720,
-        "not yet on the listing read (issue 34): its observe and ownership code goes with that move",
-    ),
-    (
-        "provider/primeintellect/mod.rs",
-        850,
-        "not yet on the listing read (issue 34): its observe and ownership code goes with that move",
-    ),
-    (
         "provider/fake.rs",
         1080,
         "the scripted test double (compiled only for tests): scripts, recording and the listing in one place",
@@ -122,7 +112,7 @@ const LOOP_ALLOW: &[(&str, &str, &str)] = &[
         "reads the one build call's progress stream to its end",
     ),
     (
-        "provider/primeintellect/mod.rs",
+        "provider/primeintellect/pods.rs",
         "ssh_endpoint",
         "parses the words of the `sshConnection` string (data, no call)",
     ),

@@ -26,6 +26,24 @@ pub fn find_by_value<'a, K>(
     listed.iter().find(|k| key_value(value_of(k)) == want)
 }
 
+/// Refuses to register `public_key` on `cloud` when `listed` already holds it by value
+/// ([`find_by_value`]): the answer is `Exists`, so the core observes again and adopts the
+/// key instead of the cloud keeping the same key twice under two names.
+pub fn refuse_registered<K>(
+    cloud: &str,
+    listed: &[K],
+    public_key: &str,
+    value_of: impl Fn(&K) -> &str,
+) -> Result<(), ProviderError> {
+    match find_by_value(listed, public_key, value_of) {
+        Some(_) => Err(ProviderError::new(
+            ErrorKind::Exists,
+            format!("{cloud}: the project SSH key is registered already"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// `base`, or the first of `base-2`, `base-3`, … that `taken` refuses, for clouds whose key
 /// names are unique (a key of another value may hold the derived name).
 pub fn free_name(base: &str, taken: impl Fn(&str) -> bool) -> String {

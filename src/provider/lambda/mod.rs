@@ -201,7 +201,14 @@ impl LambdaProvider {
                 RateLimit::all(1, Duration::from_secs(1), SOURCE),
                 RateLimit::of(EndpointClass::Launch, 1, Duration::from_secs(12), SOURCE),
             ],
-            ..kit::adapter::vm_capabilities(&[BootScript, Firewall, Gpu, Kubernetes])
+            ..kit::adapter::vm_capabilities(&[
+                BootScript,
+                Firewall,
+                Gpu,
+                Kubernetes,
+                Import,
+                SharedObjects,
+            ])
         }
     }
 
@@ -309,16 +316,22 @@ impl LambdaProvider {
         Ok(created.id)
     }
 
-    /// `POST /api/v1/instance-operations/terminate` for `ids`, `Ok(false)` when Lambda
-    /// answered that one of them does not exist.
-    /// `GET /api/v1/instances`: every instance of the account (the API has no filter);
-    /// what `observe` and `list` filter.
+    /// `GET /api/v1/ssh-keys`: the account's registered keys.
+    async fn ssh_keys(&self) -> Result<Vec<SshKey>> {
+        self.api
+            .get("/api/v1/ssh-keys", &[], Call::other("list SSH keys"))
+            .await
+    }
+
+    /// `GET /api/v1/instances`: every instance of the account (the API has no filter).
     async fn listing(&self) -> Result<Vec<Instance>> {
         self.api
             .get("/api/v1/instances", &[], Call::other("list instances"))
             .await
     }
 
+    /// `POST /api/v1/instance-operations/terminate` for `ids`, `Ok(false)` when Lambda
+    /// answered that one of them does not exist.
     async fn terminate(&self, ids: &[String]) -> Result<bool> {
         let body = json!({ "instance_ids": ids });
         let path = "/api/v1/instance-operations/terminate";
@@ -563,10 +576,7 @@ impl CloudProvider for LambdaProvider {
         public_key: &str,
     ) -> Result<Option<SharedFound>> {
         obj.expect(CLOUD, SSH_KEY_KIND)?;
-        let listed: Vec<SshKey> = self
-            .api
-            .get("/api/v1/ssh-keys", &[], Call::other("list SSH keys"))
-            .await?;
+        let listed = self.ssh_keys().await?;
         Ok(keys::find_by_value(&listed, public_key, |k| &k.public_key)
             .map(|k| self.shared_key(k, public_key)))
     }
@@ -576,10 +586,8 @@ impl CloudProvider for LambdaProvider {
     /// taken meanwhile ("Key name must be unique.") is `Exists`: observed again.
     async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
         obj.expect(CLOUD, SSH_KEY_KIND)?;
-        let listed: Vec<SshKey> = self
-            .api
-            .get("/api/v1/ssh-keys", &[], Call::other("list SSH keys"))
-            .await?;
+        let listed = self.ssh_keys().await?;
+        keys::refuse_registered(CLOUD, &listed, public_key, |k| &k.public_key)?;
         let name = keys::free_project_key_name(self.settings.lineage.as_str(), public_key, |n| {
             listed.iter().any(|k| k.name == n)
         });
@@ -598,11 +606,17 @@ impl CloudProvider for LambdaProvider {
         })
     }
 
-    /// `DELETE /api/v1/ssh-keys/{id}` (`global/object-does-not-exist` = already gone).
-    /// Instances keep the key they were launched with.
+    /// `DELETE /api/v1/ssh-keys/{id}` when `GET /api/v1/ssh-keys` still lists it: Lambda
+    /// answers an unknown id with `global/invalid-parameters` (HTTP 400, its description
+    /// has no 404 here), which cannot be told from a real refusal, so a key already gone
+    /// is recognised by the listing. Instances keep the key they were launched with.
     async fn delete_shared(&self, obj: &SharedObject, found: &SharedFound) -> Result<()> {
         obj.expect(CLOUD, SSH_KEY_KIND)?;
         if found.id.is_empty() {
+            return Ok(());
+        }
+        let listed = self.ssh_keys().await?;
+        if !listed.iter().any(|k| k.id == found.id) {
             return Ok(());
         }
         let what = format!("delete SSH key {}", found.name);

@@ -603,6 +603,7 @@ impl CloudProvider for MassedComputeProvider {
     async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
         obj.expect(CLOUD, SSH_KEY_KIND)?;
         let listed = self.listed_keys().await?;
+        keys::refuse_registered(CLOUD, &listed, public_key, Listed::value)?;
         // Free among the listed names, compared as registered (spaces for dashes).
         let base = project_key_name(self.settings.lineage.as_str(), public_key);
         let taken = |n: &str| listed.iter().any(|l| l.key.name == n.replace('-', " "));

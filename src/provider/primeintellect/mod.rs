@@ -565,6 +565,7 @@ impl CloudProvider for PrimeIntellectProvider {
     async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
         obj.expect(CLOUD, SSH_KEY_KIND)?;
         let listed = self.ssh_keys().await?;
+        keys::refuse_registered(CLOUD, &listed, public_key, |k| &k.public_key)?;
         let name = keys::free_project_key_name(self.settings.lineage.as_str(), public_key, |n| {
             listed.iter().any(|k| k.name == n)
         });

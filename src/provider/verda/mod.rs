@@ -563,12 +563,7 @@ impl CloudProvider for VerdaProvider {
     async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
         obj.expect(CLOUD, SSH_KEY_KIND)?;
         let listed = self.ssh_keys().await?;
-        if let Some(k) = keys::find_by_value(&listed, public_key, |k| &k.key) {
-            return Err(ProviderError::new(
-                ErrorKind::Exists,
-                format!("verda: SSH key {} already holds this key", k.name),
-            ));
-        }
+        keys::refuse_registered(CLOUD, &listed, public_key, |k| &k.key)?;
         let name = keys::free_project_key_name(self.settings.lineage.as_str(), public_key, |n| {
             listed.iter().any(|k| k.name == n)
         });
