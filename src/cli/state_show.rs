@@ -1,8 +1,6 @@
 //! `gpuprov state list` and `gpuprov state show ADDRESS`: the state's addresses, and one
 //! record as the state file holds it.
 
-use miette::miette;
-
 use super::error::{CmdResult, CommandError, Exit};
 use super::project::Project;
 
@@ -18,21 +16,10 @@ pub(super) fn list(project: &Project) -> CmdResult {
 /// `state show ADDRESS`: the record of `address`, as pretty JSON.
 pub(super) fn show(project: &Project, address: &str) -> CmdResult {
     let (_, state) = project.open_state()?;
-    let r = state.resources.get(address).ok_or_else(|| {
-        miette!(
-            help = format!(
-                "addresses in the state: {}",
-                state
-                    .resources
-                    .keys()
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            "no resource {address} in {}",
-            project.location()
-        )
-    })?;
+    let r = state
+        .resources
+        .get(address)
+        .ok_or_else(|| super::state_mv::unknown_address(project, &state, address))?;
     outln!(
         "{}",
         serde_json::to_string_pretty(r).map_err(CommandError::internal)?

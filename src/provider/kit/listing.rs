@@ -53,47 +53,6 @@ pub fn listed(seen: Vec<Seen>, lineage: &Lineage, at: &Location) -> Vec<Listed> 
     out
 }
 
-/// The instances among `items` that `ours` keeps, as `observed` reports them (`None`:
-/// gone, left out), sorted by instance id so answers compare across calls.
-pub fn observed_of<T>(
-    items: &[T],
-    ours: impl Fn(&T) -> bool,
-    observed: impl Fn(&T) -> Option<Observed>,
-) -> Vec<Observed> {
-    let mut out: Vec<Observed> = items
-        .iter()
-        .filter(|i| ours(i))
-        .filter_map(observed)
-        .collect();
-    out.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-    out
-}
-
-/// [`observed_of`] for every VM at once (`observe_location` over the same listing): each
-/// item under the VM `vm_of` names (its identity label, or the VM an identity name
-/// names), kept when `ours(item, vm)` holds, the rule `observe(vm)` keeps it by; each
-/// VM's entries sorted by instance id. An item `vm_of` names no VM for is no VM's.
-pub fn observations_of<T>(
-    items: &[T],
-    vm_of: impl Fn(&T) -> Option<String>,
-    ours: impl Fn(&T, &str) -> bool,
-    observed: impl Fn(&T) -> Option<Observed>,
-) -> Observations {
-    let mut out = Observations::new();
-    for i in items {
-        let Some(vm) = vm_of(i).filter(|vm| ours(i, vm)) else {
-            continue;
-        };
-        if let Some(o) = observed(i) {
-            out.entry(vm).or_default().push(o);
-        }
-    }
-    for seen in out.values_mut() {
-        seen.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-    }
-    out
-}
-
 /// The items among `items` whose `id` is one of `ids` and that are still `alive` (not
 /// gone): what a delete still has to ask for. An unknown id is simply not there, so the
 /// vendor is never asked about it.
@@ -112,69 +71,61 @@ pub fn still_listed<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::InstanceStatus;
+    use crate::provider::{InstanceStatus, Shown};
 
     #[test]
-    fn ours_sorted_and_the_gone_left_out() {
-        let items = [
-            ("b", true, true),
-            ("a", true, true),
-            ("c", false, true),
-            ("d", true, false),
-        ];
-        let seen = observed_of(
-            &items,
-            |i| i.1,
-            |i| {
-                i.2.then(|| Observed {
-                    instance_id: i.0.into(),
-                    status: InstanceStatus::Running,
-                    ssh: None,
-                })
-            },
-        );
-        let ids: Vec<&str> = seen.iter().map(|o| o.instance_id.as_str()).collect();
-        assert_eq!(ids, ["a", "b"]);
+    fn still_listed_keeps_the_asked_and_alive() {
+        let items = [("a", true), ("b", true), ("d", false)];
         let left = still_listed(
             items.to_vec(),
             &["a".into(), "d".into(), "x".into()],
             |i| i.0,
-            |i| i.2,
+            |i| i.1,
         );
-        assert_eq!(left, [("a", true, true)]);
+        assert_eq!(left, [("a", true)]);
     }
 
     #[test]
-    fn observations_group_by_vm_under_the_observe_rule() {
-        // (id, vm named, vm the rule accepts, alive)
-        let items = [
-            ("2", Some("a"), "a", true),
-            ("1", Some("a"), "a", true),
-            ("3", Some("b"), "x", true),
-            ("4", None, "a", true),
-            ("5", Some("c"), "c", false),
-        ];
-        let all = observations_of(
-            &items,
-            |i| i.1.map(str::to_string),
-            |i, vm| i.2 == vm,
-            |i| {
-                i.3.then(|| Observed {
-                    instance_id: i.0.into(),
-                    status: InstanceStatus::Running,
-                    ssh: None,
-                })
-            },
-        );
-        let got: Vec<(&str, Vec<&str>)> = all
-            .iter()
-            .map(|(vm, s)| {
-                (
-                    vm.as_str(),
-                    s.iter().map(|o| o.instance_id.as_str()).collect(),
-                )
-            })
+    fn observe_observe_location_and_list_read_one_listing_alike() {
+        let l = Lineage::parse("0f0e0d0c-1111-4222-8333-444455556666").unwrap();
+        let other = "9f0e0d0c-1111-4222-8333-444455556666";
+        let at = Location {
+            cloud: "c".into(),
+            region: "r".into(),
+            zone: None,
+        };
+        let seen = |id: &str, shown: Shown| Seen::new(id, InstanceStatus::Running, shown);
+        let listing = || {
+            vec![
+                seen("2", Shown::labels(Some("a"), Some(l.as_str()))),
+                seen(
+                    "1",
+                    Shown::default().named(Some("gpuprov-a-0f0e0d0c"), Default::default()),
+                ),
+                seen("3", Shown::labels(Some("a"), Some(other))),
+                seen("4", Shown::labels(Some("b"), None)),
+                seen("5", Shown::labels(Some("b"), Some(l.as_str()))),
+            ]
+        };
+        let ids = |o: &[Observed]| o.iter().map(|o| o.instance_id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&observed_for(listing(), &l, &at, "a")), ["1", "2"]);
+        let all = observations(listing(), &l, &at);
+        assert_eq!(all.keys().collect::<Vec<_>>(), ["a", "b"]);
+        for (vm, entries) in &all {
+            assert_eq!(*entries, observed_for(listing(), &l, &at, vm), "{vm}");
+        }
+        let listed: Vec<(String, String, String)> = listed(listing(), &l, &at)
+            .into_iter()
+            .map(|x| (x.observed.instance_id, x.vm_name, x.lineage))
             .collect();
-        assert_eq!(got, [("a", vec!["1", "2"])]);
+        assert_eq!(
+            listed,
+            [
+                ("1".into(), "a".into(), l.to_string()),
+                ("2".into(), "a".into(), l.to_string()),
+                ("3".into(), "a".into(), other.to_string()),
+                ("5".into(), "b".into(), l.to_string()),
+            ]
+        );
     }
 }
