@@ -122,7 +122,7 @@ fn a_config_error_exits_1_with_its_code_and_help() {
     assert!(err.contains("help:"), "{err}");
 }
 
-/// `Kind::User`: exit 1, what is wrong and what to do apart (here the state's addresses).
+/// `Kind::User`: exit 1, what is wrong and what to do apart (here: the state is empty).
 #[test]
 fn a_user_error_exits_1_with_its_help() {
     let p = Project::new(FAKE_TOML);
@@ -130,7 +130,7 @@ fn a_user_error_exits_1_with_its_help() {
     assert_eq!(code, 1, "{err}");
     assert!(out.is_empty(), "{out}");
     assert!(err.contains("no resource vm.nope"), "{err}");
-    assert!(err.contains("help: addresses in the state"), "{err}");
+    assert!(err.contains("help: the state has no machines"), "{err}");
 }
 
 /// `Kind::Interrupted`: Ctrl-C while `destroy` waits for the lock another run holds
