@@ -46,7 +46,7 @@ use gpuprov::engine::{Engine, Outcome, StateJournal};
 use gpuprov::machine::Providers;
 use gpuprov::machine::{CancelToken, Executor};
 use gpuprov::plan;
-use gpuprov::provider::fake::{FakeConnector, FakeProvider, Op};
+use gpuprov::provider::doubles::fake::{FakeConnector, FakeProvider, Op};
 use gpuprov::provider::{
     Capabilities, EndpointClass, ErrorKind, Location, Offer, ProviderError, RateLimit, SshEndpoint,
 };
@@ -162,7 +162,7 @@ fn config_text(n: usize) -> String {
 }
 
 fn docker_offer() -> Offer {
-    gpuprov::provider::docker::offer()
+    gpuprov::provider::clouds::docker::offer()
 }
 
 /// A state in which every machine of `config` is up with the settings it asks for, so

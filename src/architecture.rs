@@ -83,7 +83,7 @@ impl Tolerated {
 
 /// Back-arrows the stack tolerates for good: only the test doubles' (never shipped).
 const ALLOWED_BACK_ARROWS: &[Tolerated] = &[Tolerated::Import {
-    files: "provider/fake.rs",
+    files: "provider/doubles/fake.rs",
     to: "ssh",
     reason: "the test double `FakeConnector` implements `ssh::Connector` beside the `FakeProvider` it scripts with; compiled only with the `test-doubles` feature, never shipped",
 }];
@@ -104,7 +104,7 @@ const SLEEP_EXCEPTIONS: &[Tolerated] = &[
         reason: "the non-blocking libssh2 read loop of a remote command backs off while the command is silent",
     },
     Tolerated::Sleep {
-        file: "provider/fake.rs",
+        file: "provider/doubles/fake.rs",
         reason: "the test double `FakeProvider`'s simulated API latency; compiled only with the `test-doubles` feature, never shipped",
     },
     Tolerated::Sleep {
@@ -148,7 +148,7 @@ fn the_tree_keeps_its_architecture() {
 const WRAPPERS: &[(&str, &str)] = &[
     ("machine/limits.rs", "Governed"),
     ("machine/coalesce.rs", "SharedReads"),
-    ("provider/faulty.rs", "Faulty"),
+    ("provider/doubles/faulty.rs", "Faulty"),
 ];
 
 /// Rule 5: every method of `trait CloudProvider` in `provider/mod.rs` is defined by each
@@ -235,7 +235,7 @@ fn the_exception_lists_keep_their_own_rules() {
             panic!("not a sleep: {t:?}");
         };
         assert!(
-            !file.starts_with("provider/") || *file == "provider/fake.rs",
+            !file.starts_with("provider/") || *file == "provider/doubles/fake.rs",
             "adapters never sleep (only the feature-gated test double may): {t:?}"
         );
         assert!(
@@ -747,10 +747,10 @@ mod checker {
 
     #[test]
     fn an_adapter_reaching_above_the_contract_is_reported() {
-        let v = violations(&[("provider/aws/mod.rs", "use crate::plan::redact_url;\n")]);
+        let v = violations(&[("provider/clouds/aws/mod.rs", "use crate::plan::redact_url;\n")]);
         assert!(
             v.iter()
-                .any(|l| l.starts_with("provider/aws/mod.rs:1: the adapter refers to crate::plan")),
+                .any(|l| l.starts_with("provider/clouds/aws/mod.rs:1: the adapter refers to crate::plan")),
             "{v:?}"
         );
         assert!(
@@ -759,13 +759,13 @@ mod checker {
         );
 
         let v = violations(&[(
-            "provider/aws/mod.rs",
+            "provider/clouds/aws/mod.rs",
             "fn f() {\n    let u = crate::cluster::userdata::render(None, &[]);\n}\n",
         )]);
         assert!(
             v.iter()
                 .any(|l| l
-                    .starts_with("provider/aws/mod.rs:2: the adapter refers to crate::cluster")),
+                    .starts_with("provider/clouds/aws/mod.rs:2: the adapter refers to crate::cluster")),
             "{v:?}"
         );
     }
@@ -844,14 +844,14 @@ mod checker {
     #[test]
     fn a_sleep_outside_the_executor_is_reported() {
         let v = violations(&[(
-            "provider/lambda/mod.rs",
+            "provider/clouds/lambda/mod.rs",
             "use tokio::time::sleep;\nasync fn f() { tokio::time::sleep(d).await; std::thread::sleep(d); }\n",
         )]);
         assert_eq!(
             v,
             [
-                "provider/lambda/mod.rs:1: sleep outside machine/: only the executor waits",
-                "provider/lambda/mod.rs:2: sleep outside machine/: only the executor waits",
+                "provider/clouds/lambda/mod.rs:1: sleep outside machine/: only the executor waits",
+                "provider/clouds/lambda/mod.rs:2: sleep outside machine/: only the executor waits",
             ]
         );
         assert!(violations(&[(

@@ -17,7 +17,7 @@ use serde_spanned::Spanned;
 
 use crate::provider::ResourceRequest;
 
-pub use crate::provider::registry::{Cloud, CloudSettings};
+pub use crate::provider::clouds::registry::{Cloud, CloudSettings};
 
 /// The whole `gpuprov.toml`.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 
 use crate::config::{Cloud, Config};
 use crate::machine::Providers;
-use crate::provider::fake::{FakeConnector, FakeProvider};
+use crate::provider::doubles::fake::{FakeConnector, FakeProvider};
 use crate::provider::{Capabilities, CloudProvider, SshEndpoint};
 use crate::ssh::{Connector, HostKey, SshError};
 

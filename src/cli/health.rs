@@ -801,7 +801,7 @@ mod tests {
     #[tokio::test]
     async fn kubernetes_is_checked_only_where_a_cluster_is_ready_and_says_why_not() {
         use crate::cluster::k3s::AccessRecord;
-        use crate::provider::docker::{DockerProvider, DockerSettings};
+        use crate::provider::clouds::docker::{DockerProvider, DockerSettings};
         use crate::vm::LaunchState;
         let vm = vm();
         let ctx = Ctx {

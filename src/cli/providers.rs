@@ -1,4 +1,4 @@
-//! The adapters of a run, built only by the cloud registry (`provider::registry`,
+//! The adapters of a run, built only by the cloud registry (`provider::clouds::registry`,
 //! `Cloud::build`): one for each cloud the config uses or the state records (a machine
 //! whose cloud left the config is torn down all the same).
 
@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use crate::config::{Cloud, Config};
 use crate::machine::Providers;
 use crate::plan;
-use crate::provider::docker::{DockerProvider, DockerSettings};
+use crate::provider::clouds::docker::{DockerProvider, DockerSettings};
 use crate::provider::Lineage;
 use crate::state::StateFile;
 
@@ -27,7 +27,7 @@ pub(super) fn docker_provider(config: Option<&Config>, lineage: &Lineage) -> Doc
 }
 
 /// The adapters of the clouds the config uses (those this build has), from the cloud
-/// registry (`provider::registry`). A run that may touch what the state records adds
+/// registry (`provider::clouds::registry`). A run that may touch what the state records adds
 /// those clouds' adapters with [`add_recorded_clouds`].
 pub(super) fn build_providers(config: &Config, lineage: &Lineage) -> Providers {
     #[cfg(feature = "test-doubles")]

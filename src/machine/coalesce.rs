@@ -359,7 +359,7 @@ impl CloudProvider for SharedReads {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::fake::{FakeProvider, Op};
+    use crate::provider::doubles::fake::{FakeProvider, Op};
     use crate::provider::{InstanceStatus, ProviderError};
 
     fn east() -> Location {

@@ -402,7 +402,7 @@ impl CloudProvider for Governed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::fake::FakeProvider;
+    use crate::provider::doubles::fake::FakeProvider;
     use crate::provider::rate::violations;
     use EndpointClass::*;
 

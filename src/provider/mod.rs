@@ -20,37 +20,24 @@
 //! is judged by the instance alone. The same holds for deletes: `delete` returns once the
 //! delete was accepted and `observe` shows the instance `Terminating` until it is gone.
 //!
-//! Adapters are built by the cloud registry ([`registry`]) from their settings and the
+//! Adapters are built by the cloud registry ([`clouds::registry`]) from their settings and the
 //! state's [`Lineage`]; the plumbing they share is the [`kit`]. What an adapter states
 //! about itself (name, endpoint override, capabilities, credential report) is one
 //! [`kit::Adapter`] it hands over through [`CloudProvider::adapter`]; the trait's
 //! provided methods read it. Every call answers a [`Result`] whose error is a
 //! [`ProviderError`].
 
-pub mod aws;
 pub mod boot;
 pub mod cause;
-pub mod digitalocean;
-pub mod docker;
+pub mod clouds;
 #[cfg(any(test, feature = "test-doubles"))]
-pub mod fake;
-#[cfg(any(test, feature = "test-doubles"))]
-pub mod faulty;
-pub mod gcp;
-pub mod hyperstack;
+pub mod doubles;
 pub mod identity;
 pub mod kit;
-pub mod lambda;
-pub mod massedcompute;
-pub mod nebius;
 pub mod offers;
-pub mod primeintellect;
 pub mod rate;
 pub mod redact;
-pub mod registry;
-pub mod runpod;
 pub mod shared;
-pub mod verda;
 
 use std::fmt;
 use std::time::Duration;
@@ -643,7 +630,7 @@ pub trait CloudProvider: Send + Sync {
     /// What the adapter states about itself ([`kit::Adapter`]); the four methods below
     /// read it. A wrapper around another adapter hands over the inner one's.
     fn adapter(&self) -> &kit::Adapter;
-    /// The cloud's name as spelled in config (one of [`registry::Cloud`]).
+    /// The cloud's name as spelled in config (one of [`clouds::registry::Cloud`]).
     fn name(&self) -> &'static str {
         self.adapter().name()
     }

@@ -34,8 +34,8 @@ use tokio::net::{TcpListener, TcpStream};
 use gpuprov::config::{Cloud, VmSpec};
 use gpuprov::machine::Providers;
 use gpuprov::machine::{CancelToken, ExecError, Executor, MemoryJournal, RetryPolicy};
-use gpuprov::provider::aws::{AwsProvider, AwsSettings, StaticCredentials};
-use gpuprov::provider::fake::FakeConnector;
+use gpuprov::provider::clouds::aws::{AwsProvider, AwsSettings, StaticCredentials};
+use gpuprov::provider::doubles::fake::FakeConnector;
 use gpuprov::provider::{
     BlockScope, CloudProvider, ErrorKind, InstanceSpec, Location, Offer, SshEndpoint,
     IDENTITY_LABEL, LINEAGE_LABEL,
@@ -2042,7 +2042,7 @@ async fn a_missing_profile_is_named() {
         "{}",
         e.msg
     );
-    let (config, credentials) = gpuprov::provider::aws::shared_files();
+    let (config, credentials) = gpuprov::provider::clouds::aws::shared_files();
     assert!(
         e.msg.contains(&config.display().to_string())
             && e.msg.contains(&credentials.display().to_string()),

@@ -529,7 +529,7 @@ fn docker_lock_holder_stale_lock_force_unlock_and_torn_journal_secrets() {
     assert_eq!(hits, 0);
 }
 
-/// The Docker cloud through the fault wrapper (`provider::faulty`), in process with the
+/// The Docker cloud through the fault wrapper (`provider::doubles::faulty`), in process with the
 /// real launch and teardown machines (millisecond retries): 25% of calls
 /// fail before reaching Docker, 15% lose their answer after Docker acted, and the first
 /// successful create's answer is always lost (it must be adopted, never duplicated). The
@@ -541,9 +541,9 @@ async fn docker_through_the_fault_wrapper_converges_with_one_container() {
 
     use gpuprov::config::{Cloud, VmSpec};
     use gpuprov::machine::{CancelToken, Executor, MemoryJournal, RetryPolicy};
-    use gpuprov::provider::docker::{DockerProvider, DockerSettings};
-    use gpuprov::provider::fake::FakeConnector;
-    use gpuprov::provider::faulty::Faulty;
+    use gpuprov::provider::clouds::docker::{DockerProvider, DockerSettings};
+    use gpuprov::provider::doubles::fake::FakeConnector;
+    use gpuprov::provider::doubles::faulty::Faulty;
     use gpuprov::vm::{LaunchMachine, LaunchState, Target, TeardownMachine, TeardownState};
 
     /// Removes what the test may have left, even on panic.

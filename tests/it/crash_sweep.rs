@@ -34,7 +34,7 @@ use gpuprov::engine::{Engine, K3sSetup, Outcome, StateJournal};
 use gpuprov::machine::Providers;
 use gpuprov::machine::{CancelToken, Executor};
 use gpuprov::plan;
-use gpuprov::provider::fake::{FakeConnector, FakeProvider, Op};
+use gpuprov::provider::doubles::fake::{FakeConnector, FakeProvider, Op};
 use gpuprov::provider::{ErrorKind, Feature, ProviderError};
 use gpuprov::ssh::SshError;
 use gpuprov::state::StateStore;
@@ -851,7 +851,7 @@ impl SpecWorld {
         let lineage: gpuprov::provider::Lineage = SPEC_LINEAGE.parse().unwrap();
         let (hs, rp, provider): (_, _, Arc<dyn gpuprov::provider::CloudProvider>) = match cloud {
             SpecCloud::Hyperstack => {
-                use gpuprov::provider::hyperstack::{
+                use gpuprov::provider::clouds::hyperstack::{
                     ApiKey, HyperstackProvider, HyperstackSettings,
                 };
                 let f = rt.block_on(hs::Fake::start(hs::h100_world()));
@@ -864,7 +864,7 @@ impl SpecWorld {
                 (Some(f), None, Arc::new(p))
             }
             SpecCloud::Runpod => {
-                use gpuprov::provider::runpod::{ApiKey, RunpodProvider, RunpodSettings};
+                use gpuprov::provider::clouds::runpod::{ApiKey, RunpodProvider, RunpodSettings};
                 let f = rt.block_on(rp::Fake::start(rp::h100_world()));
                 let p = RunpodProvider::new(RunpodSettings {
                     endpoint: Some(f.server.uri()),

@@ -16,7 +16,7 @@ use bollard::query_parameters::{
     TagImageOptions,
 };
 use bollard::{Docker, API_DEFAULT_VERSION};
-use gpuprov::provider::docker::{
+use gpuprov::provider::clouds::docker::{
     sshd_image_tag, DockerProvider, DockerSettings, DEFAULT_BASE_IMAGE, MANAGED_LABEL, OFFER_ID,
 };
 use gpuprov::provider::{

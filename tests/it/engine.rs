@@ -11,7 +11,7 @@ use gpuprov::engine::{Engine, Outcome, StateJournal};
 use gpuprov::machine::Providers;
 use gpuprov::machine::{CancelToken, Executor};
 use gpuprov::plan::{self, Action};
-use gpuprov::provider::fake::{FakeConnector, FakeProvider, Op};
+use gpuprov::provider::doubles::fake::{FakeConnector, FakeProvider, Op};
 use gpuprov::provider::{ErrorKind, ProviderError};
 use gpuprov::state::StateStore;
 

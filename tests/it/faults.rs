@@ -28,7 +28,7 @@ use gpuprov::engine::{Engine, Outcome, StateJournal};
 use gpuprov::machine::Providers;
 use gpuprov::machine::{CancelToken, Executor};
 use gpuprov::plan;
-use gpuprov::provider::fake::{FakeConnector, FakeProvider, Op};
+use gpuprov::provider::doubles::fake::{FakeConnector, FakeProvider, Op};
 use gpuprov::provider::ProviderError;
 use gpuprov::ssh::SshError;
 use gpuprov::state::StateStore;

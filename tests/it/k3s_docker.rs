@@ -28,7 +28,7 @@ use gpuprov::cluster::remote::{
 };
 use gpuprov::cluster::san::{SanInputs, SanList};
 use gpuprov::cluster::tunnel::{Tunnel, TunnelError};
-use gpuprov::provider::docker::{DockerProvider, DockerSettings};
+use gpuprov::provider::clouds::docker::{DockerProvider, DockerSettings};
 use gpuprov::provider::{
     CloudProvider, InstanceSpec, InstanceStatus, Location, ResourceRequest, LINEAGE_LABEL,
 };

@@ -21,7 +21,7 @@ use gpuprov::engine::{Engine, K3sSetup, Outcome, StateJournal};
 use gpuprov::machine::Providers;
 use gpuprov::machine::{CancelToken, ExecError, Executor, MemoryJournal, RetryPolicy};
 use gpuprov::plan::{self, Action};
-use gpuprov::provider::fake::{FakeConnector, FakeProvider, Op};
+use gpuprov::provider::doubles::fake::{FakeConnector, FakeProvider, Op};
 use gpuprov::provider::{Capabilities, Feature};
 use gpuprov::ssh::SshError;
 use gpuprov::state::StateStore;

@@ -11,7 +11,7 @@ use clouds::{Gate, TestCloud};
 use gpuprov::config::{Cloud, VmSpec};
 use gpuprov::machine::Providers;
 use gpuprov::machine::{CancelToken, ExecError, Executor, MemoryJournal, RetryPolicy};
-use gpuprov::provider::fake::{FakeConnector, FakeProvider, Op};
+use gpuprov::provider::doubles::fake::{FakeConnector, FakeProvider, Op};
 use gpuprov::provider::{CloudProvider, ErrorKind, InstanceStatus, Location, ProviderError};
 use gpuprov::ssh::{HostKey, SshError};
 use gpuprov::vm::{LaunchMachine, LaunchState, Target, TeardownMachine, TeardownState};

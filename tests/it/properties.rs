@@ -23,18 +23,16 @@ use std::time::{Duration, Instant};
 use chrono::{TimeZone, Utc};
 use gpuprov::config::{Config, VmSpec};
 use gpuprov::plan::{Plan, PLAN_FORMAT_VERSION};
-use gpuprov::provider::digitalocean::{
+use gpuprov::provider::clouds::digitalocean::{
     DigitalOceanProvider, DigitalOceanSettings, RateHeaders, Token,
 };
-use gpuprov::provider::gcp::auth::{GoogleCredential, Kind as GoogleKind};
-use gpuprov::provider::gcp::{self, GcpProvider, GcpSettings};
-use gpuprov::provider::hyperstack::{HyperstackProvider, HyperstackSettings};
-use gpuprov::provider::lambda::{LambdaProvider, LambdaSettings};
-use gpuprov::provider::runpod::{RunpodProvider, RunpodSettings};
-use gpuprov::provider::{
-    digitalocean, hyperstack, lambda, runpod, CloudProvider, ErrorKind, Location, ProviderError,
-    ResourceRequest,
-};
+use gpuprov::provider::clouds::gcp::auth::{GoogleCredential, Kind as GoogleKind};
+use gpuprov::provider::clouds::gcp::{self, GcpProvider, GcpSettings};
+use gpuprov::provider::clouds::hyperstack::{HyperstackProvider, HyperstackSettings};
+use gpuprov::provider::clouds::lambda::{LambdaProvider, LambdaSettings};
+use gpuprov::provider::clouds::runpod::{RunpodProvider, RunpodSettings};
+use gpuprov::provider::clouds::{digitalocean, hyperstack, lambda, runpod};
+use gpuprov::provider::{CloudProvider, ErrorKind, Location, ProviderError, ResourceRequest};
 use gpuprov::state::{
     journal_path, JournalOp, MachineRecord, ResourceRecord, StateFile, StateStore,
     STATE_FORMAT_VERSION,

@@ -17,7 +17,7 @@ use gpuprov::config::Config;
 use gpuprov::engine::{Engine, Outcome, StateJournal};
 use gpuprov::machine::{CancelToken, Executor, Providers};
 use gpuprov::plan;
-use gpuprov::provider::fake::{FakeConnector, FakeProvider};
+use gpuprov::provider::doubles::fake::{FakeConnector, FakeProvider};
 use gpuprov::provider::CloudProvider;
 use gpuprov::state::StateStore;
 use serde_json::json;
@@ -402,7 +402,7 @@ async fn digitalocean_requests_per_machine_before_and_after() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lambda_fleet_registers_the_key_once_and_deletes_it_after_the_last_instance() {
     use crate::vendor::lambda as lam;
-    use gpuprov::provider::lambda::{ApiKey, LambdaProvider, LambdaSettings};
+    use gpuprov::provider::clouds::lambda::{ApiKey, LambdaProvider, LambdaSettings};
     for round in 0..20 {
         let cloud = lam::Cloud2::start(lam::h100_world()).await;
         let caps = gpuprov::provider::Capabilities {
@@ -552,8 +552,8 @@ const USERS_COPY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuprovTestKeyOnl
 /// lifted for the test.
 fn lambda_provider(
     cloud: &crate::vendor::lambda::Cloud2,
-) -> Arc<gpuprov::provider::lambda::LambdaProvider> {
-    use gpuprov::provider::lambda::{ApiKey, LambdaProvider, LambdaSettings};
+) -> Arc<gpuprov::provider::clouds::lambda::LambdaProvider> {
+    use gpuprov::provider::clouds::lambda::{ApiKey, LambdaProvider, LambdaSettings};
     let caps = gpuprov::provider::Capabilities {
         min_create_interval: Duration::ZERO,
         ..crate::support::drive::test_capabilities(LambdaProvider::default_capabilities())

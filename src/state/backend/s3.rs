@@ -105,7 +105,7 @@ impl S3Backend {
         let region = settings.region.clone();
         let sdk = bridge
             .run(async move {
-                let mut loader = crate::provider::aws::sdk_loader();
+                let mut loader = crate::provider::clouds::aws::sdk_loader();
                 if let Some(r) = region {
                     loader = loader.region(Region::new(r));
                 }

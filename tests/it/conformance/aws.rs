@@ -1,4 +1,4 @@
-//! The conformance driver of the AWS adapter (`src/provider/aws/`) against moto, through
+//! The conformance driver of the AWS adapter (`src/provider/clouds/aws/`) against moto, through
 //! the recording and address-rewriting proxy of `aws_moto` (its own `moto_server` per
 //! scenario run, killed on drop, so runs never share instances). Faults are EC2's own
 //! XML error bodies, injected by the proxy: `InsufficientInstanceCapacity` (HTTP 500)
@@ -15,7 +15,7 @@
 use std::sync::{Arc, Mutex};
 
 use gpuprov::config::{Cloud as CloudName, VmSpec};
-use gpuprov::provider::aws::AwsProvider;
+use gpuprov::provider::clouds::aws::AwsProvider;
 use gpuprov::provider::{CloudProvider, Location};
 use gpuprov::vm::VmRecord;
 

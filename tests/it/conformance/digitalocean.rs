@@ -19,7 +19,7 @@ pub struct DigitalOceanDriver;
 
 struct DoCloud {
     cloud: Cloud2,
-    provider: Arc<gpuprov::provider::digitalocean::DigitalOceanProvider>,
+    provider: Arc<gpuprov::provider::clouds::digitalocean::DigitalOceanProvider>,
 }
 
 #[async_trait::async_trait]

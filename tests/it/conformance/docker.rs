@@ -1,4 +1,4 @@
-//! The conformance driver of the Docker test cloud (`src/provider/docker/`) on the real
+//! The conformance driver of the Docker test cloud (`src/provider/clouds/docker/`) on the real
 //! local Docker Engine. Every scenario run has its own state lineage (a fresh UUID v4), so
 //! parallel tests never see, let alone adopt, each other's containers, and a drop guard
 //! force-removes every container of that lineage, even on panic. Only the local Engine
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use bollard::query_parameters::{InspectContainerOptions, ListContainersOptions};
 use gpuprov::config::{Cloud as CloudName, VmSpec};
-use gpuprov::provider::docker::{DockerProvider, DockerSettings};
+use gpuprov::provider::clouds::docker::{DockerProvider, DockerSettings};
 use gpuprov::provider::{
     Capabilities, CloudProvider, InstanceSpec, Lineage, Location, Observed, Offer, ProviderError,
     ResourceRequest, IDENTITY_LABEL, LINEAGE_LABEL,
@@ -374,7 +374,7 @@ impl Cloud for DockerCloud {
             let docker = raw_docker().unwrap().negotiate_version().await.unwrap();
             let name = format!("outside-{}", uuid::Uuid::new_v4().simple());
             let body = bollard::models::ContainerCreateBody {
-                image: Some(gpuprov::provider::docker::DEFAULT_BASE_IMAGE.into()),
+                image: Some(gpuprov::provider::clouds::docker::DEFAULT_BASE_IMAGE.into()),
                 cmd: Some(vec!["sleep".into(), "infinity".into()]),
                 labels: Some(HashMap::from([(RUN_LABEL.to_string(), lineage)])),
                 ..Default::default()

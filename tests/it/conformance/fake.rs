@@ -1,4 +1,4 @@
-//! The conformance driver of the FakeProvider (`src/provider/fake.rs`): the contract the
+//! The conformance driver of the FakeProvider (`src/provider/doubles/fake.rs`): the contract the
 //! core is written against, without a vendor. Offers are `fake/<region>/<type>` on a
 //! provider named `aws` (the name the launch tests give it). The fake's capabilities are
 //! scripted: it declares every optional feature it implements (shared keys, `start`,
@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use gpuprov::config::{Cloud as CloudName, VmSpec};
-use gpuprov::provider::fake::{FakeProvider, Op};
+use gpuprov::provider::doubles::fake::{FakeProvider, Op};
 use gpuprov::provider::{
     Capabilities, CloudProvider, ErrorKind, Feature, InstanceStatus, Location, ProviderError,
 };

@@ -23,7 +23,7 @@ pub struct GcpDriver;
 
 struct GcpCloud {
     fake: Fake,
-    provider: Arc<gpuprov::provider::gcp::GcpProvider>,
+    provider: Arc<gpuprov::provider::clouds::gcp::GcpProvider>,
 }
 
 /// The zones of the driver's regions listing the accelerator: two in the first (so a

@@ -20,7 +20,7 @@ pub struct HyperstackDriver;
 
 struct HsCloud {
     fake: Fake,
-    provider: Arc<gpuprov::provider::hyperstack::HyperstackProvider>,
+    provider: Arc<gpuprov::provider::clouds::hyperstack::HyperstackProvider>,
 }
 
 #[async_trait::async_trait]

@@ -19,7 +19,7 @@ pub struct LambdaDriver;
 
 struct LambdaCloud {
     cloud: Cloud2,
-    provider: Arc<gpuprov::provider::lambda::LambdaProvider>,
+    provider: Arc<gpuprov::provider::clouds::lambda::LambdaProvider>,
 }
 
 #[async_trait::async_trait]

@@ -20,7 +20,7 @@ pub struct MassedComputeDriver;
 
 struct McCloud {
     fake: Fake,
-    provider: Arc<gpuprov::provider::massedcompute::MassedComputeProvider>,
+    provider: Arc<gpuprov::provider::clouds::massedcompute::MassedComputeProvider>,
 }
 
 #[async_trait::async_trait]

@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 
 use gpuprov::config::VmSpec;
 use gpuprov::machine::{ExecError, MemoryJournal};
-use gpuprov::provider::fake::FakeConnector;
+use gpuprov::provider::doubles::fake::FakeConnector;
 use gpuprov::provider::{
     identity, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location,
     ResourceRequest, Seen, SharedFound, SharedObject,

@@ -22,7 +22,7 @@ pub struct NebiusDriver;
 
 struct NebiusCloud {
     fake: Fake,
-    provider: Arc<gpuprov::provider::nebius::NebiusProvider>,
+    provider: Arc<gpuprov::provider::clouds::nebius::NebiusProvider>,
 }
 
 #[async_trait::async_trait]
@@ -156,7 +156,7 @@ impl Cloud for NebiusCloud {
 
     /// Stopped as its user would (the instance's state `STOPPED`).
     fn stop(&self, id: &str) {
-        use gpuprov::provider::nebius::proto::nebius::compute::v1::instance_status::InstanceState;
+        use gpuprov::provider::clouds::nebius::proto::nebius::compute::v1::instance_status::InstanceState;
         self.fake
             .world
             .lock()

@@ -20,7 +20,7 @@ pub struct PrimeIntellectDriver;
 
 struct PiCloud {
     fake: Fake,
-    provider: Arc<gpuprov::provider::primeintellect::PrimeIntellectProvider>,
+    provider: Arc<gpuprov::provider::clouds::primeintellect::PrimeIntellectProvider>,
 }
 
 #[async_trait::async_trait]

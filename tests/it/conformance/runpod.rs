@@ -18,7 +18,7 @@ pub struct RunpodDriver;
 
 struct RunpodCloud {
     fake: Fake,
-    provider: Arc<gpuprov::provider::runpod::RunpodProvider>,
+    provider: Arc<gpuprov::provider::clouds::runpod::RunpodProvider>,
 }
 
 #[async_trait::async_trait]

@@ -20,7 +20,7 @@ pub struct VerdaDriver;
 
 struct VerdaCloud {
     fake: Fake,
-    provider: Arc<gpuprov::provider::verda::VerdaProvider>,
+    provider: Arc<gpuprov::provider::clouds::verda::VerdaProvider>,
 }
 
 #[async_trait::async_trait]

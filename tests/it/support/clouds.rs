@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use gpuprov::provider::fake::FakeProvider;
+use gpuprov::provider::doubles::fake::FakeProvider;
 use gpuprov::provider::{CloudProvider, Location, Result};
 
 /// The fake cloud with two behaviours of real ones: it ignores the idempotency token

@@ -9,7 +9,7 @@ use std::time::Duration;
 use gpuprov::config::{Cloud, VmSpec};
 use gpuprov::machine::Providers;
 use gpuprov::machine::{CancelToken, ExecError, Executor, MemoryJournal, RetryPolicy};
-use gpuprov::provider::fake::FakeConnector;
+use gpuprov::provider::doubles::fake::FakeConnector;
 use gpuprov::provider::{Capabilities, CloudProvider};
 use gpuprov::vm::{LaunchMachine, LaunchState, Target, TeardownMachine, TeardownState};
 

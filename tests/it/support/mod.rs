@@ -20,5 +20,5 @@ pub mod stores;
 
 /// The one offer of the Docker test cloud, as a record of a machine up there carries it.
 pub fn docker_offer() -> gpuprov::provider::Offer {
-    gpuprov::provider::docker::offer()
+    gpuprov::provider::clouds::docker::offer()
 }

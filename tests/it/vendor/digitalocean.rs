@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use drive::{LINEAGE, PUBKEY};
 use gpuprov::config::Cloud;
 use gpuprov::machine::ExecError;
-use gpuprov::provider::digitalocean::{DigitalOceanProvider, DigitalOceanSettings, Token};
+use gpuprov::provider::clouds::digitalocean::{DigitalOceanProvider, DigitalOceanSettings, Token};
 use gpuprov::provider::{
     project_key_name, BootScript, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus,
     Location, ResourceRequest,
@@ -1553,7 +1553,7 @@ async fn droplet_listings_of_a_fleet(n: usize, shared: bool) -> (usize, usize) {
     providers.insert(provider.clone());
     let engine = Engine {
         providers,
-        connector: Arc::new(gpuprov::provider::fake::FakeConnector::default()),
+        connector: Arc::new(gpuprov::provider::doubles::fake::FakeConnector::default()),
         journal: journal.clone(),
         executor: Executor::new(journal.clone(), CancelToken::new()),
         lineage: LINEAGE.into(),

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use drive::{LINEAGE, PUBKEY};
 use gpuprov::config::Cloud;
 use gpuprov::machine::MemoryJournal;
-use gpuprov::provider::hyperstack::{ApiKey, HyperstackProvider, HyperstackSettings};
+use gpuprov::provider::clouds::hyperstack::{ApiKey, HyperstackProvider, HyperstackSettings};
 use gpuprov::provider::{
     BootScript, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location,
     ResourceRequest,

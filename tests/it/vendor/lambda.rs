@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use drive::{LINEAGE, PUBKEY};
 use gpuprov::config::Cloud;
-use gpuprov::provider::lambda::{ApiKey, LambdaProvider, LambdaSettings};
+use gpuprov::provider::clouds::lambda::{ApiKey, LambdaProvider, LambdaSettings};
 use gpuprov::provider::{
     project_key_name, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location,
     ResourceRequest,

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use gpuprov::config::Cloud;
 use gpuprov::provider::kit::CredentialReport;
-use gpuprov::provider::massedcompute::{self as mc, MassedComputeProvider, MassedComputeSettings};
+use gpuprov::provider::clouds::massedcompute::{self as mc, MassedComputeProvider, MassedComputeSettings};
 use gpuprov::provider::{project_key_name, CloudProvider, Feature, InstanceSpec, ResourceRequest};
 use gpuprov::vm::{Target, TeardownState};
 use serde_json::{json, Value};

@@ -19,13 +19,13 @@ use std::time::{Duration, Instant};
 
 use gpuprov::provider::kit::credentials::Source;
 use gpuprov::provider::kit::CredentialReport;
-use gpuprov::provider::nebius::auth::{self, Credential, ServiceAccount};
-use gpuprov::provider::nebius::proto::google::rpc::Status as RpcStatus;
-use gpuprov::provider::nebius::proto::nebius::common::v1 as common;
-use gpuprov::provider::nebius::proto::nebius::compute::v1 as compute;
-use gpuprov::provider::nebius::proto::nebius::iam::v1 as iam;
-use gpuprov::provider::nebius::proto::nebius::vpc::v1 as vpc;
-use gpuprov::provider::nebius::{NebiusProvider, NebiusSettings};
+use gpuprov::provider::clouds::nebius::auth::{self, Credential, ServiceAccount};
+use gpuprov::provider::clouds::nebius::proto::google::rpc::Status as RpcStatus;
+use gpuprov::provider::clouds::nebius::proto::nebius::common::v1 as common;
+use gpuprov::provider::clouds::nebius::proto::nebius::compute::v1 as compute;
+use gpuprov::provider::clouds::nebius::proto::nebius::iam::v1 as iam;
+use gpuprov::provider::clouds::nebius::proto::nebius::vpc::v1 as vpc;
+use gpuprov::provider::clouds::nebius::{NebiusProvider, NebiusSettings};
 use gpuprov::provider::{
     CloudProvider, ErrorKind, InstanceStatus, Lineage, Location, ResourceRequest, Secret,
 };

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use drive::{LINEAGE, PUBKEY};
 use gpuprov::config::Cloud;
 use gpuprov::machine::ExecError;
-use gpuprov::provider::runpod::{ApiKey, RunpodProvider, RunpodSettings};
+use gpuprov::provider::clouds::runpod::{ApiKey, RunpodProvider, RunpodSettings};
 use gpuprov::provider::{
     Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, InstanceStatus, Location,
     ResourceRequest,
@@ -619,7 +619,7 @@ async fn full_launch_then_teardown_against_the_spec() {
     assert_eq!(b["ports"], json!(["22/tcp", "8080/tcp"]));
     assert_eq!(b["startSsh"], true);
     assert_eq!(b["disk"], 100);
-    assert_eq!(b["image"], gpuprov::provider::runpod::DEFAULT_IMAGE);
+    assert_eq!(b["image"], gpuprov::provider::clouds::runpod::DEFAULT_IMAGE);
     assert_eq!(b["env"]["GPUPROV_VM_NAME"], "trainer");
     assert_eq!(b["env"]["GPUPROV_LINEAGE"], LINEAGE);
     assert_eq!(b["env"]["GPUPROV_DATA_CENTER"], "US-KS-2");

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use gpuprov::config::Cloud;
 use gpuprov::provider::kit::CredentialReport;
-use gpuprov::provider::verda::{VerdaProvider, VerdaSettings};
+use gpuprov::provider::clouds::verda::{VerdaProvider, VerdaSettings};
 use gpuprov::provider::{
     BootScript, CloudProvider, ErrorKind, InstanceSpec, InstanceStatus, Location, ResourceRequest,
     Secret,
