@@ -1,6 +1,7 @@
 //! Unit tests of the Docker adapter's pure parts: findings, the SSH endpoint, names,
 //! dead reasons and settings.
 
+use super::containers::dead_reason;
 use super::*;
 use bollard::models::Port;
 
