@@ -11,6 +11,10 @@
 //!
 //! `GPUPROV_FAKE_PANIC_SSH=1`: every SSH login panics, as a bug in gpuprov would (its
 //! internal error, exit 255).
+//!
+//! `GPUPROV_FAKE_SSH=1` (without `GPUPROV_FAKE_CLOUD`): the clouds are the real adapters
+//! (pointed at local vendor servers by their endpoint variables), only the SSH logins are
+//! the scripted connector's, so no address a vendor server hands out is ever dialed.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,6 +31,11 @@ use crate::ssh::{Connector, HostKey, SshError};
 /// Whether the fake cloud is asked for.
 pub fn enabled() -> bool {
     std::env::var_os("GPUPROV_FAKE_CLOUD").is_some_and(|v| v == "1")
+}
+
+/// Whether only the SSH logins are asked to be faked (`GPUPROV_FAKE_SSH=1`).
+pub fn ssh_only() -> bool {
+    std::env::var_os("GPUPROV_FAKE_SSH").is_some_and(|v| v == "1")
 }
 
 /// A fake cloud under each cloud name the config uses ([`provider`]).

@@ -134,7 +134,7 @@ pub(super) fn start_run(
 /// The SSH logins of a run (the fake cloud's in test builds that ask for it).
 fn ssh_connector(key: &ProjectKey) -> Arc<dyn crate::ssh::Connector> {
     #[cfg(feature = "test-doubles")]
-    if fake_cloud::enabled() {
+    if fake_cloud::enabled() || fake_cloud::ssh_only() {
         return fake_cloud::connector();
     }
     Arc::new(Ssh2Connector::new(key.clone(), Duration::from_secs(10)))

@@ -19,6 +19,7 @@ use gpuprov::provider::clouds::aws::AwsProvider;
 use gpuprov::provider::{CloudProvider, Location};
 use gpuprov::vm::VmRecord;
 
+use super::recover::CliCloud;
 use super::{on_own_runtime, Cloud, Driver, Fault, Scenario, World};
 use crate::aws_moto::{self as moto, Moto, Proxy};
 use crate::support::drive;
@@ -167,6 +168,43 @@ impl Cloud for AwsCloud {
 
     fn lineage(&self) -> &str {
         moto::LINEAGE
+    }
+
+    /// Security groups with the identity tag, and key pairs, in the scenario's regions.
+    fn side_resources(&self) -> usize {
+        let (url, regions) = (self.moto_url.clone(), self.regions);
+        let keys = on_own_runtime(move || async move {
+            let mut n = 0;
+            for r in regions {
+                let out = moto::direct_client(&url, r)
+                    .describe_key_pairs()
+                    .send()
+                    .await
+                    .expect("DescribeKeyPairs straight at moto");
+                n += out.key_pairs().len();
+            }
+            n
+        });
+        self.sweep().1.len() + keys
+    }
+
+    /// The proxy in front of moto as the EC2 endpoint, moto's static credentials, no
+    /// instance metadata, and the waits of `aws_moto`'s own CLI test.
+    fn cli(&self, _dir: &std::path::Path) -> Option<CliCloud> {
+        let env = [
+            ("AWS_ENDPOINT_URL", self.proxy.url()),
+            ("AWS_ACCESS_KEY_ID", "testing".into()),
+            ("AWS_SECRET_ACCESS_KEY", "testing".into()),
+            ("AWS_REGION", "us-east-1".into()),
+            ("AWS_EC2_METADATA_DISABLED", "true".into()),
+            ("GPUPROV_AWS_SSH_TIMEOUT", "2s".into()),
+            ("GPUPROV_AWS_BOOT_TIMEOUT", "30s".into()),
+            ("GPUPROV_AWS_POLL_INTERVAL", "200ms".into()),
+        ];
+        Some(CliCloud {
+            env: env.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+            config: String::new(),
+        })
     }
 
     fn secret(&self) -> Option<&'static str> {

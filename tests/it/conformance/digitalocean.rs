@@ -10,6 +10,7 @@ use gpuprov::provider::{CloudProvider, Location};
 use gpuprov::vm::VmRecord;
 use serde_json::json;
 
+use super::recover::CliCloud;
 use super::{Cloud, Driver, Fault, Scenario, World};
 use crate::support::drive;
 use crate::support::spec::Canned;
@@ -135,6 +136,20 @@ impl Cloud for DoCloud {
             .server
             .requests_to("POST", "/v2/account/keys")
             .len()
+    }
+
+    fn side_resources(&self) -> usize {
+        self.cloud.world.lock().unwrap().side_resources()
+    }
+
+    fn cli(&self, _dir: &std::path::Path) -> Option<CliCloud> {
+        Some(CliCloud {
+            env: vec![
+                ("GPUPROV_DIGITALOCEAN_ENDPOINT".into(), self.cloud.server.uri()),
+                ("DIGITALOCEAN_TOKEN".into(), SENTINEL.into()),
+            ],
+            config: String::new(),
+        })
     }
 
     fn secret(&self) -> Option<&'static str> {

@@ -24,6 +24,7 @@ use gpuprov::provider::{
 };
 use gpuprov::vm::VmRecord;
 
+use super::recover::CliCloud;
 use super::{on_own_runtime, Cloud, Driver, Scenario, World};
 use crate::docker_provider::{docker_or_skip, raw_docker, Cleanup};
 
@@ -323,6 +324,46 @@ impl Cloud for DockerCloud {
 
     fn lineage(&self) -> &str {
         &self.lineage
+    }
+
+    /// Volumes and networks labelled with this run's lineage (the adapter makes none:
+    /// a container is the whole machine).
+    fn side_resources(&self) -> usize {
+        let lineage = self.lineage.clone();
+        on_own_runtime(move || async move {
+            let docker = raw_docker().unwrap().negotiate_version().await.unwrap();
+            let filters = HashMap::from([(
+                "label".to_string(),
+                vec![format!("{LINEAGE_LABEL}={lineage}")],
+            )]);
+            let volumes = docker
+                .list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
+                    filters: Some(filters.clone()),
+                }))
+                .await
+                .unwrap()
+                .volumes
+                .unwrap_or_default()
+                .len();
+            let networks = docker
+                .list_networks(Some(bollard::query_parameters::ListNetworksOptions {
+                    filters: Some(filters),
+                }))
+                .await
+                .unwrap()
+                .len();
+            volumes + networks
+        })
+    }
+
+    /// The local Engine the tests use (`DOCKER_HOST` when set).
+    fn cli(&self, _dir: &std::path::Path) -> Option<CliCloud> {
+        Some(CliCloud {
+            env: std::env::var("DOCKER_HOST")
+                .map(|h| vec![("DOCKER_HOST".to_string(), h)])
+                .unwrap_or_default(),
+            config: String::new(),
+        })
     }
 
     fn secret(&self) -> Option<&'static str> {

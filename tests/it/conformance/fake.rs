@@ -36,6 +36,10 @@ impl Driver for FakeDriver {
             Scenario::UnplannableAskIsInvalidRequest => {
                 Some("the fake cloud has no GPU catalog: it plans every ask")
             }
+            Scenario::StateLostRecoverThenDestroy => Some(
+                "the fake cloud lives in one process: the binary's runs (apply, recover, \
+                 destroy) cannot share it",
+            ),
             _ => None,
         }
     }
@@ -114,6 +118,16 @@ impl Cloud for FakeCloud {
 
     fn key_registrations(&self) -> usize {
         self.fake.shared_counts().0 as usize
+    }
+
+    /// Keys registered and not deleted.
+    fn side_resources(&self) -> usize {
+        let (made, deleted) = self.fake.shared_counts();
+        made.saturating_sub(deleted) as usize
+    }
+
+    fn cli(&self, _dir: &std::path::Path) -> Option<super::recover::CliCloud> {
+        None
     }
 
     fn secret(&self) -> Option<&'static str> {

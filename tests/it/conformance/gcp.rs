@@ -14,6 +14,7 @@ use gpuprov::provider::{CloudProvider, Location};
 use gpuprov::vm::VmRecord;
 use serde_json::json;
 
+use super::recover::CliCloud;
 use super::{Cloud, Driver, Fault, Scenario, World};
 use crate::support::drive::{self, LINEAGE};
 use crate::support::spec::Canned;
@@ -179,6 +180,27 @@ impl Cloud for GcpCloud {
 
     fn key_registrations(&self) -> usize {
         0
+    }
+
+    /// Firewall rules.
+    fn side_resources(&self) -> usize {
+        self.fake.world.lock().unwrap().firewalls.len()
+    }
+
+    /// The service-account key of the fake's token endpoint, written as `gcp-sa.json`.
+    fn cli(&self, dir: &std::path::Path) -> Option<CliCloud> {
+        let key = dir.join("gcp-sa.json");
+        std::fs::write(&key, api::sa_json(&self.fake.tokens.token_uri())).unwrap();
+        Some(CliCloud {
+            env: vec![
+                ("GPUPROV_GCP_ENDPOINT".into(), self.fake.server.uri()),
+                (
+                    "GOOGLE_APPLICATION_CREDENTIALS".into(),
+                    key.display().to_string(),
+                ),
+            ],
+            config: String::new(),
+        })
     }
 
     fn secret(&self) -> Option<&'static str> {

@@ -11,6 +11,7 @@ use gpuprov::provider::{CloudProvider, Location};
 use gpuprov::vm::VmRecord;
 use serde_json::json;
 
+use super::recover::CliCloud;
 use super::{Cloud, Driver, Fault, Scenario, World};
 use crate::support::drive::{self, PUBKEY};
 use crate::support::spec::Canned;
@@ -154,6 +155,24 @@ impl Cloud for HsCloud {
             .server
             .requests_to("POST", "/v1/core/keypairs")
             .len()
+    }
+
+    /// Environments and key pairs (listed or not).
+    fn side_resources(&self) -> usize {
+        self.fake.world.lock().unwrap().side_resources()
+    }
+
+    fn cli(&self, _dir: &std::path::Path) -> Option<CliCloud> {
+        Some(CliCloud {
+            env: vec![
+                (
+                    "GPUPROV_HYPERSTACK_ENDPOINT".into(),
+                    format!("{}/v1", self.fake.server.uri()),
+                ),
+                ("HYPERSTACK_API_KEY".into(), SENTINEL.into()),
+            ],
+            config: String::new(),
+        })
     }
 
     fn secret(&self) -> Option<&'static str> {

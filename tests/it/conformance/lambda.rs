@@ -10,6 +10,7 @@ use gpuprov::provider::{project_key_name, CloudProvider, Location};
 use gpuprov::vm::VmRecord;
 use serde_json::{json, Value};
 
+use super::recover::CliCloud;
 use super::{Cloud, Driver, Fault, Scenario, World};
 use crate::support::drive::{self, LINEAGE, PUBKEY};
 use crate::support::spec::Canned;
@@ -139,6 +140,22 @@ impl Cloud for LambdaCloud {
             .server
             .requests_to("POST", "/api/v1/ssh-keys")
             .len()
+    }
+
+    /// Registered keys and firewall rulesets.
+    fn side_resources(&self) -> usize {
+        let w = self.cloud.world.lock().unwrap();
+        w.keys.len() + w.rulesets.len()
+    }
+
+    fn cli(&self, _dir: &std::path::Path) -> Option<CliCloud> {
+        Some(CliCloud {
+            env: vec![
+                ("GPUPROV_LAMBDA_ENDPOINT".into(), self.cloud.server.uri()),
+                ("LAMBDA_API_KEY".into(), SENTINEL.into()),
+            ],
+            config: String::new(),
+        })
     }
 
     fn secret(&self) -> Option<&'static str> {

@@ -11,6 +11,7 @@ use gpuprov::provider::CloudProvider;
 use gpuprov::vm::VmRecord;
 use serde_json::json;
 
+use super::recover::CliCloud;
 use super::{Cloud, Driver, Fault, Scenario, World};
 use crate::support::drive::{self, PUBKEY};
 use crate::support::spec::Canned;
@@ -118,6 +119,24 @@ impl Cloud for McCloud {
 
     fn key_registrations(&self) -> usize {
         self.fake.server.requests_to("POST", KEYS).len()
+    }
+
+    /// Registered keys.
+    fn side_resources(&self) -> usize {
+        self.fake.world.lock().unwrap().keys.len()
+    }
+
+    fn cli(&self, _dir: &std::path::Path) -> Option<CliCloud> {
+        Some(CliCloud {
+            env: vec![
+                (
+                    "GPUPROV_MASSEDCOMPUTE_ENDPOINT".into(),
+                    format!("{}/api/v1", self.fake.server.uri()),
+                ),
+                ("MASSED_COMPUTE_API_KEY".into(), SENTINEL.into()),
+            ],
+            config: String::new(),
+        })
     }
 
     fn secret(&self) -> Option<&'static str> {

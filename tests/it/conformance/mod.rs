@@ -38,6 +38,7 @@ mod massedcompute;
 mod nebius;
 mod primeintellect;
 mod recorded;
+mod recover;
 mod runpod;
 mod verda;
 
@@ -105,6 +106,11 @@ pub enum Scenario {
     /// finding) and changes nothing: no create, the instance still there and running; a
     /// gone instance has no findings.
     Diagnose,
+    /// The state is lost after an apply: the real binary's `state recover --lineage L`
+    /// adopts the machine from what the cloud reports under the lost lineage, and
+    /// `destroy` then leaves no instance and no side resource (keys, firewalls, security
+    /// groups, environments…: [`Cloud::side_resources`]) on the cloud (issue 34).
+    StateLostRecoverThenDestroy,
 }
 
 impl Scenario {
@@ -140,6 +146,7 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario::StartNotReplace,
     Scenario::ImportOutsideInstance,
     Scenario::Diagnose,
+    Scenario::StateLostRecoverThenDestroy,
 ];
 
 /// A fault the cloud answers the first create with, in its own words.
@@ -181,6 +188,15 @@ pub trait Cloud: Send + Sync {
     fn instances(&self) -> usize;
     /// Key registrations so far.
     fn key_registrations(&self) -> usize;
+    /// Side resources of ours the cloud holds now, counted from the vendor server's own
+    /// records (registered keys, firewalls, security groups, rulesets, environments,
+    /// volumes…): what a lost state could leak beside the instances. A fresh cloud of
+    /// [`Driver::start`] holds none.
+    fn side_resources(&self) -> usize;
+    /// How the real binary reaches this cloud (endpoint and credential variables, a
+    /// `[cloud.NAME]` section), with any credential file written under `dir` (the project
+    /// directory); `None` for a cloud the binary cannot reach (the in-memory fake).
+    fn cli(&self, dir: &std::path::Path) -> Option<recover::CliCloud>;
     /// The state lineage runs on this cloud use (a cloud shared by parallel tests gives
     /// each run its own).
     fn lineage(&self) -> &str {
@@ -775,6 +791,7 @@ async fn scenario(d: &dyn Driver, s: Scenario) -> bool {
         Scenario::StartNotReplace => return start_scenario(d, s).await,
         Scenario::ImportOutsideInstance => return import_scenario(d, s).await,
         Scenario::Diagnose => return diagnose_scenario(d, s).await,
+        Scenario::StateLostRecoverThenDestroy => recover::state_lost_scenario(d, s).await,
     }
     true
 }
@@ -1569,4 +1586,5 @@ scenario_tests! {
     start_not_replace => StartNotReplace,
     import_outside_instance => ImportOutsideInstance,
     diagnose => Diagnose,
+    state_lost_recover_then_destroy => StateLostRecoverThenDestroy,
 }

@@ -12,6 +12,7 @@ use gpuprov::config::{Cloud as CloudName, VmSpec};
 use gpuprov::provider::CloudProvider;
 use gpuprov::vm::VmRecord;
 
+use super::recover::CliCloud;
 use super::{Cloud, Driver, Fault, Scenario, World};
 use crate::support::drive;
 use crate::vendor::nebius::{
@@ -107,6 +108,42 @@ impl Cloud for NebiusCloud {
 
     fn key_registrations(&self) -> usize {
         0
+    }
+
+    /// Security groups and their rules.
+    fn side_resources(&self) -> usize {
+        let w = self.fake.world.lock().unwrap();
+        w.groups.len() + w.rules.len()
+    }
+
+    /// The test service account's credentials file, written as `nebius-sa.json`; the
+    /// project of each region in `[cloud.nebius]`.
+    fn cli(&self, dir: &std::path::Path) -> Option<CliCloud> {
+        let file = dir.join("nebius-sa.json");
+        let creds = serde_json::json!({"subject-credentials": {
+            "type": "JWT", "alg": "RS256", "private-key": api::KEY_PEM,
+            "kid": api::KEY_ID, "iss": api::SA_ID, "sub": api::SA_ID,
+        }});
+        std::fs::write(&file, creds.to_string()).unwrap();
+        let projects: Vec<String> = self
+            .fake
+            .world
+            .lock()
+            .unwrap()
+            .projects
+            .iter()
+            .map(|(region, project)| format!("{region} = \"{project}\""))
+            .collect();
+        Some(CliCloud {
+            env: vec![
+                ("GPUPROV_NEBIUS_ENDPOINT".into(), self.fake.url.clone()),
+                (
+                    "GPUPROV_NEBIUS_CREDENTIALS_FILE".into(),
+                    file.display().to_string(),
+                ),
+            ],
+            config: format!("[cloud.nebius]\nprojects = {{ {} }}\n", projects.join(", ")),
+        })
     }
 
     fn secret(&self) -> Option<&'static str> {

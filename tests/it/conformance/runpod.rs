@@ -9,6 +9,7 @@ use gpuprov::config::{Cloud as CloudName, VmSpec};
 use gpuprov::provider::{CloudProvider, Location};
 use gpuprov::vm::VmRecord;
 
+use super::recover::CliCloud;
 use super::{Cloud, Driver, Fault, Scenario, World};
 use crate::support::drive::{self, PUBKEY};
 use crate::support::spec::Canned;
@@ -124,6 +125,22 @@ impl Cloud for RunpodCloud {
 
     fn key_registrations(&self) -> usize {
         self.fake.server.requests_to("PUT", KEYS).len()
+    }
+
+    /// Keys on the account other than the user's own (RunPod keeps them in one list).
+    fn side_resources(&self) -> usize {
+        let w = self.fake.world.lock().unwrap();
+        w.keys.iter().filter(|k| k.as_str() != USER_KEY).count()
+    }
+
+    fn cli(&self, _dir: &std::path::Path) -> Option<CliCloud> {
+        Some(CliCloud {
+            env: vec![
+                ("GPUPROV_RUNPOD_ENDPOINT".into(), self.fake.server.uri()),
+                ("RUNPOD_API_KEY".into(), SENTINEL.into()),
+            ],
+            config: String::new(),
+        })
     }
 
     fn secret(&self) -> Option<&'static str> {

@@ -11,6 +11,7 @@ use gpuprov::provider::CloudProvider;
 use gpuprov::vm::VmRecord;
 use serde_json::json;
 
+use super::recover::CliCloud;
 use super::{Cloud, Driver, Fault, Scenario, World};
 use crate::support::drive::{self, LINEAGE, PUBKEY};
 use crate::support::spec::Canned;
@@ -109,6 +110,27 @@ impl Cloud for VerdaCloud {
 
     fn key_registrations(&self) -> usize {
         self.fake.server.requests_to("POST", KEYS).len()
+    }
+
+    /// Registered keys, startup scripts and volumes (an instance's OS volume outlives it
+    /// unless its delete names it).
+    fn side_resources(&self) -> usize {
+        let w = self.fake.world.lock().unwrap();
+        w.keys.len() + w.scripts.len() + w.volumes.len()
+    }
+
+    fn cli(&self, _dir: &std::path::Path) -> Option<CliCloud> {
+        Some(CliCloud {
+            env: vec![
+                (
+                    "GPUPROV_VERDA_ENDPOINT".into(),
+                    format!("{}/v1", self.fake.server.uri()),
+                ),
+                ("VERDA_CLIENT_ID".into(), api::CLIENT_ID.into()),
+                ("VERDA_CLIENT_SECRET".into(), SENTINEL.into()),
+            ],
+            config: String::new(),
+        })
     }
 
     fn secret(&self) -> Option<&'static str> {

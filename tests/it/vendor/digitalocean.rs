@@ -122,6 +122,11 @@ fn query<'a>(req: &'a Seen, k: &str) -> Option<&'a str> {
 }
 
 impl World {
+    /// Side resources on the account: registered keys, firewalls and tags.
+    pub(crate) fn side_resources(&self) -> usize {
+        self.keys.len() + self.firewalls.len() + self.tags.len()
+    }
+
     pub(crate) fn with_size(
         mut self,
         slug: &str,

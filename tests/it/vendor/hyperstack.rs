@@ -71,6 +71,11 @@ pub(crate) fn env_json(id: i64, name: &str, region: &str) -> Value {
 }
 
 impl World {
+    /// Side resources on the account: environments and key pairs (listed or not).
+    pub(crate) fn side_resources(&self) -> usize {
+        self.environments.len() + self.keypairs.len() + self.unlisted_keypairs.len()
+    }
+
     pub(crate) fn with_flavor(
         mut self,
         region: &str,
