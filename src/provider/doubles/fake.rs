@@ -723,6 +723,10 @@ impl CloudProvider for FakeProvider {
     }
 
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<serde_json::Value> {
+        // As the adapters that declare the key: only the core supplies it.
+        if self.lock().shared_keys.is_some() {
+            crate::provider::kit::keys::prepared_key(self.name(), spec)?;
+        }
         let _call = self.round_trip(EndpointClass::Other).await;
         let mut g = self.lock();
         let checked = self.check(
@@ -995,11 +999,19 @@ impl CloudProvider for FakeProvider {
 
     /// A `Failed` instance's reason as an `Error` finding; nothing for any other (a gone
     /// instance included).
-    async fn diagnose(&self, _at: &Location, _vm: &str, id: &str) -> Result<Vec<crate::provider::Finding>> {
+    async fn diagnose(
+        &self,
+        _at: &Location,
+        _vm: &str,
+        id: &str,
+    ) -> Result<Vec<crate::provider::Finding>> {
         let _call = self.round_trip(EndpointClass::Read).await;
         Ok(match self.lock().instances.get(id).map(|i| &i.status) {
             Some(InstanceStatus::Failed(why)) => {
-                vec![crate::provider::Finding::new(crate::provider::Severity::Error, why.clone())]
+                vec![crate::provider::Finding::new(
+                    crate::provider::Severity::Error,
+                    why.clone(),
+                )]
             }
             _ => Vec::new(),
         })

@@ -16,9 +16,9 @@ use gpuprov::cluster::k3s::{AccessRecord, K3sMachine, K3sState, K3sTimeouts};
 use gpuprov::cluster::kubeconfig::ApiAccess;
 use gpuprov::config::{Cloud, VmSpec};
 use gpuprov::machine::{CancelToken, Executor, MemoryJournal, Providers};
+use gpuprov::provider::clouds::primeintellect::{PrimeIntellectProvider, PrimeIntellectSettings};
 use gpuprov::provider::doubles::fake::FakeConnector;
 use gpuprov::provider::kit::CredentialReport;
-use gpuprov::provider::clouds::primeintellect::{PrimeIntellectProvider, PrimeIntellectSettings};
 use gpuprov::provider::{CloudProvider, ErrorKind, Feature, Secret};
 use gpuprov::vm::{LaunchMachine, LaunchState};
 use serde_json::{json, Value};
@@ -474,9 +474,11 @@ async fn the_cluster_goes_over_the_ssh_tunnel_chosen_from_the_capabilities() {
         vm,
         LINEAGE.into(),
         PUBKEY.into(),
-        providers,
+        providers.clone(),
         Arc::new(FakeConnector::default()),
     );
+    // The project key as the engine supplies it.
+    launch.shared = Some(drive::shared_objects(providers));
     launch.retry = FAST;
     launch.teardown.retry = FAST;
     let dir = tempfile::tempdir().unwrap();
