@@ -191,8 +191,9 @@ pub struct InstanceSpec {
     pub ssh_public_key: String,
     pub boot_script: Option<BootScript>,
     /// The shared objects the core prepared for this machine ([`shared`]), by kind (for
-    /// example `ssh_key`). Empty when `prepare` is called outside the core (adapter
-    /// tests): the adapter then finds or creates what it needs itself.
+    /// example `ssh_key`). The engine fills it before every `prepare`; a cloud that
+    /// declares a kind missing here refuses `prepare` as `InvalidRequest`
+    /// ([`kit::keys::prepared_key`]): adapters never register the project key themselves.
     pub shared: std::collections::BTreeMap<String, SharedFound>,
 }
 

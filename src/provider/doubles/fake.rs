@@ -723,6 +723,10 @@ impl CloudProvider for FakeProvider {
     }
 
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<serde_json::Value> {
+        // As the adapters that declare the key: only the core supplies it.
+        if self.lock().shared_keys.is_some() {
+            crate::provider::kit::keys::prepared_key(self.name(), spec)?;
+        }
         let _call = self.round_trip(EndpointClass::Other).await;
         let mut g = self.lock();
         let checked = self.check(

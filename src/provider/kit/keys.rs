@@ -1,14 +1,32 @@
 //! The project's SSH key on clouds that register keys: found by *value* (type and base64,
 //! never by name or comment), else registered under the name derived from its fingerprint
-//! ([`crate::provider::project_key_name`]).
+//! ([`crate::provider::project_key_name`]). Only the shared-object calls register it
+//! (`observe_shared`, `create_shared`); `prepare` takes it from the core
+//! ([`prepared_key`]).
 
-use std::future::Future;
+use super::super::shared::SSH_KEY;
+use super::super::{project_key_name, ErrorKind, InstanceSpec, ProviderError, SharedFound};
 
-use super::super::{project_key_name, ErrorKind, ProviderError, SharedFound};
-
-/// Registration attempts of the project key; each lists the keys first, so a key another
-/// machine registered meanwhile is found instead of registered twice.
-pub const REGISTER_ATTEMPTS: usize = 3;
+/// The project key the core prepared for this machine: `spec.shared`'s [`SSH_KEY`]. The
+/// engine makes it a shared object (observed by value, registered when missing) before
+/// any `prepare` of a cloud that declares it, so `prepare` never registers keys itself.
+///
+/// Errors: `InvalidRequest` ("`cloud`: prepare needs the project SSH key …") when it is
+/// missing, before any call to the cloud.
+pub fn prepared_key<'a>(
+    cloud: &str,
+    spec: &'a InstanceSpec,
+) -> Result<&'a SharedFound, ProviderError> {
+    spec.shared.get(SSH_KEY).ok_or_else(|| {
+        ProviderError::new(
+            ErrorKind::InvalidRequest,
+            format!(
+                "{cloud}: prepare needs the project SSH key (the core makes it a shared \
+                 object first)"
+            ),
+        )
+    })
+}
 
 /// The OpenSSH key without its comment (`type base64`), for comparing keys by value.
 pub fn key_value(k: &str) -> String {
@@ -89,67 +107,8 @@ pub fn shared_found(id: String, name: &str, lineage: &str, public_key: &str) -> 
     }
 }
 
-/// What a registration attempt came to.
-pub enum Registered<K> {
-    /// The cloud registered the key.
-    Key(K),
-    /// The cloud refused because the name or the value was taken meanwhile (another
-    /// machine registered it): list again. Carries the error to return if the attempts run
-    /// out.
-    Conflict(ProviderError),
-}
-
-/// The key among the account's whose value is `public_key`, else registered.
-///
-/// - `list()` lists the keys (`Vec<K>`, one call's pagination at most);
-/// - `value(&K)` is a listed key's OpenSSH public key;
-/// - `register(&[K])` registers the key, given the listing (to pick a free name), and
-///   says whether it was [`Registered::Conflict`]ed.
-///
-/// Errors: `InvalidRequest` for an empty key; the calls' own; the last conflict after
-/// [`REGISTER_ATTEMPTS`].
-pub async fn find_or_register<K, L, LF, R, RF>(
-    public_key: &str,
-    list: L,
-    value: impl Fn(&K) -> &str,
-    register: R,
-) -> Result<K, ProviderError>
-where
-    L: Fn() -> LF,
-    LF: Future<Output = Result<Vec<K>, ProviderError>>,
-    R: Fn(Vec<K>) -> RF,
-    RF: Future<Output = Result<Registered<K>, ProviderError>>,
-{
-    let want = key_value(public_key);
-    if want.is_empty() {
-        return Err(ProviderError::new(
-            ErrorKind::InvalidRequest,
-            "the project's SSH public key is empty",
-        ));
-    }
-    let mut last = None;
-    for _ in 0..REGISTER_ATTEMPTS {
-        let keys = list().await?;
-        if let Some(i) = keys.iter().position(|k| key_value(value(k)) == want) {
-            return Ok(keys.into_iter().nth(i).expect("position is in range"));
-        }
-        match register(keys).await? {
-            Registered::Key(k) => return Ok(k),
-            Registered::Conflict(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| {
-        ProviderError::new(
-            ErrorKind::Failed,
-            "could not register the project's SSH key",
-        )
-    }))
-}
-
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
     use super::*;
 
     #[test]
@@ -172,48 +131,5 @@ mod tests {
         assert!(!is_derived_name("k-1", "k", '-'), "free_name starts at 2");
         assert!(!is_derived_name("k 2", "k", '-'));
         assert!(!is_derived_name("my-laptop", "k", '-'));
-    }
-
-    #[tokio::test]
-    async fn found_by_value_registered_once_and_conflicts_list_again() {
-        // (name, value) pairs of the account.
-        let account = Mutex::new(vec![(
-            "other".to_string(),
-            "ssh-ed25519 AAAAold x".to_string(),
-        )]);
-        let registrations = Mutex::new(0);
-        let list = || async { Ok(account.lock().unwrap().clone()) };
-        let register = |keys: Vec<(String, String)>| {
-            let n = free_name("gpuprov-k", |n| keys.iter().any(|k| k.0 == n));
-            let mut count = registrations.lock().unwrap();
-            *count += 1;
-            let result = if *count == 1 {
-                // Another machine registered the same key meanwhile.
-                account
-                    .lock()
-                    .unwrap()
-                    .push(("theirs".into(), "ssh-ed25519 AAAAnew them".into()));
-                Registered::Conflict(ProviderError::new(ErrorKind::Failed, "taken"))
-            } else {
-                Registered::Key((n, "ssh-ed25519 AAAAnew".to_string()))
-            };
-            async move { Ok(result) }
-        };
-        let k = find_or_register(
-            "ssh-ed25519 AAAAnew me",
-            list,
-            |k: &(String, String)| &k.1,
-            register,
-        )
-        .await
-        .unwrap();
-        assert_eq!(
-            k.0, "theirs",
-            "the key registered meanwhile is used, by value"
-        );
-        assert_eq!(*registrations.lock().unwrap(), 1);
-
-        let e = find_or_register("", list, |k: &(String, String)| &k.1, register).await;
-        assert_eq!(e.unwrap_err().kind, ErrorKind::InvalidRequest);
     }
 }

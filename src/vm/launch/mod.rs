@@ -88,8 +88,10 @@ pub struct LaunchMachine {
     /// [`LaunchState::Creating`]).
     fresh_creates: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The run's shared objects ([`super::shared`]): `Preparing` waits for the ones its
-    /// offer needs before `prepare`. `None` (a machine run alone, in tests): the adapter's
-    /// `prepare` finds or creates them itself.
+    /// offer needs before `prepare`. The engine always sets it; `None` (a machine run
+    /// alone, in tests) prepares none, so `prepare` on a cloud that declares shared
+    /// objects is refused (`InvalidRequest`): tests that drive such a cloud set it as the
+    /// engine does.
     pub shared: Option<Arc<super::shared::SharedObjects>>,
 }
 

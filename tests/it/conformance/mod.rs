@@ -60,6 +60,9 @@ use crate::support::drive;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scenario {
     FullLaunchAndTeardown,
+    /// The user registered the project key before, under their own name: the launch
+    /// (its shared objects prepared as the engine prepares them, `vm::shared`) finds it
+    /// by value through `observe_shared` and comes up with it; nothing is registered.
     KeyFoundByValueNeverRegisteredTwice,
     CapacityFailsOver,
     QuotaBlocksTheRegion,
@@ -92,6 +95,10 @@ pub enum Scenario {
     /// success. The user's own key, registered before under their name and comment, is
     /// found by value and is not ours.
     SharedKeys,
+    /// [`Feature::SharedObjects`] with the project key (`ssh_key`): `prepare` without the
+    /// key in `spec.shared` is `InvalidRequest`, and nothing is registered: the key has one
+    /// path, the shared object the core prepares (issue 34 item 2).
+    PrepareNeedsTheProjectKey,
     /// [`Feature::Start`]: a machine whose instance was stopped in the cloud's own terms
     /// ([`Cloud::stop`]) is observed `Stopped`; the next launch starts the same instance
     /// (one `start`, no second `create`, the pinned host key) instead of replacing it; a
@@ -118,7 +125,9 @@ impl Scenario {
     /// it in `capabilities()`.
     pub fn feature(self) -> Option<Feature> {
         match self {
-            Scenario::SharedKeys => Some(Feature::SharedObjects),
+            Scenario::SharedKeys | Scenario::PrepareNeedsTheProjectKey => {
+                Some(Feature::SharedObjects)
+            }
             Scenario::StartNotReplace => Some(Feature::Start),
             Scenario::ImportOutsideInstance => Some(Feature::Import),
             Scenario::Diagnose => Some(Feature::Diagnose),
@@ -143,6 +152,7 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario::ObserveLocationMatchesObserve,
     Scenario::PrepareTwiceCreateOnce,
     Scenario::SharedKeys,
+    Scenario::PrepareNeedsTheProjectKey,
     Scenario::StartNotReplace,
     Scenario::ImportOutsideInstance,
     Scenario::Diagnose,
@@ -788,6 +798,7 @@ async fn scenario(d: &dyn Driver, s: Scenario) -> bool {
         Scenario::ObserveLocationMatchesObserve => observe_location_scenario(d, s).await,
         Scenario::PrepareTwiceCreateOnce => prepare_scenario(d, s).await,
         Scenario::SharedKeys => return shared_keys_scenario(d, s).await,
+        Scenario::PrepareNeedsTheProjectKey => return prepare_needs_key_scenario(d, s).await,
         Scenario::StartNotReplace => return start_scenario(d, s).await,
         Scenario::ImportOutsideInstance => return import_scenario(d, s).await,
         Scenario::Diagnose => return diagnose_scenario(d, s).await,
@@ -1074,6 +1085,50 @@ async fn shared_keys_scenario(d: &dyn Driver, s: Scenario) -> bool {
     for (obj, found) in made.iter().rev() {
         p.delete_shared(obj, found).await.unwrap();
     }
+    cloud.verify();
+    true
+}
+
+/// [`Scenario::PrepareNeedsTheProjectKey`]; `false` where the adapter declares no shared
+/// project key.
+async fn prepare_needs_key_scenario(d: &dyn Driver, s: Scenario) -> bool {
+    let name = d.name();
+    let [r0, _] = d.regions();
+    let cloud = d
+        .start(World {
+            capacity_in: vec![r0],
+            ..World::default()
+        })
+        .await;
+    if !declares(cloud.as_ref(), s) {
+        return false;
+    }
+    let p = cloud.provider();
+    let vm = cloud.vm();
+    let offer = p.plan(&ask(&vm, &[r0])).await.unwrap().remove(0);
+    if !p.shared_objects(&offer).iter().any(|o| o.kind == "ssh_key") {
+        eprintln!("{s:?} on {name}: no shared ssh_key");
+        return false;
+    }
+    let spec = InstanceSpec {
+        vm_name: vm.name.clone(),
+        lineage: cloud.lineage().to_string(),
+        client_token: format!("gpuprov-{}-r0-o0", vm.name),
+        image: vm.image.clone(),
+        disk_gb: vm.disk_gb,
+        ports: vm.ports.clone(),
+        ssh_public_key: drive::PUBKEY.into(),
+        boot_script: None,
+        shared: Default::default(),
+    };
+    let e = p.prepare(&offer, &spec).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidRequest, "{name}: {e}");
+    assert!(
+        e.msg.contains("SSH key"),
+        "{name}: says what is missing: {e}"
+    );
+    assert_eq!(cloud.key_registrations(), 0, "{name}: nothing registered");
+    assert_eq!(cloud.instances(), 0, "{name}");
     cloud.verify();
     true
 }
@@ -1583,6 +1638,7 @@ scenario_tests! {
     observe_location_matches_observe => ObserveLocationMatchesObserve,
     prepare_twice_create_once => PrepareTwiceCreateOnce,
     shared_keys => SharedKeys,
+    prepare_needs_the_project_key => PrepareNeedsTheProjectKey,
     start_not_replace => StartNotReplace,
     import_outside_instance => ImportOutsideInstance,
     diagnose => Diagnose,

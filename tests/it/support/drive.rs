@@ -10,7 +10,8 @@ use gpuprov::config::{Cloud, VmSpec};
 use gpuprov::machine::Providers;
 use gpuprov::machine::{CancelToken, ExecError, Executor, MemoryJournal, RetryPolicy};
 use gpuprov::provider::doubles::fake::FakeConnector;
-use gpuprov::provider::{Capabilities, CloudProvider};
+use gpuprov::provider::{Capabilities, CloudProvider, InstanceSpec, Offer, SharedFound};
+use gpuprov::vm::shared::SharedObjects;
 use gpuprov::vm::{LaunchMachine, LaunchState, Target, TeardownMachine, TeardownState};
 
 /// The state lineage every adapter test uses (a UUID, as the core requires).
@@ -74,13 +75,14 @@ pub async fn launch_across(
         vm.clone(),
         lineage.into(),
         PUBKEY.into(),
-        providers,
+        providers.clone(),
         connector,
     );
     m.retry = FAST;
     m.teardown.retry = FAST;
     m.vanish_grace = Some(Duration::from_millis(200));
     m.exhausted_wait = Duration::from_millis(5);
+    m.shared = Some(shared_objects(providers));
     let ex = Executor::new(journal, CancelToken::new());
     let key = format!("vm.{}", vm.name);
     let fut = ex.run(&m, &key, |prev| {
@@ -92,6 +94,45 @@ pub async fn launch_across(
     tokio::time::timeout(Duration::from_secs(30), fut)
         .await
         .expect("launch must not hang")
+}
+
+/// The run's shared objects as the engine makes them (`vm::shared`: observed by value,
+/// created when missing, once per run), journalled apart so the launch journal holds only
+/// the machine's records.
+pub fn shared_objects(providers: Providers) -> Arc<SharedObjects> {
+    let ex = Executor::new(Arc::new(MemoryJournal::new()), CancelToken::new());
+    Arc::new(SharedObjects::new(ex, providers, PUBKEY.into()))
+}
+
+/// `spec` with `offer`'s shared objects (the project key) as the engine supplies them to
+/// `prepare` ([`shared_objects`]); panics when one cannot be prepared.
+pub async fn with_shared(
+    provider: Arc<dyn CloudProvider>,
+    offer: &Offer,
+    spec: &InstanceSpec,
+) -> InstanceSpec {
+    let objects = provider.shared_objects(offer);
+    let shared = shared_objects(providers(provider));
+    let mut spec = spec.clone();
+    for obj in objects {
+        let found: SharedFound = shared
+            .ensure(&obj)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", obj.address()));
+        spec.shared.insert(obj.kind.clone(), found);
+    }
+    spec
+}
+
+/// `provider.prepare(offer, spec)` after the shared objects, as the launch's `Preparing`
+/// runs it ([`with_shared`]).
+pub async fn prepare(
+    provider: Arc<dyn CloudProvider>,
+    offer: &Offer,
+    spec: &InstanceSpec,
+) -> gpuprov::provider::Result<serde_json::Value> {
+    let spec = with_shared(provider.clone(), offer, spec).await;
+    provider.prepare(offer, &spec).await
 }
 
 /// After a launch that did not come up: a sweep of the cloud by identity, in every region

@@ -980,7 +980,7 @@ async fn region_slugs_match_exactly_and_create_sends_the_boot_script() {
     assert_eq!(o.len(), 1);
     assert_eq!(o[0].location.region, "nyc13");
     let mut spec = instance_spec();
-    let prepared = p.prepare(&o[0], &spec).await.unwrap();
+    let prepared = drive::prepare(p.clone(), &o[0], &spec).await.unwrap();
     spec.boot_script = Some(BootScript {
         script: "echo hello".into(),
         env: BTreeMap::from([("A".to_string(), "b".to_string())]),
@@ -1038,8 +1038,8 @@ async fn prepare_reuses_key_and_firewall_and_rechecks_availability() {
         .remove(0);
     let mut spec = instance_spec();
     spec.image = Some("my-image-slug".into());
-    let first = p.prepare(&offer, &spec).await.unwrap();
-    let again = p.prepare(&offer, &spec).await.unwrap();
+    let first = drive::prepare(p.clone(), &offer, &spec).await.unwrap();
+    let again = drive::prepare(p.clone(), &offer, &spec).await.unwrap();
     assert_eq!(first, again, "prepare is idempotent");
     assert_eq!(first["ssh_key_id"], 2, "found by value, not registered");
     assert_eq!(first["image"], "my-image-slug");
@@ -1056,14 +1056,17 @@ async fn prepare_reuses_key_and_firewall_and_rechecks_availability() {
     // A disk larger than the size's: Unavailable (nothing to compensate).
     spec.disk_gb = Some(5000);
     assert_eq!(
-        p.prepare(&offer, &spec).await.unwrap_err().kind,
+        drive::prepare(p.clone(), &offer, &spec)
+            .await
+            .unwrap_err()
+            .kind,
         ErrorKind::Unavailable
     );
     spec.disk_gb = Some(500);
-    p.prepare(&offer, &spec).await.unwrap();
+    drive::prepare(p.clone(), &offer, &spec).await.unwrap();
     // The size left the region by the next prepare: Unavailable.
     cloud.world.lock().unwrap().sizes[0]["regions"] = json!(["nyc2"]);
-    let e = p.prepare(&offer, &spec).await.unwrap_err();
+    let e = drive::prepare(p.clone(), &offer, &spec).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
     cloud.server.verify();
 }
@@ -1348,7 +1351,9 @@ async fn a_key_already_in_use_is_found_by_value_after_the_refusal() {
         .await
         .unwrap()
         .remove(0);
-    let prepared = p.prepare(&offer, &instance_spec()).await.unwrap();
+    let prepared = drive::prepare(p.clone(), &offer, &instance_spec())
+        .await
+        .unwrap();
     assert_eq!(prepared["ssh_key_id"], 42);
     assert_eq!(cloud.world.lock().unwrap().keys.len(), 1);
     cloud.server.verify();
@@ -1435,7 +1440,7 @@ async fn a_stopped_droplet_is_started_and_observed_running() {
         .unwrap()
         .remove(0);
     let spec = instance_spec();
-    let prepared = p.prepare(&offer, &spec).await.unwrap();
+    let prepared = drive::prepare(p.clone(), &offer, &spec).await.unwrap();
     let id = p.create(&offer, &prepared, &spec).await.unwrap();
     let at = loc("tor1");
     p.observe(&at, "trainer").await.unwrap(); // new → active in the fake
@@ -1504,7 +1509,9 @@ async fn cleanup_removes_the_firewall_and_its_tag_of_an_abandoned_prepare() {
         .await
         .unwrap()
         .remove(0);
-    p.prepare(&offer, &instance_spec()).await.unwrap();
+    drive::prepare(p.clone(), &offer, &instance_spec())
+        .await
+        .unwrap();
     let fw_tag = "gpuprov-trainer-0f0e0d0c-tor1";
     assert!(cloud.world.lock().unwrap().tags.contains(fw_tag));
     p.cleanup(&loc("tor1"), "trainer").await.unwrap();

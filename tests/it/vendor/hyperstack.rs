@@ -817,7 +817,7 @@ async fn not_ready_until_the_floating_ip_is_attached() {
     let p = fake.provider();
     let offer = p.plan(&ask(&["CANADA-1"])).await.unwrap().remove(0);
     let spec = instance_spec();
-    let prepared = p.prepare(&offer, &spec).await.unwrap();
+    let prepared = drive::prepare(p.clone(), &offer, &spec).await.unwrap();
     let id = p.create(&offer, &prepared, &spec).await.unwrap();
     let mut seen = Vec::new();
     for _ in 0..10 {
@@ -885,7 +885,7 @@ async fn hyperstack_delete_refusal_during_creation() {
     let p = r.provider.clone();
     let offer = p.plan(&ask(&["CANADA-1"])).await.unwrap().remove(0);
     let spec = instance_spec();
-    let prepared = p.prepare(&offer, &spec).await.unwrap();
+    let prepared = drive::prepare(p.clone(), &offer, &spec).await.unwrap();
     let id = p.create(&offer, &prepared, &spec).await.unwrap();
 
     // The adapter on its own: the refusal is Transient, and the VM is still there.
@@ -950,7 +950,9 @@ async fn stock_gone_by_prepare_skips_the_offer_without_creating() {
         .get_mut(&("CANADA-1".to_string(), H100.to_string()))
         .unwrap()
         .insert("8x".into(), 0);
-    let e = p.prepare(&offers[0], &instance_spec()).await.unwrap_err();
+    let e = drive::prepare(p.clone(), &offers[0], &instance_spec())
+        .await
+        .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
     let end = r.launch().await.unwrap();
     assert_eq!(
@@ -961,7 +963,9 @@ async fn stock_gone_by_prepare_skips_the_offer_without_creating() {
     // A disk larger than the flavor's root disk is Unavailable too (another flavor may fit).
     let mut spec = instance_spec();
     spec.disk_gb = Some(500);
-    let e = p.prepare(&offers[1], &spec).await.unwrap_err();
+    let e = drive::prepare(p.clone(), &offers[1], &spec)
+        .await
+        .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
     assert!(e.msg.contains("100 GB"), "{e}");
     r.cloud.server.verify();
@@ -1079,7 +1083,9 @@ async fn the_api_key_never_appears_in_errors() {
         p.delete(&loc("CANADA-1"), "trainer", &["5".into()])
             .await
             .unwrap_err(),
-        p.prepare(&offer, &instance_spec()).await.unwrap_err(),
+        drive::prepare(p.clone(), &offer, &instance_spec())
+            .await
+            .unwrap_err(),
     ];
     for e in &errors {
         assert_eq!(e.kind, ErrorKind::Credentials, "{e}");
@@ -1216,7 +1222,7 @@ async fn the_boot_script_travels_as_user_data_and_observe_is_per_region() {
     let p = fake.provider();
     let offer = p.plan(&ask(&["NORWAY-1"])).await.unwrap().remove(0);
     let mut spec = instance_spec();
-    let prepared = p.prepare(&offer, &spec).await.unwrap();
+    let prepared = drive::prepare(p.clone(), &offer, &spec).await.unwrap();
     spec.boot_script = Some(BootScript {
         script: "echo hello".into(),
         env: BTreeMap::from([("A".to_string(), "b".to_string())]),
@@ -1402,7 +1408,9 @@ async fn key_pairs_of_the_same_name_but_another_value_are_never_used() {
     let fake = Fake::start(world).await;
     let p = fake.provider();
     let offer = p.plan(&ask(&["CANADA-1"])).await.unwrap().remove(0);
-    let prepared = p.prepare(&offer, &instance_spec()).await.unwrap();
+    let prepared = drive::prepare(p.clone(), &offer, &instance_spec())
+        .await
+        .unwrap();
     assert_eq!(prepared["key_name"], second.as_str());
     let names: Vec<Value> = fake
         .server
@@ -1412,7 +1420,9 @@ async fn key_pairs_of_the_same_name_but_another_value_are_never_used() {
         .collect();
     assert_eq!(names, [json!(key_name()), json!(second)]);
     // Prepared again: found by value, nothing imported.
-    p.prepare(&offer, &instance_spec()).await.unwrap();
+    drive::prepare(p.clone(), &offer, &instance_spec())
+        .await
+        .unwrap();
     assert_eq!(
         fake.server.requests_to("POST", "/v1/core/keypairs").len(),
         2
@@ -1449,7 +1459,7 @@ async fn a_stopped_vm_is_observed_stopped_then_started_again() {
     assert!(p.capabilities().supports(Feature::Start));
     let offer = p.plan(&ask(&["CANADA-1"])).await.unwrap().remove(0);
     let spec = instance_spec();
-    let prepared = p.prepare(&offer, &spec).await.unwrap();
+    let prepared = drive::prepare(p.clone(), &offer, &spec).await.unwrap();
     let id = p.create(&offer, &prepared, &spec).await.unwrap();
     until_running(&p).await;
     let stop = |fake: &Fake| {

@@ -604,7 +604,7 @@ async fn region_names_that_are_prefixes_of_each_other_match_exactly() {
         boot_script: None,
         shared: Default::default(),
     };
-    let prepared = p.prepare(&o[0], &spec).await.unwrap();
+    let prepared = drive::prepare(p.clone(), &o[0], &spec).await.unwrap();
     spec.boot_script = Some(gpuprov::provider::BootScript {
         script: "echo hello".into(),
         env: BTreeMap::from([("A".to_string(), "b".to_string())]),
@@ -869,7 +869,7 @@ async fn prepare_reuses_the_rulesets_of_its_region_and_rechecks_capacity() {
         boot_script: None,
         shared: Default::default(),
     };
-    let prepared = p.prepare(&offer, &spec).await.unwrap();
+    let prepared = drive::prepare(p.clone(), &offer, &spec).await.unwrap();
     assert_eq!(prepared["firewall_ruleset_id"], "fw-east");
     assert!(cloud
         .server
@@ -891,7 +891,7 @@ async fn prepare_reuses_the_rulesets_of_its_region_and_rechecks_capacity() {
         .unwrap()
         .3
         .retain(|r| r != "us-east-1");
-    let e = p.prepare(&offer, &spec).await.unwrap_err();
+    let e = drive::prepare(p.clone(), &offer, &spec).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
     cloud.server.verify();
 }
@@ -1021,8 +1021,7 @@ async fn a_key_name_taken_meanwhile_is_registered_under_the_next_name() {
     );
     let p = cloud.provider();
     let offer = p.plan(&ask_h100(&["us-east-1"])).await.unwrap().remove(0);
-    let prepared = p
-        .prepare(&offer, &spec_for("trainer", vec![]))
+    let prepared = drive::prepare(p.clone(), &offer, &spec_for("trainer", vec![]))
         .await
         .unwrap();
     assert_eq!(prepared["ssh_key_name"], format!("{derived}-2"));
@@ -1149,7 +1148,7 @@ async fn the_ruleset_is_in_use_until_the_instance_is_gone_then_removed() {
     );
     let offer = p.plan(&ask_h100(&["us-east-1"])).await.unwrap().remove(0);
     let spec = spec_for("trainer", vec![8080]);
-    let prepared = p.prepare(&offer, &spec).await.unwrap();
+    let prepared = drive::prepare(p.clone(), &offer, &spec).await.unwrap();
     let id = p.create(&offer, &prepared, &spec).await.unwrap();
     let at = offer.location.clone();
     assert_eq!(p.observe(&at, "trainer").await.unwrap().len(), 1);

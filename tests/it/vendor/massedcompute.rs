@@ -440,7 +440,9 @@ async fn a_same_named_key_with_another_value_is_never_trusted() {
     let fake = Fake::start(w).await;
     let p = fake.provider();
     let o = &p.plan(&ask("H100", 8, &[])).await.unwrap()[0];
-    let prep = p.prepare(o, &spec_of("trainer")).await.unwrap();
+    let prep = drive::prepare(p.clone(), o, &spec_of("trainer"))
+        .await
+        .unwrap();
     let posted = fake.server.requests_to("POST", KEYS);
     assert_eq!(posted.len(), 1, "registered once, under a free name");
     let body = posted[0].body.clone().unwrap();
@@ -452,7 +454,9 @@ async fn a_same_named_key_with_another_value_is_never_trusted() {
     assert_eq!(body["publicKey"], PUBKEY);
     assert_eq!(prep["ssh_key_name"], format!("{name} 2"));
     // prepare again: the registered key is found by name and value, not registered twice.
-    let again = p.prepare(o, &spec_of("trainer")).await.unwrap();
+    let again = drive::prepare(p.clone(), o, &spec_of("trainer"))
+        .await
+        .unwrap();
     assert_eq!(again["ssh_key_name"], format!("{name} 2"));
     assert_eq!(fake.server.requests_to("POST", KEYS).len(), 1);
     let id = p.create(o, &again, &spec_of("trainer")).await.unwrap();
@@ -538,7 +542,9 @@ async fn k3s_goes_over_ssh_and_the_tunnel() {
     // A boot script handed over anyway (a VM whose other clouds take one) is not sent.
     let p = fake.provider();
     let o = &p.plan(&ask("H100", 8, &[])).await.unwrap()[0];
-    let prep = p.prepare(o, &spec_of("trainer")).await.unwrap();
+    let prep = drive::prepare(p.clone(), o, &spec_of("trainer"))
+        .await
+        .unwrap();
     let mut spec = spec_of("trainer");
     spec.boot_script = Some(gpuprov::provider::BootScript::new("echo k3s"));
     p.create(o, &prep, &spec).await.unwrap();

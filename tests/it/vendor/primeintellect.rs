@@ -474,9 +474,11 @@ async fn the_cluster_goes_over_the_ssh_tunnel_chosen_from_the_capabilities() {
         vm,
         LINEAGE.into(),
         PUBKEY.into(),
-        providers,
+        providers.clone(),
         Arc::new(FakeConnector::default()),
     );
+    // The project key as the engine supplies it.
+    launch.shared = Some(drive::shared_objects(providers));
     launch.retry = FAST;
     launch.teardown.retry = FAST;
     let dir = tempfile::tempdir().unwrap();

@@ -687,7 +687,9 @@ async fn runpod_ports_not_mapped_yet_keep_booting_then_connect() {
     fake.world.lock().unwrap().hold_unmapped = 1;
     let p = fake.provider();
     let offer = p.plan(&ask(&["US-KS-2"])).await.unwrap().remove(0);
-    let prepared = p.prepare(&offer, &spec_for("trainer")).await.unwrap();
+    let prepared = drive::prepare(p.clone(), &offer, &spec_for("trainer"))
+        .await
+        .unwrap();
     let id = p
         .create(&offer, &prepared, &spec_for("trainer"))
         .await
@@ -862,7 +864,9 @@ async fn data_centre_ids_match_as_whole_ids() {
 
     // A pod of ours in US-KS-20 is not seen when observing US-KS-2, before and after the
     // scheduler assigns its data centre.
-    let prepared = p.prepare(&o[0], &spec_for("trainer")).await.unwrap();
+    let prepared = drive::prepare(p.clone(), &o[0], &spec_for("trainer"))
+        .await
+        .unwrap();
     let id = p
         .create(&o[0], &prepared, &spec_for("trainer"))
         .await
@@ -940,7 +944,9 @@ async fn the_api_key_never_appears_in_errors() {
         p.delete(&at("US-KS-2"), "trainer", &["abc".into()])
             .await
             .unwrap_err(),
-        p.prepare(&offer, &spec_for("trainer")).await.unwrap_err(),
+        drive::prepare(p.clone(), &offer, &spec_for("trainer"))
+            .await
+            .unwrap_err(),
         p.create(&offer, &prepared, &spec_for("trainer"))
             .await
             .unwrap_err(),
@@ -1011,7 +1017,9 @@ async fn prepare_rechecks_stock_and_a_gone_offer_is_unavailable() {
     let fake = Fake::start(h100_world()).await;
     let p = fake.provider();
     let offer = p.plan(&ask(&["US-KS-2"])).await.unwrap().remove(0);
-    p.prepare(&offer, &spec_for("trainer")).await.unwrap();
+    drive::prepare(p.clone(), &offer, &spec_for("trainer"))
+        .await
+        .unwrap();
     fake.world
         .lock()
         .unwrap()
@@ -1020,7 +1028,9 @@ async fn prepare_rechecks_stock_and_a_gone_offer_is_unavailable() {
         .unwrap()
         .stock
         .insert("SECURE".into(), vec!["EU-RO-1".into()]);
-    let e = p.prepare(&offer, &spec_for("trainer")).await.unwrap_err();
+    let e = drive::prepare(p.clone(), &offer, &spec_for("trainer"))
+        .await
+        .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
     fake.server.verify();
 }
@@ -1142,7 +1152,9 @@ async fn a_stopped_pod_is_observed_stopped_then_started_again() {
     let p = fake.provider();
     assert!(p.capabilities().supports(Feature::Start));
     let offer = p.plan(&ask(&["US-KS-2"])).await.unwrap().remove(0);
-    let prepared = p.prepare(&offer, &spec_for("trainer")).await.unwrap();
+    let prepared = drive::prepare(p.clone(), &offer, &spec_for("trainer"))
+        .await
+        .unwrap();
     let id = p
         .create(&offer, &prepared, &spec_for("trainer"))
         .await

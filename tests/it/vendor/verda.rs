@@ -590,7 +590,7 @@ async fn a_token_revoked_mid_apply_is_replaced_and_the_apply_goes_on() {
     let r = run(w).await;
     let p = r.provider.clone();
     let o = &p.plan(&ask()).await.unwrap()[0];
-    let prep = p.prepare(o, &spec_of(None)).await.unwrap();
+    let prep = drive::prepare(p.clone(), o, &spec_of(None)).await.unwrap();
     // The server revokes every token, refresh tokens too: the next call is refused once,
     // as a stale token (retried, not a credentials abort), and the retry authenticates
     // again after the refused refresh.
@@ -639,7 +639,9 @@ async fn the_boot_script_becomes_a_startup_script_that_cleanup_removes() {
     let boot =
         BootScript::new("#!/bin/bash\necho k3s\n").with_env("K3S_TOKEN_FILE", "/etc/k3s-token");
     let o = &p.plan(&ask()).await.unwrap()[0];
-    let prep = p.prepare(o, &spec_of(Some(boot.clone()))).await.unwrap();
+    let prep = drive::prepare(p.clone(), o, &spec_of(Some(boot.clone())))
+        .await
+        .unwrap();
     let scripts = fake.server.requests_to("POST", SCRIPTS);
     assert_eq!(scripts.len(), 1);
     let sb = scripts[0].body.clone().unwrap();
@@ -655,7 +657,9 @@ async fn the_boot_script_becomes_a_startup_script_that_cleanup_removes() {
     );
     assert_eq!(prep["startup_script_id"], "script-1");
     // prepare again (a retried attempt): the same script is reused, not created twice.
-    let again = p.prepare(o, &spec_of(Some(boot.clone()))).await.unwrap();
+    let again = drive::prepare(p.clone(), o, &spec_of(Some(boot.clone())))
+        .await
+        .unwrap();
     assert_eq!(again["startup_script_id"], "script-1");
     assert_eq!(fake.server.requests_to("POST", SCRIPTS).len(), 1);
     let id = p.create(o, &prep, &spec_of(Some(boot))).await.unwrap();
@@ -706,7 +710,7 @@ async fn teardown_retries_a_provisioning_instance_and_takes_already_discontinued
     let r = run(w).await;
     let p = r.provider.clone();
     let o = &p.plan(&ask()).await.unwrap()[0];
-    let prep = p.prepare(o, &spec_of(None)).await.unwrap();
+    let prep = drive::prepare(p.clone(), o, &spec_of(None)).await.unwrap();
     let id = p.create(o, &prep, &spec_of(None)).await.unwrap();
     // "Can't discontinue a provisioning instance": transient, the teardown tries again.
     let e = p
@@ -766,7 +770,7 @@ async fn no_capacity_after_the_create_is_a_capacity_refusal_and_fails_over() {
     fake.world.lock().unwrap().no_capacity_next = true;
     let p = fake.provider();
     let o = &p.plan(&ask()).await.unwrap()[0];
-    let prep = p.prepare(o, &spec_of(None)).await.unwrap();
+    let prep = drive::prepare(p.clone(), o, &spec_of(None)).await.unwrap();
     p.create(o, &prep, &spec_of(None)).await.unwrap();
     let seen = p.observe(&fin01(), "trainer").await.unwrap();
     match &seen[0].status {

@@ -14,8 +14,7 @@
 //!   in use" is `Exists`: the core observes again and adopts it); `delete_shared` is
 //!   `DELETE /v2/account/keys/{id}`, only for a key of that name (the user's own stays).
 //! - `prepare`: re-checks the size in the region (gone → `Unavailable`) and that its disk
-//!   covers `disk_gb`; takes the shared key the core prepared (called alone, it finds or
-//!   registers the key itself, as above, listing again after a 422); creates the
+//!   covers `disk_gb`; takes the shared key the core prepared (without it, `InvalidRequest`); creates the
 //!   per-VM firewall tag
 //!   (`POST /v2/tags`: a firewall may only name tags that exist, spec
 //!   `existing_tags_array`) and finds or creates the per-VM cloud firewall
@@ -99,7 +98,7 @@ pub use errors::{
 pub use sizes::{default_image, gpu_model};
 use sizes::{offers_for, size_matches};
 
-use crate::provider::kit::keys::{self, Registered};
+use crate::provider::kit::keys;
 use crate::provider::kit::paginate::{all_pages, page_of_link, Cursor, Next};
 use crate::provider::kit::{self, gpu, Adapter, Auth, Call, Credential, RestClient, Source};
 use crate::provider::{
@@ -324,40 +323,6 @@ impl DigitalOceanProvider {
         self.list_all("/v2/regions", "regions", &[], "list regions")
             .await
     }
-
-    /// The id of the registered key whose value is `public_key` (compared without the
-    /// comment), registering it when there is none under [`project_key_name`]
-    /// (`gpuprov-<lineage8>-<fp12>`). A key is never taken for its name: one registered
-    /// under the old `gpuprov-<lineage8>` or the derived name with another value is left
-    /// alone (DigitalOcean does not refuse a second key of the same name). DigitalOcean
-    /// refuses a second key of the same *value* (HTTP 422 "SSH Key is already in use on
-    /// your account"): then the key was registered meanwhile (or the listing lagged), so
-    /// the keys are listed again and the key found by value is used.
-    async fn ensure_key(&self, public_key: &str) -> Result<i64> {
-        let name = project_key_name(self.settings.lineage.as_str(), public_key);
-        let what = format!("register SSH key {name}");
-        let (name, what) = (&name, &what);
-        let list = || self.list_all(KEYS, "ssh_keys", &[], "list SSH keys");
-        // Names may repeat on DigitalOcean, so the listing is not needed to pick one.
-        let register = move |_listed: Vec<SshKey>| async move {
-            let body = json!({ "name": name, "public_key": public_key.trim() });
-            let call = Call::other(what);
-            match self.api.send(Method::POST, KEYS, &[], Some(&body)).await {
-                Ok(v) => Ok(Registered::Key(SshKey {
-                    id: field(&v, "/ssh_key/id", Value::as_i64, what, "id")?,
-                    public_key: public_key.to_string(),
-                    name: name.clone(),
-                })),
-                Err(f) if errors::is_422(&f, errors::KEY_IN_USE_PHRASES) => {
-                    Ok(Registered::Conflict(self.api.fail(&f, call)))
-                }
-                Err(f) => Err(self.api.fail(&f, call)),
-            }
-        };
-        let key =
-            keys::find_or_register(public_key, list, |k: &SshKey| &k.public_key, register).await?;
-        Ok(key.id)
-    }
 }
 
 // The kind of the project key, the one shared object this cloud declares
@@ -404,10 +369,21 @@ impl CloudProvider for DigitalOceanProvider {
 
     /// Re-checks that the size is still available in the region (else `Unavailable`) and
     /// that its disk (GB) covers `spec.disk_gb` (else `Unavailable`: sizes have fixed
-    /// disks); finds or registers the project key; creates the firewall tag and finds or
+    /// disks); takes the project key the core prepared ([`keys::prepared_key`]; missing or
+    /// not a number → `InvalidRequest`); creates the firewall tag and finds or
     /// creates the per-VM firewall; picks the image. Returns `{"ssh_key_id",
     /// "firewall_id", "firewall_tag", "image"}`.
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
+        let key = keys::prepared_key(CLOUD, spec)?;
+        let key_id = key.id.parse::<i64>().map_err(|_| {
+            ProviderError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "digitalocean: shared SSH key id {:?} is not a number",
+                    key.id
+                ),
+            )
+        })?;
         let region = &offer.location.region;
         let sizes = self.sizes().await?;
         let size = sizes.iter().find(|s| {
@@ -431,16 +407,6 @@ impl CloudProvider for DigitalOceanProvider {
                 ),
             ));
         }
-        let key_id = match spec.shared.get(SSH_KEY_KIND) {
-            Some(k) => k.id.parse::<i64>().map_err(|_| {
-                ProviderError::new(
-                    ErrorKind::InvalidRequest,
-                    format!("digitalocean: shared SSH key id {:?} is not a number", k.id),
-                )
-            })?,
-            // Called outside the core (no shared objects prepared): find or register.
-            None => self.ensure_key(&spec.ssh_public_key).await?,
-        };
         let fw_name = Self::firewall_name(&spec.vm_name, &self.settings.lineage, region);
         self.ensure_tag(&fw_name).await?;
         let fw_id = self.ensure_firewall(&fw_name, &spec.ports).await?;

@@ -4,10 +4,10 @@
 use serde_json::json;
 
 use super::api::{label, Environment, EnvironmentResponse, Keypair, KeypairResponse, Vm};
-use super::{errors, invalid, HyperstackProvider, MAX_NAME_LEN};
-use crate::provider::kit::keys::{self, Registered};
+use super::{errors, invalid, HyperstackProvider, CLOUD, MAX_NAME_LEN};
+use crate::provider::kit::keys;
 use crate::provider::kit::Call;
-use crate::provider::{project_key_name, ErrorKind, Lineage, Result, SharedObject, LINEAGE_LABEL};
+use crate::provider::{project_key_name, Lineage, Result, SharedObject, LINEAGE_LABEL};
 use reqwest::Method;
 
 impl HyperstackProvider {
@@ -58,22 +58,6 @@ impl HyperstackProvider {
             .map_err(|f| self.api.fail(&f, call()))?;
         let created: EnvironmentResponse = self.api.parse(v, call())?;
         Ok(created.environment)
-    }
-
-    /// The project's environment in `region`, created when missing (a `prepare` called
-    /// without the core's shared objects). Returns its name.
-    pub(super) async fn ensure_environment(&self, region: &str) -> Result<String> {
-        if let Some(e) = self.find_environment(region).await? {
-            return Ok(e.name);
-        }
-        match self.create_environment(region).await {
-            Ok(e) => Ok(e.name),
-            // Created concurrently by another gpuprov run of the project: use it.
-            Err(e) if e.kind == ErrorKind::Exists => {
-                Ok(Self::environment_name(&self.settings.lineage, region))
-            }
-            Err(e) => Err(e),
-        }
     }
 
     /// The key pairs of environment `env` (`GET /core/keypairs`, every page, filtered on
@@ -136,50 +120,48 @@ impl HyperstackProvider {
             .ok_or_else(|| invalid(format!("{} has no region", obj.address())))
     }
 
-    /// The name of the key pair in environment `env` whose value is `public_key` (whatever
-    /// its name), else imported ([`keys::find_or_register`]) as
-    /// [`project_key_name`]. A key pair of another value under that name (or the
-    /// old `gpuprov-<lineage8>`) is never used: the import moves to `<name>-2`, `<name>-3`
-    /// ([`keys::free_name`]). A `409` on the import (Hyperstack refuses a name already
-    /// taken; the description says only "Conflict") lists again: a concurrent run may
-    /// have imported the same key, else the next name is tried; when the attempts run
-    /// out, the error is `Exists` (errors.rs).
-    pub(super) async fn ensure_key(&self, env: &str, public_key: &str) -> Result<Keypair> {
-        let base = project_key_name(self.settings.lineage.as_str(), public_key);
-        // Names an import was refused for, though no listing showed them.
-        let refused = std::sync::Mutex::new(Vec::<String>::new());
-        let list = || self.keypairs_in(env);
-        let register = |listed: Vec<Keypair>| {
-            let name = keys::free_name(&base, |n| {
-                listed.iter().any(|k| k.name == n)
-                    || refused.lock().expect("not poisoned").iter().any(|r| r == n)
-            });
-            let refused = &refused;
-            async move {
-                let body = json!({
-                    "environment_name": env,
-                    "name": name,
-                    "public_key": public_key.trim(),
-                });
-                let what = format!("import key pair {name} into {env}");
-                match self
-                    .api
-                    .send(Method::POST, "/core/keypairs", &[], Some(&body))
-                    .await
-                {
-                    Ok(v) => {
-                        let created: KeypairResponse = self.api.parse(v, Call::other(&what))?;
-                        Ok(Registered::Key(created.keypair))
-                    }
-                    Err(f) if f.http_status() == Some(409) => {
-                        refused.lock().expect("not poisoned").push(name);
-                        let call = Call::named(errors::CREATE_SHARED, &what);
-                        Ok(Registered::Conflict(self.api.fail(&f, call)))
-                    }
-                    Err(f) => Err(self.api.fail(&f, Call::other(&what))),
-                }
-            }
+    /// Imports the project key into environment `env` (`POST /core/keypairs`, one call) as
+    /// [`project_key_name`], or its first free `-2`, `-3` ([`keys::free_name`]) when a key
+    /// pair of another value holds the name (the old `gpuprov-<lineage8>` and a derived
+    /// name of another value are never used).
+    ///
+    /// Errors: a key pair of this value already in `env` → `Exists`
+    /// ([`keys::refuse_registered`]); a `409` (Hyperstack refuses a name already taken; the
+    /// description says only "Conflict") → `Exists` (errors.rs), and the name is
+    /// remembered as taken: the core observes again (a concurrent run may have imported
+    /// the same key) and the next create moves on to the next name.
+    pub(super) async fn import_key(&self, env: &str, public_key: &str) -> Result<Keypair> {
+        let listed = self.keypairs_in(env).await?;
+        keys::refuse_registered(CLOUD, &listed, public_key, |k| &k.public_key)?;
+        let refused = |n: &str| {
+            let r = self.refused_names.lock().unwrap_or_else(|e| e.into_inner());
+            r.iter().any(|(e, name)| e == env && name == n)
         };
-        keys::find_or_register(public_key, list, |k: &Keypair| &k.public_key, register).await
+        let name = keys::free_project_key_name(self.settings.lineage.as_str(), public_key, |n| {
+            listed.iter().any(|k| k.name == n) || refused(n)
+        });
+        let body = json!({
+            "environment_name": env,
+            "name": name,
+            "public_key": public_key.trim(),
+        });
+        let what = format!("import key pair {name} into {env}");
+        match self
+            .api
+            .send(Method::POST, "/core/keypairs", &[], Some(&body))
+            .await
+        {
+            Ok(v) => {
+                let created: KeypairResponse = self.api.parse(v, Call::other(&what))?;
+                Ok(created.keypair)
+            }
+            Err(f) => {
+                if f.http_status() == Some(409) {
+                    let mut r = self.refused_names.lock().unwrap_or_else(|e| e.into_inner());
+                    r.push((env.to_string(), name));
+                }
+                Err(self.api.fail(&f, Call::named(errors::CREATE_SHARED, &what)))
+            }
+        }
     }
 }

@@ -32,8 +32,8 @@
 //!   the next run.
 //! - `prepare`: refuses a flavor whose root disk is smaller than the VM's `disk_gb`
 //!   (`Unavailable`: the next offer may be bigger), re-checks stock, takes the
-//!   environment and key pair the core prepared (called without them, finds or creates
-//!   both as above), and picks the image (the config's, else the newest Ubuntu CUDA image
+//!   environment and key pair the core prepared (without either, `InvalidRequest`), and
+//!   picks the image (the config's, else the newest Ubuntu CUDA image
 //!   of the region).
 //! - `create`: `POST /core/virtual-machines` (count 1) named `gpuprov-<vm>-<lineage8>`,
 //!   labelled `gpuprov-vm-name=<vm>` and `gpuprov-lineage=<lineage>`, with a public IP
@@ -161,6 +161,9 @@ pub struct HyperstackProvider {
     settings: HyperstackSettings,
     api: RestClient,
     adapter: Adapter,
+    /// (environment, key pair name) an import was refused for (`409`) though no listing
+    /// showed the name: the next import moves on to the next free name.
+    refused_names: std::sync::Mutex<Vec<(String, String)>>,
 }
 
 fn invalid(msg: impl Into<String>) -> ProviderError {
@@ -193,6 +196,7 @@ impl HyperstackProvider {
             settings,
             api,
             adapter,
+            refused_names: Default::default(),
         }
     }
 
@@ -378,9 +382,18 @@ impl CloudProvider for HyperstackProvider {
 
     /// Checks the flavor's root disk against `spec.disk_gb` and re-checks stock (either
     /// short → `Unavailable`), takes the environment and the key pair the core prepared
-    /// (`spec.shared`; called without them, finds or creates both itself), and picks the
+    /// (`spec.shared`; either missing → `InvalidRequest`), and picks the
     /// image. Returns `{"environment_name", "key_name", "image_name"}`.
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
+        // The core prepared both (shared objects, in DECLARED order).
+        let key = keys::prepared_key(CLOUD, spec)?.name.clone();
+        let env = match spec.shared.get(ENVIRONMENT) {
+            Some(e) => e.name.clone(),
+            None => return Err(invalid(
+                "hyperstack: prepare needs the project's environment (the core makes it a shared \
+                     object first)",
+            )),
+        };
         let region = offer.location.region.as_str();
         let flavors = self.flavors(&[region.to_string()]).await?;
         let Some((_, flavor)) = flavors.iter().find(|(_, f)| f.name == offer.instance_type) else {
@@ -413,16 +426,6 @@ impl CloudProvider for HyperstackProvider {
                 ),
             ));
         }
-        // The core prepared both (shared objects, in DECLARED order); called alone,
-        // prepare finds or makes them itself.
-        let env = match spec.shared.get(ENVIRONMENT) {
-            Some(e) => e.name.clone(),
-            None => self.ensure_environment(region).await?,
-        };
-        let key = match spec.shared.get(SSH_KEY) {
-            Some(k) => k.name.clone(),
-            None => self.ensure_key(&env, &spec.ssh_public_key).await?.name,
-        };
         let image = self.pick_image(spec.image.as_deref(), region).await?;
         Ok(json!({
             "environment_name": env,
@@ -576,7 +579,7 @@ impl CloudProvider for HyperstackProvider {
     /// Environment: `POST /core/environments` named [`Self::environment_name`] in
     /// `obj.region`. Key pair: imported into that environment as
     /// [`crate::provider::project_key_name`] (the next free `-2`, `-3` when a key pair of another
-    /// value holds the name; see `ensure_key`). A `409` on either is `Exists`: the core
+    /// value holds the name; see `import_key`). A `409` on either is `Exists`: the core
     /// observes again and adopts it.
     async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
         let region = Self::region_of(obj)?;
@@ -590,7 +593,7 @@ impl CloudProvider for HyperstackProvider {
         }
         obj.expect(CLOUD, SSH_KEY)?;
         let env = Self::environment_name(&self.settings.lineage, region);
-        let k = self.ensure_key(&env, public_key).await?;
+        let k = self.import_key(&env, public_key).await?;
         Ok(SharedFound {
             id: k.id.map(|i| i.to_string()).unwrap_or_default(),
             ours: self.is_project_key_name(&k.name, public_key),

@@ -8,12 +8,11 @@
 //!   `price_cents_per_hour / 100` USD. Lambda has no spot market.
 //! - Shared object `ssh_key` (one per account): `observe_shared` / `create_shared` /
 //!   `delete_shared` below; a taken name ("Key name must be unique.") is `Exists`.
-//! - `prepare`: re-checks capacity; takes the core's shared key, or called alone finds
-//!   the project key among `GET /api/v1/ssh-keys` by its public key *value* (type and base64, ignoring the comment), else registers it
-//!   under [`crate::provider::project_key_name`] (`gpuprov-<lineage8>-<fp12>`, the key's fingerprint
-//!   in it; a key merely named like ours is never used; key names are unique, so a name
-//!   held by another value gets the next free `-<n>` suffix, and a registration refused
-//!   with `global/invalid-parameters` lists again); when the VM asks for ports, finds
+//! - `prepare`: takes the project key the core prepared as the shared object (found among
+//!   `GET /api/v1/ssh-keys` by its public key *value*, type and base64 ignoring the
+//!   comment, else registered under [`crate::provider::project_key_name`],
+//!   `gpuprov-<lineage8>-<fp12>`, or the next free `-<n>` of a name held by another
+//!   value; without it, `InvalidRequest`); re-checks capacity; when the VM asks for ports, finds
 //!   or creates the firewall ruleset `gpuprov-<vm>-<lineage8>` in the region (TCP 22 and
 //!   the ports, from anywhere).
 //! - `create`: `POST /api/v1/instance-operations/launch`, named `gpuprov-<vm>-<lineage8>`,
@@ -65,13 +64,12 @@ pub use errors::{classify, ApiError, INSUFFICIENT_CAPACITY};
 pub use offers::gpu_model;
 use offers::{model_of, offers_for, type_matches};
 
-use crate::provider::kit::keys::{self, Registered};
+use crate::provider::kit::keys;
 use crate::provider::kit::{self, gpu, Adapter, Auth, Call, Credential, Lookup, RestClient};
 use crate::provider::{
-    object_name, project_key_name, Capabilities, CloudProvider, EndpointClass, ErrorKind, Feature,
-    Imported, InstanceSpec, InstanceStatus, Lineage, Location, Naming, Offer, ProviderError,
-    RateLimit, ResourceRequest, Result, Seen, SharedFound, SharedObject, Shown, IDENTITY_LABEL,
-    LINEAGE_LABEL,
+    object_name, Capabilities, CloudProvider, EndpointClass, ErrorKind, Feature, Imported,
+    InstanceSpec, InstanceStatus, Lineage, Location, Naming, Offer, ProviderError, RateLimit,
+    ResourceRequest, Result, Seen, SharedFound, SharedObject, Shown, IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 // The kind of the project key, the one shared object this cloud declares
@@ -236,47 +234,8 @@ impl LambdaProvider {
         self.api.get("/api/v1/firewall-rulesets", &[], call).await
     }
 
-    /// The name of the registered key whose value is `public_key` (compared without the
-    /// comment), registering it when there is none under [`project_key_name`]
-    /// (`gpuprov-<lineage8>-<fp12>`). A key is never taken for its name: one registered
-    /// under the old `gpuprov-<lineage8>` or the derived name with another value is left
-    /// alone. Lambda refuses a second key of the same name (HTTP 400
-    /// `global/invalid-parameters`, "Key name must be unique"), so when the derived name is
-    /// taken by another value the next free `<name>-<n>` is used; a refusal on registration
-    /// (a key registered meanwhile) lists again and retries.
-    async fn ensure_key(&self, public_key: &str) -> Result<String> {
-        let base = project_key_name(self.settings.lineage.as_str(), public_key);
-        let list = || {
-            self.api
-                .get("/api/v1/ssh-keys", &[], Call::other("list SSH keys"))
-        };
-        let register = |listed: Vec<SshKey>| {
-            let name = keys::free_name(&base, |n| listed.iter().any(|k| k.name == n));
-            async move {
-                let body = json!({ "name": name, "public_key": public_key.trim() });
-                let what = format!("register SSH key {name}");
-                let call = Call::other(&what);
-                match self
-                    .api
-                    .send(Method::POST, "/api/v1/ssh-keys", &[], Some(&body))
-                    .await
-                {
-                    Ok(v) => self.api.parse(v, call).map(Registered::Key),
-                    // The name was taken between the listing and the registration.
-                    Err(f) if f.has_code(errors::INVALID_PARAMETERS) => {
-                        Ok(Registered::Conflict(self.api.fail(&f, call)))
-                    }
-                    Err(f) => Err(self.api.fail(&f, call)),
-                }
-            }
-        };
-        let key =
-            keys::find_or_register(public_key, list, |k: &SshKey| &k.public_key, register).await?;
-        Ok(key.name)
-    }
-
     /// A listed key as a shared object: ours when it carries the name gpuprov derives
-    /// ([`project_key_name`], or that name with the `-<n>` suffix of a taken name).
+    /// ([`project_key_name`](crate::provider::project_key_name), or that name with the `-<n>` suffix of a taken name).
     fn shared_key(&self, k: &SshKey, public_key: &str) -> SharedFound {
         keys::shared_found(
             k.id.clone(),
@@ -397,10 +356,11 @@ impl CloudProvider for LambdaProvider {
         Ok(offers_for(&types, req))
     }
 
-    /// Re-checks capacity for the offer (gone → `Unavailable`), finds or registers the
-    /// project key by value, and when `spec.ports` is non-empty finds or creates the VM's
+    /// Takes the project key the core prepared ([`keys::prepared_key`]; missing →
+    /// `InvalidRequest`), re-checks capacity for the offer (gone → `Unavailable`), and when `spec.ports` is non-empty finds or creates the VM's
     /// firewall ruleset in the region. Returns `{"ssh_key_name", "firewall_ruleset_id"?}`.
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
+        let key_name = keys::prepared_key(CLOUD, spec)?.name.clone();
         let region = &offer.location.region;
         let types = self.instance_types().await?;
         let available = types.iter().any(|t| {
@@ -418,11 +378,6 @@ impl CloudProvider for LambdaProvider {
                 ),
             ));
         }
-        let key_name = match spec.shared.get(SSH_KEY_KIND) {
-            Some(k) => k.name.clone(),
-            // Called outside the core (no shared objects prepared): find or register.
-            None => self.ensure_key(&spec.ssh_public_key).await?,
-        };
         let mut out = json!({ "ssh_key_name": key_name });
         if !spec.ports.is_empty() {
             let name = self.object_name(&spec.vm_name);
@@ -581,7 +536,7 @@ impl CloudProvider for LambdaProvider {
             .map(|k| self.shared_key(k, public_key)))
     }
 
-    /// `POST /api/v1/ssh-keys` under [`project_key_name`], or the first free `-<n>`
+    /// `POST /api/v1/ssh-keys` under [`project_key_name`](crate::provider::project_key_name), or the first free `-<n>`
     /// suffix when a key of another value holds it (Lambda's names are unique). A name
     /// taken meanwhile ("Key name must be unique.") is `Exists`: observed again.
     async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {

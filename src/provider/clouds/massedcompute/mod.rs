@@ -26,10 +26,8 @@
 //!   key of the derived name.
 //! - `prepare`: re-checks capacity (gone → `Unavailable`); resolves the image (`GET
 //!   /images`: the VM's `image` as an id or a name, else "Ubuntu Server 22.04 w/ drivers",
-//!   brevdev's default); takes the shared key the core prepared (called alone, it finds
-//!   the key by name *and* value or registers it itself,
-//!   [`ensure_key`](MassedComputeProvider::ensure_key)). Returns `{"image_id",
-//!   "ssh_key_name"}`.
+//!   brevdev's default); takes the shared key the core prepared (without it,
+//!   `InvalidRequest`). Returns `{"image_id", "ssh_key_name"}`.
 //! - `create`: `POST /instance/launch` with `imageId`, `productName`, `regionName` (the
 //!   offer's region, `any` unless pinned), `instanceName` and `sshKeys` (key *names*, as
 //!   the API takes them). Massed Compute has no tags or labels and its listing does not say
@@ -80,7 +78,7 @@ pub use errors::CLASSIFIER;
 use instances::{seen_at, status_of};
 
 use crate::provider::identity::located_name;
-use crate::provider::kit::keys::{self, Registered};
+use crate::provider::kit::keys;
 use crate::provider::kit::{self, gpu, Adapter, Auth, Call, Credential, Lookup, RestClient};
 use crate::provider::{
     object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
@@ -386,43 +384,6 @@ impl MassedComputeProvider {
             })
     }
 
-    /// The name of the account's key whose value is `public_key` (compared without the
-    /// comment) and whose name no key of another value shares, else registered.
-    ///
-    /// The launch takes key *names*, so a key is trusted only by name and value together:
-    /// a key merely named like ours (another value) is never used, and a key of our value
-    /// whose name is shared with another value is not either, since that name could hand
-    /// the machine the other key. The registered name is [`project_key_name`] with spaces
-    /// for dashes (brevdev/cloud `instance.go`: "SSH keys cannot contain punctuation other
-    /// than spaces"), and the next free `<name> <n>` when another value holds it.
-    async fn ensure_key(&self, public_key: &str) -> Result<String> {
-        let base = project_key_name(self.settings.lineage.as_str(), public_key);
-        let list = || self.listed_keys();
-        let register = |listed: Vec<Listed>| {
-            let taken = |n: &str| listed.iter().any(|l| l.key.name == n.replace('-', " "));
-            let name = keys::free_name(&base, taken).replace('-', " ");
-            async move {
-                let body = json!({ "name": name, "publicKey": public_key.trim() });
-                let what = format!("register SSH key {name:?}");
-                let posted: PostedKey = self
-                    .api
-                    .post("/ssh-keys", &body, Call::other(&what))
-                    .await?;
-                let name = posted.ssh_key.and_then(|k| k.name).unwrap_or(name);
-                Ok(Registered::Key(Listed {
-                    key: SshKey {
-                        id: String::new(),
-                        name,
-                        public_key: public_key.trim().to_string(),
-                    },
-                    ambiguous: false,
-                }))
-            }
-        };
-        let key = keys::find_or_register(public_key, list, Listed::value, register).await?;
-        Ok(key.key.name)
-    }
-
     /// `GET /ssh-keys`: every key of the account, each marked ambiguous when a key of
     /// another value has the same name.
     async fn listed_keys(&self) -> Result<Vec<Listed>> {
@@ -478,9 +439,11 @@ impl CloudProvider for MassedComputeProvider {
     }
 
     /// Re-checks capacity for the offer (gone → `Unavailable`), resolves the image and
-    /// takes the shared key the core prepared (called alone: finds or registers it).
+    /// takes the shared key the core prepared ([`keys::prepared_key`]; missing →
+    /// `InvalidRequest`).
     /// Returns `{"image_id", "ssh_key_name"}`.
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
+        let key = keys::prepared_key(CLOUD, spec)?.name.clone();
         let region = &offer.location.region;
         let inventory = self.inventory().await?;
         let available = inventory
@@ -497,11 +460,6 @@ impl CloudProvider for MassedComputeProvider {
             ));
         }
         let image_id = self.image_id(spec.image.as_deref()).await?;
-        let key = match spec.shared.get(SSH_KEY_KIND) {
-            Some(k) => k.name.clone(),
-            // Called outside the core (no shared objects prepared): find or register.
-            None => self.ensure_key(&spec.ssh_public_key).await?,
-        };
         Ok(json!({ "image_id": image_id, "ssh_key_name": key }))
     }
 

@@ -26,7 +26,7 @@
 //!   `DELETE /api/v1/ssh_keys/{id}`, only for a key of the derived name.
 //! - `prepare`: re-validates the offer (the same query narrowed to its `cloud_id` and
 //!   `data_center_id`; gone or `Unavailable` → `Unavailable`), then takes the shared key
-//!   the core prepared (called alone, it finds the key by value or uploads it itself).
+//!   the core prepared (without it, `InvalidRequest`).
 //!   Returns `{"ssh_key_id"}`.
 //! - `create`: `POST /api/v1/pods/` with the offer's `cloudId`, `gpuType`, `socket`,
 //!   `gpuCount`, `dataCenterId`, `security`, the provider type and `sshKeyId`. Pods have
@@ -81,13 +81,12 @@ pub use pods::ssh_endpoint;
 use pods::{seen_at, status_of};
 
 use crate::provider::identity::located_name;
-use crate::provider::kit::keys::{self, Registered};
+use crate::provider::kit::keys;
 use crate::provider::kit::paginate::{self, Cursor, Next};
 use crate::provider::kit::{self, Adapter, Auth, Call, Credential, Lookup, RestClient, Source};
 use crate::provider::{
-    project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage,
-    Location, Offer, ProviderError, ResourceRequest, Result, Secret, Seen, SharedFound,
-    SharedObject,
+    Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage, Location, Offer,
+    ProviderError, ResourceRequest, Result, Secret, Seen, SharedFound, SharedObject,
 };
 
 // The kind of the project key, the one shared object this cloud declares
@@ -340,29 +339,6 @@ impl PrimeIntellectProvider {
         }
     }
 
-    /// The id of the account's key whose value is `public_key` (compared without the
-    /// comment), uploading it under [`project_key_name`] (the next free `-<n>` when a key
-    /// of another value holds it) when there is none.
-    async fn ensure_key(&self, public_key: &str) -> Result<String> {
-        let base = project_key_name(self.settings.lineage.as_str(), public_key);
-        let list = || self.ssh_keys();
-        let register = |listed: Vec<SshKey>| {
-            let name = keys::free_name(&base, |n| listed.iter().any(|k| k.name == n));
-            async move {
-                let body = json!({ "name": name, "publicKey": public_key.trim() });
-                let what = format!("upload SSH key {name}");
-                let k: SshKey = self
-                    .api
-                    .post("/api/v1/ssh_keys/", &body, Call::other(&what))
-                    .await?;
-                Ok(Registered::Key(k))
-            }
-        };
-        let key =
-            keys::find_or_register(public_key, list, |k: &SshKey| &k.public_key, register).await?;
-        Ok(key.id)
-    }
-
     /// Every SSH key of the account (offset pages of [`PAGE_SIZE`]).
     async fn ssh_keys(&self) -> Result<Vec<SshKey>> {
         paginate::all_pages("primeintellect: list SSH keys", |c| {
@@ -384,7 +360,7 @@ impl PrimeIntellectProvider {
     }
 
     /// A listed key as a shared object: ours when it carries the name gpuprov derives
-    /// ([`project_key_name`], or that name with the `-<n>` of a taken name), else the
+    /// ([`project_key_name`](crate::provider::project_key_name), or that name with the `-<n>` of a taken name), else the
     /// user's own (used, never deleted).
     fn shared_key(&self, k: &SshKey, public_key: &str) -> SharedFound {
         keys::shared_found(
@@ -449,9 +425,10 @@ impl CloudProvider for PrimeIntellectProvider {
     }
 
     /// Re-validates the offer (gone or out of stock → `Unavailable`), then takes the shared
-    /// key the core prepared (called alone: finds or uploads it). Returns
+    /// key the core prepared ([`keys::prepared_key`]; missing → `InvalidRequest`). Returns
     /// `{"ssh_key_id"}`.
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
+        let key = keys::prepared_key(CLOUD, spec)?.id.clone();
         let cloud_id = detail(offer, "cloud_id")?;
         let mut filters = Self::filters(offer.gpu_count);
         filters.push(("cloud_id", cloud_id.to_string()));
@@ -472,11 +449,6 @@ impl CloudProvider for PrimeIntellectProvider {
                 ),
             ));
         }
-        let key = match spec.shared.get(SSH_KEY_KIND) {
-            Some(k) => k.id.clone(),
-            // Called outside the core (no shared objects prepared): find or upload.
-            None => self.ensure_key(&spec.ssh_public_key).await?,
-        };
         Ok(json!({ "ssh_key_id": key }))
     }
 
@@ -559,7 +531,7 @@ impl CloudProvider for PrimeIntellectProvider {
             .map(|k| self.shared_key(k, public_key)))
     }
 
-    /// `POST /api/v1/ssh_keys/` `{name, publicKey}` under [`project_key_name`], or the
+    /// `POST /api/v1/ssh_keys/` `{name, publicKey}` under [`project_key_name`](crate::provider::project_key_name), or the
     /// first free `-<n>` when a key of another value holds it. A 422 (the description's
     /// only refusal) is `Exists`: observed again.
     async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {

@@ -31,8 +31,7 @@
 //! - `prepare`: re-checks stock (`GET /v2/catalog/gpus/{id}` with the same filters) and
 //!   reads the account's key set (`GET /v2/account/ssh-keys`, read only: the core
 //!   prepared the shared key). Returns that set, with the project key added when the
-//!   listing does not show it yet. Called outside the core (no shared objects prepared),
-//!   it registers the project key itself as above.
+//!   listing does not show it yet. Without the shared key, `InvalidRequest`.
 //! - `create`: `POST /v2/pods` with the GPU type id and count, the tier, the data centre
 //!   (`dataCenterIds`), `ports` `22/tcp` (plus the VM's ports as `<p>/tcp`), `startSsh`,
 //!   and `env` `PUBLIC_KEY` = the merged key set (one key per line; RunPod images install
@@ -300,22 +299,6 @@ impl RunpodProvider {
         Ok(want)
     }
 
-    /// The account's SSH keys, with the project key added (by value) through a `PUT` of
-    /// the whole set when it is missing. Returns the account's set as it now stands.
-    /// Only for `prepare` called outside the core (the core prepares the shared key).
-    async fn ensure_key(&self, public_key: &str) -> Result<Vec<String>> {
-        let want = Self::wanted_key(public_key)?;
-        let keys = self.account_keys().await?;
-        if keys.iter().any(|k| key_value(k) == want) {
-            return Ok(keys);
-        }
-        // The PUT replaces the whole set: send every existing key plus ours.
-        let mut merged = keys;
-        merged.push(public_key.trim().to_string());
-        self.put_keys(&merged, "register the project's SSH key")
-            .await
-    }
-
     /// The name gpuprov gives the project key: the comment of the entry it adds.
     fn key_name(&self, public_key: &str) -> String {
         project_key_name(self.settings.lineage.as_str(), public_key)
@@ -420,11 +403,12 @@ impl CloudProvider for RunpodProvider {
     }
 
     /// Re-checks the offer's stock (`GET /v2/catalog/gpus/{id}` with the offer's tier and
-    /// count; gone → `Unavailable`), then reads the account's key set: read only when the
-    /// core prepared the shared `ssh_key` (`spec.shared`), else registering the project key
-    /// itself without dropping the user's keys. Returns `{"public_keys": [..]}`, the
+    /// count; gone → `Unavailable`), then reads the account's key set, read only: the core
+    /// prepared the shared `ssh_key` (`spec.shared`; missing → `InvalidRequest`, before any
+    /// call). Returns `{"public_keys": [..]}`, the
     /// account's key set including the project key (public keys only).
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
+        kit::keys::prepared_key(CLOUD, spec)?;
         let (tier, gpu_id) = offer_tier(offer)?;
         let path = format!("/v2/catalog/gpus/{}", encode_segment(&gpu_id));
         let what = format!("re-check stock of {gpu_id} ({} cloud)", tier.as_api());
@@ -451,17 +435,12 @@ impl CloudProvider for RunpodProvider {
         {
             return Err(gone());
         }
-        let keys = if spec.shared.contains_key(SSH_KEY_KIND) {
-            // The core registered it once for the run: read only, never write the set here.
-            let mut keys = self.account_keys().await?;
-            let want = Self::wanted_key(&spec.ssh_public_key)?;
-            if !keys.iter().any(|k| key_value(k) == want) {
-                keys.push(spec.ssh_public_key.trim().to_string());
-            }
-            keys
-        } else {
-            self.ensure_key(&spec.ssh_public_key).await?
-        };
+        // The core registered it once for the run: read only, never write the set here.
+        let mut keys = self.account_keys().await?;
+        let want = Self::wanted_key(&spec.ssh_public_key)?;
+        if !keys.iter().any(|k| key_value(k) == want) {
+            keys.push(spec.ssh_public_key.trim().to_string());
+        }
         Ok(json!({ "public_keys": keys }))
     }
 

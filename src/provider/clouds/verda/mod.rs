@@ -22,8 +22,7 @@
 //! - `prepare`: re-checks the type in the location (`GET /instance-availability/{type}`;
 //!   `false` → `Unavailable`); picks the image (`GET /images?instance_type=`: the VM's
 //!   `image` by image type or id, else the newest Ubuntu + CUDA + Docker one); takes the
-//!   shared key the core prepared (called alone, it finds the key by value or registers
-//!   it itself, as above); and, when the spec has a boot script, finds or creates the
+//!   shared key the core prepared (without it, `InvalidRequest`); and, when the spec has a boot script, finds or creates the
 //!   startup script holding its shell form
 //!   ([`BootScript::to_shell`](crate::provider::BootScript::to_shell)), named
 //!   `gpuprov-<vm>-<lineage8>-<location>-<sha8 of the text>`. Returns `{"image",
@@ -93,15 +92,15 @@ use instances::{seen_at, status_of};
 use offers::{model_of, offers_for, type_matches};
 
 use crate::provider::identity::located_name;
-use crate::provider::kit::keys::{self, Registered};
+use crate::provider::kit::keys;
 use crate::provider::kit::oauth::ClientCredentials;
 use crate::provider::kit::{
     self, gpu, Adapter, Auth, Call, Credential, Failure, RestClient, Source,
 };
 use crate::provider::{
-    object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
-    Lineage, Location, Offer, ProviderError, ResourceRequest, Result, Secret, Seen, SharedFound,
-    SharedObject, IDENTITY_LABEL, LINEAGE_LABEL,
+    object_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage, Location,
+    Offer, ProviderError, ResourceRequest, Result, Secret, Seen, SharedFound, SharedObject,
+    IDENTITY_LABEL, LINEAGE_LABEL,
 };
 
 // The kind of the project key, the one shared object this cloud declares
@@ -299,35 +298,6 @@ impl VerdaProvider {
         })
     }
 
-    /// The id of the account's key whose value is `public_key` (compared without the
-    /// comment), registering it under [`project_key_name`] (the next free `-<n>` when a
-    /// key of another value holds it) when there is none.
-    async fn ensure_key(&self, public_key: &str) -> Result<String> {
-        let base = project_key_name(self.settings.lineage.as_str(), public_key);
-        let list = || self.ssh_keys();
-        let register = |listed: Vec<SshKey>| {
-            let name = keys::free_name(&base, |n| listed.iter().any(|k| k.name == n));
-            async move {
-                let body = json!({ "name": name, "key": public_key.trim() });
-                let what = format!("register SSH key {name}");
-                let v: Value = self.api.post("/sshkeys", &body, Call::other(&what)).await?;
-                let id = id_of(&v).ok_or_else(|| {
-                    ProviderError::new(
-                        ErrorKind::Failed,
-                        format!("verda {what}: no key id in the answer"),
-                    )
-                })?;
-                Ok(Registered::Key(SshKey {
-                    id,
-                    name,
-                    key: public_key.trim().to_string(),
-                }))
-            }
-        };
-        let key = keys::find_or_register(public_key, list, |k: &SshKey| &k.key, register).await?;
-        Ok(key.id)
-    }
-
     /// `GET /sshkeys`: every key of the account (the API does not page it).
     async fn ssh_keys(&self) -> Result<Vec<SshKey>> {
         self.api
@@ -336,7 +306,7 @@ impl VerdaProvider {
     }
 
     /// A listed key as a shared object: ours when it carries the name gpuprov derives
-    /// ([`project_key_name`], or that name with the `-<n>` of a taken name), else the
+    /// ([`project_key_name`](crate::provider::project_key_name), or that name with the `-<n>` of a taken name), else the
     /// user's own (used, never deleted).
     fn shared_key(&self, k: &SshKey, public_key: &str) -> SharedFound {
         keys::shared_found(
@@ -427,10 +397,11 @@ impl CloudProvider for VerdaProvider {
     }
 
     /// Re-checks availability (gone → `Unavailable`), picks the image, takes the shared
-    /// key the core prepared (called alone: finds or registers it) and, with a boot
+    /// key the core prepared ([`keys::prepared_key`]; missing → `InvalidRequest`) and, with a boot
     /// script, finds or creates its startup script. Returns `{"image", "ssh_key_id",
     /// "startup_script_id"?}`.
     async fn prepare(&self, offer: &Offer, spec: &InstanceSpec) -> Result<Value> {
+        let key = keys::prepared_key(CLOUD, spec)?.id.clone();
         let location = &offer.location.region;
         let ty = &offer.instance_type;
         let path = format!("/instance-availability/{ty}");
@@ -448,11 +419,6 @@ impl CloudProvider for VerdaProvider {
             ));
         }
         let image = self.pick_image(ty, spec.image.as_deref()).await?;
-        let key = match spec.shared.get(SSH_KEY_KIND) {
-            Some(k) => k.id.clone(),
-            // Called outside the core (no shared objects prepared): find or register.
-            None => self.ensure_key(&spec.ssh_public_key).await?,
-        };
         let mut out = json!({ "image": image, "ssh_key_id": key });
         if let Some(boot) = &spec.boot_script {
             out["startup_script_id"] =
@@ -558,7 +524,7 @@ impl CloudProvider for VerdaProvider {
             .map(|k| self.shared_key(k, public_key)))
     }
 
-    /// `POST /sshkeys` `{name, key}` under [`project_key_name`], or the first free `-<n>`
+    /// `POST /sshkeys` `{name, key}` under [`project_key_name`](crate::provider::project_key_name), or the first free `-<n>`
     /// when a key of another value holds it; the answer is the new id as plain text. A
     /// refusal (`invalid_request`: the description has no conflict answer) is `Exists`:
     /// observed again. A key of this value already listed is `Exists` too: Verda would
