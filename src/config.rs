@@ -17,7 +17,7 @@ use serde_spanned::Spanned;
 
 use crate::provider::ResourceRequest;
 
-pub use crate::provider::clouds::registry::{Cloud, CloudSettings};
+pub use crate::provider::clouds::registry::{Cloud, CloudTables, CommonSettings};
 
 /// The whole `gpuprov.toml`.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
@@ -30,9 +30,10 @@ pub struct ConfigFile {
     /// Settings every `[vm.NAME]` inherits unless it sets its own (`depends_on` excepted).
     #[serde(default)]
     pub defaults: VmSettings,
-    /// Per-cloud settings (endpoint override and cloud-specific options).
+    /// Per-cloud settings: `[cloud.NAME]`, each cloud's own table (endpoint override,
+    /// `keep_shared`, and the keys only that cloud takes).
     #[serde(default)]
-    pub cloud: BTreeMap<Cloud, CloudSettings>,
+    pub cloud: CloudTables,
     /// The machines, by name (lowercase letters, digits and `-`, at most 40 characters).
     #[serde(default)]
     pub vm: BTreeMap<String, VmTable>,
@@ -383,7 +384,8 @@ pub struct Config {
     pub path: PathBuf,
     /// Machines in name order.
     pub vms: BTreeMap<String, VmSpec>,
-    pub clouds: BTreeMap<Cloud, CloudSettings>,
+    /// The `[cloud.NAME]` tables (the core reads them through [`CloudTables::common`]).
+    pub clouds: CloudTables,
     /// The `[backend]` table, if any.
     pub backend: Option<BackendSettings>,
     /// The `[[moved]]` blocks, in file order.
@@ -450,6 +452,9 @@ impl Config {
             Ok(f) => f,
             Err(e) => {
                 let msg = e.message().to_string();
+                if let Some(cloud_err) = cloud_key_error(&text, &msg, e.span(), &reporter) {
+                    return Err(cloud_err);
+                }
                 let help = if msg.contains("unknown field") {
                     Some(
                         "see schemas/gpuprov.schema.json for every key; keys are snake_case"
@@ -566,11 +571,6 @@ impl Config {
             moved,
             source: text,
         })
-    }
-
-    /// The settings of `cloud`, empty when the config has no `[cloud.NAME]` table.
-    pub fn cloud_settings(&self, cloud: Cloud) -> CloudSettings {
-        self.clouds.get(&cloud).cloned().unwrap_or_default()
     }
 
     /// Every cloud some machine may use, in first-use order.
@@ -958,6 +958,84 @@ fn interpolation_span(text: &str) -> Option<std::ops::Range<usize>> {
     }
     let table = DeTable::parse(text).ok()?;
     in_table(table.get_ref())
+}
+
+/// The diagnostic of an unknown key under `[cloud]` (serde's "unknown field" at `span`):
+/// an unknown cloud (`[cloud.nimbus]`), with the known clouds, or a key the cloud does not
+/// take (`[cloud.lambda] project`), naming the cloud, its keys and the clouds that take
+/// the key. `None` for any other error.
+fn cloud_key_error(
+    text: &str,
+    msg: &str,
+    span: Option<std::ops::Range<usize>>,
+    r: &Reporter<'_>,
+) -> Option<Box<ConfigError>> {
+    if !msg.contains("unknown field") {
+        return None;
+    }
+    let path = key_path_at(text, span.clone()?)?;
+    match path.as_slice() {
+        [top, name] if top == "cloud" => Some(r.err(
+            format!("invalid config: unknown cloud `{name}` in [cloud.{name}]"),
+            span,
+            "unknown cloud",
+            Some(format!("known clouds: {}", Cloud::known_names())),
+        )),
+        [top, name, key] if top == "cloud" => {
+            let cloud = Cloud::from_name(name)?;
+            let takers: Vec<String> = Cloud::ALL
+                .iter()
+                .filter(|c| c.settings_keys().contains(&key.as_str()))
+                .map(|c| format!("[cloud.{c}]"))
+                .collect();
+            let own = format!(
+                "[cloud.{cloud}] takes {}",
+                cloud
+                    .settings_keys()
+                    .iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            let help = if takers.is_empty() {
+                format!("{own}; see schemas/gpuprov.schema.json for every key")
+            } else {
+                format!("{own}; `{key}` is a key of {} only", takers.join(", "))
+            };
+            Some(r.err(
+                format!("invalid config: [cloud.{cloud}] has no key `{key}`"),
+                span,
+                &format!("not a key of {cloud}"),
+                Some(help),
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// The dotted path of the key written at `span` (`["cloud", "lambda", "project"]`),
+/// however the tables are written (headers, dotted keys, inline tables). Read through
+/// toml's own spanned parser; `None` when the text does not parse or no key is there.
+fn key_path_at(text: &str, span: std::ops::Range<usize>) -> Option<Vec<String>> {
+    use toml::de::{DeTable, DeValue};
+    fn in_table(t: &DeTable<'_>, span: &std::ops::Range<usize>, path: &mut Vec<String>) -> bool {
+        for (k, v) in t.iter() {
+            path.push(k.get_ref().to_string());
+            if k.span() == *span {
+                return true;
+            }
+            if let DeValue::Table(inner) = v.get_ref() {
+                if in_table(inner, span, path) {
+                    return true;
+                }
+            }
+            path.pop();
+        }
+        false
+    }
+    let table = DeTable::parse(text).ok()?;
+    let mut path = Vec::new();
+    in_table(table.get_ref(), &span, &mut path).then_some(path)
 }
 
 /// Finds the `[vm.NAME]` header (or a dotted `vm.NAME` key) in the text, for spans that

@@ -848,15 +848,18 @@ pub fn compute_with(
     let (total, incomplete) = cost_of(&changes);
     let kept_shared: std::collections::BTreeSet<String> = config
         .clouds
-        .iter()
-        .filter(|(_, s)| s.keep_shared == Some(true))
-        .map(|(c, _)| c.to_string())
+        .present()
+        .filter(|c| config.clouds.common(*c).keep_shared)
+        .map(|c| c.to_string())
         .collect();
     let shared = shared_changes(&changes, &[], state, &kept_shared);
     let endpoints = config
         .clouds
-        .iter()
-        .filter_map(|(c, s)| s.endpoint.as_ref().map(|e| (c.to_string(), redact_url(e))))
+        .present()
+        .filter_map(|c| {
+            let endpoint = config.clouds.common(c).endpoint?;
+            Some((c.to_string(), redact_url(endpoint)))
+        })
         .collect();
     Ok(Plan {
         format_version: PLAN_FORMAT_VERSION,

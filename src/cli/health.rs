@@ -181,8 +181,9 @@ fn providers_for(
         .collect();
     let mut p = Providers::new();
     for cloud in clouds.iter().filter_map(|c| Cloud::from_name(c)) {
-        let settings = config.map(|c| c.cloud_settings(cloud)).unwrap_or_default();
-        if let Some(adapter) = cloud.build(&settings, lineage.clone()) {
+        let none = crate::config::CloudTables::default();
+        let tables = config.map_or(&none, |c| &c.clouds);
+        if let Some(adapter) = cloud.build(tables, lineage.clone()) {
             p.insert(adapter);
         }
     }

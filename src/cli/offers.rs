@@ -29,7 +29,7 @@ fn parse_cloud(name: &str) -> Result<Cloud, Report> {
                 "--cloud {name}: unknown cloud"
             )
         })?;
-    if cloud.factory().is_none() {
+    if !cloud.has_adapter() {
         return Err(miette!(
             help = format!("available clouds in this build: {}", clouds_in_this_build()),
             "--cloud {name}: no adapter for {cloud} in this build of gpuprov"
@@ -113,12 +113,10 @@ pub(super) async fn cmd_offers(project: &Project, a: &OffersArgs) -> CmdResult {
     };
     let q = query(a, config.as_ref(), project)?;
     let lookups = q.clouds.iter().filter_map(|&cloud| {
-        let settings = config
-            .as_ref()
-            .map(|c| c.cloud_settings(cloud))
-            .unwrap_or_default();
+        let none = crate::config::CloudTables::default();
+        let tables = config.as_ref().map_or(&none, |c| &c.clouds);
         // Catalog lookups create nothing and there may be no state: a throwaway lineage.
-        let provider = cloud.build(&settings, Lineage::random())?;
+        let provider = cloud.build(tables, Lineage::random())?;
         let req = q.request.clone();
         Some(async move {
             let mut answer = provider.plan(&req).await;

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::config::{Cloud, Config};
+use crate::config::{Cloud, CloudTables, Config};
 use crate::machine::Providers;
 use crate::plan;
 use crate::provider::clouds::docker::{DockerProvider, DockerSettings};
@@ -17,7 +17,7 @@ use super::fake_cloud;
 /// The Docker adapter itself (not behind the registry's limits), for `validate`'s ping.
 pub(super) fn docker_provider(config: Option<&Config>, lineage: &Lineage) -> DockerProvider {
     let s = config
-        .map(|c| c.cloud_settings(Cloud::Docker))
+        .and_then(|c| c.clouds.docker.clone())
         .unwrap_or_default();
     DockerProvider::new(DockerSettings::from_env_and_config(
         s.endpoint,
@@ -38,7 +38,7 @@ pub(super) fn build_providers(config: &Config, lineage: &Lineage) -> Providers {
     }
     let mut p = Providers::new();
     for cloud in config.clouds_in_use() {
-        if let Some(adapter) = cloud.build(&config.cloud_settings(cloud), lineage.clone()) {
+        if let Some(adapter) = cloud.build(&config.clouds, lineage.clone()) {
             p.insert(adapter);
         }
     }
@@ -71,8 +71,9 @@ pub(super) fn add_recorded_clouds(
             p.insert(fake_cloud::provider(cloud));
             continue;
         }
-        let settings = config.map(|c| c.cloud_settings(cloud)).unwrap_or_default();
-        if let Some(adapter) = cloud.build(&settings, lineage.clone()) {
+        let none = CloudTables::default();
+        let tables = config.map_or(&none, |c| &c.clouds);
+        if let Some(adapter) = cloud.build(tables, lineage.clone()) {
             p.insert(adapter);
         }
     }
@@ -102,8 +103,8 @@ pub(super) fn shared_clouds(state: &StateFile) -> impl Iterator<Item = String> +
 /// machine uses any more (its objects are then exactly what destroy would release), as
 /// the plan reads it.
 pub(super) fn keep_shared_of(config: &Config, p: &mut Providers) {
-    for (cloud, settings) in &config.clouds {
-        if settings.keep_shared == Some(true) {
+    for cloud in config.clouds.present() {
+        if config.clouds.common(cloud).keep_shared {
             p.keep_shared(cloud.as_str());
         }
     }

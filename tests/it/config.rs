@@ -209,3 +209,145 @@ fn interpolation_in_a_comment_is_fine() {
         .expect("comments may hold ${");
     assert_eq!(cfg.vms["a"].image, None);
 }
+
+/// Issue 34 item 7: each cloud has its own `[cloud.NAME]` type, so a key only another
+/// cloud takes (or no cloud) is refused with a diagnostic naming the key and the cloud,
+/// at the key, however the table is written; an unknown cloud names the known ones.
+#[test]
+fn a_key_another_cloud_takes_is_refused_naming_key_and_cloud() {
+    let vm = "[vm.a]\nclouds = [\"docker\"]\n";
+    let cases: &[(&str, &str, &str, &str)] = &[
+        (
+            "[cloud.lambda]\nproject = \"x\"\n",
+            "[cloud.lambda] has no key `project`",
+            "project",
+            "`project` is a key of [cloud.gcp] only",
+        ),
+        (
+            "[cloud.gcp]\nprojects = { eu-north1 = \"p\" }\n",
+            "[cloud.gcp] has no key `projects`",
+            "projects",
+            "`projects` is a key of [cloud.nebius] only",
+        ),
+        (
+            "[cloud.aws]\nbase_image = \"debian\"\n",
+            "[cloud.aws] has no key `base_image`",
+            "base_image",
+            "`base_image` is a key of [cloud.docker] only",
+        ),
+        (
+            "[cloud.docker]\nendpoint = \"unix:///x.sock\"\nregion = \"local\"\n",
+            "[cloud.docker] has no key `region`",
+            "region",
+            "[cloud.docker] takes `endpoint`, `keep_shared`, `base_image`",
+        ),
+        (
+            "[cloud]\nlambda.project = \"x\"\n",
+            "[cloud.lambda] has no key `project`",
+            "project",
+            "[cloud.lambda] takes `endpoint`, `keep_shared`;",
+        ),
+        (
+            "cloud.runpod = { keep_shared = true, project = \"x\" }\n",
+            "[cloud.runpod] has no key `project`",
+            "project",
+            "[cloud.gcp]",
+        ),
+        (
+            "[cloud.nimbus]\nendpoint = \"http://127.0.0.1:1\"\n",
+            "unknown cloud `nimbus` in [cloud.nimbus]",
+            "nimbus",
+            "known clouds: aws, gcp,",
+        ),
+    ];
+    for (table, want_msg, want_span, want_help) in cases {
+        let text = format!("{vm}{table}");
+        let e = Config::parse(Path::new("gpuprov.toml"), text.clone())
+            .expect_err(&format!("must reject:\n{text}"));
+        assert!(
+            e.message.contains(want_msg),
+            "for\n{text}\nexpected {want_msg:?} in {:?}",
+            e.message
+        );
+        let span = e.span.expect("the diagnostic points at the key");
+        assert_eq!(
+            &text[span.offset()..span.offset() + span.len()],
+            *want_span,
+            "for\n{text}"
+        );
+        let help = e.help.unwrap_or_default();
+        assert!(
+            help.contains(want_help),
+            "for\n{text}\nexpected {want_help:?} in help {help:?}"
+        );
+    }
+}
+
+/// Issue 34 item 7: every cloud takes `endpoint` and `keep_shared`, and gcp, nebius and
+/// docker their own keys; the core reads the common ones through one accessor.
+#[test]
+fn each_cloud_takes_the_common_keys_and_its_own() {
+    let mut text = String::from("[vm.a]\nclouds = [\"docker\"]\n");
+    for (i, c) in Cloud::ALL.iter().enumerate() {
+        text.push_str(&format!(
+            "\n[cloud.{c}]\nendpoint = \"http://127.0.0.1:{}\"\nkeep_shared = {}\n",
+            9000 + i,
+            i % 2 == 0
+        ));
+        match c {
+            Cloud::Gcp => text.push_str("project = \"gpuprov-test\"\n"),
+            Cloud::Nebius => text.push_str("projects = { eu-north1 = \"project-e00a\" }\n"),
+            Cloud::Docker => text.push_str("base_image = \"debian:bookworm\"\n"),
+            _ => {}
+        }
+    }
+    let cfg = Config::parse(Path::new("gpuprov.toml"), text.clone())
+        .unwrap_or_else(|e| panic!("{text}\n{e:?}"));
+    assert_eq!(cfg.clouds.present().collect::<Vec<_>>(), Cloud::ALL);
+    for (i, c) in Cloud::ALL.iter().enumerate() {
+        let common = cfg.clouds.common(*c);
+        let want = format!("http://127.0.0.1:{}", 9000 + i);
+        assert_eq!(common.endpoint, Some(want.as_str()), "{c}");
+        assert_eq!(common.keep_shared, i % 2 == 0, "{c}");
+    }
+    let gcp = cfg.clouds.gcp.as_ref().unwrap();
+    assert_eq!(gcp.project.as_deref(), Some("gpuprov-test"));
+    let nebius = cfg.clouds.nebius.as_ref().unwrap();
+    assert_eq!(
+        nebius.projects.as_ref().unwrap()["eu-north1"],
+        "project-e00a"
+    );
+    let docker = cfg.clouds.docker.as_ref().unwrap();
+    assert_eq!(docker.base_image.as_deref(), Some("debian:bookworm"));
+    // A config without `[cloud]` reads as every key unset.
+    let bare = parse("[vm.a]\nclouds = [\"docker\"]\n").unwrap();
+    assert_eq!(bare.clouds.present().count(), 0);
+    assert_eq!(bare.clouds.common(Cloud::Lambda), Default::default());
+}
+
+/// Issue 34 item 7: the committed schema describes each cloud's own table, so an editor
+/// completes (and flags) per-cloud keys as the loader does.
+#[test]
+fn schema_checks_cloud_tables_per_cloud() {
+    let schema: serde_json::Value = serde_json::from_str(&json_schema()).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let ok = serde_json::json!({
+        "vm": {"a": {"clouds": ["gcp"]}},
+        "cloud": {
+            "gcp": {"project": "p", "keep_shared": true},
+            "nebius": {"projects": {"eu-north1": "project-e00a"}},
+            "docker": {"base_image": "debian", "endpoint": "unix:///x.sock"},
+            "lambda": {"endpoint": "http://127.0.0.1:1"}
+        }
+    });
+    let errors: Vec<String> = validator.iter_errors(&ok).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    for bad in [
+        serde_json::json!({"cloud": {"lambda": {"project": "p"}}}),
+        serde_json::json!({"cloud": {"aws": {"base_image": "debian"}}}),
+        serde_json::json!({"cloud": {"gcp": {"projects": {}}}}),
+        serde_json::json!({"cloud": {"nimbus": {}}}),
+    ] {
+        assert!(!validator.is_valid(&bad), "the schema must refuse {bad}");
+    }
+}

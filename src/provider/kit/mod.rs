@@ -18,6 +18,8 @@
 //! - [`credentials`]: a credential plus where it was found, and the report for
 //!   `gpuprov validate`;
 //! - [`gpu`]: GPU-name normalisation and the "no such type" error;
+//! - [`settings`]: an API-key adapter's key lookup (variable, else the vendor's file) and
+//!   its self-description and credential from its settings;
 //! - [`offer`], [`ports`]: an on-demand offer, the inbound port list (22 plus the VM's).
 //!
 //! Nothing here loops beyond one call's pagination (and the bounded key registration,
@@ -35,6 +37,7 @@ pub mod oauth;
 pub mod offer;
 pub mod paginate;
 pub mod ports;
+pub mod settings;
 #[cfg(test)]
 pub mod testing;
 pub mod token_cache;

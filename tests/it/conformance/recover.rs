@@ -110,7 +110,11 @@ fn recorded(dir: &Path) -> (Vec<(String, Vec<String>)>, Vec<String>, String) {
             (a.clone(), ids)
         })
         .collect();
-    (machines, state.shared.keys().cloned().collect(), state.lineage)
+    (
+        machines,
+        state.shared.keys().cloned().collect(),
+        state.lineage,
+    )
 }
 
 /// [`Scenario::StateLostRecoverThenDestroy`] on `d`'s cloud.
@@ -182,7 +186,12 @@ pub(super) async fn state_lost_scenario(d: &dyn Driver, s: Scenario) {
     let (again, _, recovered_lineage) = recorded(dir);
     assert_eq!(recovered_lineage, lineage, "{name}");
     assert_eq!(again, machines, "{name}: the same machine: {}", text(&out));
-    assert_eq!(cloud.instances(), 1, "{name}: nothing created: {}", text(&out));
+    assert_eq!(
+        cloud.instances(),
+        1,
+        "{name}: nothing created: {}",
+        text(&out)
+    );
     assert_eq!(cloud.creates().len(), 1, "{name}: one create in all");
 
     // Destroy leaves nothing: no instance, no side resource, an empty state.

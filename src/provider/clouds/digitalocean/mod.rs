@@ -100,7 +100,7 @@ use sizes::{offers_for, size_matches};
 
 use crate::provider::kit::keys;
 use crate::provider::kit::paginate::{all_pages, page_of_link, Cursor, Next};
-use crate::provider::kit::{self, gpu, Adapter, Auth, Call, Credential, RestClient, Source};
+use crate::provider::kit::{self, gpu, Adapter, Auth, Call, RestClient};
 use crate::provider::{
     object_name, project_key_name, Capabilities, CloudProvider, EndpointClass, ErrorKind, Feature,
     InstanceSpec, Lineage, Location, Offer, ProviderError, RateLimit, ResourceRequest, Result,
@@ -207,15 +207,10 @@ const KEYS: &str = "/v2/account/keys";
 impl DigitalOceanProvider {
     /// An adapter for `settings`. Never fails and does no I/O.
     pub fn new(settings: DigitalOceanSettings) -> DigitalOceanProvider {
-        let place = Source::Other(settings.token_source.clone());
-        let credential = Credential::found(settings.token.as_ref(), place);
         let endpoint = settings.endpoint.as_deref();
-        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
-            .with_credential(
-                credential.as_ref(),
-                std::slice::from_ref(&settings.token_source),
-            )
-            .with_lineage(&settings.lineage);
+        let (adapter, credential) = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
+            .with_lineage(&settings.lineage)
+            .with_key(settings.token.as_ref(), &settings.token_source);
         let missing = format!(
             "no DigitalOcean token: set {TOKEN_ENV} or log in with `doctl auth init` \
              (looked in: {})",

@@ -105,7 +105,7 @@ pub use errors::{classify, ApiError, CAPACITY_PHRASES, CLASSIFIER, DELETE};
 
 use crate::provider::kit::keys;
 use crate::provider::kit::paginate::{self, Cursor, Next};
-use crate::provider::kit::{self, Adapter, Auth, Call, Credential, Lookup, RestClient, Source};
+use crate::provider::kit::{self, Adapter, Auth, Call, Lookup, RestClient, Source};
 use crate::provider::shared::{ENVIRONMENT, SSH_KEY};
 use crate::provider::{
     Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage, Location, Offer,
@@ -175,13 +175,12 @@ impl HyperstackProvider {
     /// header, with Hyperstack's envelope decoder, 2xx envelope and table. Never fails and
     /// does no I/O.
     pub fn new(settings: HyperstackSettings) -> HyperstackProvider {
-        let credential = Credential::found(settings.api_key.as_ref(), Source::Env(API_KEY_ENV));
         let endpoint = settings.endpoint.as_deref();
         // The only place: Hyperstack has no CLI configuration file.
-        let looked_in = [Source::Env(API_KEY_ENV).to_string()];
-        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
-            .with_credential(credential.as_ref(), &looked_in)
-            .with_lineage(&settings.lineage);
+        let looked_in = Source::Env(API_KEY_ENV).to_string();
+        let (adapter, credential) = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
+            .with_lineage(&settings.lineage)
+            .with_key(settings.api_key.as_ref(), &looked_in);
         let missing = format!(
             "no Hyperstack API key: set {API_KEY_ENV} (looked in: the {API_KEY_ENV} \
              environment variable; Hyperstack has no CLI configuration file)"

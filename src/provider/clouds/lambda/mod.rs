@@ -65,7 +65,9 @@ pub use offers::gpu_model;
 use offers::{model_of, offers_for, type_matches};
 
 use crate::provider::kit::keys;
-use crate::provider::kit::{self, gpu, Adapter, Auth, Call, Credential, Lookup, RestClient};
+use crate::provider::kit::{
+    self, gpu, Adapter, Auth, Call, Credential, Lookup, RestClient, Source,
+};
 use crate::provider::{
     object_name, Capabilities, CloudProvider, EndpointClass, ErrorKind, Feature, Imported,
     InstanceSpec, InstanceStatus, Lineage, Location, Naming, Offer, ProviderError, RateLimit,
@@ -154,16 +156,16 @@ const LAUNCH_PATH: &str = "/api/v1/instance-operations/launch";
 impl LambdaProvider {
     /// An adapter for `settings`. Never fails and does no I/O.
     pub fn new(settings: LambdaSettings) -> LambdaProvider {
-        let (credential, looked_in) =
-            key_lookup(settings.api_key.as_ref().map(|k| k.expose().to_string()));
+        // The only place: Lambda has no CLI configuration file.
+        let looked_in = [Source::Env(API_KEY_ENV).to_string()];
         let missing = format!(
             "no Lambda API key: set {API_KEY_ENV} ({})",
             kit::credentials::looked_in(&looked_in)
         );
         let endpoint = settings.endpoint.as_deref();
-        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
-            .with_credential(credential.as_ref(), &looked_in)
-            .with_lineage(&settings.lineage);
+        let (adapter, credential) = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
+            .with_lineage(&settings.lineage)
+            .with_key(settings.api_key.as_ref(), &looked_in[0]);
         let base = endpoint.unwrap_or(DEFAULT_ENDPOINT);
         let api = RestClient::new(base, Auth::Bearer, credential, missing, &errors::CLASSIFIER)
             .gated(adapter.gate())

@@ -79,7 +79,7 @@ use instances::{seen_at, status_of};
 
 use crate::provider::identity::located_name;
 use crate::provider::kit::keys;
-use crate::provider::kit::{self, gpu, Adapter, Auth, Call, Credential, Lookup, RestClient};
+use crate::provider::kit::{self, gpu, Adapter, Auth, Call, RestClient};
 use crate::provider::{
     object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
     Lineage, Location, Offer, ProviderError, ResourceRequest, Result, Seen, SharedFound,
@@ -135,10 +135,7 @@ pub fn find_api_key(
     config_dir: Option<&Path>,
 ) -> (Option<crate::provider::Secret>, String) {
     let file = config_dir.map(|d| d.join(CONFIG_FILE));
-    Lookup::new()
-        .env_value(API_KEY_ENV, env_value)
-        .file(file.as_deref(), api_key_from_config)
-        .place()
+    kit::settings::find_key(API_KEY_ENV, env_value, file.as_deref(), api_key_from_config)
 }
 
 impl MassedComputeSettings {
@@ -282,13 +279,10 @@ impl Listed {
 impl MassedComputeProvider {
     /// An adapter for `settings`. Never fails and does no I/O.
     pub fn new(settings: MassedComputeSettings) -> MassedComputeProvider {
-        let place = kit::Source::Other(settings.key_source.clone());
-        let credential = Credential::found(settings.api_key.as_ref(), place);
-        let looked = std::slice::from_ref(&settings.key_source);
         let endpoint = settings.endpoint.as_deref();
-        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
-            .with_credential(credential.as_ref(), looked)
-            .with_lineage(&settings.lineage);
+        let (adapter, credential) = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
+            .with_lineage(&settings.lineage)
+            .with_key(settings.api_key.as_ref(), &settings.key_source);
         let missing = format!(
             "no Massed Compute API token: set {API_KEY_ENV} (looked in: {})",
             settings.key_source

@@ -83,7 +83,7 @@ use pods::{seen_at, status_of};
 use crate::provider::identity::located_name;
 use crate::provider::kit::keys;
 use crate::provider::kit::paginate::{self, Cursor, Next};
-use crate::provider::kit::{self, Adapter, Auth, Call, Credential, Lookup, RestClient, Source};
+use crate::provider::kit::{self, Adapter, Auth, Call, RestClient};
 use crate::provider::{
     Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage, Location, Offer,
     ProviderError, ResourceRequest, Result, Secret, Seen, SharedFound, SharedObject,
@@ -186,10 +186,7 @@ pub fn api_key_from_config(text: &str) -> Option<String> {
 /// `<home>/.prime/config.json`. Without a key, the place says everywhere looked.
 pub fn find_api_key(env_value: Option<String>, home: Option<&Path>) -> (Option<Secret>, String) {
     let file = home.map(|h| h.join(CONFIG_FILE));
-    Lookup::new()
-        .env_value(API_KEY_ENV, env_value)
-        .file(file.as_deref(), api_key_from_config)
-        .place()
+    kit::settings::find_key(API_KEY_ENV, env_value, file.as_deref(), api_key_from_config)
 }
 
 impl PrimeIntellectSettings {
@@ -237,15 +234,10 @@ fn page_number(c: &Cursor) -> u32 {
 impl PrimeIntellectProvider {
     /// An adapter for `settings`. Never fails and does no I/O.
     pub fn new(settings: PrimeIntellectSettings) -> PrimeIntellectProvider {
-        let place = Source::Other(settings.key_source.clone());
-        let credential = Credential::found(settings.api_key.as_ref(), place);
         let endpoint = settings.endpoint.as_deref();
-        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
-            .with_credential(
-                credential.as_ref(),
-                std::slice::from_ref(&settings.key_source),
-            )
-            .with_lineage(&settings.lineage);
+        let (adapter, credential) = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
+            .with_lineage(&settings.lineage)
+            .with_key(settings.api_key.as_ref(), &settings.key_source);
         let missing = format!(
             "no Prime Intellect API key: set {API_KEY_ENV} or run `prime login` (looked in: {})",
             settings.key_source

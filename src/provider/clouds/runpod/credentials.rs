@@ -4,7 +4,6 @@
 use std::path::Path;
 
 use super::{ApiKey, API_KEY_ENV, CONFIG_FILE};
-use crate::provider::kit::Lookup;
 
 /// The API key in a RunPod CLI configuration file's text: top-level `apiKey` (runpodctl;
 /// its keys are case-insensitive), else `api_key` of the `[default]` profile
@@ -29,17 +28,16 @@ pub fn api_key_from_config(text: &str) -> Option<String> {
 }
 
 /// The API key and where it came from: `env_value` (the value of `RUNPOD_API_KEY`) when
-/// non-empty, else `<home>/.runpod/config.toml` (through [`Lookup`]). Without a key,
+/// non-empty, else `<home>/.runpod/config.toml` (through
+/// [`find_key`](crate::provider::kit::settings::find_key)). Without a key,
 /// the source names every place looked at. Never puts the key (or file text that may
 /// hold it) in the source.
 pub fn find_api_key(env_value: Option<String>, home: Option<&Path>) -> (Option<ApiKey>, String) {
     let file = home.map(|h| h.join(CONFIG_FILE));
-    let (found, looked) = Lookup::new()
-        .env_value(API_KEY_ENV, env_value)
-        .file(file.as_deref(), api_key_from_config)
-        .finish();
-    match found {
-        Some(c) => (Some(c.secret), c.source.to_string()),
-        None => (None, looked.join(", ")),
-    }
+    crate::provider::kit::settings::find_key(
+        API_KEY_ENV,
+        env_value,
+        file.as_deref(),
+        api_key_from_config,
+    )
 }

@@ -102,7 +102,7 @@ pub use offers::gpu_matches;
 use offers::offers_for;
 
 use crate::provider::kit::keys::key_value;
-use crate::provider::kit::{self, Adapter, Auth, Credential, RestClient, Source};
+use crate::provider::kit::{self, Adapter, Auth, RestClient};
 use crate::provider::{
     project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage,
     Location, Offer, ProviderError, RateLimit, ResourceRequest, Result, Seen, SharedFound,
@@ -172,15 +172,10 @@ impl RunpodProvider {
     /// An adapter for `settings`: one bearer-auth [`RestClient`] with RunPod's decoder and
     /// table. Never fails and does no I/O.
     pub fn new(settings: RunpodSettings) -> RunpodProvider {
-        let place = Source::Other(settings.key_source.clone());
-        let credential = Credential::found(settings.api_key.as_ref(), place);
         let endpoint = settings.endpoint.as_deref();
-        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
-            .with_credential(
-                credential.as_ref(),
-                std::slice::from_ref(&settings.key_source),
-            )
-            .with_lineage(&settings.lineage);
+        let (adapter, credential) = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
+            .with_lineage(&settings.lineage)
+            .with_key(settings.api_key.as_ref(), &settings.key_source);
         let missing = format!(
             "no RunPod API key: set {API_KEY_ENV} or run `runpodctl config --apiKey …` \
              (looked in: {})",

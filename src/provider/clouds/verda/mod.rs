@@ -94,9 +94,7 @@ use offers::{model_of, offers_for, type_matches};
 use crate::provider::identity::located_name;
 use crate::provider::kit::keys;
 use crate::provider::kit::oauth::ClientCredentials;
-use crate::provider::kit::{
-    self, gpu, Adapter, Auth, Call, Credential, Failure, RestClient, Source,
-};
+use crate::provider::kit::{self, gpu, Adapter, Auth, Call, Failure, RestClient};
 use crate::provider::{
     object_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage, Location,
     Offer, ProviderError, ResourceRequest, Result, Secret, Seen, SharedFound, SharedObject,
@@ -199,15 +197,10 @@ fn id_of(v: &Value) -> Option<String> {
 impl VerdaProvider {
     /// An adapter for `settings`. Never fails and does no I/O.
     pub fn new(settings: VerdaSettings) -> VerdaProvider {
-        let place = Source::Other(settings.key_source.clone());
-        let credential = Credential::found(settings.client.as_ref().map(|c| &c.1), place);
         let endpoint = settings.endpoint.as_deref();
-        let adapter = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
-            .with_credential(
-                credential.as_ref(),
-                std::slice::from_ref(&settings.key_source),
-            )
-            .with_lineage(&settings.lineage);
+        let (adapter, credential) = Adapter::new(CLOUD, endpoint, Self::default_capabilities())
+            .with_lineage(&settings.lineage)
+            .with_key(settings.client.as_ref().map(|c| &c.1), &settings.key_source);
         let missing = format!(
             "no Verda client credentials: set {CLIENT_ID_ENV} and {CLIENT_SECRET_ENV}, or run \
              `verda auth login` (looked in: {})",
