@@ -92,9 +92,12 @@ fn state_files(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Each machine's address with the instance ids it owns.
+type Machines = Vec<(String, Vec<String>)>;
+
 /// The machines the state at `dir` records (address → owned instance ids), its shared
 /// objects' addresses, and its lineage.
-fn recorded(dir: &Path) -> (Vec<(String, Vec<String>)>, Vec<String>, String) {
+fn recorded(dir: &Path) -> (Machines, Vec<String>, String) {
     let (_, state) = StateStore::open(dir.join("gpuprov.state.json")).unwrap();
     let machines = state
         .resources
