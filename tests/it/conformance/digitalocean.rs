@@ -145,7 +145,10 @@ impl Cloud for DoCloud {
     fn cli(&self, _dir: &std::path::Path) -> Option<CliCloud> {
         Some(CliCloud {
             env: vec![
-                ("GPUPROV_DIGITALOCEAN_ENDPOINT".into(), self.cloud.server.uri()),
+                (
+                    "GPUPROV_DIGITALOCEAN_ENDPOINT".into(),
+                    self.cloud.server.uri(),
+                ),
                 ("DIGITALOCEAN_TOKEN".into(), SENTINEL.into()),
             ],
             config: String::new(),

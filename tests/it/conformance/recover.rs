@@ -110,7 +110,11 @@ fn recorded(dir: &Path) -> (Vec<(String, Vec<String>)>, Vec<String>, String) {
             (a.clone(), ids)
         })
         .collect();
-    (machines, state.shared.keys().cloned().collect(), state.lineage)
+    (
+        machines,
+        state.shared.keys().cloned().collect(),
+        state.lineage,
+    )
 }
 
 /// [`Scenario::StateLostRecoverThenDestroy`] on `d`'s cloud.
@@ -184,7 +188,12 @@ pub(super) async fn state_lost_scenario(d: &dyn Driver, s: Scenario) {
     assert_eq!(again, machines, "{name}: the same machine: {}", text(&out));
     // Nothing created: still the one instance (the Docker driver counts only its own
     // adapter's creates, so the instance count says it for every cloud).
-    assert_eq!(cloud.instances(), 1, "{name}: nothing created: {}", text(&out));
+    assert_eq!(
+        cloud.instances(),
+        1,
+        "{name}: nothing created: {}",
+        text(&out)
+    );
 
     // Destroy leaves nothing: no instance, no side resource, an empty state.
     let out = gpuprov(dir, &cli.env, &["destroy", "--auto-approve"]).await;
