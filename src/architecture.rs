@@ -747,13 +747,10 @@ mod checker {
 
     #[test]
     fn an_adapter_reaching_above_the_contract_is_reported() {
-        let v = violations(&[(
-            "provider/clouds/aws/mod.rs",
-            "use crate::plan::redact_url;\n",
-        )]);
+        let v = violations(&[("provider/clouds/aws/mod.rs", "use crate::plan::redact_url;\n")]);
         assert!(
-            v.iter().any(|l| l
-                .starts_with("provider/clouds/aws/mod.rs:1: the adapter refers to crate::plan")),
+            v.iter()
+                .any(|l| l.starts_with("provider/clouds/aws/mod.rs:1: the adapter refers to crate::plan")),
             "{v:?}"
         );
         assert!(
@@ -766,8 +763,9 @@ mod checker {
             "fn f() {\n    let u = crate::cluster::userdata::render(None, &[]);\n}\n",
         )]);
         assert!(
-            v.iter().any(|l| l
-                .starts_with("provider/clouds/aws/mod.rs:2: the adapter refers to crate::cluster")),
+            v.iter()
+                .any(|l| l
+                    .starts_with("provider/clouds/aws/mod.rs:2: the adapter refers to crate::cluster")),
             "{v:?}"
         );
     }

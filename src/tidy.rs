@@ -640,10 +640,7 @@ mod checker {
         }
         // A submodule's `super::super::` reaches the sibling adapter too.
         let (p, _) = check_syntax(
-            &files(&[(
-                "provider/clouds/lambda/api.rs",
-                "use super::super::gcp::api::x;\n",
-            )]),
+            &files(&[("provider/clouds/lambda/api.rs", "use super::super::gcp::api::x;\n")]),
             &[],
         );
         assert_eq!(p.len(), 1, "{p:?}");
@@ -662,18 +659,12 @@ mod checker {
     #[test]
     fn the_kit_naming_a_cloud_is_reported() {
         let (p, _) = check_syntax(
-            &files(&[(
-                "provider/kit/http.rs",
-                "use super::super::clouds::gcp::auth;\n",
-            )]),
+            &files(&[("provider/kit/http.rs", "use super::super::clouds::gcp::auth;\n")]),
             &[],
         );
         assert_eq!(p.len(), 1, "{p:?}");
         let (p, _) = check_syntax(
-            &files(&[(
-                "provider/clouds/registry.rs",
-                "use super::gcp::GcpProvider;\n",
-            )]),
+            &files(&[("provider/clouds/registry.rs", "use super::gcp::GcpProvider;\n")]),
             &[],
         );
         assert!(p.is_empty(), "the registry names every cloud: {p:?}");

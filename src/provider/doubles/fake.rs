@@ -995,19 +995,11 @@ impl CloudProvider for FakeProvider {
 
     /// A `Failed` instance's reason as an `Error` finding; nothing for any other (a gone
     /// instance included).
-    async fn diagnose(
-        &self,
-        _at: &Location,
-        _vm: &str,
-        id: &str,
-    ) -> Result<Vec<crate::provider::Finding>> {
+    async fn diagnose(&self, _at: &Location, _vm: &str, id: &str) -> Result<Vec<crate::provider::Finding>> {
         let _call = self.round_trip(EndpointClass::Read).await;
         Ok(match self.lock().instances.get(id).map(|i| &i.status) {
             Some(InstanceStatus::Failed(why)) => {
-                vec![crate::provider::Finding::new(
-                    crate::provider::Severity::Error,
-                    why.clone(),
-                )]
+                vec![crate::provider::Finding::new(crate::provider::Severity::Error, why.clone())]
             }
             _ => Vec::new(),
         })

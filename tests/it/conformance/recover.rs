@@ -94,7 +94,10 @@ fn state_files(dir: &Path) -> Vec<PathBuf> {
 
 /// The machines the state at `dir` records (address → owned instance ids), its shared
 /// objects' addresses, and its lineage.
-fn recorded(dir: &Path) -> (Vec<(String, Vec<String>)>, Vec<String>, String) {
+/// A state's machines (address, instance ids), shared objects' addresses and lineage.
+type Recorded = (Vec<(String, Vec<String>)>, Vec<String>, String);
+
+fn recorded(dir: &Path) -> Recorded {
     let (_, state) = StateStore::open(dir.join("gpuprov.state.json")).unwrap();
     let machines = state
         .resources

@@ -24,9 +24,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use drive::{LINEAGE, PUBKEY};
 use gpuprov::config::Cloud;
 use gpuprov::machine::{MemoryJournal, Providers};
+use gpuprov::provider::doubles::fake::{FakeConnector, FakeProvider};
 use gpuprov::provider::clouds::gcp::auth::{self, GoogleCredential};
 use gpuprov::provider::clouds::gcp::{GcpProvider, GcpSettings};
-use gpuprov::provider::doubles::fake::{FakeConnector, FakeProvider};
 use gpuprov::provider::kit::Source;
 use gpuprov::provider::{
     BlockScope, CloudProvider, ErrorKind, InstanceSpec, InstanceStatus, Location, ResourceRequest,

@@ -11,10 +11,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use gpuprov::config::Cloud;
-use gpuprov::provider::clouds::massedcompute::{
-    self as mc, MassedComputeProvider, MassedComputeSettings,
-};
 use gpuprov::provider::kit::CredentialReport;
+use gpuprov::provider::clouds::massedcompute::{self as mc, MassedComputeProvider, MassedComputeSettings};
 use gpuprov::provider::{project_key_name, CloudProvider, Feature, InstanceSpec, ResourceRequest};
 use gpuprov::vm::{Target, TeardownState};
 use serde_json::{json, Value};

@@ -17,6 +17,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use gpuprov::provider::kit::credentials::Source;
+use gpuprov::provider::kit::CredentialReport;
 use gpuprov::provider::clouds::nebius::auth::{self, Credential, ServiceAccount};
 use gpuprov::provider::clouds::nebius::proto::google::rpc::Status as RpcStatus;
 use gpuprov::provider::clouds::nebius::proto::nebius::common::v1 as common;
@@ -24,8 +26,6 @@ use gpuprov::provider::clouds::nebius::proto::nebius::compute::v1 as compute;
 use gpuprov::provider::clouds::nebius::proto::nebius::iam::v1 as iam;
 use gpuprov::provider::clouds::nebius::proto::nebius::vpc::v1 as vpc;
 use gpuprov::provider::clouds::nebius::{NebiusProvider, NebiusSettings};
-use gpuprov::provider::kit::credentials::Source;
-use gpuprov::provider::kit::CredentialReport;
 use gpuprov::provider::{
     CloudProvider, ErrorKind, InstanceStatus, Lineage, Location, ResourceRequest, Secret,
 };

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gpuprov::config::Cloud;
-use gpuprov::provider::clouds::verda::{VerdaProvider, VerdaSettings};
 use gpuprov::provider::kit::CredentialReport;
+use gpuprov::provider::clouds::verda::{VerdaProvider, VerdaSettings};
 use gpuprov::provider::{
     BootScript, CloudProvider, ErrorKind, InstanceSpec, InstanceStatus, Location, ResourceRequest,
     Secret,

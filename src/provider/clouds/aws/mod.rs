@@ -984,8 +984,7 @@ impl CloudProvider for AwsProvider {
     ///
     /// Errors per the classification table ([`errors::classify_code`]).
     async fn create(&self, offer: &Offer, prep: &Value, spec: &InstanceSpec) -> Result<String> {
-        let lineage =
-            crate::provider::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?.as_str();
+        let lineage = crate::provider::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?.as_str();
         let p: Prepared = serde_json::from_value(prep.clone()).map_err(|e| {
             ProviderError::new(ErrorKind::InvalidRequest, format!("bad prepare data: {e}"))
         })?;

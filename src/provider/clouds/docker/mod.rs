@@ -524,8 +524,7 @@ impl CloudProvider for DockerProvider {
     /// with an empty `HostPort`). Idempotent: on 409 (name taken) it adopts the existing
     /// container, starting it if needed. Returns the container id.
     async fn create(&self, _offer: &Offer, prep: &Value, spec: &InstanceSpec) -> Result<String> {
-        let lineage =
-            crate::provider::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?.as_str();
+        let lineage = crate::provider::check_spec_lineage(CLOUD, &self.settings.lineage, spec)?.as_str();
         let key = spec.ssh_public_key.trim();
         if key.is_empty() || key.contains('\n') {
             // The entrypoint refuses to start without a key; fail here instead of letting

@@ -31,13 +31,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::proto::nebius::iam::v1::{CreateTokenResponse, ExchangeTokenRequest};
 use crate::provider::kit::credentials::Source;
 use crate::provider::kit::failure::codes;
 use crate::provider::kit::oauth::RENEW_AT;
 use crate::provider::kit::token_cache::TokenCache;
 use crate::provider::kit::Failure;
 use crate::provider::redact::Secret;
+use super::proto::nebius::iam::v1::{CreateTokenResponse, ExchangeTokenRequest};
 
 /// A ready IAM access token (the vendor SDK's variable).
 pub const TOKEN_ENV: &str = "NEBIUS_IAM_TOKEN";

@@ -11,12 +11,12 @@
 
 use prost::Message as _;
 
-use super::proto::google::rpc::Status as RpcStatus;
-use super::proto::nebius::common::v1::service_error::{Details, RetryType};
-use super::proto::nebius::common::v1::ServiceError;
 use crate::provider::kit::failure::grpc;
 use crate::provider::kit::{Classifier, Failure, Rule};
 use crate::provider::ErrorKind;
+use super::proto::google::rpc::Status as RpcStatus;
+use super::proto::nebius::common::v1::service_error::{Details, RetryType};
+use super::proto::nebius::common::v1::ServiceError;
 
 /// The call names the table matches on.
 pub const CREATE: &str = "create";
@@ -189,10 +189,8 @@ pub fn of_status(status: &tonic::Status) -> Failure {
 /// Whether `f` says the object does not exist (gRPC NOT_FOUND, or the vendor's
 /// `resource_not_found`).
 pub fn is_not_found(f: &Failure) -> bool {
-    matches!(
-        f.status,
-        crate::provider::kit::Status::Grpc(grpc::NOT_FOUND)
-    ) || f.has_code("resource_not_found")
+    matches!(f.status, crate::provider::kit::Status::Grpc(grpc::NOT_FOUND))
+        || f.has_code("resource_not_found")
 }
 
 /// Whether `f` says the object exists already (gRPC ALREADY_EXISTS, or
@@ -206,10 +204,10 @@ pub fn is_already_there(f: &Failure) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::provider::clouds::nebius::proto::nebius::common::v1::{
         NotEnoughResources, QuotaFailure, TooManyRequests,
     };
+    use super::*;
     use crate::provider::kit::Call;
 
     fn any(e: ServiceError) -> prost_types::Any {

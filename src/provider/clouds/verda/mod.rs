@@ -95,9 +95,7 @@ use offers::{model_of, offers_for, type_matches};
 use crate::provider::identity::located_name;
 use crate::provider::kit::keys::{self, Registered};
 use crate::provider::kit::oauth::ClientCredentials;
-use crate::provider::kit::{
-    self, gpu, Adapter, Auth, Call, Credential, Failure, RestClient, Source,
-};
+use crate::provider::kit::{self, gpu, Adapter, Auth, Call, Credential, Failure, RestClient, Source};
 use crate::provider::{
     object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
     Lineage, Location, Offer, ProviderError, ResourceRequest, Result, Secret, Seen, SharedFound,
@@ -158,8 +156,7 @@ impl VerdaSettings {
             var(HOME_ENV),
             dirs::home_dir().as_deref(),
         );
-        let profile =
-            crate::provider::env_nonempty(PROFILE_ENV).unwrap_or_else(|| DEFAULT_PROFILE.into());
+        let profile = crate::provider::env_nonempty(PROFILE_ENV).unwrap_or_else(|| DEFAULT_PROFILE.into());
         let (client, key_source) = find_client(
             var(CLIENT_ID_ENV),
             var(CLIENT_SECRET_ENV),
