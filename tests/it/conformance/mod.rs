@@ -1642,5 +1642,36 @@ scenario_tests! {
     start_not_replace => StartNotReplace,
     import_outside_instance => ImportOutsideInstance,
     diagnose => Diagnose,
-    state_lost_recover_then_destroy => StateLostRecoverThenDestroy,
+}
+
+/// [`Scenario::StateLostRecoverThenDestroy`] on every driver, each to its end: a cloud
+/// that leaks is named with what it left, after the others ran (the real binary's runs
+/// make each cloud's result worth having on its own).
+#[tokio::test]
+async fn state_lost_recover_then_destroy() {
+    use futures_util::FutureExt;
+    let s = Scenario::StateLostRecoverThenDestroy;
+    let (mut ran, mut failed) = (0, Vec::new());
+    for d in drivers() {
+        if let Some(why) = unsupported(d.as_ref(), s) {
+            eprintln!("{s:?} on {}: unsupported ({why})", d.name());
+            continue;
+        }
+        eprintln!("{s:?} on {}", d.name());
+        ran += 1;
+        let run = std::panic::AssertUnwindSafe(scenario(d.as_ref(), s)).catch_unwind();
+        if let Err(e) = run.await {
+            let why = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            eprintln!("{s:?} on {}: FAILED", d.name());
+            failed.push(format!("{}: {why}", d.name()));
+        } else {
+            eprintln!("{s:?} on {}: passed", d.name());
+        }
+    }
+    assert!(ran > 0, "{s:?} ran on no adapter");
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
 }

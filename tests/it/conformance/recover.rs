@@ -64,7 +64,7 @@ async fn gpuprov(dir: &Path, env: &[(String, String)], args: &[&str]) -> Output 
             .env("GPUPROV_FAKE_SSH", "1")
             .envs(env)
             .args(&args)
-            .timeout(std::time::Duration::from_secs(300));
+            .timeout(std::time::Duration::from_secs(150));
         cmd.output().unwrap()
     })
     .await
@@ -92,12 +92,12 @@ fn state_files(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Each machine's address with the instance ids it owns.
-type Machines = Vec<(String, Vec<String>)>;
-
 /// The machines the state at `dir` records (address → owned instance ids), its shared
 /// objects' addresses, and its lineage.
-fn recorded(dir: &Path) -> (Machines, Vec<String>, String) {
+/// A state's machines (address, instance ids), shared objects' addresses and lineage.
+type Recorded = (Vec<(String, Vec<String>)>, Vec<String>, String);
+
+fn recorded(dir: &Path) -> Recorded {
     let (_, state) = StateStore::open(dir.join("gpuprov.state.json")).unwrap();
     let machines = state
         .resources
@@ -189,13 +189,14 @@ pub(super) async fn state_lost_scenario(d: &dyn Driver, s: Scenario) {
     let (again, _, recovered_lineage) = recorded(dir);
     assert_eq!(recovered_lineage, lineage, "{name}");
     assert_eq!(again, machines, "{name}: the same machine: {}", text(&out));
+    // Nothing created: still the one instance (the Docker driver counts only its own
+    // adapter's creates, so the instance count says it for every cloud).
     assert_eq!(
         cloud.instances(),
         1,
         "{name}: nothing created: {}",
         text(&out)
     );
-    assert_eq!(cloud.creates().len(), 1, "{name}: one create in all");
 
     // Destroy leaves nothing: no instance, no side resource, an empty state.
     let out = gpuprov(dir, &cli.env, &["destroy", "--auto-approve"]).await;

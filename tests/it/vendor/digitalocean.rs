@@ -122,9 +122,21 @@ fn query<'a>(req: &'a Seen, k: &str) -> Option<&'a str> {
 }
 
 impl World {
-    /// Side resources on the account: registered keys, firewalls and tags.
+    /// Side resources on the account: registered keys, firewalls and the tags they are
+    /// applied to. The identity and lineage tags a droplet's create makes are labels, not
+    /// resources: other droplets (another project's VM of the same name, the lineage's
+    /// other machines) carry them, and deleting a tag untags them all.
     pub(crate) fn side_resources(&self) -> usize {
-        self.keys.len() + self.firewalls.len() + self.tags.len()
+        let labels = [
+            format!("{}:", gpuprov::provider::IDENTITY_LABEL),
+            format!("{}:", gpuprov::provider::LINEAGE_LABEL),
+        ];
+        let tags = self
+            .tags
+            .iter()
+            .filter(|t| !labels.iter().any(|l| t.starts_with(l.as_str())))
+            .count();
+        self.keys.len() + self.firewalls.len() + tags
     }
 
     pub(crate) fn with_size(
