@@ -4,7 +4,7 @@ use super::api::{DropletRegion, GpuInfo, NetworkV4, Networks};
 use super::droplets::status_of;
 use super::*;
 use crate::provider::kit::testing::ask;
-use crate::provider::kit::CredentialReport;
+use crate::provider::kit::{Credential, CredentialReport};
 use crate::provider::{InstanceStatus, Naming};
 
 /// [`offers_for`] in the core's order (`vm::offers::order`).
