@@ -261,7 +261,7 @@ fn a_key_another_cloud_takes_is_refused_naming_key_and_cloud() {
         ),
     ];
     for (table, want_msg, want_span, want_help) in cases {
-        let text = format!("{vm}{table}");
+        let text = format!("{table}{vm}");
         let e = Config::parse(Path::new("gpuprov.toml"), text.clone())
             .expect_err(&format!("must reject:\n{text}"));
         assert!(
