@@ -158,12 +158,18 @@ impl Cloud for RunpodCloud {
     fn check_launched(&self, vm: &VmRecord) {
         assert_eq!(vm.offer.id, format!("runpod/US-KS-2/secure/{H100}"));
         assert_eq!(self.fake.creates()[0]["cloud"], "SECURE");
-        // prepare: one PUT that keeps the user's key.
+        // The shared key: one PUT that keeps the user's key and adds ours, its comment the
+        // derived name (`create_shared`; `prepare` never writes the set).
         let puts = self.fake.server.requests_to("PUT", KEYS);
         assert_eq!(puts.len(), 1);
+        let ours = format!(
+            "{} {}",
+            gpuprov::provider::kit::keys::key_value(PUBKEY),
+            gpuprov::provider::project_key_name(drive::LINEAGE, PUBKEY)
+        );
         assert_eq!(
             puts[0].body.clone().unwrap()["keys"],
-            serde_json::json!([USER_KEY, PUBKEY])
+            serde_json::json!([USER_KEY, ours])
         );
     }
 
