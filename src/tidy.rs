@@ -49,7 +49,7 @@ const FILE_LINES: usize = 1000;
 const SIZE_ALLOW: &[(&str, usize, &str)] = &[
     (
         "provider/doubles/fake.rs",
-        1080,
+        1090,
         "the scripted test double (compiled only for tests): scripts, recording and the listing in one place",
     ),
     (
@@ -59,8 +59,8 @@ const SIZE_ALLOW: &[(&str, usize, &str)] = &[
     ),
     (
         "config.rs",
-        1040,
-        "the config types, merge and diagnostics; per-cloud settings types are to move out (issue 34 item 7)",
+        1120,
+        "the config types, merge and diagnostics, now with the per-cloud `[cloud.NAME]` key diagnostics; the diagnostics are to move to their own file",
     ),
     (
         "cluster/probe.rs",

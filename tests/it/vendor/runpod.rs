@@ -594,19 +594,29 @@ async fn full_launch_then_teardown_against_the_spec() {
         assert_eq!(query(q, "product"), Some("POD"));
         assert_eq!(query(q, "count"), Some("8"));
     }
-    // prepare: the stock re-check, then one PUT that keeps the user's key.
+    // prepare: the stock re-check. The shared key before it: one PUT that keeps the
+    // user's key and adds ours, its comment the derived name (`create_shared`; `prepare`
+    // never writes the set).
     assert!(!r
         .cloud
         .server
         .requests_to("GET", "/v2/catalog/gpus/NVIDIA%20H100%2080GB%20HBM3")
         .is_empty());
+    let ours = format!(
+        "{} {}",
+        gpuprov::provider::kit::keys::key_value(PUBKEY),
+        gpuprov::provider::project_key_name(drive::LINEAGE, PUBKEY)
+    );
     let puts = r.cloud.server.requests_to("PUT", KEYS);
     assert_eq!(puts.len(), 1);
     assert_eq!(
         puts[0].body.clone().unwrap()["keys"],
-        json!([USER_KEY, PUBKEY])
+        json!([USER_KEY, ours])
     );
-    assert_eq!(r.cloud.world.lock().unwrap().keys, [USER_KEY, PUBKEY]);
+    assert_eq!(
+        r.cloud.world.lock().unwrap().keys,
+        [USER_KEY.to_string(), ours.clone()]
+    );
 
     // create: one pod, named, with the identity env, 22/tcp, SSH on, both keys.
     let creates = r.cloud.creates();
@@ -623,7 +633,7 @@ async fn full_launch_then_teardown_against_the_spec() {
     assert_eq!(b["env"]["GPUPROV_VM_NAME"], "trainer");
     assert_eq!(b["env"]["GPUPROV_LINEAGE"], LINEAGE);
     assert_eq!(b["env"]["GPUPROV_DATA_CENTER"], "US-KS-2");
-    assert_eq!(b["env"]["PUBLIC_KEY"], format!("{USER_KEY}\n{PUBKEY}"));
+    assert_eq!(b["env"]["PUBLIC_KEY"], format!("{USER_KEY}\n{ours}"));
 
     let labels = r.labels();
     assert!(
@@ -650,7 +660,10 @@ async fn full_launch_then_teardown_against_the_spec() {
         .unwrap()
         .is_empty());
     // The project key stays registered (shared by the project's pods); the user's too.
-    assert_eq!(r.cloud.world.lock().unwrap().keys, [USER_KEY, PUBKEY]);
+    assert_eq!(
+        r.cloud.world.lock().unwrap().keys,
+        [USER_KEY.to_string(), ours]
+    );
     r.cloud.server.verify();
 }
 
@@ -944,7 +957,8 @@ async fn the_api_key_never_appears_in_errors() {
         p.delete(&at("US-KS-2"), "trainer", &["abc".into()])
             .await
             .unwrap_err(),
-        drive::prepare(p.clone(), &offer, &spec_for("trainer"))
+        // The project key's listing (the shared object `prepare` needs first).
+        p.observe_shared(&p.shared_objects(&offer)[0], PUBKEY)
             .await
             .unwrap_err(),
         p.create(&offer, &prepared, &spec_for("trainer"))
