@@ -62,7 +62,7 @@ impl Driver for GcpDriver {
             // operations are listed: the delete never completes here and destroy waits.
             Scenario::StateLostRecoverThenDestroy => Some(
                 "known gap: a recovered GCP machine loses its zone, and the fake's delete \
-                 operation then never advances (see tests/it/conformance/recover.rs)",
+                 operation then never advances (why: tests/it/conformance/gcp.rs)",
             ),
             _ => None,
         }
