@@ -28,10 +28,13 @@ pub struct FoundInstance {
     pub vm: String,
     /// Its `gpuprov-lineage` label.
     pub lineage: String,
-    /// `cloud/region[/zone]` where it was listed.
+    /// `cloud/region[/zone]` where it runs (the zone when the listing shows one).
     pub location: String,
     pub cloud: String,
     pub region: String,
+    /// The zone it runs in, on a zonal cloud whose listing shows it ([`Listed::zone`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
     pub instance_id: String,
     /// The normalised status (`running`, `pending`, `stopped`, …).
     pub status: String,
@@ -45,18 +48,24 @@ pub struct FoundInstance {
 }
 
 impl FoundInstance {
-    /// The instance `l` listed at `at`.
+    /// The instance `l` listed at `at` (in the zone the listing shows, if any).
     pub fn of(at: &Location, l: &Listed) -> FoundInstance {
         let status = serde_json::to_value(&l.observed.status)
             .ok()
             .and_then(|v| v.get("status").and_then(|s| s.as_str()).map(str::to_string))
             .unwrap_or_default();
+        let zone = l.zone.clone().or_else(|| at.zone.clone());
+        let runs_at = Location {
+            zone: zone.clone(),
+            ..at.clone()
+        };
         FoundInstance {
             vm: l.vm_name.clone(),
             lineage: l.lineage.clone(),
-            location: at.to_string(),
+            location: runs_at.to_string(),
             cloud: at.cloud.clone(),
             region: at.region.clone(),
+            zone,
             instance_id: l.observed.instance_id.clone(),
             status,
             instance_type: l.instance_type.clone(),
@@ -65,12 +74,13 @@ impl FoundInstance {
         }
     }
 
-    /// The location as the contract spells it (region-wide).
+    /// The location as the contract spells it: the zone it runs in when known, else
+    /// region-wide (a zonal cloud's observe and delete then stay in that zone).
     pub fn at(&self) -> Location {
         Location {
             cloud: self.cloud.clone(),
             region: self.region.clone(),
-            zone: None,
+            zone: self.zone.clone(),
         }
     }
 }
@@ -260,6 +270,7 @@ mod tests {
                 instance_type: None,
                 created_at: None,
                 price_per_hour: None,
+                zone: None,
             },
         )
     }

@@ -298,6 +298,10 @@ pub struct Seen {
     pub price_per_hour: Option<f64>,
     /// When the cloud created it, when the listing gives it.
     pub created_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The zone it runs in, on a cloud whose instances are zonal (GCP: the aggregated
+    /// listing's `zones/<zone>` scope), when the listing gives it: a machine adopted from
+    /// a region-wide listing is then observed and deleted in its zone.
+    pub zone: Option<String>,
 }
 
 impl Seen {
@@ -311,6 +315,7 @@ impl Seen {
             instance_type: None,
             price_per_hour: None,
             created_at: None,
+            zone: None,
         }
     }
 
@@ -348,6 +353,9 @@ pub struct Listed {
     /// The price the cloud bills for it, USD per hour, when the listing gives it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price_per_hour: Option<f64>,
+    /// The zone it runs in, when the cloud's instances are zonal ([`Seen::zone`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
 }
 
 /// What [`CloudProvider::import`] did: the instance as `observe` now reports it, and how
@@ -679,6 +687,8 @@ pub trait CloudProvider: Send + Sync {
     /// instance the cloud reclaimed is [`InstanceStatus::Preempted`], also when the cloud
     /// terminated it (as long as the cloud still lists it), so refresh can tell a
     /// preemption from a deletion. One listing: pagination is the only loop. Read-only.
+    /// Called only for locations of this adapter's cloud: the provided methods answer
+    /// another cloud's location with nothing, without asking.
     ///
     /// Errors: classified by the adapter's table, as every call.
     async fn instances(&self, at: &Location, only_vm: Option<&str>) -> Result<Vec<Seen>>;
@@ -688,6 +698,9 @@ pub trait CloudProvider: Send + Sync {
     ///
     /// [`instances`]: CloudProvider::instances
     async fn observe(&self, at: &Location, vm_name: &str) -> Result<Vec<Observed>> {
+        if at.cloud != self.name() {
+            return Ok(vec![]);
+        }
         let lineage = self.adapter().lineage()?;
         let seen = self.instances(at, Some(vm_name)).await?;
         Ok(kit::listing::observed_for(seen, lineage, at, vm_name))
@@ -701,6 +714,9 @@ pub trait CloudProvider: Send + Sync {
     ///
     /// Errors: as [`instances`](CloudProvider::instances).
     async fn observe_location(&self, at: &Location) -> Result<Option<Observations>> {
+        if at.cloud != self.name() {
+            return Ok(Some(Observations::new()));
+        }
         let lineage = self.adapter().lineage()?;
         let seen = self.instances(at, None).await?;
         Ok(Some(kit::listing::observations(seen, lineage, at)))
@@ -720,6 +736,9 @@ pub trait CloudProvider: Send + Sync {
     ///
     /// Errors: as [`instances`](CloudProvider::instances).
     async fn list(&self, at: &Location) -> Result<Vec<Listed>> {
+        if at.cloud != self.name() {
+            return Ok(vec![]);
+        }
         let lineage = self.adapter().lineage()?;
         let seen = self.instances(at, None).await?;
         Ok(kit::listing::listed(seen, lineage, at))

@@ -887,6 +887,7 @@ impl CloudProvider for FakeProvider {
                 instance_type: None,
                 created_at: None,
                 price_per_hour: None,
+                zone: i.location.zone.clone(),
             })
             .collect();
         out.sort_by(|a, b| a.observed.instance_id.cmp(&b.observed.instance_id));

@@ -97,13 +97,121 @@ pub fn free_project_key_name(
     free_name(&project_key_name(lineage, public_key), taken)
 }
 
-/// A listed key (`id`, `name`) as the shared object `ssh_key`: ours when `name` is one
-/// [`free_project_key_name`] gives ([`is_derived_name`] with `-`), else the user's.
-pub fn shared_found(id: String, name: &str, lineage: &str, public_key: &str) -> SharedFound {
+/// One key of a cloud's key listing, as [`KeyListing`] reads it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListedKey {
+    /// The cloud's id for the key.
+    pub id: String,
+    /// Its name as the cloud shows it.
+    pub name: String,
+    /// Its OpenSSH public key; empty where the adapter wants it never found by value (a
+    /// name shared by keys of other values, on a cloud whose launch names keys).
+    pub public_key: String,
+}
+
+impl ListedKey {
+    /// A key with the cloud's `id` (any displayable id), `name` and `public_key`.
+    pub fn new(id: impl ToString, name: String, public_key: String) -> ListedKey {
+        ListedKey {
+            id: id.to_string(),
+            name,
+            public_key,
+        }
+    }
+}
+
+/// One read of a cloud's registered SSH keys, for the project key `public_key`: what
+/// `observe_shared` answers ([`KeyListing::found`]) and the name `create_shared`
+/// registers ([`KeyListing::name_to_register`]). The adapter supplies the listing and
+/// the registration call; the rules (found by value, never by name; ours only under a
+/// derived name; never registered twice) live here.
+#[derive(Debug, Clone)]
+pub struct KeyListing {
+    cloud: &'static str,
+    public_key: String,
+    /// [`project_key_name`] as the cloud spells it (see [`KeyListing::spelled_with`]).
+    base: String,
+    sep: char,
+    unique_names: bool,
+    keys: Vec<ListedKey>,
+}
+
+impl KeyListing {
+    /// `keys` of `cloud`, read for the project key `public_key` of `lineage`. Names are
+    /// unique on the cloud (a taken derived name gets a free `-<n>`), spelled with `-`.
+    pub fn new(
+        cloud: &'static str,
+        lineage: &str,
+        public_key: &str,
+        keys: impl IntoIterator<Item = ListedKey>,
+    ) -> KeyListing {
+        KeyListing {
+            cloud,
+            public_key: public_key.to_string(),
+            base: project_key_name(lineage, public_key),
+            sep: '-',
+            unique_names: true,
+            keys: keys.into_iter().collect(),
+        }
+    }
+
+    /// On a cloud whose key names take no `-`: every `-` of the derived name (and of the
+    /// free `-<n>` suffix) is spelled `sep` (Massed Compute: a space).
+    pub fn spelled_with(mut self, sep: char) -> KeyListing {
+        self.base = self.base.replace('-', &sep.to_string());
+        self.sep = sep;
+        self
+    }
+
+    /// On a cloud whose key names need not be unique (DigitalOcean): gpuprov registers
+    /// under the derived name itself, so only a key of exactly that name is ours.
+    pub fn names_not_unique(mut self) -> KeyListing {
+        self.unique_names = false;
+        self
+    }
+
+    /// The project key among the listed, found by value ([`find_by_value`]), as the shared
+    /// object `ssh_key`: ours when its name is one gpuprov derives, else the user's (used,
+    /// never deleted). `None` when it is not registered.
+    pub fn found(&self) -> Option<SharedFound> {
+        let k = find_by_value(&self.keys, &self.public_key, |k| &k.public_key)?;
+        let ours = if self.unique_names {
+            is_derived_name(&k.name, &self.base, self.sep)
+        } else {
+            k.name == self.base
+        };
+        Some(SharedFound {
+            id: k.id.clone(),
+            name: k.name.clone(),
+            ours,
+        })
+    }
+
+    /// The name to register the project key under: the derived name, or on a cloud with
+    /// unique names its first free `<sep><n>` ([`free_name`]) when a key of another value
+    /// holds it.
+    ///
+    /// Errors: `Exists` when the key is listed already by value ([`refuse_registered`]),
+    /// so the core observes again and adopts it instead of registering it twice.
+    pub fn name_to_register(&self) -> Result<String, ProviderError> {
+        refuse_registered(self.cloud, &self.keys, &self.public_key, |k| &k.public_key)?;
+        if !self.unique_names {
+            return Ok(self.base.clone());
+        }
+        let sep = self.sep.to_string();
+        let dashed = self.base.replace(&sep, "-");
+        let taken = |n: &str| self.keys.iter().any(|k| k.name == n.replace('-', &sep));
+        Ok(free_name(&dashed, taken).replace('-', &sep))
+    }
+}
+
+/// What a registration under `name` answered, as the shared object `ssh_key`: the
+/// cloud's `id` and the name it echoes (`name` when it echoes none); always ours.
+pub fn registered(id: String, echoed: Option<String>, name: String) -> SharedFound {
     SharedFound {
         id,
-        name: name.to_string(),
-        ours: is_derived_name(name, &project_key_name(lineage, public_key), '-'),
+        name: echoed.filter(|n| !n.is_empty()).unwrap_or(name),
+        ours: true,
     }
 }
 
@@ -131,5 +239,74 @@ mod tests {
         assert!(!is_derived_name("k-1", "k", '-'), "free_name starts at 2");
         assert!(!is_derived_name("k 2", "k", '-'));
         assert!(!is_derived_name("my-laptop", "k", '-'));
+    }
+
+    const LINEAGE: &str = "0f0e0d0c-1111-4222-8333-444455556666";
+    const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOtu gpuprov";
+
+    fn key(id: &str, name: &str, value: &str) -> ListedKey {
+        ListedKey {
+            id: id.into(),
+            name: name.into(),
+            public_key: value.into(),
+        }
+    }
+
+    #[test]
+    fn a_listing_finds_by_value_and_names_a_free_derived_name() {
+        let base = project_key_name(LINEAGE, KEY);
+        let other = "ssh-ed25519 AAAAother me@laptop";
+        // The derived name is held by another value: the next free suffix, never reuse.
+        let l = KeyListing::new("c", LINEAGE, KEY, [key("1", &base, other)]);
+        assert_eq!(l.found(), None);
+        assert_eq!(l.name_to_register().unwrap(), format!("{base}-2"));
+        // Found by value under a derived name: ours; under the user's name: not ours.
+        let l = KeyListing::new("c", LINEAGE, KEY, [key("7", &format!("{base}-2"), KEY)]);
+        assert_eq!(
+            l.found(),
+            Some(SharedFound {
+                id: "7".into(),
+                name: format!("{base}-2"),
+                ours: true
+            })
+        );
+        assert_eq!(l.name_to_register().unwrap_err().kind, ErrorKind::Exists);
+        let l = KeyListing::new(
+            "c",
+            LINEAGE,
+            KEY,
+            [key(
+                "8",
+                "laptop",
+                "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOtu me",
+            )],
+        );
+        assert!(
+            !l.found().unwrap().ours,
+            "the user's key is used, never ours"
+        );
+    }
+
+    #[test]
+    fn spelling_and_non_unique_names_follow_the_cloud() {
+        let base = project_key_name(LINEAGE, KEY);
+        let spaced = base.replace('-', " ");
+        let l = KeyListing::new("c", LINEAGE, KEY, [key("1", &spaced, "")]).spelled_with(' ');
+        assert_eq!(l.found(), None, "an empty value is never found");
+        assert_eq!(l.name_to_register().unwrap(), format!("{spaced} 2"));
+        let l = KeyListing::new("c", LINEAGE, KEY, [key("2", &format!("{spaced} 2"), KEY)])
+            .spelled_with(' ');
+        assert!(l.found().unwrap().ours);
+        // Names not unique: the derived name itself, and only it is ours.
+        let l = KeyListing::new("c", LINEAGE, KEY, [key("3", &format!("{base}-2"), KEY)])
+            .names_not_unique();
+        assert!(!l.found().unwrap().ours);
+        let l = KeyListing::new("c", LINEAGE, KEY, [key("4", &base, "ssh-rsa AAAAx")])
+            .names_not_unique();
+        assert_eq!(l.name_to_register().unwrap(), base);
+        assert_eq!(
+            registered("9".into(), Some(String::new()), base.clone()).name,
+            base
+        );
     }
 }

@@ -45,6 +45,7 @@ pub fn listed(seen: Vec<Seen>, lineage: &Lineage, at: &Location) -> Vec<Listed> 
                 instance_type: s.instance_type.clone(),
                 created_at: s.created_at,
                 price_per_hour: s.price_per_hour,
+                zone: s.zone.clone(),
                 observed: s.observed(),
             })
         })

@@ -46,6 +46,40 @@ pub fn refuse_spot(req: &ResourceRequest, msg: &str) -> Result<()> {
     Ok(())
 }
 
+/// The regions to offer in for `req` on a cloud with a built-in catalog: `defaults` when
+/// the ask names none, else the asked regions that are in `known`, compared exactly (other
+/// clouds' region names in the same list are skipped), in the asked order.
+///
+/// Errors: `InvalidRequest` when the ask names regions and none is known: "none of the
+/// regions [..] is `what` gpuprov knows (for example `example`)".
+pub fn catalog_regions(
+    req: &ResourceRequest,
+    defaults: &[&str],
+    known: &[&str],
+    what: &str,
+    example: &str,
+) -> Result<Vec<String>> {
+    if req.regions.is_empty() {
+        return Ok(defaults.iter().map(|s| s.to_string()).collect());
+    }
+    let ours: Vec<String> = req
+        .regions
+        .iter()
+        .filter(|r| known.contains(&r.as_str()))
+        .cloned()
+        .collect();
+    if ours.is_empty() {
+        return Err(ProviderError::new(
+            ErrorKind::InvalidRequest,
+            format!(
+                "none of the regions {:?} is {what} gpuprov knows (for example {example})",
+                req.regions
+            ),
+        ));
+    }
+    Ok(ours)
+}
+
 /// Field `name` of the data `prepare` returned, read by `get` (`Value::as_str`,
 /// `Value::as_i64`); absent or of another type → `InvalidRequest` ("prepared data has no
 /// `name`"), since only a `prepare` of another version could have written it.

@@ -56,14 +56,6 @@ impl Driver for GcpDriver {
             Scenario::KeyFoundByValueNeverRegisteredTwice => {
                 Some("GCP registers no key: each instance's metadata carries it (`ssh-keys`)")
             }
-            // KNOWN GAP, not a property of GCP: recover records the machine at its region
-            // (discovery lists regions, the zone is dropped), so its observes take the
-            // aggregated listing, and this fake advances operations only when a zone's
-            // operations are listed: the delete never completes here and destroy waits.
-            Scenario::StateLostRecoverThenDestroy => Some(
-                "known gap: a recovered GCP machine loses its zone, and the fake's delete \
-                 operation then never advances (why: tests/it/conformance/gcp.rs)",
-            ),
             _ => None,
         }
     }

@@ -14,8 +14,9 @@
 //!   at the on-demand price, which is the most a spot instance is charged by default
 //!   (no `MaxPrice` is set).
 
+use crate::provider::kit;
 use crate::provider::kit::gpu::{norm, rungs_for, Ladder};
-use crate::provider::{ErrorKind, Location, Offer, ProviderError, ResourceRequest};
+use crate::provider::{Location, Offer, ProviderError, ResourceRequest};
 
 /// When the list prices were read (module docs, "Sources").
 pub const PRICES_AS_OF: &str = "2025-06";
@@ -202,7 +203,6 @@ pub fn zones_of(region: &str) -> Vec<String> {
 /// Errors (`InvalidRequest`): no GPU asked (the catalog lists GPU types only), a GPU
 /// model the ladder does not know, or no type within the count and price.
 pub fn plan(req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
-    let invalid = |m: String| Err(ProviderError::new(ErrorKind::InvalidRequest, m));
     let ladder = Ladder {
         cloud: "AWS",
         kind: "instance type",
@@ -212,24 +212,13 @@ pub fn plan(req: &ResourceRequest) -> Result<Vec<Offer>, ProviderError> {
         gpus: |g| g.gpus,
     };
     let types = rungs_for(&ladder, req, |g| g.price_per_hour)?;
-    let regions: Vec<String> = if req.regions.is_empty() {
-        DEFAULT_REGIONS.iter().map(|s| s.to_string()).collect()
-    } else {
-        // Exact tokens: other clouds' region names in the same list are skipped.
-        let ours: Vec<String> = req
-            .regions
-            .iter()
-            .filter(|r| KNOWN_REGIONS.contains(&r.as_str()))
-            .cloned()
-            .collect();
-        if ours.is_empty() {
-            return invalid(format!(
-                "none of the regions {:?} is an AWS region gpuprov knows (for example us-east-1)",
-                req.regions
-            ));
-        }
-        ours
-    };
+    let regions = kit::offer::catalog_regions(
+        req,
+        DEFAULT_REGIONS,
+        KNOWN_REGIONS,
+        "an AWS region",
+        "us-east-1",
+    )?;
     let mut offers = Vec::new();
     for region in &regions {
         let asked: Vec<String> = req
@@ -282,6 +271,7 @@ pub fn zone_in_region(zone: &str, region: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::ErrorKind;
 
     fn req(gpu: Option<&str>, count: u32, regions: &[&str]) -> ResourceRequest {
         ResourceRequest {

@@ -503,9 +503,6 @@ impl CloudProvider for AwsProvider {
     /// `tag:<key>`; `aws-sdk-ec2` `DescribeInstancesInput::filters`), each instance as
     /// [`seen_of`] shows it.
     async fn instances(&self, at: &Location, only_vm: Option<&str>) -> Result<Vec<Seen>> {
-        if at.cloud != CLOUD {
-            return Ok(vec![]);
-        }
         let client = self.client(&at.region).await?;
         let identity = match only_vm {
             Some(vm) => vec![

@@ -98,7 +98,7 @@ pub use errors::{
 pub use sizes::{default_image, gpu_model};
 use sizes::{offers_for, size_matches};
 
-use crate::provider::kit::keys;
+use crate::provider::kit::keys::{self, KeyListing, ListedKey};
 use crate::provider::kit::paginate::{all_pages, page_of_link, Cursor, Next};
 use crate::provider::kit::{self, gpu, Adapter, Auth, Call, RestClient};
 use crate::provider::{
@@ -325,14 +325,17 @@ impl DigitalOceanProvider {
 use crate::provider::shared::SSH_KEY as SSH_KEY_KIND;
 
 impl DigitalOceanProvider {
-    /// A listed key as a shared object: ours when it carries the name gpuprov derives
-    /// ([`project_key_name`]), else the user's own (used, never deleted).
-    fn shared_key(&self, k: &SshKey, public_key: &str) -> SharedFound {
-        SharedFound {
-            id: k.id.to_string(),
-            name: k.name.clone(),
-            ours: k.name == project_key_name(self.settings.lineage.as_str(), public_key),
-        }
+    /// `GET /v2/account/keys` (all pages) read for the project key `public_key`.
+    /// DigitalOcean names need not be unique: gpuprov registers under the derived name
+    /// itself, so only a key of exactly that name is ours.
+    async fn key_listing(&self, public_key: &str) -> Result<KeyListing> {
+        let what = "list SSH keys";
+        let listed: Vec<SshKey> = self.list_all(KEYS, "ssh_keys", &[], what).await?;
+        let keys = listed
+            .into_iter()
+            .map(|k| ListedKey::new(k.id, k.name, k.public_key));
+        let lineage = self.settings.lineage.as_str();
+        Ok(KeyListing::new(CLOUD, lineage, public_key, keys).names_not_unique())
     }
 }
 
@@ -471,9 +474,6 @@ impl CloudProvider for DigitalOceanProvider {
     /// `GET /v2/droplets` (every one, whatever its lineage); each all pages, the same two
     /// calls for any number of VMs. Those in `at.region` ([`seen_at`]).
     async fn instances(&self, at: &Location, only_vm: Option<&str>) -> Result<Vec<Seen>> {
-        if at.cloud != CLOUD {
-            return Ok(vec![]);
-        }
         let gpus = [("type", "gpus".to_string())];
         let mut all: Vec<Droplet> = self
             .list_all(DROPLETS, "droplets", &gpus, "list GPU droplets")
@@ -543,11 +543,7 @@ impl CloudProvider for DigitalOceanProvider {
         public_key: &str,
     ) -> Result<Option<SharedFound>> {
         obj.expect(CLOUD, SSH_KEY_KIND)?;
-        let listed: Vec<SshKey> = self
-            .list_all(KEYS, "ssh_keys", &[], "list SSH keys")
-            .await?;
-        Ok(keys::find_by_value(&listed, public_key, |k| &k.public_key)
-            .map(|k| self.shared_key(k, public_key)))
+        Ok(self.key_listing(public_key).await?.found())
     }
 
     /// `POST /v2/account/keys` named [`project_key_name`]. DigitalOcean refuses a second

@@ -37,8 +37,9 @@
 //! answers the insert's operation with `ZONE_RESOURCE_POOL_EXHAUSTED`, which blocks that
 //! zone's offer only.
 
+use crate::provider::kit;
 use crate::provider::kit::gpu::{norm, rungs_for, Ladder};
-use crate::provider::{ErrorKind, Location, Offer, ProviderError, ResourceRequest};
+use crate::provider::{Location, Offer, ProviderError, ResourceRequest};
 
 use super::CLOUD;
 
@@ -448,7 +449,6 @@ pub fn accelerators_for(req: &ResourceRequest) -> Vec<&'static str> {
 /// GPU model the ladder does not know, no type within the count and price, or no asked
 /// region is a Compute Engine region.
 pub fn plan(req: &ResourceRequest, available: &Availability) -> Result<Vec<Offer>, ProviderError> {
-    let invalid = |m: String| Err(ProviderError::new(ErrorKind::InvalidRequest, m));
     let ladder = Ladder {
         cloud: "GCP",
         kind: "machine type",
@@ -459,24 +459,13 @@ pub fn plan(req: &ResourceRequest, available: &Availability) -> Result<Vec<Offer
     };
     let price = |t: &MachineType| if req.spot { t.spot } else { t.on_demand };
     let types = rungs_for(&ladder, req, price)?;
-    let regions: Vec<String> = if req.regions.is_empty() {
-        DEFAULT_REGIONS.iter().map(|s| s.to_string()).collect()
-    } else {
-        let ours: Vec<String> = req
-            .regions
-            .iter()
-            .filter(|r| KNOWN_REGIONS.contains(&r.as_str()))
-            .cloned()
-            .collect();
-        if ours.is_empty() {
-            return invalid(format!(
-                "none of the regions {:?} is a Compute Engine region gpuprov knows (for \
-                 example us-central1)",
-                req.regions
-            ));
-        }
-        ours
-    };
+    let regions = kit::offer::catalog_regions(
+        req,
+        DEFAULT_REGIONS,
+        KNOWN_REGIONS,
+        "a Compute Engine region",
+        "us-central1",
+    )?;
     let note = catalog_note(available);
     let mut offers: Vec<Offer> = Vec::new();
     for region in &regions {
@@ -530,6 +519,7 @@ pub fn plan(req: &ResourceRequest, available: &Availability) -> Result<Vec<Offer
 mod tests {
     use super::*;
     use crate::provider::kit::testing::ask;
+    use crate::provider::ErrorKind;
 
     #[test]
     fn the_ladder_covers_the_issue_models_with_both_prices() {

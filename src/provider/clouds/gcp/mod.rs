@@ -33,9 +33,11 @@
 //!   with its classified error once it failed (a late
 //!   `ZONE_RESOURCE_POOL_EXHAUSTED[_WITH_DETAILS]` is `Capacity` for that zone's offer, a
 //!   late `QUOTA_EXCEEDED` is `Quota`). Without a zone, the region's instances come from
-//!   `aggregated/instances`. Each instance shows its identity labels ([`api::seen`]);
-//!   statuses: see [`api::status_of`]; the SSH endpoint is the access config's `natIP`,
-//!   port 22, user [`SSH_USER`].
+//!   `aggregated/instances`, each with the zone its scope names (so a machine adopted from
+//!   that listing by `state recover` is then observed and deleted in its zone). Each
+//!   instance shows its identity labels ([`api::seen`]); statuses: see
+//!   [`api::status_of`]; the SSH endpoint is the access config's `natIP`, port 22, user
+//!   [`SSH_USER`].
 //! - `delete`: `instances.delete` per id; `404` is success unless an insert of that name
 //!   is still running (then `Transient`: the instance is not there yet, and a delete now
 //!   would miss it).
@@ -545,19 +547,21 @@ impl CloudProvider for GcpProvider {
     /// its inserts: an insert whose instance is not listed is `Pending` while it runs and
     /// [`InstanceStatus::Refused`] with its classified error once it failed, shown as
     /// the VM its instance name names in this lineage ([`api::vm_of_instance_name`]);
-    /// without one, `aggregated/instances` (all pages) of the region's zones. `only_vm`
+    /// without one, `aggregated/instances` (all pages) of the region's zones, each entry
+    /// with its [`Seen::zone`] from the `zones/<zone>` scope. `only_vm`
     /// narrows the instances to its labels (list `filter`, discovery
     /// `compute.instances.list` / `aggregatedList`, `vendor-apis/gcp/compute.v1.json`).
     async fn instances(&self, at: &Location, only_vm: Option<&str>) -> Result<Vec<Seen>> {
-        if at.cloud != CLOUD {
-            return Ok(vec![]);
-        }
         let project = self.project()?;
         let lineage = &self.settings.lineage;
         let filter = only_vm.map(|vm| api::label_filter(vm, lineage));
         let Some(zone) = at.zone.as_deref() else {
             let all = self.region_instances(project, &at.region, filter).await?;
-            return Ok(all.iter().map(|(_, i)| api::seen(i)).collect());
+            let in_zone = |(zone, i): &(String, Instance)| Seen {
+                zone: Some(zone.clone()),
+                ..api::seen(i)
+            };
+            return Ok(all.iter().map(in_zone).collect());
         };
         let path = format!("/projects/{project}/zones/{zone}/instances");
         let q: Vec<(&str, String)> = filter.map(|f| ("filter", f)).into_iter().collect();

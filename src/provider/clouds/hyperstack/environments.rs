@@ -73,14 +73,10 @@ impl HyperstackProvider {
     }
 
     /// Whether `name` is a key pair name gpuprov gives `public_key` in this lineage:
-    /// [`project_key_name`] or its `-2`, `-3`, … ([`keys::free_name`]).
+    /// [`project_key_name`] or its `-2`, `-3`, … ([`keys::is_derived_name`]).
     pub(super) fn is_project_key_name(&self, name: &str, public_key: &str) -> bool {
         let base = project_key_name(self.settings.lineage.as_str(), public_key);
-        name == base
-            || name
-                .strip_prefix(&base)
-                .and_then(|rest| rest.strip_prefix('-'))
-                .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+        keys::is_derived_name(name, &base, '-')
     }
 
     /// Whether environment `env` holds only what gpuprov put there for this lineage:

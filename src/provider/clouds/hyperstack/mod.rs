@@ -487,9 +487,6 @@ impl CloudProvider for HyperstackProvider {
     /// lineage's VMs there; `&search=gpuprov-<vm>-<lineage8>` too for `only_vm`. The VMs
     /// there ([`seen_at`]) once each, except deleted ones.
     async fn instances(&self, at: &Location, only_vm: Option<&str>) -> Result<Vec<Seen>> {
-        if at.cloud != CLOUD {
-            return Ok(vec![]);
-        }
         let lineage = &self.settings.lineage;
         let env = Self::environment_name(lineage, &at.region);
         let mut query = vec![

@@ -64,7 +64,7 @@ pub use errors::{classify, ApiError, INSUFFICIENT_CAPACITY};
 pub use offers::gpu_model;
 use offers::{model_of, offers_for, type_matches};
 
-use crate::provider::kit::keys;
+use crate::provider::kit::keys::{self, KeyListing, ListedKey};
 use crate::provider::kit::{
     self, gpu, Adapter, Auth, Call, Credential, Lookup, RestClient, Source,
 };
@@ -236,15 +236,16 @@ impl LambdaProvider {
         self.api.get("/api/v1/firewall-rulesets", &[], call).await
     }
 
-    /// A listed key as a shared object: ours when it carries the name gpuprov derives
-    /// ([`project_key_name`](crate::provider::project_key_name), or that name with the `-<n>` suffix of a taken name).
-    fn shared_key(&self, k: &SshKey, public_key: &str) -> SharedFound {
-        keys::shared_found(
-            k.id.clone(),
-            &k.name,
+    /// `GET /api/v1/ssh-keys` read for the project key `public_key` (names are unique).
+    async fn key_listing(&self, public_key: &str) -> Result<KeyListing> {
+        let listed = self.ssh_keys().await?.into_iter();
+        let keys = listed.map(|k| ListedKey::new(k.id, k.name, k.public_key));
+        Ok(KeyListing::new(
+            CLOUD,
             self.settings.lineage.as_str(),
             public_key,
-        )
+            keys,
+        ))
     }
 
     /// The id of the VM's ruleset in `region`, created with TCP 22 and `ports` when missing.
@@ -435,9 +436,6 @@ impl CloudProvider for LambdaProvider {
     /// `GET /api/v1/instances` (the whole account: the API has no filter), keeping the
     /// instances in `at.region` ([`seen_at`]).
     async fn instances(&self, at: &Location, _only_vm: Option<&str>) -> Result<Vec<Seen>> {
-        if at.cloud != CLOUD {
-            return Ok(vec![]);
-        }
         let list = self.listing().await?;
         Ok(list.iter().filter_map(|i| seen_at(i, &at.region)).collect())
     }
@@ -533,9 +531,7 @@ impl CloudProvider for LambdaProvider {
         public_key: &str,
     ) -> Result<Option<SharedFound>> {
         obj.expect(CLOUD, SSH_KEY_KIND)?;
-        let listed = self.ssh_keys().await?;
-        Ok(keys::find_by_value(&listed, public_key, |k| &k.public_key)
-            .map(|k| self.shared_key(k, public_key)))
+        Ok(self.key_listing(public_key).await?.found())
     }
 
     /// `POST /api/v1/ssh-keys` under [`project_key_name`](crate::provider::project_key_name), or the first free `-<n>`
@@ -543,11 +539,7 @@ impl CloudProvider for LambdaProvider {
     /// taken meanwhile ("Key name must be unique.") is `Exists`: observed again.
     async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
         obj.expect(CLOUD, SSH_KEY_KIND)?;
-        let listed = self.ssh_keys().await?;
-        keys::refuse_registered(CLOUD, &listed, public_key, |k| &k.public_key)?;
-        let name = keys::free_project_key_name(self.settings.lineage.as_str(), public_key, |n| {
-            listed.iter().any(|k| k.name == n)
-        });
+        let name = self.key_listing(public_key).await?.name_to_register()?;
         let what = format!("register SSH key {name}");
         let body = json!({ "name": name, "public_key": public_key.trim() });
         let v = self
@@ -556,11 +548,7 @@ impl CloudProvider for LambdaProvider {
             .await
             .map_err(|f| self.api.fail(&f, Call::other(&what)))?;
         let k: SshKey = self.api.parse(v, Call::other(&what))?;
-        Ok(SharedFound {
-            id: k.id,
-            name: k.name,
-            ours: true,
-        })
+        Ok(keys::registered(k.id, Some(k.name), name))
     }
 
     /// `DELETE /api/v1/ssh-keys/{id}` when `GET /api/v1/ssh-keys` still lists it: Lambda

@@ -78,12 +78,11 @@ pub use errors::CLASSIFIER;
 use instances::{seen_at, status_of};
 
 use crate::provider::identity::located_name;
-use crate::provider::kit::keys;
+use crate::provider::kit::keys::{self, KeyListing, ListedKey};
 use crate::provider::kit::{self, gpu, Adapter, Auth, Call, RestClient};
 use crate::provider::{
-    object_name, project_key_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec,
-    Lineage, Location, Offer, ProviderError, ResourceRequest, Result, Seen, SharedFound,
-    SharedObject,
+    object_name, Capabilities, CloudProvider, ErrorKind, Feature, InstanceSpec, Lineage, Location,
+    Offer, ProviderError, ResourceRequest, Result, Seen, SharedFound, SharedObject,
 };
 
 // The kind of the project key, the one shared object this cloud declares
@@ -258,24 +257,6 @@ fn offers_for(inventory: &Inventory, req: &ResourceRequest) -> Vec<Offer> {
     offers
 }
 
-/// A listed key and whether its name is ambiguous (another key of another value has the
-/// same name): the launch names keys, so such a name could give the machine the other key.
-struct Listed {
-    key: SshKey,
-    ambiguous: bool,
-}
-
-impl Listed {
-    /// The key's value, or nothing for an ambiguous name (never found by value).
-    fn value(&self) -> &str {
-        if self.ambiguous {
-            ""
-        } else {
-            &self.key.public_key
-        }
-    }
-}
-
 impl MassedComputeProvider {
     /// An adapter for `settings`. Never fails and does no I/O.
     pub fn new(settings: MassedComputeSettings) -> MassedComputeProvider {
@@ -378,30 +359,28 @@ impl MassedComputeProvider {
             })
     }
 
-    /// `GET /ssh-keys`: every key of the account, each marked ambiguous when a key of
-    /// another value has the same name.
-    async fn listed_keys(&self) -> Result<Vec<Listed>> {
-        let keys: SshKeys = self
+    /// `GET /ssh-keys` read for the project key `public_key`. Names are unique and take
+    /// no dashes, so the derived name is spelled with spaces. A key whose name another
+    /// key of another value shares is listed without its value, so it is never found by
+    /// value: the launch names keys, and such a name could give the machine the other key.
+    async fn key_listing(&self, public_key: &str) -> Result<KeyListing> {
+        let call = Call::other("list SSH keys");
+        let all = self
             .api
-            .get("/ssh-keys", &[], Call::other("list SSH keys"))
-            .await?;
-        let all = keys.ssh_keys;
-        Ok(all
-            .iter()
-            .map(|k| Listed {
-                key: k.clone(),
-                ambiguous: all.iter().any(|o| {
-                    o.name == k.name
-                        && keys::key_value(&o.public_key) != keys::key_value(&k.public_key)
-                }),
-            })
-            .collect())
-    }
-
-    /// The name gpuprov registers the project key under: [`project_key_name`] with spaces
-    /// for dashes (key names take no other punctuation).
-    fn key_base_name(&self, public_key: &str) -> String {
-        project_key_name(self.settings.lineage.as_str(), public_key).replace('-', " ")
+            .get::<SshKeys>("/ssh-keys", &[], call)
+            .await?
+            .ssh_keys;
+        let ambiguous = |k: &SshKey| {
+            let value = keys::key_value(&k.public_key);
+            all.iter()
+                .any(|o| o.name == k.name && keys::key_value(&o.public_key) != value)
+        };
+        let listed = all.iter().map(|k| {
+            let value = if ambiguous(k) { "" } else { &k.public_key };
+            ListedKey::new(&k.id, k.name.clone(), value.to_string())
+        });
+        let lineage = self.settings.lineage.as_str();
+        Ok(KeyListing::new(CLOUD, lineage, public_key, listed).spelled_with(' '))
     }
 }
 
@@ -494,9 +473,6 @@ impl CloudProvider for MassedComputeProvider {
     /// `openapi-v1.0.0.yaml` in `vendor-apis/massedcompute`), every one not gone, shown
     /// at `at` ([`seen_at`]): the name says where it runs.
     async fn instances(&self, at: &Location, _only_vm: Option<&str>) -> Result<Vec<Seen>> {
-        if at.cloud != CLOUD {
-            return Ok(vec![]);
-        }
         let list = self.listing().await?;
         Ok(list.iter().filter_map(|i| seen_at(i, &at.region)).collect())
     }
@@ -538,15 +514,7 @@ impl CloudProvider for MassedComputeProvider {
         public_key: &str,
     ) -> Result<Option<SharedFound>> {
         obj.expect(CLOUD, SSH_KEY_KIND)?;
-        let listed = self.listed_keys().await?;
-        let base = self.key_base_name(public_key);
-        Ok(
-            keys::find_by_value(&listed, public_key, Listed::value).map(|l| SharedFound {
-                id: l.key.id.clone(),
-                name: l.key.name.clone(),
-                ours: keys::is_derived_name(&l.key.name, &base, ' '),
-            }),
-        )
+        Ok(self.key_listing(public_key).await?.found())
     }
 
     /// `POST /ssh-keys` `{name, publicKey}` under the derived name (spaces for dashes), or
@@ -554,23 +522,18 @@ impl CloudProvider for MassedComputeProvider {
     /// again.
     async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
         obj.expect(CLOUD, SSH_KEY_KIND)?;
-        let listed = self.listed_keys().await?;
-        keys::refuse_registered(CLOUD, &listed, public_key, Listed::value)?;
-        // Free among the listed names, compared as registered (spaces for dashes).
-        let base = project_key_name(self.settings.lineage.as_str(), public_key);
-        let taken = |n: &str| listed.iter().any(|l| l.key.name == n.replace('-', " "));
-        let name = keys::free_name(&base, taken).replace('-', " ");
+        let name = self.key_listing(public_key).await?.name_to_register()?;
         let what = format!("register SSH key {name:?}");
         let body = json!({ "name": name, "publicKey": public_key.trim() });
         let call = Call::named(errors::REGISTER_KEY, &what);
         let posted: PostedKey = self.api.post("/ssh-keys", &body, call).await?;
         let item = posted.ssh_key.unwrap_or_default();
-        Ok(SharedFound {
-            // Without an id in the answer, the teardown takes it from the listing.
-            id: item.id.unwrap_or_default(),
-            name: item.name.filter(|n| !n.is_empty()).unwrap_or(name),
-            ours: true,
-        })
+        // Without an id in the answer, the teardown takes it from the listing.
+        Ok(keys::registered(
+            item.id.unwrap_or_default(),
+            item.name,
+            name,
+        ))
     }
 
     /// `DELETE /ssh-keys/{id}` (404 = already gone). Instances keep the key they were

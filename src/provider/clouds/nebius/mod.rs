@@ -510,9 +510,6 @@ impl CloudProvider for NebiusProvider {
     /// listed counts once, as listed. Errors: no project for the region is
     /// `InvalidRequest`, no credential `Credentials`.
     async fn instances(&self, at: &Location, only_vm: Option<&str>) -> Result<Vec<Seen>> {
-        if at.cloud != CLOUD {
-            return Ok(vec![]);
-        }
         let project = self.project(&at.region)?;
         let mut out: Vec<Seen> = self.listing(project).await?.iter().map(seen).collect();
         let lineage = self.settings.lineage.as_str();

@@ -81,7 +81,7 @@ pub use pods::ssh_endpoint;
 use pods::{seen_at, status_of};
 
 use crate::provider::identity::located_name;
-use crate::provider::kit::keys;
+use crate::provider::kit::keys::{self, KeyListing, ListedKey};
 use crate::provider::kit::paginate::{self, Cursor, Next};
 use crate::provider::kit::{self, Adapter, Auth, Call, RestClient};
 use crate::provider::{
@@ -351,16 +351,17 @@ impl PrimeIntellectProvider {
         .await
     }
 
-    /// A listed key as a shared object: ours when it carries the name gpuprov derives
-    /// ([`project_key_name`](crate::provider::project_key_name), or that name with the `-<n>` of a taken name), else the
-    /// user's own (used, never deleted).
-    fn shared_key(&self, k: &SshKey, public_key: &str) -> SharedFound {
-        keys::shared_found(
-            k.id.clone(),
-            &k.name,
+    /// `GET /api/v1/ssh_keys/` (all pages) read for the project key `public_key` (names
+    /// are unique).
+    async fn key_listing(&self, public_key: &str) -> Result<KeyListing> {
+        let listed = self.ssh_keys().await?.into_iter();
+        let keys = listed.map(|k| ListedKey::new(k.id, k.name, k.public_key));
+        Ok(KeyListing::new(
+            CLOUD,
             self.settings.lineage.as_str(),
             public_key,
-        )
+            keys,
+        ))
     }
 
     /// The pod name of `vm_name` in data centre `region`.
@@ -483,9 +484,6 @@ impl CloudProvider for PrimeIntellectProvider {
     /// `limit`, `prime-intellect-compute-api-openapi.yml` in `vendor-apis/primeintellect`),
     /// every pod not terminated, shown at `at` ([`seen_at`]): the name says where it runs.
     async fn instances(&self, at: &Location, _only_vm: Option<&str>) -> Result<Vec<Seen>> {
-        if at.cloud != CLOUD {
-            return Ok(vec![]);
-        }
         let pods = self.pods().await?;
         Ok(pods.iter().filter_map(|p| seen_at(p, &at.region)).collect())
     }
@@ -518,9 +516,7 @@ impl CloudProvider for PrimeIntellectProvider {
         public_key: &str,
     ) -> Result<Option<SharedFound>> {
         obj.expect(CLOUD, SSH_KEY_KIND)?;
-        let listed = self.ssh_keys().await?;
-        Ok(keys::find_by_value(&listed, public_key, |k| &k.public_key)
-            .map(|k| self.shared_key(k, public_key)))
+        Ok(self.key_listing(public_key).await?.found())
     }
 
     /// `POST /api/v1/ssh_keys/` `{name, publicKey}` under [`project_key_name`](crate::provider::project_key_name), or the
@@ -528,20 +524,12 @@ impl CloudProvider for PrimeIntellectProvider {
     /// only refusal) is `Exists`: observed again.
     async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
         obj.expect(CLOUD, SSH_KEY_KIND)?;
-        let listed = self.ssh_keys().await?;
-        keys::refuse_registered(CLOUD, &listed, public_key, |k| &k.public_key)?;
-        let name = keys::free_project_key_name(self.settings.lineage.as_str(), public_key, |n| {
-            listed.iter().any(|k| k.name == n)
-        });
+        let name = self.key_listing(public_key).await?.name_to_register()?;
         let what = format!("upload SSH key {name}");
         let body = json!({ "name": name, "publicKey": public_key.trim() });
         let call = Call::named(errors::REGISTER_KEY, &what);
         let k: SshKey = self.api.post("/api/v1/ssh_keys/", &body, call).await?;
-        Ok(SharedFound {
-            id: k.id,
-            name: if k.name.is_empty() { name } else { k.name },
-            ours: true,
-        })
+        Ok(keys::registered(k.id, Some(k.name), name))
     }
 
     /// `DELETE /api/v1/ssh_keys/{id}` (404 = already gone). Pods keep the key they were

@@ -515,9 +515,6 @@ impl CloudProvider for RunpodProvider {
     /// `vendor-apis/runpod/api-reference-v2/openapi.json`, no filter by env, name or data
     /// centre), keeping the pods at `at.region` ([`seen_at`]) except `TERMINATED` ones.
     async fn instances(&self, at: &Location, _only_vm: Option<&str>) -> Result<Vec<Seen>> {
-        if at.cloud != CLOUD {
-            return Ok(vec![]);
-        }
         let list: PodList = self
             .api
             .get("/v2/pods", &[], Call::Other.what("list pods"))

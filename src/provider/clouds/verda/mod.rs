@@ -92,7 +92,7 @@ use instances::{seen_at, status_of};
 use offers::{model_of, offers_for, type_matches};
 
 use crate::provider::identity::located_name;
-use crate::provider::kit::keys;
+use crate::provider::kit::keys::{self, KeyListing, ListedKey};
 use crate::provider::kit::oauth::ClientCredentials;
 use crate::provider::kit::{self, gpu, Adapter, Auth, Call, Failure, RestClient};
 use crate::provider::{
@@ -298,16 +298,16 @@ impl VerdaProvider {
             .await
     }
 
-    /// A listed key as a shared object: ours when it carries the name gpuprov derives
-    /// ([`project_key_name`](crate::provider::project_key_name), or that name with the `-<n>` of a taken name), else the
-    /// user's own (used, never deleted).
-    fn shared_key(&self, k: &SshKey, public_key: &str) -> SharedFound {
-        keys::shared_found(
-            k.id.clone(),
-            &k.name,
+    /// `GET /sshkeys` read for the project key `public_key` (names are unique).
+    async fn key_listing(&self, public_key: &str) -> Result<KeyListing> {
+        let listed = self.ssh_keys().await?.into_iter();
+        let keys = listed.map(|k| ListedKey::new(k.id, k.name, k.key));
+        Ok(KeyListing::new(
+            CLOUD,
             self.settings.lineage.as_str(),
             public_key,
-        )
+            keys,
+        ))
     }
 
     /// The instance action `delete` for `ids` with `volumes`, permanently. `Ok(false)` when
@@ -460,9 +460,6 @@ impl CloudProvider for VerdaProvider {
     /// One `GET /instances` (the API has no tag or name filter), keeping the instances in
     /// `at.region` ([`seen_at`]).
     async fn instances(&self, at: &Location, _only_vm: Option<&str>) -> Result<Vec<Seen>> {
-        if at.cloud != CLOUD {
-            return Ok(vec![]);
-        }
         let list = self.listing().await?;
         Ok(list.iter().filter_map(|i| seen_at(i, &at.region)).collect())
     }
@@ -512,9 +509,7 @@ impl CloudProvider for VerdaProvider {
         public_key: &str,
     ) -> Result<Option<SharedFound>> {
         obj.expect(CLOUD, SSH_KEY_KIND)?;
-        let listed = self.ssh_keys().await?;
-        Ok(keys::find_by_value(&listed, public_key, |k| &k.key)
-            .map(|k| self.shared_key(k, public_key)))
+        Ok(self.key_listing(public_key).await?.found())
     }
 
     /// `POST /sshkeys` `{name, key}` under [`project_key_name`](crate::provider::project_key_name), or the first free `-<n>`
@@ -524,11 +519,7 @@ impl CloudProvider for VerdaProvider {
     /// register the same key a second time under another name.
     async fn create_shared(&self, obj: &SharedObject, public_key: &str) -> Result<SharedFound> {
         obj.expect(CLOUD, SSH_KEY_KIND)?;
-        let listed = self.ssh_keys().await?;
-        keys::refuse_registered(CLOUD, &listed, public_key, |k| &k.key)?;
-        let name = keys::free_project_key_name(self.settings.lineage.as_str(), public_key, |n| {
-            listed.iter().any(|k| k.name == n)
-        });
+        let name = self.key_listing(public_key).await?.name_to_register()?;
         let what = format!("register SSH key {name}");
         let body = json!({ "name": name, "key": public_key.trim() });
         let call = Call::named(errors::REGISTER_KEY, &what);
@@ -539,11 +530,7 @@ impl CloudProvider for VerdaProvider {
                 format!("verda {what}: no key id in the answer"),
             )
         })?;
-        Ok(SharedFound {
-            id,
-            name,
-            ours: true,
-        })
+        Ok(keys::registered(id, None, name))
     }
 
     /// `DELETE /sshkeys/{id}` (`not_found` = already gone). Instances keep the key they
