@@ -63,8 +63,8 @@ pub struct RateLimit {
     pub requests: u32,
     /// The window's length.
     pub per: Duration,
-    /// Where the vendor documents it (file and section under `shared/vendor-apis`, or a
-    /// documentation page).
+    /// Where the vendor documents it (file and section of the copy under
+    /// `tests/fixtures/vendor-apis`, or a documentation page).
     pub source: &'static str,
 }
 

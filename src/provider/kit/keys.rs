@@ -1,8 +1,8 @@
 //! The project's SSH key on clouds that register keys: found by *value* (type and base64,
 //! never by name or comment), else registered under the name derived from its fingerprint
 //! ([`crate::provider::project_key_name`]). Only the shared-object calls register it
-//! (`observe_shared`, `create_shared`); `prepare` takes it from the core
-//! ([`prepared_key`]).
+//! (`observe_shared`, `create_shared`), both on one [`KeyListing`] of the cloud's keys;
+//! `prepare` takes it from the core ([`prepared_key`]).
 
 use super::super::shared::SSH_KEY;
 use super::super::{project_key_name, ErrorKind, InstanceSpec, ProviderError, SharedFound};
@@ -84,17 +84,6 @@ pub fn is_derived_name(name: &str, base: &str, sep: char) -> bool {
             .strip_prefix(base)
             .and_then(|r| r.strip_prefix(sep))
             .is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n >= 2))
-}
-
-/// The name to register the project key under on a cloud whose key names are unique:
-/// [`project_key_name`] of `lineage` and `public_key`, or its first free `-<n>`
-/// ([`free_name`]) when `taken` refuses it.
-pub fn free_project_key_name(
-    lineage: &str,
-    public_key: &str,
-    taken: impl Fn(&str) -> bool,
-) -> String {
-    free_name(&project_key_name(lineage, public_key), taken)
 }
 
 /// One key of a cloud's key listing, as [`KeyListing`] reads it.

@@ -42,6 +42,7 @@ mod recover;
 mod runpod;
 mod verda;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -413,6 +414,39 @@ fn declares(cloud: &dyn Cloud, s: Scenario) -> bool {
         eprintln!("{s:?} on {}: {f:?} not declared", p.name());
     }
     yes
+}
+
+/// `d`'s cloud started with capacity in `capacity_in`, or `None` (said on stderr) when
+/// its adapter does not declare `s`'s feature.
+async fn start_declaring(
+    d: &dyn Driver,
+    s: Scenario,
+    capacity_in: Vec<&'static str>,
+) -> Option<Box<dyn Cloud>> {
+    let cloud = d
+        .start(World {
+            capacity_in,
+            ..World::default()
+        })
+        .await;
+    declares(cloud.as_ref(), s).then_some(cloud)
+}
+
+/// The spec the engine would give `prepare` and `create` for `vm` on `cloud`: attempt
+/// `r0-o0`, the test key, no boot script, `shared` as prepared.
+fn spec_for(cloud: &dyn Cloud, vm: &VmSpec, shared: BTreeMap<String, SharedFound>) -> InstanceSpec {
+    let short: String = cloud.lineage().chars().take(8).collect();
+    InstanceSpec {
+        vm_name: vm.name.clone(),
+        lineage: cloud.lineage().to_string(),
+        client_token: format!("gpuprov-{short}-{}-r0-o0", vm.name),
+        image: vm.image.clone(),
+        disk_gb: vm.disk_gb,
+        ports: vm.ports.clone(),
+        ssh_public_key: drive::PUBKEY.into(),
+        boot_script: None,
+        shared,
+    }
 }
 
 /// Runs `s` on `d`'s cloud; `false` when the adapter does not declare the scenario's
@@ -906,10 +940,10 @@ async fn shared_for(
     p: &dyn CloudProvider,
     offer: &gpuprov::provider::Offer,
 ) -> (
-    std::collections::BTreeMap<String, SharedFound>,
+    BTreeMap<String, SharedFound>,
     Vec<(SharedObject, SharedFound)>,
 ) {
-    let mut shared = std::collections::BTreeMap::new();
+    let mut shared = BTreeMap::new();
     let mut made = Vec::new();
     for obj in p.shared_objects(offer) {
         let found = match p.observe_shared(&obj, drive::PUBKEY).await.unwrap() {
@@ -945,18 +979,7 @@ async fn prepare_scenario(d: &dyn Driver, s: Scenario) {
         .next()
         .unwrap_or_else(|| panic!("{name}: no offer in {r0}"));
     let (shared, made) = shared_for(p.as_ref(), &offer).await;
-    let short: String = cloud.lineage().chars().take(8).collect();
-    let spec = InstanceSpec {
-        vm_name: vm.name.clone(),
-        lineage: cloud.lineage().to_string(),
-        client_token: format!("gpuprov-{short}-{}-r0-o0", vm.name),
-        image: vm.image.clone(),
-        disk_gb: vm.disk_gb,
-        ports: vm.ports.clone(),
-        ssh_public_key: drive::PUBKEY.into(),
-        boot_script: None,
-        shared,
-    };
+    let spec = spec_for(cloud.as_ref(), &vm, shared);
     let at = Location {
         zone: None,
         ..offer.location.clone()
@@ -994,15 +1017,9 @@ async fn shared_keys_scenario(d: &dyn Driver, s: Scenario) -> bool {
     let name = d.name();
     let [r0, _] = d.regions();
     let key = drive::PUBKEY;
-    let cloud = d
-        .start(World {
-            capacity_in: vec![r0],
-            ..World::default()
-        })
-        .await;
-    if !declares(cloud.as_ref(), s) {
+    let Some(cloud) = start_declaring(d, s, vec![r0]).await else {
         return false;
-    }
+    };
     let p = cloud.provider();
     let offer = p.plan(&ask(&cloud.vm(), &[r0])).await.unwrap().remove(0);
     let objects = p.shared_objects(&offer);
@@ -1094,15 +1111,9 @@ async fn shared_keys_scenario(d: &dyn Driver, s: Scenario) -> bool {
 async fn prepare_needs_key_scenario(d: &dyn Driver, s: Scenario) -> bool {
     let name = d.name();
     let [r0, _] = d.regions();
-    let cloud = d
-        .start(World {
-            capacity_in: vec![r0],
-            ..World::default()
-        })
-        .await;
-    if !declares(cloud.as_ref(), s) {
+    let Some(cloud) = start_declaring(d, s, vec![r0]).await else {
         return false;
-    }
+    };
     let p = cloud.provider();
     let vm = cloud.vm();
     let offer = p.plan(&ask(&vm, &[r0])).await.unwrap().remove(0);
@@ -1110,17 +1121,7 @@ async fn prepare_needs_key_scenario(d: &dyn Driver, s: Scenario) -> bool {
         eprintln!("{s:?} on {name}: no shared ssh_key");
         return false;
     }
-    let spec = InstanceSpec {
-        vm_name: vm.name.clone(),
-        lineage: cloud.lineage().to_string(),
-        client_token: format!("gpuprov-{}-r0-o0", vm.name),
-        image: vm.image.clone(),
-        disk_gb: vm.disk_gb,
-        ports: vm.ports.clone(),
-        ssh_public_key: drive::PUBKEY.into(),
-        boot_script: None,
-        shared: Default::default(),
-    };
+    let spec = spec_for(cloud.as_ref(), &vm, Default::default());
     let e = p.prepare(&offer, &spec).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidRequest, "{name}: {e}");
     assert!(
@@ -1139,15 +1140,9 @@ async fn prepare_needs_key_scenario(d: &dyn Driver, s: Scenario) -> bool {
 async fn start_scenario(d: &dyn Driver, s: Scenario) -> bool {
     let name = d.name();
     let [r0, _] = d.regions();
-    let cloud = d
-        .start(World {
-            capacity_in: vec![r0],
-            ..World::default()
-        })
-        .await;
-    if !declares(cloud.as_ref(), s) {
+    let Some(cloud) = start_declaring(d, s, vec![r0]).await else {
         return false;
-    }
+    };
     let recorded = recorded::Recorded::new(cloud.provider());
     let r = Run {
         provider: recorded.clone(),
@@ -1229,15 +1224,9 @@ async fn start_scenario(d: &dyn Driver, s: Scenario) -> bool {
 async fn import_scenario(d: &dyn Driver, s: Scenario) -> bool {
     let name = d.name();
     let [r0, r1] = d.regions();
-    let cloud = d
-        .start(World {
-            capacity_in: vec![r0, r1],
-            ..World::default()
-        })
-        .await;
-    if !declares(cloud.as_ref(), s) {
+    let Some(cloud) = start_declaring(d, s, vec![r0, r1]).await else {
         return false;
-    }
+    };
     let p = cloud.provider();
     let at = cloud.at(r0);
     let outside = |region: &str| {
@@ -1311,15 +1300,9 @@ async fn import_scenario(d: &dyn Driver, s: Scenario) -> bool {
 async fn diagnose_scenario(d: &dyn Driver, s: Scenario) -> bool {
     let name = d.name();
     let [r0, _] = d.regions();
-    let cloud = d
-        .start(World {
-            capacity_in: vec![r0],
-            ..World::default()
-        })
-        .await;
-    if !declares(cloud.as_ref(), s) {
+    let Some(cloud) = start_declaring(d, s, vec![r0]).await else {
         return false;
-    }
+    };
     let r = run(cloud, &[r0]);
     let end = r.launch().await.unwrap();
     let vm = end

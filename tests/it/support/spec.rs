@@ -1178,7 +1178,7 @@ impl Drop for SpecServer {
 }
 
 /// Where the vendors' API descriptions live: `tests/fixtures/vendor-apis/` in this
-/// repository, copied whole from the project's `shared/vendor-apis/` with each file's
+/// repository, copied whole from the project's vendor-API folder with each file's
 /// upstream source and SHA-256 in its `PROVENANCE.md` (checked by
 /// `self_contained::every_copied_fixture_matches_its_checksum`); what each describes and
 /// its known defects are in the copied `SOURCES.md` beside them.

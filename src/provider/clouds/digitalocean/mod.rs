@@ -245,7 +245,7 @@ impl DigitalOceanProvider {
     /// seconds").
     pub fn default_capabilities() -> Capabilities {
         use Feature::*;
-        const SOURCE: &str = "shared/vendor-apis/digitalocean/DigitalOcean-public.v2.gpuprov-subset.yaml, info.description \"Rate Limit\"";
+        const SOURCE: &str = "tests/fixtures/vendor-apis/digitalocean/DigitalOcean-public.v2.gpuprov-subset.yaml, info.description \"Rate Limit\"";
         Capabilities {
             max_concurrency: 4,
             rate_limits: vec![

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::api::{label, Environment, EnvironmentResponse, Keypair, KeypairResponse, Vm};
 use super::{errors, invalid, HyperstackProvider, CLOUD, MAX_NAME_LEN};
-use crate::provider::kit::keys;
+use crate::provider::kit::keys::{self, KeyListing, ListedKey};
 use crate::provider::kit::Call;
 use crate::provider::{project_key_name, Lineage, Result, SharedObject, LINEAGE_LABEL};
 use reqwest::Method;
@@ -116,26 +116,43 @@ impl HyperstackProvider {
             .ok_or_else(|| invalid(format!("{} has no region", obj.address())))
     }
 
+    /// The key pairs of environment `env` read for the project key `public_key` (names
+    /// are unique), with the names Hyperstack refused in this run (a `409` on import)
+    /// listed as taken: never found by value, skipped by the next free name.
+    pub(super) async fn key_listing(&self, env: &str, public_key: &str) -> Result<KeyListing> {
+        let listed = self.keypairs_in(env).await?.into_iter();
+        let mut keys: Vec<ListedKey> = listed
+            .map(|k| {
+                let id = k.id.map(|i| i.to_string()).unwrap_or_default();
+                ListedKey::new(id, k.name, k.public_key)
+            })
+            .collect();
+        let refused = self.refused_names.lock().unwrap_or_else(|e| e.into_inner());
+        let taken = refused.iter().filter(|(e, _)| e == env);
+        keys.extend(taken.map(|(_, name)| ListedKey::new("", name.clone(), String::new())));
+        drop(refused);
+        Ok(KeyListing::new(
+            CLOUD,
+            self.settings.lineage.as_str(),
+            public_key,
+            keys,
+        ))
+    }
+
     /// Imports the project key into environment `env` (`POST /core/keypairs`, one call) as
-    /// [`project_key_name`], or its first free `-2`, `-3` ([`keys::free_name`]) when a key
-    /// pair of another value holds the name (the old `gpuprov-<lineage8>` and a derived
-    /// name of another value are never used).
+    /// [`project_key_name`], or its first free `-2`, `-3` when a key pair of another value
+    /// holds the name ([`KeyListing::name_to_register`]; the old `gpuprov-<lineage8>` and
+    /// a derived name of another value are never used).
     ///
-    /// Errors: a key pair of this value already in `env` → `Exists`
-    /// ([`keys::refuse_registered`]); a `409` (Hyperstack refuses a name already taken; the
-    /// description says only "Conflict") → `Exists` (errors.rs), and the name is
-    /// remembered as taken: the core observes again (a concurrent run may have imported
+    /// Errors: a key pair of this value already in `env` → `Exists`; a `409` (Hyperstack
+    /// refuses a name already taken; the description says only "Conflict") → `Exists`
+    /// (errors.rs), and the name is remembered as taken: the core observes again (a concurrent run may have imported
     /// the same key) and the next create moves on to the next name.
     pub(super) async fn import_key(&self, env: &str, public_key: &str) -> Result<Keypair> {
-        let listed = self.keypairs_in(env).await?;
-        keys::refuse_registered(CLOUD, &listed, public_key, |k| &k.public_key)?;
-        let refused = |n: &str| {
-            let r = self.refused_names.lock().unwrap_or_else(|e| e.into_inner());
-            r.iter().any(|(e, name)| e == env && name == n)
-        };
-        let name = keys::free_project_key_name(self.settings.lineage.as_str(), public_key, |n| {
-            listed.iter().any(|k| k.name == n) || refused(n)
-        });
+        let name = self
+            .key_listing(env, public_key)
+            .await?
+            .name_to_register()?;
         let body = json!({
             "environment_name": env,
             "name": name,

@@ -562,14 +562,7 @@ impl CloudProvider for HyperstackProvider {
         }
         obj.expect(CLOUD, SSH_KEY)?;
         let env = Self::environment_name(&self.settings.lineage, region);
-        let listed = self.keypairs_in(&env).await?;
-        Ok(
-            keys::find_by_value(&listed, public_key, |k| &k.public_key).map(|k| SharedFound {
-                id: k.id.map(|i| i.to_string()).unwrap_or_default(),
-                name: k.name.clone(),
-                ours: self.is_project_key_name(&k.name, public_key),
-            }),
-        )
+        Ok(self.key_listing(&env, public_key).await?.found())
     }
 
     /// Environment: `POST /core/environments` named [`Self::environment_name`] in

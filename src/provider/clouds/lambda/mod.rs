@@ -193,7 +193,8 @@ impl LambdaProvider {
     /// five requests per minute"). With the rate declared, a few calls may be in flight.
     pub fn default_capabilities() -> Capabilities {
         use Feature::*;
-        const SOURCE: &str = "shared/vendor-apis/lambda/openapi-1.8.3.json, info.description";
+        const SOURCE: &str =
+            "tests/fixtures/vendor-apis/lambda/openapi-1.8.3.json, info.description";
         Capabilities {
             delete_timeout: Duration::from_secs(15 * 60),
             max_concurrency: 4,

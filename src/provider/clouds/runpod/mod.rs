@@ -207,7 +207,7 @@ impl RunpodProvider {
     /// `"minute";q=60;w=60, "hour";q=3000;w=3600, "day";q=50000;w=86400`): 60 per minute
     /// (1 request/s), 3,000 per hour (0.83 requests/s), 50,000 per day (0.58 requests/s).
     pub fn default_capabilities() -> Capabilities {
-        const SOURCE: &str = "shared/vendor-apis/runpod/api-reference-v2/openapi.json, components.schemas.RateLimitPolicyHeader (example)";
+        const SOURCE: &str = "tests/fixtures/vendor-apis/runpod/api-reference-v2/openapi.json, components.schemas.RateLimitPolicyHeader (example)";
         Capabilities {
             max_concurrency: 2,
             rate_limits: vec![
