@@ -748,6 +748,9 @@ impl Project {
             ),
             ("NO_COLOR".into(), "1".into()),
             ("AWS_EC2_METADATA_DISABLED".into(), "true".into()),
+            // AWS has no local server here: its listing (discovery) goes to a closed
+            // loopback port, never to the real EC2 endpoint (nor its DNS name).
+            ("AWS_ENDPOINT_URL".into(), "http://127.0.0.1:9".into()),
             ("AWS_ACCESS_KEY_ID".into(), "AKIAGPUPROVTESTONLY00".into()),
             ("AWS_SECRET_ACCESS_KEY".into(), AWS_SECRET.into()),
             ("AWS_REGION".into(), "us-east-1".into()),
