@@ -713,7 +713,7 @@ pub fn compute_with(
                     )) => change(
                         Action::Resume,
                         Some(format!(
-                            "instance {} is {st:?}; apply starts it again (it is kept if it \
+                            "instance {} is {st}; apply starts it again (it is kept if it \
                              cannot be started)",
                             vm.instance_id
                         )),
@@ -722,10 +722,7 @@ pub fn compute_with(
                     ),
                     Some(Observation::NotRunning(st)) => change(
                         Action::Replace,
-                        Some(format!(
-                            "instance {} is {st:?}, not running",
-                            vm.instance_id
-                        )),
+                        Some(format!("instance {} is {st}, not running", vm.instance_id)),
                         vec![],
                         offer_price(want),
                     ),

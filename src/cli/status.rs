@@ -48,7 +48,7 @@ pub(super) async fn run(project: &Project, a: &StatusArgs) -> CmdResult {
                 .map(|o| match o {
                     plan::Observation::Running => "running".to_string(),
                     plan::Observation::Gone => "gone".to_string(),
-                    plan::Observation::NotRunning(s) => format!("{s:?}"),
+                    plan::Observation::NotRunning(s) => s.word().to_string(),
                 });
             machine(address, r, observed)
         })
@@ -107,6 +107,17 @@ pub(super) async fn run(project: &Project, a: &StatusArgs) -> CmdResult {
             m.cost_so_far.map(|c| format!("{c:.2}")).unwrap_or_default(),
             last
         );
+    }
+    // The cloud's reason for a status, as a sentence (a preemption's signal, a failure).
+    let said = observed
+        .iter()
+        .flat_map(|o| o.iter())
+        .filter_map(|(address, o)| match o {
+            plan::Observation::NotRunning(s) if s.to_string() != s.word() => Some((address, s)),
+            _ => None,
+        });
+    for (address, s) in said {
+        outln!("note: {address}: {s}");
     }
     for m in &machines {
         if let Some(why) = m

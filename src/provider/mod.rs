@@ -232,6 +232,49 @@ impl InstanceStatus {
     pub fn is_preempted(&self) -> bool {
         matches!(self, InstanceStatus::Preempted { .. })
     }
+
+    /// The status in one word, as it is serialised (`pending`, `running`, `stopping`,
+    /// `stopped`, `terminating`, `failed`, `refused`, `preempted`): for tables and JSON.
+    pub fn word(&self) -> &'static str {
+        match self {
+            InstanceStatus::Pending => "pending",
+            InstanceStatus::Running => "running",
+            InstanceStatus::Stopping => "stopping",
+            InstanceStatus::Stopped => "stopped",
+            InstanceStatus::Terminating => "terminating",
+            InstanceStatus::Failed(_) => "failed",
+            InstanceStatus::Refused(_) => "refused",
+            InstanceStatus::Preempted { .. } => "preempted",
+        }
+    }
+}
+
+/// The status as a user reads it: its [`word`](InstanceStatus::word), with the cloud's
+/// reason in a sentence where it has one ("preempted by the cloud, stopped with its disk
+/// kept (…)").
+impl fmt::Display for InstanceStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InstanceStatus::Failed(why) => write!(f, "failed ({why})"),
+            InstanceStatus::Refused(e) => write!(
+                f,
+                "refused by the cloud after it accepted the create ({})",
+                e.text()
+            ),
+            InstanceStatus::Preempted {
+                signal,
+                stopped: true,
+            } => write!(
+                f,
+                "preempted by the cloud, stopped with its disk kept ({signal})"
+            ),
+            InstanceStatus::Preempted {
+                signal,
+                stopped: false,
+            } => write!(f, "preempted by the cloud ({signal})"),
+            other => f.write_str(other.word()),
+        }
+    }
 }
 
 /// Where to log in: host, TCP port and, where the cloud decides it, the user.
@@ -474,7 +517,9 @@ pub enum ErrorKind {
     Failed,
     /// The ask cannot be met as written: abort.
     InvalidRequest,
-    /// Missing or rejected credentials: abort.
+    /// This cloud's account refused: missing or rejected credentials, or billing (an HTTP
+    /// 402, "insufficient balance"). The cloud is left out (its offers blocked) and the
+    /// search goes on; the machine ends when no other cloud can take it.
     Credentials,
     /// The API endpoint refused the connection (nothing was sent): the whole cloud is
     /// unreachable. Before anything exists (plan, prepare, create) the core blocks every
@@ -566,7 +611,8 @@ impl BlockScope {
                 cloud: offer.location.cloud.clone(),
                 region: offer.location.region.clone(),
             }),
-            ErrorKind::Unreachable => Some(BlockScope::Cloud {
+            // The whole account refused (credentials, billing): every offer of the cloud.
+            ErrorKind::Unreachable | ErrorKind::Credentials => Some(BlockScope::Cloud {
                 cloud: offer.location.cloud.clone(),
             }),
             _ => None,
@@ -861,6 +907,29 @@ pub enum Severity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn statuses_read_as_words_and_reasons_as_sentences() {
+        assert_eq!(InstanceStatus::Stopped.to_string(), "stopped");
+        assert_eq!(InstanceStatus::Stopped.word(), "stopped");
+        let kept = InstanceStatus::Preempted {
+            signal: "TERMINATED: Instance was preempted.".into(),
+            stopped: true,
+        };
+        assert_eq!(kept.word(), "preempted");
+        assert_eq!(
+            kept.to_string(),
+            "preempted by the cloud, stopped with its disk kept (TERMINATED: Instance was \
+             preempted.)"
+        );
+        let failed = InstanceStatus::Failed("disk error".into());
+        assert_eq!(failed.to_string(), "failed (disk error)");
+        // The word is the serialised tag, so JSON readers and tables agree.
+        for s in [InstanceStatus::Pending, kept, failed] {
+            let v = serde_json::to_value(&s).unwrap();
+            assert_eq!(v["status"], s.word(), "{s:?}");
+        }
+    }
 
     #[test]
     fn a_failed_attempt_in_one_zone_blocks_the_type_in_the_region() {

@@ -1168,6 +1168,11 @@ async fn every_table_row_is_classified_from_the_real_error_body() {
         instance_type: "p5.48xlarge".into(),
     };
     let offer_scope = BlockScope::Offer { id: o.id.clone() };
+    // An account refusal leaves the whole cloud out (issue 35): other clouds may still
+    // take the machine.
+    let cloud = BlockScope::Cloud {
+        cloud: "aws".into(),
+    };
     use ErrorKind::*;
     let rows: Vec<(&'static str, u16, ErrorKind, Option<BlockScope>)> = vec![
         (
@@ -1190,10 +1195,20 @@ async fn every_table_row_is_classified_from_the_real_error_body() {
             Unavailable,
             Some(type_in_region.clone()),
         ),
-        ("UnauthorizedOperation", 403, Credentials, None),
-        ("AuthFailure", 401, Credentials, None),
-        ("InvalidClientTokenId", 401, Credentials, None),
-        ("ExpiredToken", 400, Credentials, None),
+        (
+            "UnauthorizedOperation",
+            403,
+            Credentials,
+            Some(cloud.clone()),
+        ),
+        ("AuthFailure", 401, Credentials, Some(cloud.clone())),
+        (
+            "InvalidClientTokenId",
+            401,
+            Credentials,
+            Some(cloud.clone()),
+        ),
+        ("ExpiredToken", 400, Credentials, Some(cloud.clone())),
         ("RequestLimitExceeded", 503, Transient, None),
         ("Throttling", 400, Transient, None),
         ("ServiceUnavailable", 503, Transient, None),

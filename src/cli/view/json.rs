@@ -333,8 +333,9 @@ pub struct MachineStatus {
     /// The recorded machine state, as the state file names it (`ready`, `booting`,
     /// `k3s:installing`, `teardown:deleting`, `invalid`).
     pub state: String,
-    /// What the cloud said with refresh: `running`, `gone`, or its status (`Stopped`);
-    /// null without refresh or when not asked.
+    /// What the cloud said with refresh: `running`, `gone`, or its status in one word
+    /// (`pending`, `stopping`, `stopped`, `terminating`, `failed`, `refused`,
+    /// `preempted`); null without refresh or when not asked.
     pub observed: Option<String>,
     /// `cloud/region[/zone]`, when the machine may own an instance.
     pub location: Option<String>,

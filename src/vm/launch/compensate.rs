@@ -217,7 +217,7 @@ impl LaunchMachine {
                 let search = match f.fault.kind() {
                     Some(_) => {
                         let scope = search.current().and_then(|o| e.scope_for(o));
-                        let outcome = format!("{}: {}", site.label, e.msg);
+                        let outcome = format!("{}: {}", site.label, e.text());
                         search.record(outcome, Some(e.kind), scope)
                     }
                     None => search,
@@ -228,7 +228,7 @@ impl LaunchMachine {
                         search,
                         site.ids,
                         site.lag,
-                        format!("{}: {}", site.label, e.msg),
+                        format!("{}: {}", site.label, e.text()),
                         AfterCompensation::NextOffer,
                     ),
                     _ => {

@@ -100,10 +100,15 @@ impl LaunchMachine {
         })
     }
 
-    /// `NextOffer`: the next offer no block covers, `Exhausted` when none is left.
+    /// `NextOffer`: the next offer no block covers, `Exhausted` when none is left, or
+    /// `Aborted` when every attempt was refused by a cloud's account (no wait cures it).
     pub(super) fn next_offer(&self, search: &Search) -> Step<LaunchState> {
         Step::Next(match search.advanced() {
             Some(search) => LaunchState::Preparing { search },
+            None if search.only_account_refusals() => LaunchState::Aborted {
+                reason: format!("every cloud refused the account: {}", search.summary()),
+                owned: None,
+            },
             None => LaunchState::Exhausted {
                 search: search.clone(),
             },

@@ -136,14 +136,15 @@ pub enum Reaction {
 /// 2. **Reconcile**: no adapter → `Leak` (the record stays for a run that has one); a
 ///    kind retried in place (`Transient`, `Unreachable`, `InUse`) → `Retry`; anything
 ///    else → `Abort` with the record as it was: nothing is replaced because of an error.
-/// 3. **Plan** (one cloud): `Transient` → `Retry`; a kind that [`ends_the_machine`], no
-///    adapter, a spent budget → `Abort` (the cloud is left out, and the machine stops
-///    only if no cloud offered anything and no other cloud failed otherwise); any other
-///    kind → `Skip` the cloud.
+/// 3. **Plan** (one cloud): `Transient` → `Retry`; a kind that [`ends_the_machine`],
+///    `Credentials`, no adapter, a spent budget → `Abort` (the cloud is left out, and the
+///    machine stops only if no cloud offered anything and no other cloud failed
+///    otherwise); any other kind → `Skip` the cloud.
 /// 4. **Prepare and Create**: `Transient` → `Retry`; `Unavailable` (by contract nothing
 ///    was created) and `Unreachable` (the connection was refused: nothing was sent) →
-///    `Skip`; no adapter → `Abort`; at `Prepare`, `Credentials` made nothing and a
-///    cleanup would be refused too: `Abort` if it ends the machine, else `Skip`.
+///    `Skip`; no adapter → `Abort`; at `Prepare`, `Credentials` (this cloud's account
+///    refused: credentials, billing) made nothing and a cleanup would be refused too:
+///    `Skip`, which blocks the cloud.
 /// 5. **Find**: `Unreachable` while no create may have been sent → `Skip`; a kind
 ///    retried in place → `Retry`.
 /// 6. **Start**: a kind retried in place → `Retry`; anything else → `Keep`: never a
@@ -157,14 +158,17 @@ pub enum Reaction {
 /// 10. **Boot, Connect, Refused**: a kept machine → `Keep`; an adopted instance →
 ///     `LeaveUnowned`.
 /// 11. Otherwise: a kind that [`ends_the_machine`] → `CompensateThenAbort`; anything
-///     else → `CompensateThenNext`.
+///     else → `CompensateThenNext` (a `Credentials` refusal, such as an HTTP 402 on
+///     create, blocks its cloud and the search goes on to the next cloud).
 /// 12. A `Skip` while a create may have been sent becomes `CompensateThenNext`: only a
 ///     compensation finds an unlisted create.
 ///
 /// `Skip` and `CompensateThenNext` block the error's scope: its own `block` when the
 /// adapter set one, else `BlockScope::default_for` its kind (the offer; the instance
 /// type in the region for a zoned `Failed`; the region for `Quota`; the cloud for
-/// `Unreachable`). Faults with no [`Fault::kind`] record and block nothing.
+/// `Unreachable` and `Credentials`). A search left with no offer whose every attempt was
+/// refused by an account (`Credentials`) ends `Aborted`, not `Exhausted`: waiting cures
+/// no account (`LaunchMachine::next_offer`). Faults with no [`Fault::kind`] record and block nothing.
 ///
 /// The inputs are meant to be reachable ([`Stage::holds`], [`Stage::faults`]); debug
 /// builds check it, so the printed table is the one the steps use.
@@ -197,13 +201,18 @@ pub fn decide(stage: Stage, fault: Fault, holds: Holds) -> Reaction {
         Stage::Reconcile => Abort,
         // 3.
         Stage::Plan if transient => Retry,
-        Stage::Plan if fatal || matches!(fault, Fault::NoAdapter | Fault::GaveUp) => Abort,
+        Stage::Plan
+            if fatal
+                || kind == Some(ErrorKind::Credentials)
+                || matches!(fault, Fault::NoAdapter | Fault::GaveUp) =>
+        {
+            Abort
+        }
         Stage::Plan => Skip,
         // 4.
         Stage::Prepare | Stage::Create if transient => Retry,
         Stage::Prepare | Stage::Create if nothing_made => Skip,
         Stage::Prepare | Stage::Create if fault == Fault::NoAdapter => Abort,
-        Stage::Prepare if kind == Some(ErrorKind::Credentials) && fatal => Abort,
         Stage::Prepare if kind == Some(ErrorKind::Credentials) => Skip,
         // 5.
         Stage::Find if kind == Some(ErrorKind::Unreachable) && holds == Holds::Nothing => Skip,
@@ -243,11 +252,13 @@ pub fn decide(stage: Stage, fault: Fault, holds: Holds) -> Reaction {
     }
 }
 
-/// Whether a refusal of this kind ends the machine rather than its offer or its cloud: no
-/// other offer can succeed (rules 3, 4 and 11 of [`decide`]). An HTTP 402 (billing) is
-/// classified `Credentials` today (`provider/kit/failure.rs`).
+/// Whether a refusal of this kind ends the machine rather than its offer or its cloud: the
+/// ask itself cannot be met, so no other offer can succeed (rules 3 and 11 of
+/// [`decide`]). A refusal by one cloud's account (`Credentials`: rejected credentials, an
+/// HTTP 402 for billing) is not one: it blocks that cloud, and other clouds may still
+/// take the machine.
 pub fn ends_the_machine(kind: ErrorKind) -> bool {
-    matches!(kind, ErrorKind::InvalidRequest | ErrorKind::Credentials)
+    kind == ErrorKind::InvalidRequest
 }
 
 /// Every provider error kind, in the contract's order.
@@ -587,7 +598,8 @@ mod tests {
         #[rustfmt::skip]
         let cases: &[(&str, Stage, Fault, Holds, Reaction)] = &[
             ("a 503 on prepare retries", Prepare, p(Transient), Nothing, Retry),
-            ("rejected credentials abort before any cleanup", Prepare, p(Credentials), Nothing, Abort),
+            ("an account refusal in prepare leaves its cloud out", Prepare, p(Credentials), Nothing, Skip),
+            ("a 402 on create cleans up, then the next cloud", Create, p(Credentials), Nothing, CompensateThenNext),
             ("an invalid ask cleans up, then aborts", Prepare, p(InvalidRequest), Nothing, CompensateThenAbort),
             ("not offered here: next offer, nothing to clean", Prepare, p(Unavailable), Nothing, Skip),
             ("a refused connection skips (the cloud is blocked)", Prepare, p(Unreachable), Nothing, Skip),

@@ -102,6 +102,16 @@ impl Search {
         self
     }
 
+    /// Whether every attempt so far was refused by a cloud's account (`Credentials`:
+    /// rejected credentials, billing): waiting for capacity cures none of them.
+    pub(super) fn only_account_refusals(&self) -> bool {
+        !self.history.is_empty()
+            && self
+                .history
+                .iter()
+                .all(|a| a.kind == Some(ErrorKind::Credentials))
+    }
+
     pub(super) fn summary(&self) -> String {
         if self.history.is_empty() {
             return "no offer matched".into();

@@ -781,6 +781,55 @@ async fn a_402_insufficient_balance_aborts_without_trying_other_offers() {
     r.cloud.server.verify();
 }
 
+/// Issue 35: a 402 concerns RunPod's account, not the ask. With a second cloud, the
+/// machine comes up there; RunPod is tried once and the 402 is named in the run's log.
+#[tokio::test]
+async fn a_402_on_the_first_of_two_clouds_fails_over_to_the_second() {
+    let fake = Fake::start(h100_world()).await;
+    fake.world.lock().unwrap().fault(
+        "POST",
+        PODS,
+        Canned::status(402, problem(402, "insufficient balance")),
+    );
+    let runpod = fake.provider();
+    let lambda = Arc::new(
+        gpuprov::provider::doubles::fake::FakeProvider::new("lambda").with_offer(
+            "lambda-h100",
+            "us-east-1",
+            "gpu_8x_h100_sxm5",
+            23.92,
+        ),
+    );
+    let mut vm = drive::gpu_vm(Cloud::Runpod, "H100", 8);
+    vm.clouds = vec![Cloud::Runpod, Cloud::Lambda];
+    vm.regions = vec!["US-KS-2".into(), "EU-RO-1".into(), "us-east-1".into()];
+    let mut providers = gpuprov::machine::Providers::new();
+    providers.insert(runpod.clone());
+    providers.insert(lambda.clone());
+    let journal = Arc::new(gpuprov::machine::MemoryJournal::new());
+    let end = drive::launch_across(
+        LINEAGE,
+        &vm,
+        providers,
+        journal.clone(),
+        Arc::new(gpuprov::provider::doubles::fake::FakeConnector::default()),
+    )
+    .await
+    .unwrap();
+    let labels = drive::labels(&journal);
+    let up = end.ready().unwrap_or_else(|| panic!("{end:?} {labels:?}"));
+    assert_eq!(up.location.cloud, "lambda", "{labels:?}");
+    assert_eq!(fake.creates().len(), 1, "RunPod's other offers are blocked");
+    assert!(
+        labels
+            .iter()
+            .any(|l| l.contains("402") && l.contains("add funds")),
+        "the 402 and its help are in the log: {labels:?}"
+    );
+    assert!(fake.world.lock().unwrap().pods.is_empty());
+    fake.server.verify();
+}
+
 #[tokio::test]
 async fn a_422_contract_violation_aborts() {
     let mut r = run(h100_world()).await;

@@ -71,8 +71,12 @@ pub fn preemption_of(
     };
     let message = reason.and_then(|r| r.message()).unwrap_or_default();
     Some(InstanceStatus::Preempted {
+        // EC2's message usually starts with the code already
+        // ("Server.SpotInstanceTermination: Spot instance termination").
         signal: if message.is_empty() {
             code.to_string()
+        } else if message.starts_with(code) {
+            message.to_string()
         } else {
             format!("{code}: {message}")
         },

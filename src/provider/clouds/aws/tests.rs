@@ -83,6 +83,20 @@ fn spot_interruption_reasons_map_to_preempted() {
         matches!(&gone, InstanceStatus::Preempted { stopped: false, signal } if signal.starts_with("Server.SpotInstanceTermination")),
         "{gone:?}"
     );
+    // EC2's message repeats the code: said once.
+    assert_eq!(
+        gone.to_string(),
+        "preempted by the cloud (Server.SpotInstanceTermination: spot capacity)"
+    );
+    let bare = StateReason::builder()
+        .code("Server.SpotInstanceTermination")
+        .message("spot capacity")
+        .build();
+    assert!(matches!(
+        preemption_of(Some(&S::Terminated), spot, Some(&bare)),
+        Some(InstanceStatus::Preempted { signal, .. })
+            if signal == "Server.SpotInstanceTermination: spot capacity"
+    ));
     assert!(matches!(
         preemption_of(Some(&S::ShuttingDown), None, Some(&term)),
         Some(InstanceStatus::Preempted { stopped: false, .. })
