@@ -781,6 +781,41 @@ async fn a_402_insufficient_balance_aborts_without_trying_other_offers() {
     r.cloud.server.verify();
 }
 
+/// A machine whose every cloud refused the account stops at once, even when asked to
+/// wait for capacity (`retry_until_up`): no wait cures a 402.
+#[tokio::test]
+async fn a_402_on_the_only_cloud_aborts_even_when_retrying_until_up() {
+    let mut r = run(h100_world()).await;
+    r.vm.regions = vec!["US-KS-2".into(), "EU-RO-1".into()];
+    r.vm.retry_until_up = true;
+    r.cloud.world.lock().unwrap().fault(
+        "POST",
+        PODS,
+        Canned::status(402, problem(402, "insufficient balance")),
+    );
+    let end = r.launch().await.unwrap();
+    match &end {
+        LaunchState::Aborted { reason, .. } => {
+            assert!(
+                reason.contains("every cloud refused the account"),
+                "{reason}"
+            );
+            assert!(
+                reason.contains("402") && reason.contains("add funds"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected Aborted, got {other:?}"),
+    }
+    assert_eq!(
+        r.cloud.creates().len(),
+        1,
+        "one create, then RunPod is left out"
+    );
+    assert!(r.cloud.world.lock().unwrap().pods.is_empty());
+    r.cloud.server.verify();
+}
+
 /// Issue 35: a 402 concerns RunPod's account, not the ask. With a second cloud, the
 /// machine comes up there; RunPod is tried once and the 402 is named in the run's log.
 #[tokio::test]
